@@ -1,0 +1,212 @@
+"""The explicit-state engine: one search loop over interleavings with a pluggable frontier.
+
+BFS discovers states in order of depth, so the first violation of each property it records is
+a shortest counterexample; DFS uses less memory on deep models. States are the packed tuples
+of ``lockstep.spec.semantics`` (exact keys: no hash collisions, stable across runs); parent
+links rebuild paths, which are then replayed through the model so that with symmetry
+reduction the path is a concrete execution, not a sequence of representatives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lockstep.checkers.limits import Limits, LimitWatch
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
+from lockstep.checkers.symmetry import Canonicalizer
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.spec.semantics import ModelError, State, Transition, TransitionSystem
+
+Progress = Callable[[Statistics], None]
+
+
+@dataclass
+class _Found:
+    state_id: int
+    extra: Transition | None = None  # for in_bounds: the step that left the sort
+    detail: str = ""
+
+
+class ExplicitSearch:
+    """A single run of the search; ``run()`` returns the ``CheckResult``."""
+
+    def __init__(
+        self,
+        system: TransitionSystem,
+        *,
+        order: str = "bfs",
+        symmetry: bool = False,
+        limits: Limits | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        if order not in ("bfs", "dfs"):
+            raise ValueError(f"unknown search order {order!r}; use 'bfs' or 'dfs'")
+        self.system = system
+        self.machine: Machine = system.machine
+        self.order = order
+        self.canonical = Canonicalizer(self.machine) if symmetry else None
+        self.limits = limits or Limits()
+        self.progress = progress
+        self.states: list[State] = []
+        self.parent: list[int] = []
+        self.via: list[tuple[int, tuple[object, ...]]] = []
+        self.depth: list[int] = []
+        self.index: dict[State, int] = {}
+        self.found: dict[int, _Found] = {}  # property position -> first violation / witness
+        self.fired: set[int] = set()
+
+    def _add(self, state: State, parent: int, via: tuple[int, tuple[object, ...]], depth: int) -> int | None:
+        key = self.canonical(state) if self.canonical is not None else state
+        if key in self.index:
+            return None
+        state_id = len(self.states)
+        self.index[key] = state_id
+        self.states.append(key)
+        self.parent.append(parent)
+        self.via.append(via)
+        self.depth.append(depth)
+        self._check_state(state_id, key)
+        return state_id
+
+    def _check_state(self, state_id: int, state: State) -> None:
+        for position, prop in enumerate(self.machine.properties):
+            if position in self.found:
+                continue
+            holds = self.system.holds(position, state)
+            if (prop.kind is PropertyKind.ALWAYS and not holds) or (prop.kind is PropertyKind.SOMETIMES and holds):
+                self.found[position] = _Found(state_id)
+
+    def run(self) -> CheckResult:
+        started = time.monotonic()
+        watch = LimitWatch(self.limits, started)
+        stats = Statistics()
+        properties = self.machine.properties
+        in_bounds = next(i for i, prop in enumerate(properties) if prop.name == IN_BOUNDS)
+        deadlock_checks = [i for i, prop in enumerate(properties) if prop.at_deadlock is not None or prop.name == NO_DEADLOCK]
+        frontier: deque[int] = deque()
+        first = self._add(self.system.initial(), -1, (-1, ()), 0)
+        assert first is not None
+        frontier.append(first)
+        pop = frontier.popleft if self.order == "bfs" else frontier.pop
+        truncated = False
+        stopped: str | None = None
+        last_report = started
+        expanded = 0
+        try:
+            while frontier:
+                expanded += 1
+                if len(self.found) == len(properties):
+                    break
+                state_id = pop()
+                state = self.states[state_id]
+                depth = self.depth[state_id]
+                stats.depth = max(stats.depth, depth)
+                if self.limits.max_depth is not None and depth >= self.limits.max_depth:
+                    truncated = True
+                    continue
+                transitions = self.system.transitions(state)
+                stats.transitions = (stats.transitions or 0) + len(transitions)
+                if not transitions:
+                    for position in deadlock_checks:
+                        if position not in self.found and not self._deadlock_ok(position, state):
+                            self.found[position] = _Found(state_id, detail="no action is enabled")
+                for transition in transitions:
+                    self.fired.add(transition.action)
+                    if transition.out_of_bounds is not None:
+                        if in_bounds not in self.found:
+                            self.found[in_bounds] = _Found(state_id, transition, self._bounds_detail(transition))
+                        continue
+                    child = self._add(transition.target, state_id, (transition.action, transition.arguments), depth + 1)
+                    if child is not None:
+                        frontier.append(child)
+                if expanded & 0x3FF == 0:
+                    now = time.monotonic()
+                    stopped = watch.exceeded(len(self.states))
+                    if stopped is not None:
+                        break
+                    if self.progress is not None and now - last_report >= 0.25:
+                        last_report = now
+                        self.progress(Statistics(len(self.states), stats.transitions, stats.depth, now - started))
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        except ModelError:
+            raise
+        stats.states = len(self.states)
+        stats.seconds = time.monotonic() - started
+        complete = stopped is None and not frontier and not truncated
+        if stopped is None and frontier and len(self.found) < len(properties):
+            stopped = "unknown"  # pragma: no cover - the loop only ends early through a limit
+        results = [self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))]
+        warnings = [
+            f"action {action.name} was never enabled in the explored states"
+            for position, action in enumerate(self.machine.actions)
+            if position not in self.fired
+        ]
+        return CheckResult(self.machine, self.order, results, stats, stopped, warnings)
+
+    def _deadlock_ok(self, position: int, state: State) -> bool:
+        prop = self.machine.properties[position]
+        if prop.name == NO_DEADLOCK:
+            return self.system.is_final(state)
+        return self.system.holds_at_deadlock(position, state)
+
+    def _bounds_detail(self, transition: Transition) -> str:
+        name = transition.out_of_bounds
+        assert name is not None
+        variable = self.machine.variables[name]
+        value = transition.target[list(self.machine.variables).index(name)]
+        return f"{name} would become {value!r}, outside {variable.sort.name}"
+
+    def _verdict(self, position: int, complete: bool, bounded: bool) -> PropertyResult:
+        prop = self.machine.properties[position]
+        found = self.found.get(position)
+        if found is not None:
+            path = self.path_to(found.state_id, found.extra)
+            verdict = Verdict.VIOLATED if prop.kind is PropertyKind.ALWAYS else Verdict.HOLDS
+            return PropertyResult(prop.name, prop.kind, verdict, path, found.detail, prop.builtin)
+        if prop.kind is PropertyKind.SOMETIMES:
+            verdict = Verdict.VIOLATED if complete else Verdict.INCONCLUSIVE
+            detail = "no reachable state satisfies it" if complete else "no witness in the explored states"
+            return PropertyResult(prop.name, prop.kind, verdict, None, detail, prop.builtin)
+        verdict = Verdict.HOLDS if complete else (Verdict.HOLDS_WITHIN_BOUND if bounded else Verdict.INCONCLUSIVE)
+        return PropertyResult(prop.name, prop.kind, verdict, None, "", prop.builtin)
+
+    def path_to(self, state_id: int, extra: Transition | None = None) -> Path:
+        """Rebuild the path to a stored state by replaying the model along its parent links."""
+        chain: list[int] = []
+        cursor = state_id
+        while cursor != -1:
+            chain.append(cursor)
+            cursor = self.parent[cursor]
+        chain.reverse()
+        current = self.system.initial()
+        steps: list[Step] = []
+        for child in chain[1:]:
+            action_position, _ = self.via[child]
+            wanted = self.states[child]
+            for transition in self.system.transitions(current):
+                if transition.action != action_position or transition.out_of_bounds is not None:
+                    continue
+                key = self.canonical(transition.target) if self.canonical is not None else transition.target
+                if key == wanted:
+                    steps.append(self._step(transition))
+                    current = transition.target
+                    break
+            else:  # pragma: no cover - would mean the model is not deterministic
+                raise ModelError("a counterexample could not be replayed: the model's successors changed between runs")
+        if extra is not None:
+            if self.canonical is not None:
+                for transition in self.system.transitions(current):
+                    if transition.action == extra.action and transition.out_of_bounds == extra.out_of_bounds:
+                        extra = transition
+                        break
+            steps.append(self._step(extra))
+        return Path(self.system.initial(), tuple(steps))
+
+    def _step(self, transition: Transition) -> Step:
+        action = self.machine.actions[transition.action]
+        arguments = {parameter.name: value for parameter, value in zip(action.parameters, transition.arguments)}
+        return Step(action.name, action.actor_for(arguments), arguments, transition.target)

@@ -1,0 +1,148 @@
+"""Symmetry reduction: canonical representatives of states under permutations of a sort.
+
+A machine may declare an index sort (or a subset of its values) interchangeable. The checker
+then stores one representative per orbit: the least of the state's images under every
+permutation of the declared values. ``validate`` refuses a declaration that the machine breaks
+(a constant naming one of the permuted values, an ordering or arithmetic on the sort, an
+initial state that is not itself symmetric), with a message saying where.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+from lockstep.spec.expressions import Constant, Expression, Operation, Operator, render, walk
+from lockstep.spec.machine import Machine
+from lockstep.spec.semantics import State
+from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort, Value
+
+
+class SymmetryError(ValueError):
+    """The declared symmetry does not hold for this machine."""
+
+
+_ORDERED = {
+    Operator.LESS,
+    Operator.LESS_EQUAL,
+    Operator.GREATER,
+    Operator.GREATER_EQUAL,
+    Operator.ADD,
+    Operator.SUBTRACT,
+    Operator.MULTIPLY,
+    Operator.FLOOR_DIVIDE,
+    Operator.MODULO,
+    Operator.NEGATE,
+    Operator.MINIMUM,
+    Operator.MAXIMUM,
+}
+
+
+def _expressions(machine: Machine) -> list[tuple[str, Expression]]:
+    found: list[tuple[str, Expression]] = []
+    for action in machine.actions:
+        found.extend((f"action {action.name}", conjunct) for conjunct in action.guard)
+        found.extend((f"action {action.name} (update of {name})", value) for name, value in action.updates)
+    for prop in machine.properties:
+        found.append((f"property {prop.name}", prop.predicate))
+        if prop.at_deadlock is not None:
+            found.append((f"property {prop.name}", prop.at_deadlock))
+    found.append(("the final predicate", machine.final))
+    return found
+
+
+def validate(machine: Machine, sort: IndexSort, members: frozenset[int]) -> None:
+    for where, expression in _expressions(machine):
+        for node in walk(expression):
+            if isinstance(node, Constant) and node.sort == sort and node.value in members:
+                raise SymmetryError(
+                    f"symmetry over {sort.name} {sorted(members)} is broken by {where}: it names {sort.name} "
+                    f"{node.value} ({render(expression)}); declare the symmetry over the other values only"
+                )
+            if isinstance(node, Operation) and node.operator in _ORDERED and any(argument.sort == sort for argument in node.arguments):
+                raise SymmetryError(
+                    f"symmetry over {sort.name} is broken by {where}: {node.operator.value} orders or computes "
+                    f"with {sort.name} values ({render(node)})"
+                )
+
+
+def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Callable[[Value], Value] | None:
+    """A function applying ``mapping`` to values of ``sort``; None where the sort cannot contain ``target``."""
+    if sort == target:
+        return lambda value: mapping[value]  # type: ignore[index]
+    if isinstance(sort, MapSort):
+        inner = _permuter(sort.value, target, mapping)
+        if sort.key == target:
+            inverse = [0] * len(mapping)
+            for source, destination in enumerate(mapping):
+                inverse[destination] = source
+            if inner is None:
+                return lambda value: tuple(value[inverse[key]] for key in range(len(inverse)))  # type: ignore[index]
+            return lambda value: tuple(inner(value[inverse[key]]) for key in range(len(inverse)))  # type: ignore[index]
+        if inner is None:
+            return None
+        return lambda value: tuple(inner(item) for item in value)  # type: ignore[attr-defined]
+    if isinstance(sort, SequenceSort):
+        inner = _permuter(sort.element, target, mapping)
+        if inner is None:
+            return None
+        return lambda value: tuple(inner(item) for item in value)  # type: ignore[attr-defined]
+    if isinstance(sort, RecordSort):
+        parts = [_permuter(field_sort, target, mapping) for _, field_sort in sort.fields]
+        if all(part is None for part in parts):
+            return None
+        return lambda value: tuple(item if part is None else part(item) for part, item in zip(parts, value))  # type: ignore[arg-type]
+    return None
+
+
+class Canonicalizer:
+    """Maps a state to the least of its images under the declared permutations."""
+
+    def __init__(self, machine: Machine) -> None:
+        if not machine.symmetric:
+            raise SymmetryError(f"machine {machine.name} declares no symmetric sort; --symmetry has nothing to reduce")
+        sorts = [variable.sort for variable in machine.variables.values()]
+        self.permutations: list[Callable[[State], State]] = []
+        groups = []
+        for sort, members in machine.symmetric:
+            validate(machine, sort, members)
+            chosen = sorted(members)
+            mappings = []
+            for image in itertools.permutations(chosen):
+                mapping = list(range(sort.count))
+                for source, destination in zip(chosen, image):
+                    mapping[source] = destination
+                mappings.append((sort, tuple(mapping)))
+            groups.append(mappings)
+        for combination in itertools.product(*groups):
+            functions: list[Callable[[Value], Value] | None] = [None] * len(sorts)
+            for sort, mapping in combination:
+                for position, variable_sort in enumerate(sorts):
+                    permute = _permuter(variable_sort, sort, mapping)
+                    if permute is not None:
+                        previous = functions[position]
+                        functions[position] = permute if previous is None else _compose(previous, permute)
+            self.permutations.append(_state_permuter(functions))
+        initial = tuple(variable.initial for variable in machine.variables.values())
+        for permute in self.permutations:
+            if permute(initial) != initial:
+                raise SymmetryError(f"symmetry of machine {machine.name}: the initial state is not symmetric")
+
+    def __call__(self, state: State) -> State:
+        return min(permute(state) for permute in self.permutations)  # type: ignore[type-var]
+
+
+def _compose(first: Callable[[Value], Value], second: Callable[[Value], Value]) -> Callable[[Value], Value]:
+    return lambda value: second(first(value))
+
+
+def _state_permuter(functions: list[Callable[[Value], Value] | None]) -> Callable[[State], State]:
+    active = [(position, function) for position, function in enumerate(functions) if function is not None]
+
+    def permute(state: State) -> State:
+        values = list(state)
+        for position, function in active:
+            values[position] = function(values[position])
+        return tuple(values)
+
+    return permute

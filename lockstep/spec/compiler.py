@@ -1,0 +1,293 @@
+"""Compiles a finished ``Machine`` to generated Python functions: the fast ``TransitionSystem``.
+
+Each action becomes one function ``transitions(s)`` whose nested loops enumerate the parameters;
+each guard conjunct is hoisted to the outermost loop where all the parameters it reads are bound,
+so a false conjunct prunes whole sub-loops. Updates read the pre-state tuple ``s``; unmentioned
+variables are copied. A value that may leave its sort is checked and flagged (``in_bounds``).
+The result must agree with ``InterpretedSystem`` exactly (tests/test_compiler.py checks it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from lockstep.spec.expressions import (
+    Bound,
+    Comprehension,
+    Constant,
+    Expression,
+    Operation,
+    Operator,
+    Parameter,
+    Quantifier,
+    Variable,
+    walk,
+)
+from lockstep.spec.machine import Action, Machine
+from lockstep.spec.semantics import ModelError, State, Transition, pack
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort
+
+_BINARY = {
+    Operator.EQUAL: "==",
+    Operator.NOT_EQUAL: "!=",
+    Operator.LESS: "<",
+    Operator.LESS_EQUAL: "<=",
+    Operator.GREATER: ">",
+    Operator.GREATER_EQUAL: ">=",
+    Operator.ADD: "+",
+    Operator.SUBTRACT: "-",
+    Operator.MULTIPLY: "*",
+    Operator.FLOOR_DIVIDE: "//",
+    Operator.MODULO: "%",
+}
+
+
+def _store(mapping: tuple[Any, ...], key: int, value: Any) -> tuple[Any, ...]:
+    return mapping[:key] + (value,) + mapping[key + 1 :]
+
+
+def _head_check(sequence: tuple[Any, ...], position: int) -> Any:
+    if not 0 <= position < len(sequence):
+        raise IndexError(f"position {position} outside a sequence of length {len(sequence)}")
+    return sequence[position]
+
+
+def _tail(sequence: tuple[Any, ...]) -> tuple[Any, ...]:
+    if not sequence:
+        raise IndexError("tail of an empty sequence")
+    return sequence[1:]
+
+
+class _Emitter:
+    """Turns expressions into Python source over the state tuple ``s``."""
+
+    def __init__(self, index: dict[str, int]) -> None:
+        self.index = index
+        self.constants: dict[str, object] = {}
+
+    def constant(self, value: object) -> str:
+        if isinstance(value, (bool, int)):
+            return repr(value)
+        name = f"k{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def source(self, expression: Expression) -> str:  # noqa: C901 - one branch per node kind
+        if isinstance(expression, Constant):
+            return self.constant(expression.value)
+        if isinstance(expression, Variable):
+            return f"s[{self.index[expression.name]}]"
+        if isinstance(expression, Parameter):
+            return f"p_{expression.name}"
+        if isinstance(expression, Bound):
+            return f"b{expression.name}"
+        if isinstance(expression, Comprehension):
+            variable = expression.variable
+            body = self.source(expression.body)
+            domain = f"range({len(list(variable.sort.values()))})" if not isinstance(variable.sort, BoolSort) else "(False, True)"
+            generator = f"({body} for b{variable.name} in {domain})"
+            match expression.quantifier:
+                case Quantifier.ALL:
+                    return f"all{generator}"
+                case Quantifier.ANY:
+                    return f"any{generator}"
+                case Quantifier.SUM:
+                    return f"sum{generator}"
+                case Quantifier.COUNT:
+                    return f"sum(1 for b{variable.name} in {domain} if {body})"
+                case Quantifier.MAXIMUM:
+                    return f"max{generator}"
+                case Quantifier.MINIMUM:
+                    return f"min{generator}"
+                case Quantifier.MAP:
+                    return f"tuple{generator}"
+        assert isinstance(expression, Operation)
+        operator = expression.operator
+        parts = [self.source(argument) for argument in expression.arguments]
+        if operator in _BINARY:
+            return f"({parts[0]} {_BINARY[operator]} {parts[1]})"
+        match operator:
+            case Operator.NOT:
+                return f"(not {parts[0]})"
+            case Operator.AND:
+                return "(" + " and ".join(parts) + ")"
+            case Operator.OR:
+                return "(" + " or ".join(parts) + ")"
+            case Operator.IMPLIES:
+                return f"((not {parts[0]}) or {parts[1]})"
+            case Operator.NEGATE:
+                return f"(-{parts[0]})"
+            case Operator.MINIMUM:
+                return f"min({', '.join(parts)})"
+            case Operator.MAXIMUM:
+                return f"max({', '.join(parts)})"
+            case Operator.IF_THEN_ELSE:
+                return f"({parts[1]} if {parts[0]} else {parts[2]})"
+            case Operator.SELECT:
+                return f"{parts[0]}[{parts[1]}]"
+            case Operator.STORE | Operator.WITH_FIELD:
+                return f"_store({parts[0]}, {parts[1]}, {parts[2]})"
+            case Operator.LENGTH:
+                return f"len({parts[0]})"
+            case Operator.AT:
+                return f"_at({parts[0]}, {parts[1]})"
+            case Operator.APPEND:
+                return f"({parts[0]} + ({parts[1]},))"
+            case Operator.TAIL:
+                return f"_tail({parts[0]})"
+            case Operator.FIELD:
+                return f"{parts[0]}[{parts[1]}]"
+            case Operator.RECORD | Operator.SEQUENCE | Operator.MAP:
+                return "(" + "".join(f"{part}, " for part in parts) + ")"
+        raise ModelError(f"the compiler does not know operator {operator}")  # pragma: no cover
+
+
+def stays_in_sort(expression: Expression, sort: Sort) -> bool:
+    """A cheap static proof that ``expression`` always yields a value of ``sort``.
+
+    Values of Bool, enum and index sorts only arise from in-sort sources (constants are checked
+    when built, state values when stored, and arithmetic yields the unbounded ``INTEGER``), so an
+    expression of exactly that sort stays in it. Anything not proved here is checked at run time.
+    """
+    if isinstance(sort, (BoolSort, EnumSort, IndexSort)):
+        return expression.sort == sort or (isinstance(sort, BoolSort) and isinstance(expression.sort, BoolSort))
+    if isinstance(expression, Constant):
+        return sort.contains(expression.value)
+    if isinstance(expression, (Variable, Parameter, Bound)):
+        return expression.sort == sort
+    if isinstance(expression, Comprehension):
+        return (
+            expression.quantifier is Quantifier.MAP
+            and isinstance(sort, MapSort)
+            and expression.variable.sort == sort.key
+            and stays_in_sort(expression.body, sort.value)
+        )
+    operator, arguments = expression.operator, expression.arguments
+    if operator is Operator.IF_THEN_ELSE:
+        return stays_in_sort(arguments[1], sort) and stays_in_sort(arguments[2], sort)
+    if operator is Operator.STORE and isinstance(sort, MapSort):
+        return stays_in_sort(arguments[0], sort) and stays_in_sort(arguments[2], sort.value)
+    if operator is Operator.SELECT:
+        container = arguments[0].sort
+        return isinstance(container, MapSort) and container.value == sort and stays_in_sort(arguments[0], container)
+    if operator is Operator.TAIL:
+        return stays_in_sort(arguments[0], sort)
+    if isinstance(sort, RecordSort) and operator is Operator.WITH_FIELD:
+        position = arguments[1]
+        assert isinstance(position, Constant) and isinstance(position.value, int)
+        return stays_in_sort(arguments[0], sort) and stays_in_sort(arguments[2], sort.fields[position.value][1])
+    if isinstance(sort, RecordSort) and operator is Operator.RECORD:
+        return all(stays_in_sort(argument, field_sort) for argument, (_, field_sort) in zip(arguments, sort.fields))
+    return False
+
+
+class CompiledSystem:
+    """A ``TransitionSystem`` whose actions and properties are generated Python functions."""
+
+    def __init__(self, machine: Machine) -> None:
+        if not machine.finished:
+            machine.finish()
+        self.machine = machine
+        self.names = tuple(machine.variables)
+        index = {name: position for position, name in enumerate(self.names)}
+        self._emitter = _Emitter(index)
+        self.source_code: list[str] = []
+        self._transitions = [self._compile_action(position, action) for position, action in enumerate(machine.actions)]
+        self._properties = [self._compile_predicate(prop.predicate) for prop in machine.properties]
+        self._deadlock = [
+            None if prop.at_deadlock is None else self._compile_predicate(prop.at_deadlock) for prop in machine.properties
+        ]
+        self._final = self._compile_predicate(machine.final)
+
+    def _namespace(self) -> dict[str, object]:
+        return {"_store": _store, "_at": _head_check, "_tail": _tail, "Transition": Transition, **self._emitter.constants}
+
+    def _compile_predicate(self, expression: Expression) -> Callable[[State], bool]:
+        source = f"def predicate(s):\n    return bool({self._emitter.source(expression)})\n"
+        self.source_code.append(source)
+        namespace = self._namespace()
+        exec(compile(source, "<lockstep-predicate>", "exec"), namespace)  # noqa: S102 - our own generated code
+        return namespace["predicate"]  # type: ignore[return-value]
+
+    def _compile_action(self, position: int, action: Action) -> Callable[[State], list[Transition]]:
+        emitter = self._emitter
+        parameter_names = [parameter.name for parameter in action.parameters]
+        # Hoist each conjunct to the loop depth where its last parameter is bound.
+        levels: list[list[str]] = [[] for _ in range(len(parameter_names) + 1)]
+        for conjunct in action.guard:
+            used = {node.name for node in walk(conjunct) if isinstance(node, Parameter)}
+            depth = max((parameter_names.index(name) + 1 for name in used), default=0)
+            levels[depth].append(emitter.source(conjunct))
+        lines = ["def transitions(s):", "    result = []"]
+        indent = "    "
+        for condition in levels[0]:
+            lines.append(f"{indent}if not {condition}: return result")
+        for depth, parameter in enumerate(action.parameters, start=1):
+            domain = tuple(parameter.sort.values())
+            lines.append(f"{indent}for p_{parameter.name} in {domain!r}:")
+            indent += "    "
+            for condition in levels[depth]:
+                lines.append(f"{indent}if not {condition}: continue")
+        target = [f"s[{i}]" for i in range(len(self.names))]
+        checks: list[str] = []
+        for name, expression in action.updates:
+            slot = self.names.index(name)
+            lines.append(f"{indent}v{slot} = {emitter.source(expression)}")
+            target[slot] = f"v{slot}"
+            sort = self.machine.variables[name].sort
+            if not stays_in_sort(expression, sort):
+                checker = emitter.constant(_membership(sort))
+                checks.append(f"(None if {checker}(v{slot}) else {name!r})")
+        out_of_bounds = "None" if not checks else " or ".join(checks)
+        arguments = "(" + "".join(f"p_{name}, " for name in parameter_names) + ")"
+        lines.append(f"{indent}result.append(Transition({position}, {arguments}, ({', '.join(target)},), {out_of_bounds}))")
+        lines.append("    return result")
+        source = "\n".join(lines) + "\n"
+        self.source_code.append(source)
+        namespace = self._namespace()
+        exec(compile(source, f"<lockstep-action {action.name}>", "exec"), namespace)  # noqa: S102
+        return namespace["transitions"]  # type: ignore[return-value]
+
+    def initial(self) -> State:
+        return pack(self.machine, self.machine.initial_state())
+
+    def transitions(self, state: State) -> list[Transition]:
+        result: list[Transition] = []
+        for position, function in enumerate(self._transitions):
+            try:
+                result.extend(function(state))
+            except (IndexError, ZeroDivisionError, TypeError) as error:
+                action = self.machine.actions[position]
+                raise ModelError(f"action {action.name} failed in a reachable state: {error}") from error
+        return result
+
+    def holds(self, predicate: int, state: State) -> bool:
+        return self._properties[predicate](state)
+
+    def holds_at_deadlock(self, predicate: int, state: State) -> bool:
+        function = self._deadlock[predicate]
+        return True if function is None else function(state)
+
+    def is_final(self, state: State) -> bool:
+        return self._final(state)
+
+
+def _membership(sort: Sort) -> Callable[[object], bool]:
+    """A fast membership test for the common sorts; ``sort.contains`` otherwise."""
+    if isinstance(sort, IntSort) and sort.low is not None and sort.high is not None:
+        low, high = sort.low, sort.high
+        return lambda value: low <= value <= high  # type: ignore[operator]
+    if isinstance(sort, (EnumSort, IndexSort)):
+        size = len(list(sort.values()))
+        return lambda value: 0 <= value < size  # type: ignore[operator]
+    if isinstance(sort, MapSort) and isinstance(sort.value, (BoolSort, IntSort, EnumSort, IndexSort)):
+        inner = _membership(sort.value)
+        return lambda value: all(inner(item) for item in value)  # type: ignore[attr-defined]
+    if isinstance(sort, SequenceSort):
+        return sort.contains
+    return sort.contains
+
+
+__all__ = ["CompiledSystem", "itertools", "stays_in_sort"]
