@@ -118,7 +118,6 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     coordinator_running = machine.variable("coordinator.engines_running", BOOL, False)
     coordinator_wave = machine.variable("coordinator.current_wave", Wave, 0)
     first_requests = machine.variable("channel.first_request", SequenceSort(Wave, request_count), ())
-    publication = machine.variable("coordinator.published", BOOL, False, "a publication the client has not read")
 
     # ------------------------------------------------------------------------------------ client
     phase = machine.variable("client.phase", ClientPhase, 0)
@@ -127,7 +126,6 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     sent = machine.variable("client.requests_sent", Requests, 0)
     delivered = machine.variable("client.sent_to", MapSort(Rank, BOOL), per_rank(BOOL, False), "this phase's call sent to rank")
     replies = machine.variable("client.replies", Count, 0, "replies to this phase's call")
-    placed = machine.variable("client.placed", MapSort(Rank, Requests), per_rank(None, 0), "requests the client routed to each rank")
 
     def message(kind: str, wave_value: object = 0, exclude: object = -1) -> Term:
         return record_of(Message, kind=kind, wave=wave_value, exclude=exclude)
@@ -267,6 +265,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
                 mode: mode.set(rank, Mode.TOP),
                 running: running.set(rank, engine_dp.result_of(rank) > 0),
                 **reply(rank),
+                **engine_dp.consume(rank),
             })
 
     @machine.action(actor="rank:{rank}", rank=Rank)
@@ -312,7 +311,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     def finish_sync(rank: Term) -> Step:
         """The engine all-reduce returned: decide whether the wave goes on; rank 0 reports its end."""
         unfinished_sum = engine_dp.result_of(rank, 0)
-        updates: dict[Term, Term] = {mode: mode.set(rank, Mode.TOP)}
+        updates: dict[Term, Term] = {mode: mode.set(rank, Mode.TOP), **engine_dp.consume(rank)}
         if fixed:
             votes = engine_dp.result_of(rank, 1)
             consensus = votes == size
@@ -342,7 +341,6 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
         return Step(~first_requests.is_empty(), {
             first_requests: first_requests.tail(),
             coordinator_running: True,
-            publication: publication | starts,
             from_coordinator: if_then_else(starts, started, from_coordinator),
         })
 
@@ -358,15 +356,19 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
             reports: reports.set(rank, reports[rank].tail()),
             coordinator_wave: if_then_else(complete, head.field("wave") + 1, if_then_else(restart, head.field("wave"), coordinator_wave)),
             coordinator_running: if_then_else(complete, False, coordinator_running | restart),
-            publication: publication | complete | restart,
             from_coordinator: if_then_else(restart, started, from_coordinator),
         })
 
     # ------------------------------------------------------------------------------------ client
     @machine.action(actor="client")
     def client_read_publication() -> Step:
-        """The client's stats task applies the coordinator's latest (wave, running)."""
-        return Step(publication, {publication: False, view_running: coordinator_running, view_wave: coordinator_wave})
+        """The client's stats task applies the coordinator's latest publication (wave, running).
+
+        The coordinator publishes on every change and the client applies the last one it has, so
+        reading the coordinator's current values at an arbitrary later moment is the same thing.
+        The view is read only to add requests, so it is not updated once none are left to add."""
+        differs = (view_running != coordinator_running) | (view_wave != coordinator_wave)
+        return Step(differs & (sent < request_count), {view_running: coordinator_running, view_wave: coordinator_wave})
 
     @machine.action(actor="client", rank=Rank)
     def client_add_request(rank: Term) -> Step:
@@ -377,7 +379,6 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
             first_requests: if_then_else(view_running, first_requests, first_requests.append(view_wave)),
             view_running: True,
             sent: sent + 1,
-            placed: placed.set(rank, placed[rank] + 1),
             phase: if_then_else(last, ClientPhase.PAUSE, phase),
         })
 

@@ -168,6 +168,11 @@ class Communicator:
         """Lane ``lane`` of the result ``member`` received from its last completed op."""
         return self.result[lift(member, self.members)][lift(lane, self.lane_sort)]
 
+    def consume(self, member: TermLike) -> dict[Term, Term]:
+        """The update that clears ``member``'s result once read (dead values would split states)."""
+        zeros = tuple(0 for _ in range(self.width))
+        return {self.result: self.result.set(lift(member, self.members), lift(zeros, self.result_vector_sort))}
+
     def any_pending(self) -> Term:
         return any_of(self.members, lambda member: ~self.queue[member].is_empty())
 

@@ -1,0 +1,154 @@
+"""Counterexamples as data: changed variables, who waits in which collective, and trace events.
+
+A ``Path`` from an engine becomes (a) rows for the reporter's swimlanes: step, actor,
+action(arguments), variables changed old -> new, and the collective each rank blocks in with its
+per-communicator sequence number ("rank 0 in rpc(worker_world)#1"); and (b) events of the trace
+format, written with ``lockstep.traces``. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path as FilePath
+
+from lockstep.checkers.result import Path
+from lockstep.spec.collectives import Communicator
+from lockstep.spec.machine import Machine
+from lockstep.spec.semantics import State
+from lockstep.spec.sorts import Value
+from lockstep.traces import TraceEvent, TraceHeader, TraceSource, write_trace
+
+
+@dataclass(frozen=True)
+class Change:
+    variable: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Row:
+    index: int  # 1-based step number
+    actor: str
+    action: str
+    arguments: str
+    changes: tuple[Change, ...]
+    waiting: Mapping[int, tuple[str, ...]]  # member -> collectives it blocks in after the step
+
+
+def communicators(machine: Machine) -> list[Communicator]:
+    return [library for library in machine.communicators if isinstance(library, Communicator)]
+
+
+def changes(machine: Machine, before: State, after: State) -> tuple[Change, ...]:
+    found: list[Change] = []
+    for (name, variable), old, new in zip(machine.variables.items(), before, after):
+        if old != new and not variable.monitor:
+            found.append(Change(name, variable.sort.render(old), variable.sort.render(new)))
+    return tuple(found)
+
+
+def render_arguments(machine: Machine, action: str, arguments: Mapping[str, Value]) -> str:
+    declared = {parameter.name: parameter for parameter in machine.action_named(action).parameters}
+    return ", ".join(f"{name}={declared[name].sort.render(value)}" for name, value in arguments.items())
+
+
+class _Sequencer:
+    """Counts completed ops per communicator along a path, for the "#k" sequence numbers."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.groups = communicators(machine)
+        self.completed = {group.name: 0 for group in self.groups}
+
+    def advance(self, action: str) -> None:
+        for group in self.groups:
+            if action in group.completion_actions:
+                self.completed[group.name] += 1
+
+    def waiting(self, state: State) -> dict[int, tuple[str, ...]]:
+        values = dict(zip(self.machine.variables, state))
+        result: dict[int, list[str]] = {}
+        for group in self.groups:
+            for member in range(group.members.count):
+                label = group.waiting_in(values, member)
+                if label is not None:
+                    result.setdefault(member, []).append(f"{label}#{self.completed[group.name] + 1}")
+        return {member: tuple(labels) for member, labels in result.items()}
+
+
+def rows(machine: Machine, path: Path) -> list[Row]:
+    """The swimlane rows of a path, one per step."""
+    sequencer = _Sequencer(machine)
+    result: list[Row] = []
+    previous = path.initial
+    for number, step in enumerate(path.steps, start=1):
+        sequencer.advance(step.action)
+        result.append(
+            Row(
+                number,
+                step.actor,
+                step.action,
+                render_arguments(machine, step.action, step.arguments),
+                changes(machine, previous, step.state),
+                sequencer.waiting(step.state),
+            )
+        )
+        previous = step.state
+    return result
+
+
+def blocked_summary(machine: Machine, path: Path) -> str:
+    """Who waits in what at the end of a path: "rank 0 in rpc(worker_world)#1; rank 1 in ..."."""
+    sequencer = _Sequencer(machine)
+    for step in path.steps:
+        sequencer.advance(step.action)
+    waiting = sequencer.waiting(path.final_state)
+    return "; ".join(f"rank {member} in {', '.join(labels)}" for member, labels in sorted(waiting.items()))
+
+
+def trace_events(machine: Machine, path: Path) -> list[TraceEvent]:
+    """The path as trace events: observed = the variables the step changed, clock = ops completed."""
+    sequencer = _Sequencer(machine)
+    events: list[TraceEvent] = []
+    previous = path.initial
+    names = list(machine.variables)
+    for index, step in enumerate(path.steps):
+        sequencer.advance(step.action)
+        observed = {
+            name: machine.variables[name].sort.to_json(new)
+            for name, old, new in zip(names, previous, step.state)
+            if old != new and not machine.variables[name].monitor
+        }
+        arguments = {
+            name: machine.action_named(step.action).parameters[position].sort.to_json(value)
+            for position, (name, value) in enumerate(step.arguments.items())
+        }
+        clock = dict(sequencer.completed) if sequencer.groups else None
+        events.append(TraceEvent(index, step.actor, step.action, arguments, observed, clock))
+        previous = step.state
+    return events
+
+
+def write_counterexample(
+    file: str | FilePath,
+    machine: Machine,
+    path: Path,
+    *,
+    protocol: str,
+    variant: str,
+    instance: str,
+    parameters: Mapping[str, int],
+    property_name: str,
+) -> FilePath:
+    """Write ``path`` as a trace file (header + one event per step) and return its path."""
+    header = TraceHeader(
+        protocol=protocol,
+        variant=variant,
+        instance=instance,
+        parameters={**parameters, "property": property_name},
+        source=TraceSource(kind="model", backend="lockstep-explicit", host=platform.node() or None),
+    )
+    return write_trace(file, header, trace_events(machine, path))

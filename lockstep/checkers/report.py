@@ -1,0 +1,185 @@
+"""The reporter: renders a ``CheckResult`` for people (rich, on stderr) and for programs (JSON).
+
+Engines return values; this module and the CLI are the only places that turn them into text.
+The counterexample is shown as per-actor swimlanes: step, what each actor did
+(``action(arguments)``), the variables that changed (old -> new), and which collective each rank
+blocks in after the step, with its per-communicator sequence number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path as FilePath
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from lockstep.checkers.counterexample import blocked_summary, rows
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict
+from lockstep.spec.machine import Machine, PropertyKind
+
+VERDICT_STYLES = {
+    Verdict.HOLDS: "green",
+    Verdict.HOLDS_WITHIN_BOUND: "green",
+    Verdict.VIOLATED: "bold red",
+    Verdict.INCONCLUSIVE: "yellow",
+}
+MAX_CHANGE_WIDTH = 70
+
+
+def verdict_text(verdict: Verdict | str) -> Text:
+    value = Verdict(verdict) if isinstance(verdict, str) else verdict
+    return Text(value.value, style=VERDICT_STYLES[value])
+
+
+def properties_table(result: CheckResult) -> Table:
+    table = Table(title="properties", title_justify="left", expand=False)
+    table.add_column("property")
+    table.add_column("kind")
+    table.add_column("verdict")
+    table.add_column("length", justify="right")
+    table.add_column("detail")
+    for item in result.properties:
+        kind = "built-in" if item.builtin else item.kind.value
+        length = "" if item.path is None else str(item.path.length)
+        table.add_row(item.name, kind, verdict_text(item.verdict), length, item.detail)
+    return table
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= MAX_CHANGE_WIDTH else text[: MAX_CHANGE_WIDTH - 1] + "…"
+
+
+def swimlanes(machine: Machine, path: Path, title: str) -> Table:
+    """One row per step; one column per rank, one for the other actors (client, coordinator, groups)."""
+    steps = rows(machine, path)
+    ranks = sorted({int(row.actor.split(":")[1]) for row in steps if row.actor.startswith("rank:")})
+    members = sorted({member for row in steps for member in row.waiting})
+    lanes = sorted(set(ranks) | set(members))
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("#", justify="right")
+    for lane in lanes:
+        table.add_column(f"rank {lane}")
+    table.add_column("client / coordinator / groups")
+    table.add_column("changed (old → new)")
+    for row in steps:
+        label = f"{row.action}({row.arguments})" if row.arguments else row.action
+        cells: list[Text | str] = []
+        for lane in lanes:
+            mine = row.actor == f"rank:{lane}"
+            waiting = " ".join(row.waiting.get(lane, ()))
+            cell = Text(label, style="bold") if mine else Text("")
+            if waiting:
+                cell.append(("\n" if mine else "") + f"⏳ {waiting}", style="magenta")
+            cells.append(cell)
+        other = "" if row.actor.startswith("rank:") else f"{row.actor}: {label}"
+        changed = "\n".join(_shorten(f"{change.variable}: {change.before} → {change.after}") for change in row.changes)
+        table.add_row(str(row.index), *cells, other, changed)
+    return table
+
+
+def render(
+    console: Console,
+    result: CheckResult,
+    *,
+    label: str,
+    expected: str | None,
+    trace_file: FilePath | None,
+) -> None:
+    """The human report of one check."""
+    stats = result.stats
+    console.print(
+        Text.assemble(
+            (label, "bold"),
+            "  ",
+            verdict_text(result.verdict),
+            f"  ({result.engine}: {stats.states:,} states, {stats.transitions:,} transitions, depth {stats.depth}, "
+            f"{stats.seconds:.2f} s, {stats.states_per_second:,.0f} states/s)",
+        )
+    )
+    if result.stopped is not None:
+        console.print(f"[yellow]stopped early: {result.stopped}; the result is partial[/yellow]")
+    console.print(properties_table(result))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    shortest = result.counterexample
+    if shortest is not None and shortest.path is not None:
+        console.print(swimlanes(result.machine, shortest.path, f"counterexample: {shortest.name} ({shortest.path.length} steps)"))
+        blocked = blocked_summary(result.machine, shortest.path)
+        if shortest.detail:
+            console.print(f"[red]{shortest.name}[/red]: {shortest.detail}")
+        if blocked:
+            console.print(f"at the end: {blocked}")
+        for other in result.properties:
+            if other is not shortest and other.verdict is Verdict.VIOLATED and other.path is not None:
+                extra = blocked_summary(result.machine, other.path)
+                console.print(f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else ""))
+    if trace_file is not None:
+        console.print(f"trace: {trace_file}")
+    if expected is not None:
+        match = expected == result.verdict.value
+        style = "green" if match else "bold red"
+        console.print(Text(f"expected {expected}: {'as pinned' if match else 'DIFFERS from the pinned verdict'}", style=style))
+
+
+def property_json(item: PropertyResult) -> dict[str, Any]:
+    counterexample = item.counterexample
+    witness = item.path if item.kind is PropertyKind.SOMETIMES and item.verdict is Verdict.HOLDS else None
+    return {
+        "name": item.name,
+        "kind": item.kind.value,
+        "verdict": item.verdict.value,
+        "counterexample": None if counterexample is None else {"length": counterexample.length, "detail": item.detail},
+        "witness": None if witness is None else {"length": witness.length},
+    }
+
+
+def result_json(
+    result: CheckResult,
+    *,
+    protocol: str,
+    variant: str,
+    instance: str,
+    parameters: Mapping[str, int],
+    expected: str | None,
+    trace_file: FilePath | None,
+) -> dict[str, Any]:
+    shortest = result.counterexample
+    return {
+        "protocol": protocol,
+        "variant": variant,
+        "instance": instance,
+        "parameters": dict(parameters),
+        "engine": result.engine,
+        "verdict": result.verdict.value,
+        "expected": expected,
+        "properties": [property_json(item) for item in result.properties],
+        "stats": {
+            "states": result.stats.states,
+            "transitions": result.stats.transitions,
+            "depth": result.stats.depth,
+            "seconds": round(result.stats.seconds, 3),
+        },
+        "stopped": result.stopped,
+        "warnings": list(result.warnings),
+        "counterexample": None
+        if shortest is None or shortest.path is None
+        else {
+            "property": shortest.name,
+            "length": shortest.path.length,
+            "trace_file": None if trace_file is None else str(trace_file),
+        },
+    }
+
+
+def summary_table(rows_: Sequence[tuple[str, str, str, str | None, str, str]]) -> Table:
+    """The ``check --all`` table: protocol, variant, instance, expected, verdict, detail."""
+    table = Table(title="lockstep check --all", title_justify="left")
+    for column in ("protocol", "variant", "instance", "expected", "verdict", "counterexample / states"):
+        table.add_column(column)
+    for protocol, variant, instance, expected, verdict, detail in rows_:
+        style = "green" if expected == verdict else "bold red"
+        table.add_row(protocol, variant, instance, expected or "-", Text(verdict, style=style), detail)
+    return table

@@ -1,0 +1,234 @@
+"""The ``lockstep`` command: list the built-in models and check them.
+
+Exit codes (every command): 0 everything asked holds / conforms / is as pinned; 1 a property is
+violated (or, for ``check --all``, a verdict differs from its pin); 2 usage or input error (a
+message, never a traceback); 3 inconclusive (a limit or Ctrl-C stopped the search). A violation
+wins over a limit. Human output goes to stderr; with ``--json`` stdout carries one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from lockstep.checkers import ENGINES, CheckResult, Limits, Statistics, check
+from lockstep.checkers.counterexample import write_counterexample
+from lockstep.checkers.report import render, result_json, summary_table
+from lockstep.checkers.symmetry import SymmetryError
+from lockstep.models import PROTOCOLS, get_protocol
+from lockstep.spec.protocol import Instance, UsageError, parse_assignment
+from lockstep.spec.semantics import ModelError
+from lockstep.spec.terms import DefinitionError
+
+EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with exit code 2 and a one-line hint, as for every other usage error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"lockstep: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive(kind: type) -> object:
+    def parse(text: str) -> object:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
+    checker = commands.add_parser(
+        "check",
+        help="model-check a protocol instance, or every built-in one against its pinned verdict (--all)",
+        description="Explore every interleaving of a protocol instance and check its properties.",
+    )
+    checker.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
+    checker.add_argument("--all", action="store_true", help="every protocol × variant default instance against its pinned verdict")
+    checker.add_argument("--variant", help="pre-fix, post-fix or a mutant (default: post-fix)")
+    checker.add_argument("--instance", help="named instance (default: seed)")
+    checker.add_argument("--ranks", type=_positive(int), help="the model's rank parameter")
+    checker.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
+    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs")
+    checker.add_argument("--symmetry", action="store_true", help="reduce by the model's declared symmetry")
+    checker.add_argument("--max-states", type=_positive(int), help="stop after this many states (inconclusive)")
+    checker.add_argument("--max-depth", type=_positive(int), help="explore at most this many steps deep (holds-within-bound)")
+    checker.add_argument("--max-memory", type=_positive(float), metavar="GIB", help="stop above this resident memory (default: 75%% of RAM)")
+    checker.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="wall-clock limit of the whole check")
+    checker.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    checker.add_argument("--trace-out", type=Path, metavar="FILE", help="where to write the counterexample trace")
+    checker.add_argument("--interpreted", action="store_true", help="use the reference interpreter instead of compiled code")
+    return parser
+
+
+def _limits(arguments: argparse.Namespace) -> Limits:
+    memory = None if arguments.max_memory is None else int(arguments.max_memory * 1024**3)
+    return Limits(arguments.max_states, arguments.max_depth, memory, arguments.timeout)
+
+
+def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
+    with console.status(f"checking {instance.label}…") as status:
+
+        def progress(stats: Statistics) -> None:
+            status.update(
+                f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
+                f"{stats.states_per_second:,.0f} states/s"
+            )
+
+        return check(
+            instance,
+            arguments.engine,
+            symmetry=arguments.symmetry,
+            limits=_limits(arguments),
+            compiled=not arguments.interpreted,
+            progress=progress,
+        )
+
+
+def _write_trace(instance: Instance, result: CheckResult, target: Path | None) -> Path | None:
+    shortest = result.counterexample
+    if shortest is None or shortest.path is None:
+        return None
+    file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}.jsonl"
+    return write_counterexample(
+        file,
+        result.machine,
+        shortest.path,
+        protocol=instance.protocol.name,
+        variant=instance.variant,
+        instance=instance.name,
+        parameters=instance.parameters,
+        property_name=shortest.name,
+    )
+
+
+def command_list(console: Console) -> int:
+    from rich.table import Table
+
+    table = Table(title="lockstep models", title_justify="left")
+    for column in ("protocol", "change", "variant", "stands for", "instances (default *)", "parameters"):
+        table.add_column(column)
+    for protocol in PROTOCOLS.values():
+        instances = ", ".join(
+            f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}" for instance in protocol.instances
+        )
+        parameters = ", ".join(f"{parameter.name}={parameter.default}" for parameter in protocol.parameters)
+        for position, variant in enumerate(protocol.variants):
+            default = "*" if variant.name == protocol.default_variant else ""
+            first = position == 0
+            table.add_row(
+                protocol.name if first else "",
+                protocol.change if first else "",
+                f"{variant.name}{default}",
+                f"{variant.release}: {variant.description}",
+                instances if first else "",
+                parameters if first else "",
+            )
+    console.print(table)
+    return EXIT_OK
+
+
+def command_check(arguments: argparse.Namespace, console: Console) -> int:
+    if arguments.all:
+        if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks:
+            raise UsageError("--all checks every built-in default instance; it takes no protocol, variant, instance, --ranks or --set")
+        return _check_all(arguments, console)
+    if not arguments.protocol:
+        raise UsageError("name a protocol (see `lockstep list`) or use --all")
+    protocol = get_protocol(arguments.protocol)
+    overrides = dict(parse_assignment(text) for text in arguments.set)
+    instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
+    result = _run(instance, arguments, console)
+    trace_file = _write_trace(instance, result, arguments.trace_out)
+    if arguments.json:
+        payload = result_json(
+            result,
+            protocol=protocol.name,
+            variant=instance.variant,
+            instance=instance.name,
+            parameters=instance.parameters,
+            expected=instance.expected,
+            trace_file=trace_file,
+        )
+        sys.stdout.write(json.dumps(payload) + "\n")
+    else:
+        render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
+    return result.exit_code
+
+
+def _check_all(arguments: argparse.Namespace, console: Console) -> int:
+    rows: list[tuple[str, str, str, str | None, str, str]] = []
+    payloads = []
+    all_as_pinned = True
+    for protocol in PROTOCOLS.values():
+        for variant in protocol.variants:
+            instance = protocol.instance(variant.name)
+            result = _run(instance, arguments, console)
+            trace_file = _write_trace(instance, result, None)
+            shortest = result.counterexample
+            detail = (
+                f"{shortest.name} in {shortest.path.length} steps"
+                if shortest is not None and shortest.path is not None
+                else f"{result.stats.states:,} states"
+            )
+            all_as_pinned &= instance.expected == result.verdict.value
+            rows.append((protocol.name, variant.name, instance.name, instance.expected, result.verdict.value, detail))
+            payloads.append(
+                result_json(
+                    result,
+                    protocol=protocol.name,
+                    variant=variant.name,
+                    instance=instance.name,
+                    parameters=instance.parameters,
+                    expected=instance.expected,
+                    trace_file=trace_file,
+                )
+            )
+    if arguments.json:
+        sys.stdout.write(json.dumps({"as_pinned": all_as_pinned, "checks": payloads}) + "\n")
+    else:
+        console.print(summary_table(rows))
+        console.print("every verdict is as pinned" if all_as_pinned else "[bold red]some verdicts differ from their pins[/bold red]")
+    return EXIT_OK if all_as_pinned else EXIT_VIOLATED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    console = Console(stderr=True)
+    try:
+        if arguments.command == "list":
+            return command_list(console)
+        if arguments.command == "check":
+            return command_check(arguments, console)
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    except (UsageError, SymmetryError) as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {error}")
+        return EXIT_USAGE
+    except (ModelError, DefinitionError) as error:
+        console.print(f"[bold red]lockstep: model error:[/bold red] {error}")
+        return EXIT_USAGE
+    except OSError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {error.strerror or error}: {error.filename or ''}")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
