@@ -211,7 +211,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
-    console = Console(stderr=True)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     try:
         if arguments.command == "list":
             return command_list(console)

@@ -17,7 +17,7 @@ from lockstep.checkers.result import Path
 from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State
-from lockstep.spec.sorts import Value
+from lockstep.spec.sorts import MapSort, Value
 from lockstep.traces import TraceEvent, TraceHeader, TraceSource, write_trace
 
 
@@ -43,10 +43,19 @@ def communicators(machine: Machine) -> list[Communicator]:
 
 
 def changes(machine: Machine, before: State, after: State) -> tuple[Change, ...]:
+    """The variables a step changed; for maps, only the entries that changed (``mode[1]``)."""
     found: list[Change] = []
     for (name, variable), old, new in zip(machine.variables.items(), before, after):
-        if old != new and not variable.monitor:
-            found.append(Change(name, variable.sort.render(old), variable.sort.render(new)))
+        if old == new or variable.monitor:
+            continue
+        sort = variable.sort
+        if isinstance(sort, MapSort) and isinstance(old, tuple) and isinstance(new, tuple):
+            for key, old_entry, new_entry in zip(sort.keys, old, new):
+                if old_entry != new_entry:
+                    label = f"{name}[{sort.key.render(key)}]"
+                    found.append(Change(label, sort.value.render(old_entry), sort.value.render(new_entry)))
+        else:
+            found.append(Change(name, sort.render(old), sort.render(new)))
     return tuple(found)
 
 

@@ -75,8 +75,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.hang_bound = parameters["hang_bound"]  # type: ignore[attr-defined]
     Rank = IndexSort("Rank", size)
     Wave = integers(0, max_wave)
-    Exclude = integers(-1, size - 1)  # -1: no engine excluded
-    Message = record("Message", kind=MessageKind, wave=Wave, exclude=Exclude)
+    # START_DP_WAVE(wave, exclude): `excluding` is false on the FIRST_REQ path (exclusion ineffective).
+    Message = record("Message", kind=MessageKind, wave=Wave, excluding=BOOL, exclude=Rank)
     Report = record("Report", kind=ReportKind, wave=Wave)
     capacity = request_count + 3  # ADD per request, PAUSE, RPC, RESUME
     Inbox = SequenceSort(Message, capacity + request_count + 2)
@@ -127,8 +127,9 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     delivered = machine.variable("client.sent_to", MapSort(Rank, BOOL), per_rank(BOOL, False), "this phase's call sent to rank")
     replies = machine.variable("client.replies", Count, 0, "replies to this phase's call")
 
-    def message(kind: str, wave_value: object = 0, exclude: object = -1) -> Term:
-        return record_of(Message, kind=kind, wave=wave_value, exclude=exclude)
+    def message(kind: str, wave_value: object = 0, exclude: Term | None = None) -> Term:
+        return record_of(Message, kind=kind, wave=wave_value, excluding=exclude is not None,
+                         exclude=0 if exclude is None else exclude)
 
     def unfinished(rank: Term, state: Term | None = None) -> Term:
         """scheduler.get_num_unfinished_requests() > 0 (pause-aware: 0 when PAUSED_ALL)."""
@@ -195,7 +196,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     def handle_start_wave(rank: Term) -> Step:
         """START_DP_WAVE(wave, exclude): join the wave unless excluded or stale (post-fix: or ignoring)."""
         head = inbox[rank].head()
-        applies = (head.field("exclude") != rank) & (head.field("wave") >= wave[rank])
+        excluded = head.field("excluding") & (head.field("exclude") == rank)
+        applies = ~excluded & (head.field("wave") >= wave[rank])
         if fixed:
             applies = applies & ~ignore[rank]
         updates = consume(rank)
@@ -330,14 +332,14 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
         return Step((mode[rank] == Mode.SYNC) & engine_dp.done(rank), updates)
 
     # ------------------------------------------------------------------------------- coordinator
-    def broadcast(wave_value: Term, exclude: Term | int) -> dict[Term, Term]:
+    def broadcast(wave_value: Term, exclude: Term | None) -> dict[Term, Term]:
         return {from_coordinator: machine_map(Rank, lambda r: from_coordinator[r].append(message("START_WAVE", wave_value, exclude)), from_coordinator)}
 
     @machine.action(actor="coordinator")
     def coordinator_first_request() -> Step:
         """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
         starts = ~coordinator_running
-        started = broadcast(coordinator_wave, -1)[from_coordinator]
+        started = broadcast(coordinator_wave, None)[from_coordinator]
         return Step(~first_requests.is_empty(), {
             first_requests: first_requests.tail(),
             coordinator_running: True,
@@ -411,6 +413,9 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     client_call("collective_rpc", "RPC", "RPC", "RESUME")
     client_call("resume", "RESUME", "RESUME", "DONE")
 
+    if size >= 3:  # rank 0 reports wave_complete; the other ranks are interchangeable
+        machine.declare_symmetric(Rank, tuple(range(1, size)))
+
     # -------------------------------------------------------------------------------- properties
     quiet = all_of(Rank, lambda r: conjunction(
         mode[r] == Mode.TOP, inbox[r].is_empty(), from_client[r].is_empty(), from_coordinator[r].is_empty(),
@@ -464,6 +469,14 @@ PROTOCOL = Protocol(
             "issue #36594: requests on any rank, pause(keep) to all, collective_rpc after all pauses returned, resume",
             {},
             {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "stale-wave-after-resume",
+            "finding: the seed without settle_before_resume; a FIRST_REQ handled after the pause wave ended "
+            "broadcasts START_DP_WAVE, one rank drops it while paused, its peer applies it after resume and "
+            "steps a dummy batch alone",
+            {"settle_before_resume": 0},
+            {PRE_FIX: "violated", POST_FIX: "violated"},
         ),
     ),
     build=build,

@@ -54,6 +54,12 @@ def _head_check(sequence: tuple[Any, ...], position: int) -> Any:
     return sequence[position]
 
 
+def _select_check(mapping: tuple[Any, ...], key: int) -> Any:
+    if not 0 <= key < len(mapping):
+        raise IndexError(f"key {key} outside a map of {len(mapping)} keys")
+    return mapping[key]
+
+
 def _tail(sequence: tuple[Any, ...]) -> tuple[Any, ...]:
     if not sequence:
         raise IndexError("tail of an empty sequence")
@@ -86,7 +92,10 @@ class _Emitter:
         if isinstance(expression, Comprehension):
             variable = expression.variable
             body = self.source(expression.body)
-            domain = f"range({len(list(variable.sort.values()))})" if not isinstance(variable.sort, BoolSort) else "(False, True)"
+            if isinstance(variable.sort, (EnumSort, IndexSort)):
+                domain = f"range({variable.sort.size})"
+            else:  # Bool, bounded integers, composite sorts: their values in the evaluator's order
+                domain = self.constant(tuple(variable.sort.values()))
             generator = f"({body} for b{variable.name} in {domain})"
             match expression.quantifier:
                 case Quantifier.ALL:
@@ -120,13 +129,16 @@ class _Emitter:
             case Operator.NEGATE:
                 return f"(-{parts[0]})"
             case Operator.MINIMUM:
-                return f"min({', '.join(parts)})"
+                return f"min({', '.join(parts)})" if len(parts) > 1 else f"({parts[0]})"
             case Operator.MAXIMUM:
-                return f"max({', '.join(parts)})"
+                return f"max({', '.join(parts)})" if len(parts) > 1 else f"({parts[0]})"
             case Operator.IF_THEN_ELSE:
                 return f"({parts[1]} if {parts[0]} else {parts[2]})"
             case Operator.SELECT:
-                return f"{parts[0]}[{parts[1]}]"
+                container = expression.arguments[0].sort
+                if isinstance(container, MapSort) and stays_in_sort(expression.arguments[1], container.key):
+                    return f"{parts[0]}[{parts[1]}]"
+                return f"_select({parts[0]}, {parts[1]})"  # a key that may be outside the map
             case Operator.STORE | Operator.WITH_FIELD:
                 return f"_store({parts[0]}, {parts[1]}, {parts[2]})"
             case Operator.LENGTH:
@@ -147,12 +159,16 @@ class _Emitter:
 def stays_in_sort(expression: Expression, sort: Sort) -> bool:
     """A cheap static proof that ``expression`` always yields a value of ``sort``.
 
-    Values of Bool, enum and index sorts only arise from in-sort sources (constants are checked
-    when built, state values when stored, and arithmetic yields the unbounded ``INTEGER``), so an
-    expression of exactly that sort stays in it. Anything not proved here is checked at run time.
+    Values of Bool and enum sorts only arise from in-sort sources (constants are checked when
+    built, state values when stored, and arithmetic yields the unbounded ``INTEGER``), so an
+    expression of exactly that sort stays in it. Index sorts mix with integers (a map of ranks may
+    store ``rank + 1``), so an index-sorted expression is proved structurally like the others.
+    Anything not proved here is checked at run time.
     """
-    if isinstance(sort, (BoolSort, EnumSort, IndexSort)):
+    if isinstance(sort, (BoolSort, EnumSort)):
         return expression.sort == sort or (isinstance(sort, BoolSort) and isinstance(expression.sort, BoolSort))
+    if isinstance(sort, IndexSort) and expression.sort != sort:
+        return False
     if isinstance(expression, Constant):
         return sort.contains(expression.value)
     if isinstance(expression, (Variable, Parameter, Bound)):
@@ -168,7 +184,11 @@ def stays_in_sort(expression: Expression, sort: Sort) -> bool:
     if operator is Operator.IF_THEN_ELSE:
         return stays_in_sort(arguments[1], sort) and stays_in_sort(arguments[2], sort)
     if operator is Operator.STORE and isinstance(sort, MapSort):
-        return stays_in_sort(arguments[0], sort) and stays_in_sort(arguments[2], sort.value)
+        return (
+            stays_in_sort(arguments[0], sort)
+            and stays_in_sort(arguments[1], sort.key)
+            and stays_in_sort(arguments[2], sort.value)
+        )
     if operator is Operator.SELECT:
         container = arguments[0].sort
         return isinstance(container, MapSort) and container.value == sort and stays_in_sort(arguments[0], container)
@@ -202,7 +222,7 @@ class CompiledSystem:
         self._final = self._compile_predicate(machine.final)
 
     def _namespace(self) -> dict[str, object]:
-        return {"_store": _store, "_at": _head_check, "_tail": _tail, "Transition": Transition, **self._emitter.constants}
+        return {"_store": _store, "_select": _select_check, "_at": _head_check, "_tail": _tail, "Transition": Transition, **self._emitter.constants}
 
     def _compile_predicate(self, expression: Expression) -> Callable[[State], bool]:
         source = f"def predicate(s):\n    return bool({self._emitter.source(expression)})\n"

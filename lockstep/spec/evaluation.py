@@ -150,6 +150,9 @@ def evaluate(expression: Expression, environment: Environment) -> Value:
             return all(evaluate(argument, environment) for argument in expression.arguments)
         if operator is Operator.OR:
             return any(evaluate(argument, environment) for argument in expression.arguments)
+        if operator is Operator.IMPLIES:
+            antecedent, consequent = expression.arguments
+            return (not evaluate(antecedent, environment)) or bool(evaluate(consequent, environment))
         if operator is Operator.IF_THEN_ELSE:
             condition, then, otherwise = expression.arguments
             return evaluate(then if evaluate(condition, environment) else otherwise, environment)

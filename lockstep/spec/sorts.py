@@ -269,9 +269,13 @@ class RecordSort(Sort):
         )
 
     def render(self, value: Value) -> str:
+        """``{a=1, b=2}``; a record whose first field is an enum reads as a call: ``ADD(wave=0)``."""
         assert isinstance(value, tuple)
-        inner = ", ".join(f"{name}={sort.render(item)}" for (name, sort), item in zip(self.fields, value))
-        return "{" + inner + "}"
+        pairs = [(name, sort, item) for (name, sort), item in zip(self.fields, value)]
+        if pairs and isinstance(pairs[0][1], EnumSort):
+            inner = ", ".join(f"{name}={sort.render(item)}" for name, sort, item in pairs[1:])
+            return f"{pairs[0][1].render(pairs[0][2])}({inner})"
+        return "{" + ", ".join(f"{name}={sort.render(item)}" for name, sort, item in pairs) + "}"
 
     def to_json(self, value: Value) -> object:
         assert isinstance(value, tuple)

@@ -185,7 +185,7 @@ class Term:
         sort = self.sort
         if not isinstance(sort, RecordSort):
             raise DefinitionError(f".field({name!r}) needs a record, {self!r} has sort {sort.name}")
-        position = sort.field_index(name)
+        position = _defined(sort.field_index, name)
         return Term(
             Operation(Operator.FIELD, (self.expression, Constant(position, INTEGER)), sort.fields[position][1])
         )
@@ -194,8 +194,9 @@ class Term:
         sort = self.sort
         if not isinstance(sort, RecordSort):
             raise DefinitionError(f".with_field({name!r}) needs a record, {self!r} has sort {sort.name}")
-        position = sort.field_index(name)
+        position = _defined(sort.field_index, name)
         value_term = lift(value, sort.fields[position][1])
+        _check_same(value_term.sort, sort.fields[position][1], f"field {name!r}")
         return Term(
             Operation(
                 Operator.WITH_FIELD,
@@ -208,7 +209,7 @@ class Term:
 def constant(value: Value, sort: Sort) -> Term:
     """A literal of a sort; enum members may be given by name."""
     if isinstance(sort, EnumSort) and isinstance(value, str):
-        value = sort.index(value)
+        value = _defined(sort.index, value)
     if not sort.contains(value):
         raise DefinitionError(f"{value!r} is not a value of sort {sort.name}")
     return Term(Constant(value, sort))
@@ -230,6 +231,14 @@ def lift(value: TermLike | Term, expected: Sort | None = None) -> Term:
         return Term(Constant(value, expected))
     wanted = f" (expected sort {expected.name})" if expected is not None else ""
     raise DefinitionError(f"cannot use {value!r} in an expression{wanted}")
+
+
+def _defined(lookup: Callable[[str], int], name: str) -> int:
+    """Look ``name`` up in a sort (enum member, record field); a miss is a definition error."""
+    try:
+        return lookup(name)
+    except SortError as error:
+        raise DefinitionError(str(error)) from None
 
 
 def _check_same(actual: Sort, expected: Sort, what: str) -> None:
@@ -312,7 +321,7 @@ def if_then_else(condition: TermLike, then: TermLike, otherwise: TermLike) -> Te
     otherwise_term = lift(otherwise, then_term.sort)
     _check_same(otherwise_term.sort, then_term.sort, "the else branch of if_then_else")
     sort = then_term.sort
-    if isinstance(sort, IntSort) and sort != otherwise_term.sort:
+    if isinstance(sort, (IntSort, IndexSort)) and sort != otherwise_term.sort:
         sort = INTEGER
     return Term(
         Operation(
@@ -398,16 +407,22 @@ def record_of(sort: RecordSort, **fields: TermLike) -> Term:
     extra = [name for name in fields if name not in dict(sort.fields)]
     if missing or extra:
         raise DefinitionError(f"record {sort.name}: missing fields {missing}, unknown fields {extra}")
-    arguments = tuple(lift(fields[name], field_sort).expression for name, field_sort in sort.fields)
-    return Term(Operation(Operator.RECORD, arguments, sort))
+    arguments: list[Expression] = []
+    for name, field_sort in sort.fields:
+        field_term = lift(fields[name], field_sort)
+        _check_same(field_term.sort, field_sort, f"field {name!r} of record {sort.name}")
+        arguments.append(field_term.expression)
+    return Term(Operation(Operator.RECORD, tuple(arguments), sort))
 
 
 def sequence_of(sort: SequenceSort, *elements: TermLike) -> Term:
     """A sequence value from its elements, front first."""
     if len(elements) > sort.capacity:
         raise DefinitionError(f"{len(elements)} elements exceed the capacity of {sort.name}")
-    arguments = tuple(lift(element, sort.element).expression for element in elements)
-    return Term(Operation(Operator.SEQUENCE, arguments, sort))
+    lifted = [lift(element, sort.element) for element in elements]
+    for element_term in lifted:
+        _check_same(element_term.sort, sort.element, "sequence element")
+    return Term(Operation(Operator.SEQUENCE, tuple(term.expression for term in lifted), sort))
 
 
 def ensure_sort(term: Term, sort: Sort, what: str) -> None:
