@@ -211,7 +211,7 @@ def test_truth_value_is_refused(use: Callable[[], object]) -> None:
         (lambda: constant("PURPLE", Color), r"'PURPLE' is not a member of Color"),
         (lambda: constant(3, Color), r"3 is not a value of sort Color"),
         (lambda: constant(4, Small), r"4 is not a value of sort Int\[0..3\]"),
-        (lambda: lift(1.5), r"cannot use 1.5 in an expression"),
+        (lambda: lift(1.5), r"cannot use 1.5 in an expression"),  # type: ignore[arg-type]
         (lambda: lift("RED", Small), r"cannot use 'RED' in an expression \(expected sort Int\[0..3\]\)"),
         (lambda: x.field("count"), r"\.field\('count'\) needs a record, Term\(x\) has sort Int\[0..3\]"),
         (lambda: pair.field("size"), r"record Pair has no field 'size'"),

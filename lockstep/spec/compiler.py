@@ -284,14 +284,23 @@ class CompiledSystem:
         return result
 
     def holds(self, predicate: int, state: State) -> bool:
-        return self._properties[predicate](state)
+        return _predicate_value(self._properties[predicate], state, f"property {self.machine.properties[predicate].name}")
 
     def holds_at_deadlock(self, predicate: int, state: State) -> bool:
         function = self._deadlock[predicate]
-        return True if function is None else function(state)
+        where = f"property {self.machine.properties[predicate].name}"
+        return True if function is None else _predicate_value(function, state, where)
 
     def is_final(self, state: State) -> bool:
-        return self._final(state)
+        return _predicate_value(self._final, state, "final")
+
+
+def _predicate_value(function: Callable[[State], bool], state: State, where: str) -> bool:
+    """A compiled predicate's value; a failure is a ``ModelError``, as in ``InterpretedSystem``."""
+    try:
+        return function(state)
+    except (IndexError, ZeroDivisionError, TypeError) as error:
+        raise ModelError(f"{where} failed in a reachable state: {error}") from error
 
 
 def _membership(sort: Sort) -> Callable[[object], bool]:
@@ -304,7 +313,8 @@ def _membership(sort: Sort) -> Callable[[object], bool]:
         return lambda value: 0 <= value < size  # type: ignore[operator]
     if isinstance(sort, MapSort) and isinstance(sort.value, (BoolSort, IntSort, EnumSort, IndexSort)):
         inner = _membership(sort.value)
-        return lambda value: all(inner(item) for item in value)  # type: ignore[attr-defined]
+        width = len(sort.keys)  # a store at a key outside the map changes its length
+        return lambda value: len(value) == width and all(inner(item) for item in value)  # type: ignore[arg-type, attr-defined]
     if isinstance(sort, SequenceSort):
         return sort.contains
     return sort.contains

@@ -179,6 +179,8 @@ class Machine:
             variable = self.variables.get(target.expression.name)
             if variable is None or variable.sort != target.sort:
                 raise DefinitionError(f"action {name!r}: {target!r} is not a variable of machine {self.name}")
+            if any(updated == variable.name for updated, _ in updates):
+                raise DefinitionError(f"action {name!r} updates {variable.name!r} twice; merge the two updates into one")
             value_term = lift(value, variable.sort)
             _check_assignable(name, variable, value_term)
             updates.append((variable.name, value_term.expression))
@@ -199,6 +201,8 @@ class Machine:
         self._open(f"property {prop.name!r}")
         if any(existing.name == prop.name for existing in self.properties):
             raise DefinitionError(f"machine {self.name} already has a property named {prop.name!r}")
+        if not prop.builtin and prop.name in (IN_BOUNDS, NO_DEADLOCK, NO_COLLECTIVE_MISMATCH, NO_HANG):
+            raise DefinitionError(f"property name {prop.name!r} is reserved for a built-in property; choose another name")
         self._check_references(f"property {prop.name!r}", prop.predicate, set())
         self.properties.append(prop)
 

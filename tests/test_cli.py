@@ -1,0 +1,138 @@
+"""The `lockstep` command: exit codes, JSON output, traces, and clean errors on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockstep.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "list")
+    assert code == 0
+    assert "dp-pause" in err and "v0.20.0" in err and "v0.21.0" in err and "seed*" in err
+    assert out == ""
+
+
+def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    trace = tmp_path / "out" / "ce.jsonl"
+    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(trace))
+    assert code == 1
+    payload = json.loads(out)  # exactly one JSON object
+    assert out.count("\n") == 1
+    assert payload["verdict"] == "violated" and payload["expected"] == "violated"
+    assert payload["counterexample"] == {"property": "quiescent_during_rpc", "length": 17, "trace_file": str(trace)}
+    verdicts = {item["name"]: item["verdict"] for item in payload["properties"]}
+    assert verdicts["no_hang"] == "violated" and verdicts["no_deadlock"] == "violated"
+    assert verdicts["in_bounds"] == "holds" and verdicts["no_collective_mismatch"] == "holds"
+    assert set(payload["stats"]) >= {"states", "transitions", "depth", "seconds"}
+    lines = trace.read_text(encoding="utf-8").split("\n")
+    header = json.loads(lines[0])
+    assert header["format"] == "lockstep-trace" and header["protocol"] == "dp-pause" and header["variant"] == "pre-fix"
+    assert header["parameters"]["property"] == "quiescent_during_rpc"
+    events = [json.loads(line) for line in lines[1:] if line]
+    assert len(events) == 17 and events[-1]["action"] == "handle_collective_rpc"
+
+
+def test_human_report_shows_swimlanes_and_blocked_collectives(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(tmp_path / "t.jsonl"))
+    assert code == 1 and out == ""
+    assert "counterexample: quiescent_during_rpc (17 steps)" in err
+    assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in err
+    assert "expected violated: as pinned" in err
+
+
+def test_post_fix_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["verdict"] == "holds" and payload["counterexample"] is None and payload["stats"]["states"] == 48918
+
+
+def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "check", "--all", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["as_pinned"] is True
+    assert {(item["protocol"], item["variant"]) for item in payload["checks"]} == {("dp-pause", "pre-fix"), ("dp-pause", "post-fix")}
+    assert (tmp_path / "lockstep-out" / "dp-pause-pre-fix-seed.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["check", "no-such-protocol"], "unknown protocol 'no-such-protocol'; known protocols: dp-pause"),
+        (["check", "dp-pause", "--variant", "mid-fix"], "has no variant 'mid-fix'; variants: pre-fix, post-fix"),
+        (["check", "dp-pause", "--instance", "nope"], "has no instance 'nope'"),
+        (["check", "dp-pause", "--set", "colour=3"], "has no parameter 'colour'"),
+        (["check", "dp-pause", "--set", "ranks"], "--set expects NAME=VALUE"),
+        (["check", "dp-pause", "--set", "ranks=two"], "'two' is not an integer"),
+        (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 4, got 9"),
+        (["check", "dp-pause", "--symmetry"], "declares no symmetric sort"),
+        (["check", "--all", "dp-pause"], "--all checks every built-in default instance"),
+        (["check"], "name a protocol"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(capsys: pytest.CaptureFixture[str], arguments: list[str], message: str) -> None:
+    code, out, err = run(capsys, *arguments)
+    assert code == 2
+    assert message in " ".join(err.split())
+    assert "Traceback" not in err and out == ""
+
+
+@pytest.mark.parametrize("arguments", [["check", "dp-pause", "--max-states", "0"], ["check", "dp-pause", "--engine", "astar"], ["frobnicate"]])
+def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(arguments)
+    assert stopped.value.code == 2
+    assert "lockstep: error:" in capsys.readouterr().err
+
+
+def test_limits_give_inconclusive_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--max-states", "2000", "--json")
+    assert code == 3
+    payload = json.loads(out)
+    assert payload["verdict"] == "inconclusive" and payload["stopped"] == "max-states"
+    assert all(item["verdict"] in ("inconclusive", "holds") for item in payload["properties"])
+
+
+def test_a_violation_wins_over_a_limit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--max-states", "20000", "--json", "--trace-out", str(tmp_path / "t.jsonl"))
+    payload = json.loads(out)
+    assert payload["stopped"] == "max-states" and code == 1 and payload["verdict"] == "violated"
+
+
+def test_max_depth_alone_bounds_always_properties(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--max-depth", "12", "--json")
+    payload = json.loads(out)
+    verdicts = {item["name"]: item["verdict"] for item in payload["properties"]}
+    assert verdicts["no_hang"] == "holds-within-bound" and verdicts["resumed"] == "inconclusive"
+    assert code == 3 and payload["stats"]["depth"] == 12
+
+
+def test_dfs_finds_the_pre_fix_violation(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--engine", "dfs", "--json", "--trace-out", str(tmp_path / "t.jsonl"))
+    payload = json.loads(out)
+    assert code == 1 and payload["engine"] == "dfs" and payload["counterexample"]["length"] >= 17
+
+
+def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockstep.cli", "check", "dp-pause", "--set", "max_wave=0"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )
+    assert completed.returncode == 2
+    assert "max_wave of dp-pause must be at least 1" in " ".join(completed.stderr.split())
+    assert "Traceback" not in completed.stderr

@@ -1,0 +1,160 @@
+"""Tests for lockstep.checkers.symmetry: fewer states, same verdicts, refusals, concrete counterexamples."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockstep.checkers import Path, Verdict, check
+from lockstep.checkers.symmetry import Canonicalizer, SymmetryError
+from lockstep.spec.machine import IN_BOUNDS, Machine, Step
+from lockstep.spec.semantics import InterpretedSystem
+from lockstep.spec.sorts import IndexSort, MapSort, integers
+from lockstep.spec.terms import Term, all_of, any_of, sum_of
+
+Rank = IndexSort("Rank", 3)
+
+
+def ranks_machine(*, guarded: bool = True, members: tuple[int, ...] | None = None, initial: tuple[int, ...] = (0, 0, 0)) -> tuple[Machine, Term]:
+    """Three ranks, each with a counter in 0..2 that only it increments."""
+    machine = Machine("ranks")
+    counters = machine.variable("counters", MapSort(Rank, integers(0, 2)), initial)
+    machine.add_action(
+        "inc",
+        lambda rank: Step(counters[rank] < 2 if guarded else True, {counters: counters.set(rank, counters[rank] + 1)}),
+        actor="rank:{rank}",
+        rank=Rank,
+    )
+    machine.set_final(all_of(Rank, lambda rank: counters[rank] == 2))
+    machine.declare_symmetric(Rank, members)
+    return machine, counters
+
+
+def with_properties(machine: Machine, counters: Term) -> Machine:
+    machine.always("total_bounded", sum_of(Rank, lambda rank: counters[rank]) <= 6)
+    machine.always("not_all_two", ~all_of(Rank, lambda rank: counters[rank] == 2))
+    machine.sometimes("spread", any_of(Rank, lambda low: any_of(Rank, lambda high: (counters[low] == 0) & (counters[high] == 2))))
+    return machine
+
+
+def assert_concrete(machine: Machine, path: Path) -> None:
+    system = InterpretedSystem(machine)
+    assert path.initial == system.initial()
+    current = path.initial
+    for step in path.steps:
+        position = [action.name for action in machine.actions].index(step.action)
+        successors = [t.target for t in system.transitions(current) if t.action == position and t.arguments == tuple(step.arguments.values())]
+        assert step.state in successors, f"{step.action}{step.arguments} does not lead from {current} to {step.state}"
+        current = step.state
+
+
+def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
+    plain = check(with_properties(*ranks_machine()))
+    reduced = check(with_properties(*ranks_machine()), symmetry=True)
+    assert plain.stats.states == 27 and plain.stats.transitions == 54
+    assert reduced.stats.states == 10, "multisets of three counters in 0..2"
+    assert reduced.stats.transitions == 20, "enabled ranks summed over the ten sorted representatives"
+    verdicts = {p.name: p.verdict for p in plain.properties}
+    assert {p.name: p.verdict for p in reduced.properties} == verdicts
+    assert verdicts == {
+        IN_BOUNDS: Verdict.HOLDS, "total_bounded": Verdict.HOLDS, "not_all_two": Verdict.VIOLATED,
+        "spread": Verdict.HOLDS, "no_deadlock": Verdict.HOLDS,
+    }
+    for result in (plain, reduced):
+        assert result.property_result("not_all_two").path.length == 6  # type: ignore[union-attr]
+        assert result.property_result("spread").path.length == 2  # type: ignore[union-attr]
+
+
+def test_counterexamples_under_symmetry_are_concrete_paths() -> None:
+    machine, counters = ranks_machine()
+    with_properties(machine, counters)
+    result = check(machine, symmetry=True)
+    canonical = Canonicalizer(machine)
+    for name in ("not_all_two", "spread"):
+        path = result.property_result(name).path
+        assert path is not None
+        assert_concrete(machine, path)
+        assert any(step.state != canonical(step.state) for step in path.steps), "the path is not a chain of representatives"
+    spread = result.property_result("spread").path
+    assert spread is not None
+    assert spread.final_state in {((0, 0, 2),), ((0, 2, 0),), ((2, 0, 0),)}
+
+
+def test_in_bounds_counterexample_under_symmetry_is_concrete() -> None:
+    machine, _ = ranks_machine(guarded=False)
+    result = check(machine, symmetry=True)
+    overflow = result.property_result(IN_BOUNDS)
+    assert overflow.verdict is Verdict.VIOLATED and overflow.detail.startswith("counters would become ")
+    assert overflow.path is not None and overflow.path.length == 3
+    assert_concrete(machine, overflow.path)
+    assert 3 in overflow.path.final_state[0]  # type: ignore[operator]
+
+
+def test_canonical_form_is_the_least_image() -> None:
+    machine, _ = ranks_machine()
+    canonical = Canonicalizer(machine.finish())
+    assert len(canonical.permutations) == 6
+    assert canonical(((2, 0, 1),)) == ((0, 1, 2),)
+    assert canonical(((1, 1, 0),)) == ((0, 1, 1),)
+
+
+def test_symmetry_over_a_subset_accepts_naming_the_other_rank() -> None:
+    machine, counters = ranks_machine(members=(1, 2))
+    machine.always("rank_zero_small", counters[0] <= 2)
+    plain = check(ranks_machine(members=(1, 2))[0])
+    reduced = check(machine, symmetry=True)
+    assert plain.stats.states == 27
+    assert reduced.stats.states == 18, "rank 0's counter times the unordered pairs of ranks 1 and 2"
+    assert reduced.verdict is Verdict.HOLDS
+    canonical = Canonicalizer(machine)
+    assert canonical(((2, 1, 0),)) == ((2, 0, 1),), "rank 0 is never moved"
+
+
+def test_symmetry_over_two_sorts() -> None:
+    machine = Machine("two-sorts")
+    Stage = IndexSort("Stage", 2)
+    Pair = IndexSort("Pair", 2)
+    stages = machine.variable("stages", MapSort(Stage, integers(0, 2)), (0, 0))
+    pairs = machine.variable("pairs", MapSort(Pair, integers(0, 2)), (0, 0))
+    machine.add_action("stage", lambda s: Step(stages[s] < 2, {stages: stages.set(s, stages[s] + 1)}), actor="stage:{s}", s=Stage)
+    machine.add_action("pair", lambda p: Step(pairs[p] < 2, {pairs: pairs.set(p, pairs[p] + 1)}), actor="pair:{p}", p=Pair)
+    machine.set_final(all_of(Stage, lambda s: stages[s] == 2) & all_of(Pair, lambda p: pairs[p] == 2))
+    machine.declare_symmetric(Stage)
+    machine.declare_symmetric(Pair)
+    assert check(machine, symmetry=True).stats.states == 36
+    assert check(machine).stats.states == 81
+
+
+def test_refused_when_a_property_names_a_rank() -> None:
+    machine, counters = ranks_machine()
+    machine.always("first_small", counters[1] <= 2)
+    with pytest.raises(SymmetryError, match=r"symmetry over Rank \[0, 1, 2\] is broken by property first_small: it names Rank 1"):
+        check(machine, symmetry=True)
+    assert check(machine).verdict is Verdict.HOLDS, "without symmetry the same machine is fine"
+
+
+def test_refused_when_ranks_are_ordered() -> None:
+    machine, counters = ranks_machine()
+    machine.add_action("overtake", lambda rank, other: Step(rank < other, {counters: counters.set(rank, counters[other])}),
+                       actor="rank:{rank}", rank=Rank, other=Rank)
+    with pytest.raises(SymmetryError, match=r"broken by action overtake: < orders or computes with Rank values \(\(rank < other\)\)"):
+        check(machine, symmetry=True)
+
+
+def test_refused_when_arithmetic_uses_ranks() -> None:
+    machine, counters = ranks_machine()
+    machine.always("odd", sum_of(Rank, lambda rank: rank + counters[rank]) >= 0)
+    with pytest.raises(SymmetryError, match=r"broken by property odd: \+ orders or computes with Rank values"):
+        check(machine, symmetry=True)
+
+
+def test_refused_when_the_initial_state_is_not_symmetric() -> None:
+    machine, _ = ranks_machine(initial=(1, 0, 0))
+    with pytest.raises(SymmetryError, match="symmetry of machine ranks: the initial state is not symmetric"):
+        check(machine, symmetry=True)
+
+
+def test_refused_when_nothing_is_declared() -> None:
+    machine = Machine("plain")
+    machine.variable("x", integers(0, 1), 0)
+    with pytest.raises(SymmetryError, match="machine plain declares no symmetric sort"):
+        check(machine, symmetry=True)
