@@ -307,7 +307,7 @@ class Communicator:
             Property(
                 NO_HANG,
                 PropertyKind.ALWAYS,
-                conjunction(*[counter <= hang_bound for counter in counters]).expression,
+                conjunction(*[counter < hang_bound for counter in counters]).expression,
                 f"every posted collective op completes within {hang_bound} steps",
                 conjunction(*[~c.any_pending() for c in communicators]).expression,
                 builtin=True,

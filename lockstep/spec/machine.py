@@ -229,21 +229,23 @@ class Machine:
         at_deadlock: TermLike | None = None,
     ) -> None:
         """Bounded response: once ``trigger`` holds, ``response`` holds (or one of ``response_actions``
-        fires) within ``bound`` steps. Checked through a monitor counter added to the state."""
+        fires) within ``bound`` steps: in the state ``bound`` steps after the trigger it must hold.
+        Checked through a monitor counter added to the state."""
         counter = self.monitor(name, trigger, response, bound, response_actions=response_actions)
         deadlock = None if at_deadlock is None else _boolean(at_deadlock, f"property {name!r}").expression
         self._add_property(
-            Property(name, PropertyKind.ALWAYS, (counter <= bound).expression, description or f"within {bound} steps", deadlock)
+            Property(name, PropertyKind.ALWAYS, (counter < bound).expression, description or f"within {bound} steps", deadlock)
         )
 
     def monitor(
         self, name: str, trigger: TermLike, response: TermLike, bound: int, *, response_actions: tuple[str, ...] = ()
     ) -> Term:
         """A counter of the steps since ``trigger`` began to hold without ``response`` (-1: none
-        pending; saturates at ``bound + 1``). Every action updates it; it is part of the state."""
+        pending; saturates at ``bound``, where the property ``counter < bound`` fails). Every action
+        updates it; it is part of the state."""
         if bound < 0:
             raise DefinitionError(f"monitor {name!r}: the bound must be non-negative, got {bound}")
-        counter = self._declare(f"monitor.{name}", IntSort(-1, bound + 1), -1, f"steps since {name} was triggered", True)
+        counter = self._declare(f"monitor.{name}", IntSort(-1, bound), -1, f"steps since {name} was triggered", True)
         self._responses.append(
             _Response(
                 name,
@@ -363,7 +365,7 @@ def _monitor_update(response: _Response, action_name: str, post: Mapping[str, Ex
     restart = if_then_else(after_response, -1, if_then_else(after_trigger, 0, -1))
     if action_name in response.response_actions:
         return _as_int(restart)
-    pending = if_then_else(counter >= 0, minimum(counter + 1, bound + 1), restart)
+    pending = if_then_else(counter >= 0, minimum(counter + 1, bound), restart)
     return _as_int(if_then_else(after_response, -1, pending))
 
 
