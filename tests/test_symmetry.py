@@ -9,7 +9,7 @@ from lockstep.checkers.symmetry import Canonicalizer, SymmetryError
 from lockstep.spec.machine import IN_BOUNDS, Machine, Step
 from lockstep.spec.semantics import InterpretedSystem
 from lockstep.spec.sorts import IndexSort, MapSort, integers
-from lockstep.spec.terms import Term, all_of, any_of, sum_of
+from lockstep.spec.terms import Term, all_of, any_of, constant, sum_of
 
 Rank = IndexSort("Rank", 3)
 
@@ -158,3 +158,27 @@ def test_refused_when_nothing_is_declared() -> None:
     machine.variable("x", integers(0, 1), 0)
     with pytest.raises(SymmetryError, match="machine plain declares no symmetric sort"):
         check(machine, symmetry=True)
+
+
+def test_symmetry_refused_when_a_rank_leaks_into_an_integer() -> None:
+    Rank = IndexSort("Rank", 3)
+    machine = Machine("leak")
+    last = machine.variable("last", integers(-1, 2), -1)
+    seen = machine.variable("seen", MapSort(Rank, integers(0, 1)), (0, 0, 0))
+    machine.add_action("touch", lambda rank: Step(seen[rank] == 0, {seen: seen.set(rank, 1), last: rank}), actor="rank:{rank}", rank=Rank)
+    machine.declare_symmetric(Rank)
+    machine.finish()
+    with pytest.raises(SymmetryError, match="stores a Rank value in last of sort Int"):
+        Canonicalizer(machine)
+
+
+def test_symmetry_refused_when_a_rank_is_compared_with_an_integer_constant() -> None:
+    Rank = IndexSort("Rank", 3)
+    machine = Machine("compare")
+    seen = machine.variable("seen", MapSort(Rank, integers(0, 1)), (0, 0, 0))
+    one = constant(1, integers(0, 2))  # an integer, not a Rank: permuting ranks does not move it
+    machine.add_action("touch", lambda rank: Step(rank != one, {seen: seen.set(rank, 1)}), actor="rank:{rank}", rank=Rank)
+    machine.declare_symmetric(Rank)
+    machine.finish()
+    with pytest.raises(SymmetryError, match="it compares Rank with Int"):
+        Canonicalizer(machine)

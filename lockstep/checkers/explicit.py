@@ -122,6 +122,9 @@ class ExplicitSearch:
                     child = self._add(transition.target, state_id, (transition.action, transition.arguments), depth + 1)
                     if child is not None:
                         frontier.append(child)
+                if self.limits.max_states is not None and len(self.states) >= self.limits.max_states:
+                    stopped = "max-states"
+                    break
                 if expanded & 0x3FF == 0:
                     now = time.monotonic()
                     stopped = watch.exceeded(len(self.states))

@@ -12,7 +12,16 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 
-from lockstep.spec.expressions import Constant, Expression, Operation, Operator, render, walk
+from lockstep.spec.expressions import (
+    Comprehension,
+    Constant,
+    Expression,
+    Operation,
+    Operator,
+    Quantifier,
+    render,
+    walk,
+)
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State
 from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort, Value
@@ -52,6 +61,14 @@ def _expressions(machine: Machine) -> list[tuple[str, Expression]]:
 
 
 def validate(machine: Machine, sort: IndexSort, members: frozenset[int]) -> None:
+    for action in machine.actions:
+        for name, value in action.updates:
+            target = machine.variables[name].sort
+            if value.sort == sort and target != sort:
+                raise SymmetryError(
+                    f"symmetry over {sort.name} is broken by action {action.name}: it stores a {sort.name} value in "
+                    f"{name} of sort {target.name}; permuting {sort.name} would not permute that value"
+                )
     for where, expression in _expressions(machine):
         for node in walk(expression):
             if isinstance(node, Constant) and node.sort == sort and node.value in members:
@@ -64,6 +81,50 @@ def validate(machine: Machine, sort: IndexSort, members: frozenset[int]) -> None
                     f"symmetry over {sort.name} is broken by {where}: {node.operator.value} orders or computes "
                     f"with {sort.name} values ({render(node)})"
                 )
+            leak = _escape(node, sort)
+            if leak is not None:
+                raise SymmetryError(
+                    f"symmetry over {sort.name} is broken by {where}: {leak} ({render(node)}); permuting "
+                    f"{sort.name} would not permute that value"
+                )
+
+
+def _escape(node: Expression, sort: IndexSort) -> str | None:
+    """Where a value of the symmetric sort flows into (or is compared with) a place of another sort."""
+    if isinstance(node, Comprehension):
+        if node.quantifier in (Quantifier.SUM, Quantifier.MAXIMUM, Quantifier.MINIMUM) and node.body.sort == sort:
+            return f"it computes with {sort.name} values"
+        if node.quantifier is Quantifier.MAP and isinstance(node.sort, MapSort) and node.body.sort == sort and node.sort.value != sort:
+            return f"a {sort.name} value is stored in a map of {node.sort.value.name}"
+        return None
+    if not isinstance(node, Operation):
+        return None
+    operator, arguments = node.operator, node.arguments
+    sorts = [argument.sort for argument in arguments]
+    if operator in (Operator.EQUAL, Operator.NOT_EQUAL) and (sorts[0] == sort) != (sorts[1] == sort):
+        return f"it compares {sort.name} with {(sorts[1] if sorts[0] == sort else sorts[0]).name}"
+    if operator is Operator.IF_THEN_ELSE and (sorts[1] == sort) != (sorts[2] == sort):
+        return f"its branches mix {sort.name} with another sort"
+    if operator is Operator.AT and sorts[1] == sort:
+        return f"it uses a {sort.name} value as a sequence position"
+    if operator in (Operator.SELECT, Operator.STORE) and isinstance(sorts[0], MapSort):
+        if (sorts[1] == sort) != (sorts[0].key == sort):
+            return f"it indexes a map keyed by {sorts[0].key.name} with {sorts[1].name}"
+        if operator is Operator.STORE and sorts[2] == sort and sorts[0].value != sort:
+            return f"a {sort.name} value is stored in a map of {sorts[0].value.name}"
+    if operator is Operator.APPEND and isinstance(sorts[0], SequenceSort) and sorts[1] == sort and sorts[0].element != sort:
+        return f"a {sort.name} value is appended to a sequence of {sorts[0].element.name}"
+    if operator is Operator.RECORD and isinstance(node.sort, RecordSort):
+        for (field, field_sort), argument_sort in zip(node.sort.fields, sorts):
+            if argument_sort == sort and field_sort != sort:
+                return f"a {sort.name} value is stored in field {field} of sort {field_sort.name}"
+    if operator is Operator.WITH_FIELD and isinstance(node.sort, RecordSort):
+        position = arguments[1]
+        if isinstance(position, Constant) and isinstance(position.value, int):
+            field, field_sort = node.sort.fields[position.value]
+            if sorts[2] == sort and field_sort != sort:
+                return f"a {sort.name} value is stored in field {field} of sort {field_sort.name}"
+    return None
 
 
 def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Callable[[Value], Value] | None:

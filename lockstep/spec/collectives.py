@@ -137,11 +137,18 @@ class Communicator:
         self._define_completion()
 
     # ------------------------------------------------------------------------------ model-facing API
-    def post(self, member: TermLike, op: str, payload: TermLike | tuple[TermLike, ...] | None = None, peer: TermLike = 0) -> dict[Term, Term]:
-        """The update that makes ``member`` post ``op`` (merge it into an action's updates)."""
+    def post(
+        self, member: TermLike, op: str, payload: TermLike | tuple[TermLike, ...] | None = None, peer: TermLike | None = None
+    ) -> dict[Term, Term]:
+        """The update that makes ``member`` post ``op`` (merge it into an action's updates).
+
+        ``peer`` names the other side of a send/recv; a collective records the member itself, so no
+        particular member is named (which would break symmetry over the members)."""
         if op not in self.specs:
             raise DefinitionError(f"communicator {self.name!r} has no op {op!r}; it offers {', '.join(self.specs)}")
         member_term = lift(member, self.members)
+        if peer is None:
+            peer = member_term
         values = payload if isinstance(payload, tuple) else ((payload,) if payload is not None else ())
         if len(values) > self.width:
             raise DefinitionError(f"communicator {self.name!r}: payload of {len(values)} values exceeds width {self.width}")
@@ -177,7 +184,8 @@ class Communicator:
         return any_of(self.members, lambda member: ~self.queue[member].is_empty())
 
     def mismatch(self) -> Term:
-        """Two members' front ops differ while at least one of them is a collective op."""
+        """Two members' front ops differ while at least one of them is a collective op (two
+        point-to-point ops never mismatch; a send and a recv that do not pair show as a hang)."""
         collective_ops = [name for name, spec in self.specs.items() if spec.is_collective]
 
         def is_collective(op: Term) -> Term:
@@ -189,7 +197,7 @@ class Communicator:
                 ~self.queue[first].is_empty(),
                 ~self.queue[second].is_empty(),
                 is_collective(front_a.field("op")) | is_collective(front_b.field("op")),
-                (front_a.field("op") != front_b.field("op")) | (front_a.field("peer") != front_b.field("peer")),
+                front_a.field("op") != front_b.field("op"),
             )
 
         return any_of(self.members, lambda first: any_of(self.members, lambda second: differ(first, second)))
