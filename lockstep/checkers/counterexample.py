@@ -12,13 +12,16 @@ import platform
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path as FilePath
+from typing import cast
 
 from lockstep.checkers.result import Path
 from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State
 from lockstep.spec.sorts import MapSort, Value
-from lockstep.traces import TraceEvent, TraceHeader, TraceSource, write_trace
+from lockstep.traces import JSONValue, TraceEvent, TraceHeader, TraceSource, write_trace
+
+JSONObject = Mapping[str, JSONValue]
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def trace_events(machine: Machine, path: Path) -> list[TraceEvent]:
             for position, (name, value) in enumerate(step.arguments.items())
         }
         clock = dict(sequencer.completed) if sequencer.groups else None
-        events.append(TraceEvent(index, step.actor, step.action, arguments, observed, clock))
+        events.append(TraceEvent(index, step.actor, step.action, cast(JSONObject, arguments), cast(JSONObject, observed), clock))
         previous = step.state
     return events
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 from lockstep.spec.expressions import (
     Comprehension,
@@ -24,7 +25,7 @@ from lockstep.spec.expressions import (
 )
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State
-from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort, Value
+from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort
 
 
 class SymmetryError(ValueError):
@@ -127,10 +128,13 @@ def _escape(node: Expression, sort: IndexSort) -> str | None:
     return None
 
 
-def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Callable[[Value], Value] | None:
+Permute = Callable[[Any], Any]
+
+
+def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Permute | None:
     """A function applying ``mapping`` to values of ``sort``; None where the sort cannot contain ``target``."""
     if sort == target:
-        return lambda value: mapping[value]  # type: ignore[index]
+        return lambda value: mapping[value]
     if isinstance(sort, MapSort):
         inner = _permuter(sort.value, target, mapping)
         if sort.key == target:
@@ -138,21 +142,24 @@ def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Callab
             for source, destination in enumerate(mapping):
                 inverse[destination] = source
             if inner is None:
-                return lambda value: tuple(value[inverse[key]] for key in range(len(inverse)))  # type: ignore[index]
-            return lambda value: tuple(inner(value[inverse[key]]) for key in range(len(inverse)))  # type: ignore[index]
+                return lambda value: tuple(value[inverse[key]] for key in range(len(inverse)))
+            entry = inner
+            return lambda value: tuple(entry(value[inverse[key]]) for key in range(len(inverse)))
         if inner is None:
             return None
-        return lambda value: tuple(inner(item) for item in value)  # type: ignore[attr-defined]
+        element = inner
+        return lambda value: tuple(element(item) for item in value)
     if isinstance(sort, SequenceSort):
         inner = _permuter(sort.element, target, mapping)
         if inner is None:
             return None
-        return lambda value: tuple(inner(item) for item in value)  # type: ignore[attr-defined]
+        element = inner
+        return lambda value: tuple(element(item) for item in value)
     if isinstance(sort, RecordSort):
         parts = [_permuter(field_sort, target, mapping) for _, field_sort in sort.fields]
         if all(part is None for part in parts):
             return None
-        return lambda value: tuple(item if part is None else part(item) for part, item in zip(parts, value))  # type: ignore[arg-type]
+        return lambda value: tuple(item if part is None else part(item) for part, item in zip(parts, value))
     return None
 
 
@@ -168,18 +175,18 @@ class Canonicalizer:
         for sort, members in machine.symmetric:
             validate(machine, sort, members)
             chosen = sorted(members)
-            mappings = []
+            mappings: list[tuple[IndexSort, tuple[int, ...]]] = []
             for image in itertools.permutations(chosen):
-                mapping = list(range(sort.count))
+                images = list(range(sort.count))
                 for source, destination in zip(chosen, image):
-                    mapping[source] = destination
-                mappings.append((sort, tuple(mapping)))
+                    images[source] = destination
+                mappings.append((sort, tuple(images)))
             groups.append(mappings)
         for combination in itertools.product(*groups):
-            functions: list[Callable[[Value], Value] | None] = [None] * len(sorts)
-            for sort, mapping in combination:
+            functions: list[Permute | None] = [None] * len(sorts)
+            for symmetric_sort, mapping in combination:
                 for position, variable_sort in enumerate(sorts):
-                    permute = _permuter(variable_sort, sort, mapping)
+                    permute = _permuter(variable_sort, symmetric_sort, mapping)
                     if permute is not None:
                         previous = functions[position]
                         functions[position] = permute if previous is None else _compose(previous, permute)
@@ -190,14 +197,15 @@ class Canonicalizer:
                 raise SymmetryError(f"symmetry of machine {machine.name}: the initial state is not symmetric")
 
     def __call__(self, state: State) -> State:
-        return min(permute(state) for permute in self.permutations)  # type: ignore[type-var]
+        images: list[Any] = [permute(state) for permute in self.permutations]
+        return tuple(min(images))
 
 
-def _compose(first: Callable[[Value], Value], second: Callable[[Value], Value]) -> Callable[[Value], Value]:
+def _compose(first: Permute, second: Permute) -> Permute:
     return lambda value: second(first(value))
 
 
-def _state_permuter(functions: list[Callable[[Value], Value] | None]) -> Callable[[State], State]:
+def _state_permuter(functions: list[Permute | None]) -> Callable[[State], State]:
     active = [(position, function) for position, function in enumerate(functions) if function is not None]
 
     def permute(state: State) -> State:

@@ -213,7 +213,9 @@ class Communicator:
             return None
         front = posted[0]
         assert isinstance(front, tuple)
-        op_name = self.op_sort.members[front[0]]  # type: ignore[index]
+        position = front[0]
+        assert isinstance(position, int)
+        op_name = self.op_sort.members[position]
         spec = self.specs[op_name]
         if spec.kind is Kind.SEND:
             return f"send->{front[1]}({self.name})"
@@ -277,7 +279,7 @@ class Communicator:
                     value = sum_of(members, lambda member: queue[member].head().field("payload")[lane])
                 elif spec.kind is Kind.ALL_REDUCE_MAX:
                     value = max_of(members, lambda member: queue[member].head().field("payload")[lane])
-                elif spec.kind is Kind.BROADCAST:
+                elif spec.kind is Kind.BROADCAST and spec.source is not None:
                     value = queue[lift(spec.source, members)].head().field("payload")[lane]
                 else:
                     continue

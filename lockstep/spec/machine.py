@@ -121,9 +121,12 @@ class Machine:
             raise DefinitionError(f"machine {self.name} already has a variable named {name!r}")
         if not sort.is_finite:
             raise DefinitionError(f"variable {name!r}: state variables need a finite sort, not {sort.name}")
-        value = initial.expression.value if isinstance(initial, Term) and isinstance(initial.expression, Constant) else initial
+        value = initial
+        if isinstance(initial, Term) and isinstance(initial.expression, Constant):
+            value = initial.expression.value
         if isinstance(value, str):
-            value = lift(value, sort).expression.value  # type: ignore[attr-defined]
+            literal = lift(value, sort).expression
+            value = literal.value if isinstance(literal, Constant) else value
         if not sort.contains(value):
             raise DefinitionError(f"variable {name!r}: initial value {value!r} is not a value of {sort.name}")
         self.variables[name] = StateVariable(name, sort, value, description, monitor)

@@ -215,7 +215,7 @@ def constant(value: Value, sort: Sort) -> Term:
     return Term(Constant(value, sort))
 
 
-def lift(value: TermLike | Term, expected: Sort | None = None) -> Term:
+def lift(value: TermLike | tuple[Value, ...], expected: Sort | None = None) -> Term:
     """A Term for ``value``: Terms pass through; Python literals become constants."""
     if isinstance(value, Term):
         return value
