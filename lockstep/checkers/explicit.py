@@ -72,10 +72,9 @@ class ExplicitSearch:
         return state_id
 
     def _check_state(self, state_id: int, state: State) -> None:
-        for position, prop in enumerate(self.machine.properties):
+        for position, (prop, holds) in enumerate(zip(self.machine.properties, self.system.property_values(state))):
             if position in self.found:
                 continue
-            holds = self.system.holds(position, state)
             if (prop.kind is PropertyKind.ALWAYS and not holds) or (prop.kind is PropertyKind.SOMETIMES and holds):
                 self.found[position] = _Found(state_id)
 

@@ -69,9 +69,12 @@ def _tail(sequence: tuple[Any, ...]) -> tuple[Any, ...]:
 class _Emitter:
     """Turns expressions into Python source over the state tuple ``s``."""
 
+    UNROLL_LIMIT = 8  # comprehensions over at most this many scalar values are unrolled inline
+
     def __init__(self, index: dict[str, int]) -> None:
         self.index = index
         self.constants: dict[str, object] = {}
+        self.bound: dict[str, str] = {}  # bound variables replaced by literals while unrolling
 
     def constant(self, value: object) -> str:
         if isinstance(value, (bool, int)):
@@ -88,8 +91,11 @@ class _Emitter:
         if isinstance(expression, Parameter):
             return f"p_{expression.name}"
         if isinstance(expression, Bound):
-            return f"b{expression.name}"
+            return self.bound.get(expression.name, f"b{expression.name}")
         if isinstance(expression, Comprehension):
+            unrolled = self._unrolled(expression)
+            if unrolled is not None:
+                return unrolled
             variable = expression.variable
             body = self.source(expression.body)
             if isinstance(variable.sort, (EnumSort, IndexSort)):
@@ -113,6 +119,39 @@ class _Emitter:
                 case Quantifier.MAP:
                     return f"tuple{generator}"
         assert isinstance(expression, Operation)
+        return self._operation(expression)
+
+    def _unrolled(self, expression: Comprehension) -> str | None:
+        """The comprehension written out value by value (no generator), for small scalar domains."""
+        variable = expression.variable
+        if not isinstance(variable.sort, (EnumSort, IndexSort, IntSort, BoolSort)):
+            return None
+        values = list(variable.sort.values())
+        if len(values) > self.UNROLL_LIMIT:
+            return None
+        bodies = []
+        for value in values:
+            self.bound[variable.name] = repr(value)
+            bodies.append(self.source(expression.body))
+        del self.bound[variable.name]
+        match expression.quantifier:
+            case Quantifier.ALL:
+                return "(" + " and ".join(bodies) + ")"  # Bool-sorted bodies evaluate to bools
+            case Quantifier.ANY:
+                return "(" + " or ".join(bodies) + ")"
+            case Quantifier.SUM:
+                return "(" + " + ".join(bodies) + ")"
+            case Quantifier.COUNT:
+                return "(" + " + ".join(f"(1 if {body} else 0)" for body in bodies) + ")"
+            case Quantifier.MAXIMUM:
+                return f"max({', '.join(bodies)})" if len(bodies) > 1 else f"({bodies[0]})"
+            case Quantifier.MINIMUM:
+                return f"min({', '.join(bodies)})" if len(bodies) > 1 else f"({bodies[0]})"
+            case Quantifier.MAP:
+                return "(" + "".join(f"{body}, " for body in bodies) + ")"
+        return None  # pragma: no cover - every quantifier is handled above
+
+    def _operation(self, expression: Operation) -> str:  # noqa: C901 - one branch per operator
         operator = expression.operator
         parts = [self.source(argument) for argument in expression.arguments]
         if operator in _BINARY:
@@ -215,6 +254,8 @@ class CompiledSystem:
         self._emitter = _Emitter(index)
         self.source_code: list[str] = []
         self._transitions = [self._compile_action(position, action) for position, action in enumerate(machine.actions)]
+        self._all_transitions = self._compile_all_actions()
+        self._property_values = self._compile_properties()
         self._properties = [self._compile_predicate(prop.predicate) for prop in machine.properties]
         self._deadlock = [
             None if prop.at_deadlock is None else self._compile_predicate(prop.at_deadlock) for prop in machine.properties
@@ -231,7 +272,11 @@ class CompiledSystem:
         exec(compile(source, "<lockstep-predicate>", "exec"), namespace)  # noqa: S102 - our own generated code
         return namespace["predicate"]  # type: ignore[return-value]
 
-    def _compile_action(self, position: int, action: Action) -> Callable[[State], list[Transition]]:
+    def _action_block(self, position: int, action: Action, indent: str, on_false: str) -> list[str]:
+        """Source lines enumerating ``action``'s parameters and appending its transitions to ``result``.
+
+        ``on_false`` is what a false parameter-free conjunct does: ``return result`` in a function of
+        its own, or skipping the block (a ``while`` that runs once, left by ``break``) when fused."""
         emitter = self._emitter
         parameter_names = [parameter.name for parameter in action.parameters]
         # Hoist each conjunct to the loop depth where its last parameter is bound.
@@ -240,40 +285,88 @@ class CompiledSystem:
             used = {node.name for node in walk(conjunct) if isinstance(node, Parameter)}
             depth = max((parameter_names.index(name) + 1 for name in used), default=0)
             levels[depth].append(emitter.source(conjunct))
-        lines = ["def transitions(s):", "    result = []"]
-        indent = "    "
-        for condition in levels[0]:
-            lines.append(f"{indent}if not {condition}: return result")
+        lines = [f"{indent}if not {condition}: {on_false}" for condition in levels[0]]
         for depth, parameter in enumerate(action.parameters, start=1):
             domain = tuple(parameter.sort.values())
             lines.append(f"{indent}for p_{parameter.name} in {domain!r}:")
             indent += "    "
-            for condition in levels[depth]:
-                lines.append(f"{indent}if not {condition}: continue")
+            lines.extend(f"{indent}if not {condition}: continue" for condition in levels[depth])
         target = [f"s[{i}]" for i in range(len(self.names))]
         checks: list[str] = []
         for name, expression in action.updates:
             slot = self.names.index(name)
             lines.append(f"{indent}v{slot} = {emitter.source(expression)}")
             target[slot] = f"v{slot}"
-            sort = self.machine.variables[name].sort
-            if not stays_in_sort(expression, sort):
-                checker = emitter.constant(_membership(sort))
-                checks.append(f"(None if {checker}(v{slot}) else {name!r})")
+            check = self._check_source(expression, self.machine.variables[name].sort, f"v{slot}")
+            if check is not None:
+                checks.append(f"(None if {check} else {name!r})")
         out_of_bounds = "None" if not checks else " or ".join(checks)
         arguments = "(" + "".join(f"p_{name}, " for name in parameter_names) + ")"
         lines.append(f"{indent}result.append(Transition({position}, {arguments}, ({', '.join(target)},), {out_of_bounds}))")
+        return lines
+
+    def _check_source(self, expression: Expression, sort: Sort, value: str) -> str | None:
+        """Code that is true when ``value`` (the result of ``expression``) lies in ``sort``; None when
+        that is proved statically. A store or append checks only what it changed."""
+        if stays_in_sort(expression, sort):
+            return None
+        emitter = self._emitter
+        if isinstance(expression, Operation):
+            operator, arguments = expression.operator, expression.arguments
+            if (
+                operator is Operator.STORE
+                and isinstance(sort, MapSort)
+                and stays_in_sort(arguments[0], sort)
+                and arguments[1].sort == sort.key
+                and isinstance(sort.key, (EnumSort, IndexSort, BoolSort))
+            ):
+                return self._check_source(arguments[2], sort.value, f"{value}[{emitter.source(arguments[1])}]")
+            if (
+                operator is Operator.APPEND
+                and isinstance(sort, SequenceSort)
+                and stays_in_sort(arguments[0], sort)
+                and stays_in_sort(arguments[1], sort.element)
+            ):
+                return f"(len({value}) <= {sort.capacity})"
+            if operator is Operator.IF_THEN_ELSE:
+                then = self._check_source(arguments[1], sort, value)
+                otherwise = self._check_source(arguments[2], sort, value)
+                return f"(({then or 'True'}) if {emitter.source(arguments[0])} else ({otherwise or 'True'}))"
+        return f"{emitter.constant(_membership(sort))}({value})"
+
+    def _compile_action(self, position: int, action: Action) -> Callable[[State], list[Transition]]:
+        lines = ["def transitions(s):", "    result = []", *self._action_block(position, action, "    ", "return result")]
         lines.append("    return result")
-        source = "\n".join(lines) + "\n"
+        return self._define("\n".join(lines) + "\n", f"<lockstep-action {action.name}>", "transitions")  # type: ignore[return-value]
+
+    def _compile_all_actions(self) -> Callable[[State], list[Transition]]:
+        """Every action in one function: no call per action per state."""
+        lines = ["def transitions(s):", "    result = []"]
+        for position, action in enumerate(self.machine.actions):
+            lines.append("    while True:")
+            lines.extend(self._action_block(position, action, "        ", "break"))
+            lines.append("        break")
+        lines.append("    return result")
+        return self._define("\n".join(lines) + "\n", "<lockstep-actions>", "transitions")  # type: ignore[return-value]
+
+    def _compile_properties(self) -> Callable[[State], tuple[bool, ...]]:
+        values = "".join(f"bool({self._emitter.source(prop.predicate)}), " for prop in self.machine.properties)
+        return self._define(f"def values(s):\n    return ({values})\n", "<lockstep-properties>", "values")  # type: ignore[return-value]
+
+    def _define(self, source: str, filename: str, name: str) -> object:
         self.source_code.append(source)
         namespace = self._namespace()
-        exec(compile(source, f"<lockstep-action {action.name}>", "exec"), namespace)  # noqa: S102
-        return namespace["transitions"]  # type: ignore[return-value]
+        exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
+        return namespace[name]
 
     def initial(self) -> State:
         return pack(self.machine, self.machine.initial_state())
 
     def transitions(self, state: State) -> list[Transition]:
+        try:
+            return self._all_transitions(state)
+        except (IndexError, ZeroDivisionError, TypeError):
+            pass  # find the action that failed, one by one
         result: list[Transition] = []
         for position, function in enumerate(self._transitions):
             try:
@@ -281,7 +374,14 @@ class CompiledSystem:
             except (IndexError, ZeroDivisionError, TypeError) as error:
                 action = self.machine.actions[position]
                 raise ModelError(f"action {action.name} failed in a reachable state: {error}") from error
-        return result
+        raise ModelError("the fused transition function failed where no single action does")  # pragma: no cover
+
+    def property_values(self, state: State) -> tuple[bool, ...]:
+        """Every property's predicate in ``state``, in declaration order."""
+        try:
+            return self._property_values(state)
+        except (IndexError, ZeroDivisionError, TypeError):
+            return tuple(self.holds(position, state) for position in range(len(self.machine.properties)))
 
     def holds(self, predicate: int, state: State) -> bool:
         return _predicate_value(self._properties[predicate], state, f"property {self.machine.properties[predicate].name}")

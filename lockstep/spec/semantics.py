@@ -46,6 +46,10 @@ class TransitionSystem(Protocol):
         """Property ``predicate`` (position in machine.properties) holds in ``state``."""
         ...
 
+    def property_values(self, state: State) -> tuple[bool, ...]:
+        """Every property's predicate in ``state``, in declaration order."""
+        ...
+
     def holds_at_deadlock(self, predicate: int, state: State) -> bool: ...
 
     def is_final(self, state: State) -> bool: ...
@@ -106,6 +110,9 @@ class InterpretedSystem:
     def holds(self, predicate: int, state: State) -> bool:
         prop = self.machine.properties[predicate]
         return bool(self._evaluate(prop.predicate, Environment(unpack(self.machine, state)), f"property {prop.name}"))
+
+    def property_values(self, state: State) -> tuple[bool, ...]:
+        return tuple(self.holds(position, state) for position in range(len(self.machine.properties)))
 
     def holds_at_deadlock(self, predicate: int, state: State) -> bool:
         prop = self.machine.properties[predicate]
