@@ -183,6 +183,9 @@ class _Emitter:
             case Operator.LENGTH:
                 return f"len({parts[0]})"
             case Operator.AT:
+                position = expression.arguments[1]
+                if isinstance(position, Constant) and isinstance(position.value, int) and position.value >= 0:
+                    return f"{parts[0]}[{position.value}]"  # raises IndexError when out of range, like _at
                 return f"_at({parts[0]}, {parts[1]})"
             case Operator.APPEND:
                 return f"({parts[0]} + ({parts[1]},))"
