@@ -136,3 +136,26 @@ def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
     assert completed.returncode == 2
     assert "max_wave of dp-pause must be at least 1" in " ".join(completed.stderr.split())
     assert "Traceback" not in completed.stderr
+
+
+def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lockstep.cli", "check", "dp-pause", "--ranks", "3", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+    )
+    time.sleep(4)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 3, err
+    payload = json.loads(out)
+    assert payload["stopped"] == "interrupted" and payload["verdict"] == "inconclusive"
+    assert payload["stats"]["states"] > 0 and "Traceback" not in err
+
+
+def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--max-memory", "0.001", "--json")
+    payload = json.loads(out)
+    assert code == 3 and payload["stopped"] == "max-memory" and payload["verdict"] == "inconclusive"

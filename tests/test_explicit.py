@@ -289,3 +289,35 @@ def test_exit_codes_and_the_shortest_counterexample() -> None:
     assert result.counterexample is not None and result.counterexample.name == "early"
     assert [(p.name, p.path.length) for p in result.properties if p.path is not None] == [("late", 4), ("early", 1), ("middle", 2)]
     assert Statistics(states=10, seconds=2.0).states_per_second == 5.0 and Statistics(states=10).states_per_second == 0.0
+
+
+def test_fingerprints_are_stable_across_processes() -> None:
+    import subprocess
+    import sys
+
+    from lockstep.models import get_protocol
+    from lockstep.spec.semantics import InterpretedSystem, fingerprint
+
+    machine = get_protocol("dp-pause").instance("post-fix").machine()
+    here = fingerprint(InterpretedSystem(machine).initial())
+    program = (
+        "from lockstep.models import get_protocol\n"
+        "from lockstep.spec.semantics import InterpretedSystem, fingerprint\n"
+        "print(fingerprint(InterpretedSystem(get_protocol('dp-pause').instance('post-fix').machine()).initial()))\n"
+    )
+    for seed in ("0", "12345"):
+        completed = subprocess.run(
+            [sys.executable, "-c", program], capture_output=True, text=True, env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True
+        )
+        assert completed.stdout.strip() == here
+    assert len(here) == 16 and fingerprint((1, (True, 2))) != fingerprint((1, (True, 3)))
+
+
+def test_in_bounds_detail_names_the_map_entry() -> None:
+    from lockstep.models import get_protocol
+
+    result = check(get_protocol("dp-pause").instance("post-fix", overrides={"max_wave": 1}))
+    bounds = result.property_result(IN_BOUNDS)
+    assert bounds.verdict is Verdict.VIOLATED and bounds.path is not None
+    assert bounds.detail.startswith("current_wave[") and bounds.detail.endswith("would become 2, outside Int[0..1]")
+    assert bounds.path.steps[-1].action == "finish_sync"

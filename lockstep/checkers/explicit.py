@@ -19,6 +19,7 @@ from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statisti
 from lockstep.checkers.symmetry import Canonicalizer
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import ModelError, State, Transition, TransitionSystem
+from lockstep.spec.sorts import MapSort
 
 Progress = Callable[[Statistics], None]
 
@@ -158,9 +159,13 @@ class ExplicitSearch:
     def _bounds_detail(self, transition: Transition) -> str:
         name = transition.out_of_bounds
         assert name is not None
-        variable = self.machine.variables[name]
+        sort = self.machine.variables[name].sort
         value = transition.target[list(self.machine.variables).index(name)]
-        return f"{name} would become {value!r}, outside {variable.sort.name}"
+        if isinstance(sort, MapSort) and isinstance(value, tuple) and len(value) == len(sort.keys):
+            for key, entry in zip(sort.keys, value):
+                if not sort.value.contains(entry):
+                    return f"{name}[{sort.key.render(key)}] would become {entry!r}, outside {sort.value.name}"
+        return f"{name} would become {value!r}, outside {sort.name}"
 
     def _verdict(self, position: int, complete: bool, bounded: bool) -> PropertyResult:
         prop = self.machine.properties[position]

@@ -9,6 +9,7 @@ questions with generated Python code and is tested against it.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,6 +54,12 @@ class TransitionSystem(Protocol):
     def holds_at_deadlock(self, predicate: int, state: State) -> bool: ...
 
     def is_final(self, state: State) -> bool: ...
+
+
+def fingerprint(state: State) -> str:
+    """A stable 16-hex-digit fingerprint of a packed state (the same in every run and process:
+    states hold only ints, bools and tuples, whose ``repr`` is canonical)."""
+    return hashlib.blake2b(repr(state).encode("ascii"), digest_size=8).hexdigest()
 
 
 def pack(machine: Machine, values: Mapping[str, Value]) -> State:
