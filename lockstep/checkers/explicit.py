@@ -117,7 +117,7 @@ class ExplicitSearch:
                     self.fired.add(transition.action)
                     if transition.out_of_bounds is not None:
                         if in_bounds not in self.found:
-                            self.found[in_bounds] = _Found(state_id, transition, self._bounds_detail(transition))
+                            self.found[in_bounds] = _Found(state_id, transition)
                         continue
                     child = self._add(transition.target, state_id, (transition.action, transition.arguments), depth + 1)
                     if child is not None:
@@ -156,11 +156,10 @@ class ExplicitSearch:
             return self.system.is_final(state)
         return self.system.holds_at_deadlock(position, state)
 
-    def _bounds_detail(self, transition: Transition) -> str:
-        name = transition.out_of_bounds
-        assert name is not None
+    def _bounds_detail(self, name: str, target: State) -> str:
+        """Which variable (or map entry) the last step of a path pushed out of its sort."""
         sort = self.machine.variables[name].sort
-        value = transition.target[list(self.machine.variables).index(name)]
+        value = target[list(self.machine.variables).index(name)]
         if isinstance(sort, MapSort) and isinstance(value, tuple) and len(value) == len(sort.keys):
             for key, entry in zip(sort.keys, value):
                 if not sort.value.contains(entry):
@@ -173,7 +172,10 @@ class ExplicitSearch:
         if found is not None:
             path = self.path_to(found.state_id, found.extra)
             verdict = Verdict.VIOLATED if prop.kind is PropertyKind.ALWAYS else Verdict.HOLDS
-            return PropertyResult(prop.name, prop.kind, verdict, path, found.detail, prop.builtin)
+            detail = found.detail
+            if found.extra is not None and found.extra.out_of_bounds is not None:  # as replayed, not as stored
+                detail = self._bounds_detail(found.extra.out_of_bounds, path.final_state)
+            return PropertyResult(prop.name, prop.kind, verdict, path, detail, prop.builtin)
         if prop.kind is PropertyKind.SOMETIMES:
             verdict = Verdict.VIOLATED if complete else Verdict.INCONCLUSIVE
             detail = "no reachable state satisfies it" if complete else "no witness in the explored states"

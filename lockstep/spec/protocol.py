@@ -26,6 +26,7 @@ class ParameterSpec:
     description: str
     minimum: int = 0
     maximum: int | None = None
+    derived: Callable[[Mapping[str, int]], int] | None = None  # a default computed from the others
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class Protocol:
                 upper = "" if spec.maximum is None else f" and at most {spec.maximum}"
                 raise UsageError(f"parameter {name} of {self.name} must be at least {spec.minimum}{upper}, got {value}")
             values[name] = value
+        for spec in self.parameters:  # derived defaults follow the values they derive from
+            if spec.derived is not None and spec.name not in changed and spec.name not in instance_spec.parameters:
+                values[spec.name] = spec.derived(values)
         expected = None if changed else instance_spec.expected.get(variant_spec.name)
         return Instance(self, variant_spec.name, instance_spec.name, values, expected)
 
