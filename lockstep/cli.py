@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lockstep.checkers import ENGINES, CheckResult, Limits, Statistics, check
+from lockstep.checkers import ENGINES, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
 from lockstep.checkers.report import render, result_json, summary_table
 from lockstep.checkers.symmetry import SymmetryError
@@ -50,6 +50,16 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -65,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("--instance", help="named instance (default: seed)")
     checker.add_argument("--ranks", type=_positive(int), help="the model's rank parameter")
     checker.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
-    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs")
+    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs; bmc: Z3 bounded model checking")
+    checker.add_argument("--depth", type=_non_negative, metavar="K", help="bmc: steps to unroll")
+    checker.add_argument("--solver-timeout", type=_positive(float), metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)")
     checker.add_argument("--symmetry", action="store_true", help="reduce by the model's declared symmetry")
     checker.add_argument("--max-states", type=_positive(int), help="stop after this many states (inconclusive)")
     checker.add_argument("--max-depth", type=_positive(int), help="explore at most this many steps deep (holds-within-bound)")
@@ -86,6 +98,9 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
     with console.status(f"checking {instance.label}…") as status:
 
         def progress(stats: Statistics) -> None:
+            if stats.states is None:
+                status.update(f"checking {instance.label}: depth {stats.depth} unrolled, {stats.seconds:.1f} s")
+                return
             status.update(
                 f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
                 f"{stats.states_per_second:,.0f} states/s"
@@ -98,7 +113,24 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             limits=_limits(arguments),
             compiled=not arguments.interpreted,
             progress=progress,
+            depth=arguments.depth,
+            solver_timeout=arguments.solver_timeout,
         )
+
+
+def _validate_engine_options(arguments: argparse.Namespace) -> None:
+    """Options that belong to the other family of engines are errors, not silently ignored."""
+    symbolic = arguments.engine in SYMBOLIC_ENGINES
+    if symbolic:
+        for option, value in (("--max-depth", arguments.max_depth), ("--max-states", arguments.max_states), ("--symmetry", arguments.symmetry or None)):
+            if value is not None:
+                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {arguments.engine} use --depth")
+        if arguments.depth is None:
+            raise UsageError(f"--engine {arguments.engine} needs --depth K")
+    else:
+        for option, value in (("--depth", arguments.depth), ("--solver-timeout", arguments.solver_timeout)):
+            if value is not None:
+                raise UsageError(f"{option} applies to --engine bmc, not to {arguments.engine}")
 
 
 def _write_trace(instance: Instance, result: CheckResult, target: Path | None) -> Path | None:
@@ -146,9 +178,11 @@ def command_list(console: Console) -> int:
 
 def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.all:
+        _validate_engine_options(arguments)
         if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks:
             raise UsageError("--all checks every built-in default instance; it takes no protocol, variant, instance, --ranks or --set")
         return _check_all(arguments, console)
+    _validate_engine_options(arguments)
     if not arguments.protocol:
         raise UsageError("name a protocol (see `lockstep list`) or use --all")
     protocol = get_protocol(arguments.protocol)
@@ -185,7 +219,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
             detail = (
                 f"{shortest.name} in {shortest.path.length} steps"
                 if shortest is not None and shortest.path is not None
-                else f"{result.stats.states:,} states"
+                else (f"{result.stats.states:,} states" if result.stats.states is not None else f"no violation within depth {result.stats.depth}")
             )
             all_as_pinned &= instance.expected == result.verdict.value
             rows.append((protocol.name, variant.name, instance.name, instance.expected, result.verdict.value, detail))

@@ -159,3 +159,28 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
     code, out, _ = run(capsys, "check", "dp-pause", "--max-memory", "0.001", "--json")
     payload = json.loads(out)
     assert code == 3 and payload["stopped"] == "max-memory" and payload["verdict"] == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, not to bfs"),
+        (["check", "dp-pause", "--solver-timeout", "5"], "--solver-timeout applies to --engine bmc"),
+        (["check", "dp-pause", "--engine", "bmc"], "--engine bmc needs --depth K"),
+        (["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--max-depth", "4"], "--max-depth applies to the explicit engines"),
+        (["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--symmetry"], "--symmetry applies to the explicit engines"),
+    ],
+)
+def test_engine_options_of_the_other_family_are_errors(capsys: pytest.CaptureFixture[str], arguments: list[str], message: str) -> None:
+    code, _, err = run(capsys, *arguments)
+    assert code == 2 and message in " ".join(err.split())
+
+
+def test_bmc_within_a_bound(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--engine", "bmc", "--depth", "4", "--json")
+    payload = json.loads(out)
+    verdicts = {item["name"]: item["verdict"] for item in payload["properties"]}
+    assert payload["engine"] == "bmc" and payload["stats"]["states"] is None and payload["stats"]["transitions"] is None
+    assert payload["stats"]["depth"] == 4
+    assert verdicts["no_hang"] == "holds-within-bound" and verdicts["resumed"] == "inconclusive"
+    assert code == 3  # a sometimes property without a witness within the bound is inconclusive

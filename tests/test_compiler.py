@@ -31,7 +31,7 @@ from lockstep.spec.expressions import (
     walk,
 )
 from lockstep.spec.machine import Machine, Step
-from lockstep.spec.semantics import InterpretedSystem, State, pack
+from lockstep.spec.semantics import InterpretedSystem, ModelError, State, pack
 from lockstep.spec.sorts import BOOL, INTEGER, IndexSort, MapSort, SequenceSort, Sort, Value, enum, integers, record
 from lockstep.spec.terms import (
     Term,
@@ -302,7 +302,6 @@ def test_an_update_outside_its_sort_is_flagged_by_both() -> None:
     updates = [
         ("int", n + 1),
         ("owners", V["owners"].set(rank, rank + 1)),
-        ("table", V["table"].set(rank + 1, 0)),
         ("rank", if_then_else(flag, rank + 1, rank)),
         ("pair", pair.with_field("owner", rank + 1)),
     ]
@@ -311,6 +310,14 @@ def test_an_update_outside_its_sort_is_flagged_by_both() -> None:
         expected = InterpretedSystem(machine).transitions(InterpretedSystem(machine).initial())
         assert [transition.out_of_bounds for transition in expected] == [DECLARED[kind][0]], value
         assert CompiledSystem(machine).transitions(CompiledSystem(machine).initial()) == expected, value
+
+
+def test_a_store_at_a_key_outside_the_map_is_a_model_error_in_both() -> None:
+    state = {**{name: next(iter(sort.values())) for name, sort in DECLARED.values()}, "rank": 2}
+    machine = one_action_machine(state, lift(True), "table", V["table"].set(rank + 1, 0), lift(True))
+    for system in (InterpretedSystem(machine), CompiledSystem(machine)):
+        with pytest.raises(ModelError, match="store"):
+            system.transitions(system.initial())
 
 
 # ------------------------------------------------------------------------------------------- (c) dp-pause

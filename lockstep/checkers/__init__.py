@@ -15,7 +15,9 @@ from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 
-ENGINES = ("bfs", "dfs")
+EXPLICIT_ENGINES = ("bfs", "dfs")
+SYMBOLIC_ENGINES = ("bmc",)
+ENGINES = EXPLICIT_ENGINES + SYMBOLIC_ENGINES
 
 
 def system_for(machine: Machine, compiled: bool = True) -> TransitionSystem:
@@ -31,17 +33,32 @@ def check(
     limits: Limits | None = None,
     compiled: bool = True,
     progress: Progress | None = None,
+    depth: int | None = None,
+    solver_timeout: float | None = None,
 ) -> CheckResult:
-    """Check every property of ``target`` with ``engine``; the result carries verdicts and paths."""
+    """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
+
+    ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
+    Z3 (``solver_timeout`` seconds per query). z3 is imported only when a Z3 engine is asked for."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
+    if engine in SYMBOLIC_ENGINES:
+        if depth is None:
+            raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
+        if symmetry:
+            raise UsageError("--symmetry applies to the explicit engines only")
+        from lockstep.checkers.symbolic import BoundedModelChecker
+
+        return BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress).run()
     search = ExplicitSearch(system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress)
     return search.run()
 
 
 __all__ = [
     "ENGINES",
+    "EXPLICIT_ENGINES",
+    "SYMBOLIC_ENGINES",
     "CheckResult",
     "Limits",
     "Path",

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lockstep.checkers.limits import Limits, LimitWatch
-from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symmetry import Canonicalizer
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import ModelError, State, Transition, TransitionSystem
-from lockstep.spec.sorts import MapSort
 
 Progress = Callable[[Statistics], None]
 
@@ -156,16 +155,6 @@ class ExplicitSearch:
             return self.system.is_final(state)
         return self.system.holds_at_deadlock(position, state)
 
-    def _bounds_detail(self, name: str, target: State) -> str:
-        """Which variable (or map entry) the last step of a path pushed out of its sort."""
-        sort = self.machine.variables[name].sort
-        value = target[list(self.machine.variables).index(name)]
-        if isinstance(sort, MapSort) and isinstance(value, tuple) and len(value) == len(sort.keys):
-            for key, entry in zip(sort.keys, value):
-                if not sort.value.contains(entry):
-                    return f"{name}[{sort.key.render(key)}] would become {entry!r}, outside {sort.value.name}"
-        return f"{name} would become {value!r}, outside {sort.name}"
-
     def _verdict(self, position: int, complete: bool, bounded: bool) -> PropertyResult:
         prop = self.machine.properties[position]
         found = self.found.get(position)
@@ -174,7 +163,7 @@ class ExplicitSearch:
             verdict = Verdict.VIOLATED if prop.kind is PropertyKind.ALWAYS else Verdict.HOLDS
             detail = found.detail
             if found.extra is not None and found.extra.out_of_bounds is not None:  # as replayed, not as stored
-                detail = self._bounds_detail(found.extra.out_of_bounds, path.final_state)
+                detail = bounds_detail(self.machine, found.extra.out_of_bounds, path.final_state)
             return PropertyResult(prop.name, prop.kind, verdict, path, detail, prop.builtin)
         if prop.kind is PropertyKind.SOMETIMES:
             verdict = Verdict.VIOLATED if complete else Verdict.INCONCLUSIVE

@@ -90,15 +90,14 @@ def render(
 ) -> None:
     """The human report of one check."""
     stats = result.stats
-    console.print(
-        Text.assemble(
-            (label, "bold"),
-            "  ",
-            verdict_text(result.verdict),
+    if stats.states is None or stats.transitions is None:
+        summary = f"  ({result.engine}: depth {stats.depth}, {stats.seconds:.2f} s)"
+    else:
+        summary = (
             f"  ({result.engine}: {stats.states:,} states, {stats.transitions:,} transitions, depth {stats.depth}, "
-            f"{stats.seconds:.2f} s, {stats.states_per_second:,.0f} states/s)",
+            f"{stats.seconds:.2f} s, {stats.states_per_second:,.0f} states/s)"
         )
-    )
+    console.print(Text.assemble((label, "bold"), "  ", verdict_text(result.verdict), summary))
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {result.stopped}; the result is partial[/yellow]")
     console.print(properties_table(result))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.semantics import State
-from lockstep.spec.sorts import Value
+from lockstep.spec.sorts import MapSort, Value
 
 
 class Verdict(enum.Enum):
@@ -113,3 +113,14 @@ class CheckResult:
                 if best is None or best.path is None or result.path.length < best.path.length:
                     best = result
         return best
+
+
+def bounds_detail(machine: Machine, name: str, target: State) -> str:
+    """Which variable (or map entry) a step pushed out of its sort, as ``in_bounds`` reports it."""
+    sort = machine.variables[name].sort
+    value = target[list(machine.variables).index(name)]
+    if isinstance(sort, MapSort) and isinstance(value, tuple) and len(value) == len(sort.keys):
+        for key, entry in zip(sort.keys, value, strict=True):
+            if not sort.value.contains(entry):
+                return f"{name}[{sort.key.render(key)}] would become {entry!r}, outside {sort.value.name}"
+    return f"{name} would become {value!r}, outside {sort.name}"

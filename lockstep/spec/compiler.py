@@ -45,6 +45,8 @@ _BINARY = {
 
 
 def _store(mapping: tuple[Any, ...], key: int, value: Any) -> tuple[Any, ...]:
+    if not 0 <= key < len(mapping):
+        raise IndexError(f"key {key} outside a map of {len(mapping)} keys")
     return mapping[:key] + (value,) + mapping[key + 1 :]
 
 

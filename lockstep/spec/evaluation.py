@@ -65,6 +65,8 @@ def _tail(sequence: tuple[Value, ...]) -> tuple[Value, ...]:
 
 
 def _store(mapping: tuple[Value, ...], key: int, value: Value) -> tuple[Value, ...]:
+    if not 0 <= key < len(mapping):
+        raise EvaluationError(f"key {key} outside a map of {len(mapping)} keys")
     return mapping[:key] + (value,) + mapping[key + 1 :]
 
 
@@ -74,7 +76,8 @@ def _select(mapping: tuple[Value, ...], key: int) -> Value:
     return mapping[key]
 
 
-def _apply(operator: Operator, values: list[Value]) -> Value:  # noqa: C901 - one branch per operator
+def apply_operator(operator: Operator, values: list[Value]) -> Value:  # noqa: C901 - one branch per operator
+    """An operator applied to concrete operand values (not the short-circuit forms)."""
     a = values[0] if values else None
     b = values[1] if len(values) > 1 else None
     match operator:
@@ -157,7 +160,7 @@ def evaluate(expression: Expression, environment: Environment) -> Value:
             condition, then, otherwise = expression.arguments
             return evaluate(then if evaluate(condition, environment) else otherwise, environment)
         values = [evaluate(argument, environment) for argument in expression.arguments]
-        return _apply(operator, values)
+        return apply_operator(operator, values)
     raise EvaluationError(f"the evaluator does not know node {type(expression).__name__}")
 
 

@@ -1,0 +1,209 @@
+"""Bounded model checking: the transition relation unrolled step by step, one incremental solver.
+
+At each depth k (0..K) the engine asks, for every property not yet decided, whether a path of k
+steps from the initial state violates it (``always``), witnesses it (``sometimes``), ends in a
+state where nothing is enabled and the property's deadlock condition fails, or (``in_bounds``)
+enables a step whose update leaves its sort. Depths are tried in order, so each counterexample is
+a shortest one, as with BFS. Every counterexample is decoded and re-run through the concrete
+evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
+from lockstep.checkers.symbolic.encoding import Encoding, Grounded
+from lockstep.checkers.symbolic.translate import (
+    Symbolic,
+    bit_vectors,
+    conjoin,
+    disjoin,
+    integer_constant,
+    integer_of,
+    negate,
+    to_z3,
+)
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.spec.semantics import InterpretedSystem, State
+
+
+class TranslationBug(RuntimeError):
+    """A Z3 counterexample that the concrete evaluator does not reproduce: a translator bug."""
+
+
+Progress = Callable[[Statistics], None]
+
+
+@dataclass
+class _Outcome:
+    verdict: Verdict
+    path: Path | None = None
+    detail: str = ""
+
+
+def _query(solver: z3.Solver, goal: Symbolic) -> z3.CheckSatResult:
+    solver.push()
+    solver.add(to_z3(goal))
+    answer = solver.check()
+    return answer
+
+
+class BoundedModelChecker:
+    def __init__(self, machine: Machine, depth: int, *, solver_timeout: float | None = None, progress: Progress | None = None) -> None:
+        if depth < 0:
+            raise ValueError("the BMC depth must be non-negative")
+        self.encoding = Encoding(machine)
+        self.machine = self.encoding.machine
+        self.depth = depth
+        self.width = self.encoding.integer_width()
+        self.solver = z3.SolverFor("QF_BV")
+        if solver_timeout is not None:
+            self.solver.set("timeout", int(solver_timeout * 1000))
+        self.progress = progress
+        self.reference = InterpretedSystem(self.machine)
+
+    def run(self) -> CheckResult:
+        with bit_vectors(self.width):
+            return self._run()
+
+    def _run(self) -> CheckResult:
+        started = time.monotonic()
+        machine, encoding, solver = self.machine, self.encoding, self.solver
+        properties = machine.properties
+        outcomes: dict[int, _Outcome] = {}
+        unknown: set[int] = set()
+        states = [encoding.state(0)]
+        selectors: list[z3.ExprRef] = []
+        solver.add(to_z3(encoding.domain(states[0])), to_z3(encoding.initial(states[0])))
+        reached = 0
+        stopped = None
+        try:
+            for depth in range(self.depth + 1):
+                reached = depth
+                current = states[depth]
+                steps = encoding.steps(current)
+                enabled = encoding.enabled(steps)
+                for position, prop in enumerate(properties):
+                    if position in outcomes:
+                        continue
+                    goal, kind = self._goal(position, current, steps, enabled)
+                    if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
+                        continue
+                    answer = _query(solver, goal)
+                    if answer == z3.sat:
+                        model = solver.model()
+                        path = self._path(model, states, selectors, depth)
+                        detail = ""
+                        if kind == "bounds":
+                            path, detail = self._bounds_step(model, steps, path)
+                        elif kind == "deadlock":
+                            detail = "no action is enabled"
+                        solver.pop()
+                        self._confirm(position, path, kind)
+                        verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
+                        outcomes[position] = _Outcome(verdict, path, detail)
+                        continue
+                    solver.pop()
+                    if answer == z3.unknown:
+                        unknown.add(position)
+                if len(outcomes) == len(properties) or depth == self.depth:
+                    break
+                following = encoding.state(depth + 1)
+                selector = integer_constant(f"action@{depth}")
+                solver.add(to_z3(encoding.domain(following)))
+                solver.add(*[to_z3(constraint) for constraint in encoding.transition(current, following, selector, depth)])
+                states.append(following)
+                selectors.append(selector)
+                if self.progress is not None:
+                    self.progress(Statistics(None, None, depth + 1, time.monotonic() - started))
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        results = []
+        for position, prop in enumerate(properties):
+            outcome = outcomes.get(position)
+            if outcome is None:
+                if position in unknown or stopped is not None:
+                    outcome = _Outcome(Verdict.INCONCLUSIVE, None, "the solver answered unknown" if position in unknown else "")
+                elif prop.kind is PropertyKind.SOMETIMES:
+                    outcome = _Outcome(Verdict.INCONCLUSIVE, None, f"no witness within {self.depth} steps")
+                else:
+                    outcome = _Outcome(Verdict.HOLDS_WITHIN_BOUND, None, f"no violation within {self.depth} steps")
+            results.append(PropertyResult(prop.name, prop.kind, outcome.verdict, outcome.path, outcome.detail, prop.builtin))
+        stats = Statistics(None, None, reached if stopped else self.depth, time.monotonic() - started)
+        return CheckResult(machine, "bmc", results, stats, stopped, [])
+
+    def _goal(self, position: int, state: dict[str, Symbolic], steps: list, enabled: Symbolic) -> tuple[Symbolic | None, str]:  # type: ignore[type-arg]
+        prop = self.machine.properties[position]
+        encoding = self.encoding
+        if prop.name == IN_BOUNDS:
+            return disjoin([conjoin([guard, out]) for guard, _, out in steps]), "bounds"
+        if prop.kind is PropertyKind.SOMETIMES:
+            return encoding.predicate(prop.predicate, state), "witness"
+        goals: list[Symbolic] = [negate(encoding.predicate(prop.predicate, state))]
+        kinds = "invariant"
+        if prop.name == NO_DEADLOCK:
+            goals = [conjoin([negate(enabled), negate(encoding.predicate(self.machine.final, state))])]
+            kinds = "deadlock"
+        elif prop.at_deadlock is not None:
+            goals.append(conjoin([negate(enabled), negate(encoding.predicate(prop.at_deadlock, state))]))
+        return disjoin(goals), kinds
+
+    def _path(self, model: z3.ModelRef, states: list[dict[str, Symbolic]], selectors: list[z3.ExprRef], depth: int) -> Path:
+        decoded = [self.encoding.decode_state(states[step], model) for step in range(depth + 1)]
+        steps = []
+        for step in range(depth):
+            grounded = self.encoding.grounded[integer_of(model.eval(selectors[step], model_completion=True))]
+            steps.append(self._step(grounded, decoded[step + 1]))
+        return Path(decoded[0], tuple(steps))
+
+    def _step(self, grounded: Grounded, target: State) -> Step:
+        action = self.machine.actions[grounded.action]
+        arguments = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
+        return Step(action.name, action.actor_for(arguments), arguments, target)
+
+    def _bounds_step(self, model: z3.ModelRef, steps: list, path: Path) -> tuple[Path, str]:  # type: ignore[type-arg]
+        """Extend a path by the enabled step whose update leaves its sort (found concretely)."""
+        for transition in self.reference.transitions(path.final_state):
+            if transition.out_of_bounds is not None:
+                grounded = Grounded(transition.action, transition.arguments)
+                extended = Path(path.initial, (*path.steps, self._step(grounded, transition.target)))
+                return extended, bounds_detail(self.machine, transition.out_of_bounds, transition.target)
+        raise TranslationBug("Z3 found an out-of-sort update that the concrete evaluator does not take")
+
+    def _confirm(self, position: int, path: Path, kind: str) -> None:
+        """Re-run the path through the concrete evaluator; it must show the same outcome."""
+        reference, machine = self.reference, self.machine
+        current = reference.initial()
+        if current != path.initial:
+            raise TranslationBug(f"Z3's initial state differs from the machine's: {path.initial} vs {current}")
+        steps = path.steps[:-1] if kind == "bounds" else path.steps
+        for number, step in enumerate(steps, start=1):
+            action = machine.action_named(step.action)
+            arguments = tuple(step.arguments[parameter.name] for parameter in action.parameters)
+            position_of_action = machine.actions.index(action)
+            match = [
+                transition
+                for transition in reference.transitions(current)
+                if transition.action == position_of_action and transition.arguments == arguments and transition.out_of_bounds is None
+            ]
+            if not match or match[0].target != step.state:
+                raise TranslationBug(
+                    f"step {number} ({step.action}{step.arguments}) of the Z3 counterexample is not a step of the model"
+                )
+            current = step.state
+        prop = machine.properties[position]
+        if kind == "invariant":
+            holds = reference.holds(position, current)
+            deadlocked = not reference.transitions(current)
+            fails_at_deadlock = deadlocked and not reference.holds_at_deadlock(position, current)
+            if holds and not fails_at_deadlock:
+                raise TranslationBug(f"{prop.name}: Z3's counterexample state satisfies it concretely")
+        elif kind == "witness" and not reference.holds(position, current):
+            raise TranslationBug(f"{prop.name}: Z3's witness state does not satisfy it concretely")
+        elif kind == "deadlock" and (reference.transitions(current) or reference.is_final(current)):
+            raise TranslationBug(f"{prop.name}: Z3's deadlock state is not a deadlock concretely")

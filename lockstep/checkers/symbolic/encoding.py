@@ -1,0 +1,257 @@
+"""A finished ``Machine`` as Z3 constraints: symbolic states, domains, grounded transitions.
+
+Each step k has its own copy of the state (``name@k`` constants, laid out by sort: maps and
+records as one constant per entry, sequences as a length and ``capacity`` slots). Actions are
+*grounded*: one transition per action and concrete argument tuple, so guards and updates fold
+to simple terms; a selector ``action@k`` picks the transition taken at step k, and per-step
+parameter constants (``action.parameter@k``) equal its arguments, so a Z3 model names each
+step's action and arguments. The post-state is one ITE chain per scalar component over the
+transitions that change it. Out-of-sort updates never take a step (as in the explicit engine);
+``in_bounds`` asks separately whether one is enabled.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+from lockstep.checkers.symbolic.translate import (
+    Symbolic,
+    SymbolicSequence,
+    Translator,
+    conjoin,
+    default_value,
+    disjoin,
+    equal,
+    integer_constant,
+    integer_of,
+    ite,
+    lift_value,
+    negate,
+    to_z3,
+)
+from lockstep.spec.compiler import stays_in_sort
+from lockstep.spec.machine import Machine
+from lockstep.spec.semantics import State
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+
+
+@dataclass(frozen=True)
+class Grounded:
+    """One action with concrete arguments."""
+
+    action: int
+    arguments: tuple[Value, ...]
+
+
+def declare(sort: Sort, name: str) -> Symbolic:
+    """Fresh Z3 constants laid out like a value of ``sort``."""
+    if isinstance(sort, BoolSort):
+        return z3.Bool(name)
+    if isinstance(sort, (IntSort, EnumSort, IndexSort)):
+        return integer_constant(name)
+    if isinstance(sort, MapSort):
+        return tuple(declare(sort.value, f"{name}[{sort.key.render(key)}]") for key in sort.keys)
+    if isinstance(sort, RecordSort):
+        return tuple(declare(field_sort, f"{name}.{field}") for field, field_sort in sort.fields)
+    if isinstance(sort, SequenceSort):
+        slots = tuple(declare(sort.element, f"{name}#{position}") for position in range(sort.capacity))
+        return SymbolicSequence(integer_constant(f"{name}.length"), slots)
+    raise TypeError(f"cannot declare a value of sort {sort.name}")
+
+
+def in_sort(sort: Sort, value: Symbolic) -> Symbolic:
+    """``value`` lies in ``sort``; for sequences also: unused slots hold the default (canonical)."""
+    if isinstance(sort, BoolSort):
+        return True
+    if isinstance(sort, IntSort):
+        parts: list[Symbolic] = []
+        if sort.low is not None:
+            parts.append(_at_least(value, sort.low))
+        if sort.high is not None:
+            parts.append(_at_least(sort.high, value))
+        return conjoin(parts)
+    if isinstance(sort, (EnumSort, IndexSort)):
+        return conjoin([_at_least(value, 0), _at_least(sort.size - 1, value)])
+    if isinstance(sort, MapSort):
+        assert isinstance(value, tuple)
+        if len(value) != len(sort.keys):
+            return False
+        return conjoin([in_sort(sort.value, item) for item in value])
+    if isinstance(sort, RecordSort):
+        assert isinstance(value, tuple)
+        return conjoin([in_sort(field_sort, item) for item, (_, field_sort) in zip(value, sort.fields, strict=True)])
+    if isinstance(sort, SequenceSort):
+        assert isinstance(value, SymbolicSequence)
+        default = lift_value(default_value(sort.element), sort.element)
+        parts = [_at_least(value.length, 0), _at_least(sort.capacity, value.length)]
+        for position, slot in enumerate(value.slots[: sort.capacity]):
+            used = _less(position, value.length)
+            parts.append(ite(used, in_sort(sort.element, slot), equal(slot, default)))
+        return conjoin(parts)
+    raise TypeError(f"no domain for sort {sort.name}")
+
+
+def _at_least(high: Symbolic, low: Symbolic) -> Symbolic:
+    if isinstance(high, int) and isinstance(low, int):
+        return high >= low
+    return to_z3(high) >= to_z3(low)
+
+
+def _less(low: Symbolic, high: Symbolic) -> Symbolic:
+    if isinstance(high, int) and isinstance(low, int):
+        return low < high
+    return to_z3(low) < to_z3(high)
+
+
+def flatten(sort: Sort, value: Symbolic) -> Iterator[Any]:
+    """The scalar components of a value in layout order (sequences: length, then capacity slots)."""
+    if isinstance(sort, MapSort):
+        assert isinstance(value, tuple)
+        for item in value:
+            yield from flatten(sort.value, item)
+    elif isinstance(sort, RecordSort):
+        assert isinstance(value, tuple)
+        for item, (_, field_sort) in zip(value, sort.fields, strict=True):
+            yield from flatten(field_sort, item)
+    elif isinstance(sort, SequenceSort):
+        assert isinstance(value, SymbolicSequence)
+        yield value.length
+        for slot in value.slots[: sort.capacity]:
+            yield from flatten(sort.element, slot)
+    else:
+        yield value
+
+
+def decode(sort: Sort, value: Symbolic, model: z3.ModelRef) -> Value:
+    """The concrete value of a symbolic one under a Z3 model."""
+    if isinstance(sort, MapSort):
+        assert isinstance(value, tuple)
+        return tuple(decode(sort.value, item, model) for item in value)
+    if isinstance(sort, RecordSort):
+        assert isinstance(value, tuple)
+        return tuple(decode(field_sort, item, model) for item, (_, field_sort) in zip(value, sort.fields, strict=True))
+    if isinstance(sort, SequenceSort):
+        assert isinstance(value, SymbolicSequence)
+        length = decode(IntSort(None, None), value.length, model)
+        assert isinstance(length, int)
+        return tuple(decode(sort.element, slot, model) for slot in value.slots[: max(0, min(length, len(value.slots)))])
+    if isinstance(value, bool | int):
+        return value
+    evaluated = model.eval(value, model_completion=True)
+    if isinstance(sort, BoolSort):
+        return bool(z3.is_true(evaluated))
+    return integer_of(evaluated)
+
+
+class Encoding:
+    """The symbolic reading of one machine, shared by BMC and k-induction."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine.finish()
+        self.sorts = {name: variable.sort for name, variable in self.machine.variables.items()}
+        self.grounded = [
+            Grounded(position, arguments)
+            for position, action in enumerate(self.machine.actions)
+            for arguments in itertools.product(*[list(parameter.sort.values()) for parameter in action.parameters])
+        ]
+
+    def integer_width(self) -> int:
+        """A bit-vector width with ample headroom for every integer the machine can compute."""
+        magnitude = len(self.grounded) + 1
+        for sort in [*self.sorts.values(), *(p.sort for a in self.machine.actions for p in a.parameters)]:
+            magnitude = max(magnitude, _magnitude(sort))
+        return max(8, magnitude.bit_length() + 6)
+
+    def state(self, step: int | str) -> dict[str, Symbolic]:
+        return {name: declare(sort, f"{name}@{step}") for name, sort in self.sorts.items()}
+
+    def domain(self, state: dict[str, Symbolic]) -> Symbolic:
+        return conjoin([in_sort(self.sorts[name], value) for name, value in state.items()])
+
+    def initial(self, state: dict[str, Symbolic]) -> Symbolic:
+        return conjoin(
+            [equal(state[name], lift_value(variable.initial, variable.sort)) for name, variable in self.machine.variables.items()]
+        )
+
+    def predicate(self, expression: Any, state: dict[str, Symbolic]) -> Symbolic:
+        return Translator(state).translate(expression)
+
+    def steps(self, state: dict[str, Symbolic]) -> list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]:
+        """Per grounded transition: its guard, its updated variables, and "an update leaves its sort"."""
+        result: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]] = []
+        for grounded in self.grounded:
+            action = self.machine.actions[grounded.action]
+            bindings = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
+            translator = Translator(state, bindings)
+            guard = conjoin([translator.translate(conjunct) for conjunct in action.guard])
+            if guard is False:
+                result.append((False, {}, False))
+                continue
+            updates = {name: translator.translate(expression) for name, expression in action.updates}
+            out_of_bounds = disjoin(
+                [
+                    negate(in_sort(self.sorts[name], updates[name]))
+                    for name, expression in action.updates
+                    if not stays_in_sort(expression, self.sorts[name])  # proved in sort once for all states
+                ]
+            )
+            result.append((guard, updates, out_of_bounds))
+        return result
+
+    def transition(
+        self, pre: dict[str, Symbolic], post: dict[str, Symbolic], selector: z3.ExprRef, step: int | str
+    ) -> list[Symbolic]:
+        """Constraints: ``post`` follows ``pre`` by the grounded transition ``selector`` names."""
+        constraints: list[Symbolic] = [selector >= 0, selector < len(self.grounded)]
+        steps = self.steps(pre)
+        changes: dict[str, list[tuple[int, list[Any]]]] = {name: [] for name in self.sorts}
+        for index, (guard, updates, out_of_bounds) in enumerate(steps):
+            if guard is False:
+                constraints.append(selector != index)
+                continue
+            constraints.append(z3.Implies(selector == index, to_z3(conjoin([guard, negate(out_of_bounds)]))))
+            for name, value in updates.items():
+                changes[name].append((index, list(flatten(self.sorts[name], value))))
+        for name, sort in self.sorts.items():
+            before = list(flatten(sort, pre[name]))
+            after = list(flatten(sort, post[name]))
+            for component, (old, new) in enumerate(zip(before, after, strict=True)):
+                chained: Symbolic = old
+                for index, components in changes[name]:
+                    candidate = components[component]
+                    if candidate is old or (isinstance(candidate, z3.ExprRef) and isinstance(old, z3.ExprRef) and candidate.eq(old)):
+                        continue
+                    chained = ite(selector == index, candidate, chained)
+                constraints.append(equal(new, chained))
+        for index, grounded in enumerate(self.grounded):  # name the arguments in the model
+            action = self.machine.actions[grounded.action]
+            for parameter, argument in zip(action.parameters, grounded.arguments, strict=True):
+                constant = integer_constant(f"{action.name}.{parameter.name}@{step}")
+                constraints.append(z3.Implies(selector == index, constant == to_z3(lift_value(argument, parameter.sort))))
+        return constraints
+
+    def enabled(self, steps: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]) -> Symbolic:
+        return disjoin([guard for guard, _, _ in steps])
+
+    def decode_state(self, state: dict[str, Symbolic], model: z3.ModelRef) -> State:
+        return tuple(decode(self.sorts[name], state[name], model) for name in self.sorts)
+
+
+def _magnitude(sort: Sort) -> int:
+    """The largest absolute integer a value of ``sort`` holds (bounds, sizes, capacities)."""
+    if isinstance(sort, IntSort):
+        return max(abs(sort.low or 0), abs(sort.high or 0))
+    if isinstance(sort, (EnumSort, IndexSort)):
+        return sort.size
+    if isinstance(sort, MapSort):
+        return max(len(sort.keys), _magnitude(sort.value))
+    if isinstance(sort, RecordSort):
+        return max((_magnitude(field_sort) for _, field_sort in sort.fields), default=0)
+    if isinstance(sort, SequenceSort):
+        return max(sort.capacity + 1, _magnitude(sort.element))
+    return 1

@@ -1,0 +1,532 @@
+"""The symbolic interpreter of the expression IR: IR nodes to Z3 terms, with partial evaluation.
+
+A symbolic value mirrors a concrete one: a Z3 term (or a plain Python bool/int when the value is
+known) for scalars, a tuple for maps and records, and a ``SymbolicSequence`` (a length and
+``capacity`` slots) for sequences. Comprehensions are over finite sorts and are unrolled with
+concrete bound values, so every formula is quantifier-free. Where every operand is known the
+operator is applied concretely (the concrete evaluator's own ``apply``), so guards of grounded
+actions fold to constants. Slots beyond a sequence's length always hold the sort's default
+value, which keeps one Z3 state per concrete state.
+
+Where ``evaluate`` raises (the head of an empty queue, division by zero), the Z3 term is
+unconstrained: models guard such reads, and every Z3 counterexample is re-run through
+``evaluate`` (``lockstep.checkers.symbolic.bmc``), so a translation gap cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import z3
+
+from lockstep.spec.evaluation import EvaluationError, apply_operator
+from lockstep.spec.expressions import (
+    Bound,
+    Comprehension,
+    Constant,
+    Expression,
+    Operation,
+    Operator,
+    Parameter,
+    Quantifier,
+    Variable,
+)
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+
+
+@dataclass(frozen=True)
+class SymbolicSequence:
+    length: Any  # int or z3.ExprRef
+    slots: tuple[Any, ...]
+
+
+# bool | int | z3.ExprRef | tuple[Symbolic, ...] | SymbolicSequence; z3 ships no type stubs, so
+# its terms are Any to mypy and the alias can say no more than that.
+Symbolic: TypeAlias = Any
+
+
+class TranslationError(ValueError):
+    """An IR node the translator cannot express (a bug: every node class must be covered)."""
+
+
+# Integers are Z3 bit-vectors of this width inside ``bit_vectors(width)`` (bounded model checking:
+# bit-blasting is far faster than linear arithmetic there), mathematical integers otherwise.
+_WIDTH: ContextVar[int | None] = ContextVar("lockstep_z3_integer_width", default=None)
+
+
+@contextlib.contextmanager
+def bit_vectors(width: int | None) -> Iterator[None]:
+    """Translate integers as signed ``width``-bit vectors in this block (None: unbounded integers)."""
+    token = _WIDTH.set(width)
+    try:
+        yield
+    finally:
+        _WIDTH.reset(token)
+
+
+def integer_constant(name: str) -> z3.ExprRef:
+    width = _WIDTH.get()
+    return z3.Int(name) if width is None else z3.BitVec(name, width)
+
+
+def integer_value(value: int) -> z3.ExprRef:
+    width = _WIDTH.get()
+    return z3.IntVal(value) if width is None else z3.BitVecVal(value, width)
+
+
+def integer_of(term: z3.ExprRef) -> int:
+    """The Python int a Z3 numeral stands for (bit-vectors read as signed)."""
+    if z3.is_bv_value(term):
+        return int(term.as_signed_long())
+    return int(term.as_long())
+
+
+# ------------------------------------------------------------------------------------ helpers
+def is_known(value: Symbolic) -> bool:
+    """Whether a symbolic value is fully concrete (no Z3 term inside)."""
+    if isinstance(value, bool | int):
+        return True
+    if isinstance(value, tuple):
+        return all(is_known(item) for item in value)
+    if isinstance(value, SymbolicSequence):
+        return is_known(value.length) and all(is_known(item) for item in value.slots[: value.length])
+    return False
+
+
+def known_scalar(value: Symbolic) -> bool | int | None:
+    """The Python value of a scalar if it is known (Z3 literals included), else None."""
+    if isinstance(value, bool | int):
+        return value
+    if isinstance(value, z3.ExprRef):
+        if z3.is_true(value):
+            return True
+        if z3.is_false(value):
+            return False
+        if z3.is_int_value(value) or z3.is_bv_value(value):
+            return integer_of(value)
+    return None
+
+
+def to_z3(value: Symbolic) -> z3.ExprRef:
+    """A scalar as a Z3 term."""
+    if isinstance(value, bool):
+        return z3.BoolVal(value)
+    if isinstance(value, int):
+        return integer_value(value)
+    if isinstance(value, z3.ExprRef):
+        return value
+    raise TranslationError(f"expected a scalar, got {value!r}")
+
+
+def default_value(sort: Sort) -> Value:
+    """The value unused sequence slots hold: False, 0, the first member, or a structure of those."""
+    if isinstance(sort, BoolSort):
+        return False
+    if isinstance(sort, (IntSort, EnumSort, IndexSort)):
+        return 0 if not isinstance(sort, IntSort) or sort.low is None else max(sort.low, min(0, sort.high or 0))
+    if isinstance(sort, MapSort):
+        return tuple(default_value(sort.value) for _ in sort.keys)
+    if isinstance(sort, RecordSort):
+        return tuple(default_value(field_sort) for _, field_sort in sort.fields)
+    if isinstance(sort, SequenceSort):
+        return ()
+    raise TranslationError(f"no default value for sort {sort.name}")
+
+
+def lift_value(value: Value, sort: Sort) -> Symbolic:
+    """A concrete value of ``sort`` as a symbolic value (sequences padded with default slots)."""
+    if isinstance(sort, MapSort):
+        assert isinstance(value, tuple)
+        return tuple(lift_value(item, sort.value) for item in value)
+    if isinstance(sort, RecordSort):
+        assert isinstance(value, tuple)
+        return tuple(lift_value(item, field_sort) for item, (_, field_sort) in zip(value, sort.fields))
+    if isinstance(sort, SequenceSort):
+        assert isinstance(value, tuple)
+        padding = [default_value(sort.element)] * (max(sort.capacity, len(value)) - len(value))
+        return SymbolicSequence(len(value), tuple(lift_value(item, sort.element) for item in (*value, *padding)))
+    return value
+
+
+def ite(condition: Symbolic, then: Symbolic, otherwise: Symbolic) -> Symbolic:
+    """``then if condition else otherwise`` over structured values."""
+    known = known_scalar(condition)
+    if known is not None:
+        return then if known else otherwise
+    if isinstance(then, tuple) and isinstance(otherwise, tuple):
+        return tuple(ite(condition, a, b) for a, b in zip(then, otherwise, strict=True))
+    if isinstance(then, SymbolicSequence) and isinstance(otherwise, SymbolicSequence):
+        width = max(len(then.slots), len(otherwise.slots))
+        then_slots, otherwise_slots = _widen(then, width), _widen(otherwise, width)
+        return SymbolicSequence(
+            ite(condition, then.length, otherwise.length),
+            tuple(ite(condition, a, b) for a, b in zip(then_slots, otherwise_slots, strict=True)),
+        )
+    if _same(then, otherwise):
+        return then
+    return z3.If(to_z3(condition), to_z3(then), to_z3(otherwise))
+
+
+def _widen(sequence: SymbolicSequence, width: int) -> tuple[Any, ...]:
+    if len(sequence.slots) >= width:
+        return sequence.slots
+    filler = sequence.slots[-1] if sequence.slots else 0
+    return sequence.slots + tuple(filler for _ in range(width - len(sequence.slots)))
+
+
+def _same(left: Symbolic, right: Symbolic) -> bool:
+    if isinstance(left, z3.ExprRef) and isinstance(right, z3.ExprRef):
+        return bool(left.eq(right))
+    if isinstance(left, z3.ExprRef) or isinstance(right, z3.ExprRef):
+        return False
+    return type(left) is type(right) and left == right
+
+
+def equal(left: Symbolic, right: Symbolic) -> Symbolic:
+    """Structural equality (sequences: equal lengths and equal slots below the length)."""
+    if isinstance(left, tuple) and isinstance(right, tuple):
+        return conjoin([equal(a, b) for a, b in zip(left, right, strict=True)])
+    if isinstance(left, SymbolicSequence) and isinstance(right, SymbolicSequence):
+        width = min(len(left.slots), len(right.slots))
+        parts = [equal(left.length, right.length)]
+        for position in range(width):
+            parts.append(implies(less(position, left.length), equal(left.slots[position], right.slots[position])))
+        if len(left.slots) != len(right.slots):  # a longer sequence must not use its extra slots
+            longer = left if len(left.slots) > len(right.slots) else right
+            parts.append(less_equal(longer.length, width))
+        return conjoin(parts)
+    if _same(left, right):
+        return True
+    if isinstance(left, bool | int) and isinstance(right, bool | int):
+        return left == right
+    return to_z3(left) == to_z3(right)
+
+
+def conjoin(parts: list[Symbolic]) -> Symbolic:
+    terms: list[z3.BoolRef] = []
+    for part in parts:
+        known = known_scalar(part)
+        if known is False:
+            return False
+        if known is None:
+            terms.append(to_z3(part))
+    if not terms:
+        return True
+    return terms[0] if len(terms) == 1 else z3.And(*terms)
+
+
+def disjoin(parts: list[Symbolic]) -> Symbolic:
+    terms: list[z3.BoolRef] = []
+    for part in parts:
+        known = known_scalar(part)
+        if known is True:
+            return True
+        if known is None:
+            terms.append(to_z3(part))
+    if not terms:
+        return False
+    return terms[0] if len(terms) == 1 else z3.Or(*terms)
+
+
+def negate(value: Symbolic) -> Symbolic:
+    known = known_scalar(value)
+    return (not known) if known is not None else z3.Not(to_z3(value))
+
+
+def implies(left: Symbolic, right: Symbolic) -> Symbolic:
+    return disjoin([negate(left), right])
+
+
+def less(left: Symbolic, right: Symbolic) -> Symbolic:
+    return _compare(Operator.LESS, left, right)
+
+
+def less_equal(left: Symbolic, right: Symbolic) -> Symbolic:
+    return _compare(Operator.LESS_EQUAL, left, right)
+
+
+def _compare(operator: Operator, left: Symbolic, right: Symbolic) -> Symbolic:
+    a, b = known_scalar(left), known_scalar(right)
+    if a is not None and b is not None:
+        return bool(apply_operator(operator, [a, b]))
+    x, y = to_z3(left), to_z3(right)
+    match operator:
+        case Operator.LESS:
+            return x < y
+        case Operator.LESS_EQUAL:
+            return x <= y
+        case Operator.GREATER:
+            return x > y
+        case Operator.GREATER_EQUAL:
+            return x >= y
+    raise TranslationError(f"not a comparison: {operator}")  # pragma: no cover
+
+
+def select(container: Symbolic, key: Symbolic, keys: int) -> Symbolic:
+    """``container[key]`` for a map/record tuple: direct for a known key, an ITE chain otherwise."""
+    assert isinstance(container, tuple)
+    known = known_scalar(key)
+    if known is not None:
+        if not 0 <= int(known) < len(container):
+            raise _Undefined()
+        return container[int(known)]
+    result = container[keys - 1]
+    for position in range(keys - 2, -1, -1):
+        result = ite(to_z3(key) == position, container[position], result)
+    return result
+
+
+def store(container: Symbolic, key: Symbolic, value: Symbolic) -> Symbolic:
+    assert isinstance(container, tuple)
+    known = known_scalar(key)
+    if known is not None:
+        if not 0 <= int(known) < len(container):
+            raise _Undefined()
+        items = list(container)
+        items[int(known)] = value
+        return tuple(items)
+    return tuple(ite(to_z3(key) == position, value, item) for position, item in enumerate(container))
+
+
+class _Undefined(Exception):
+    """An operation the concrete semantics leaves undefined, reached with known operands."""
+
+
+# --------------------------------------------------------------------------------- translator
+class Translator:
+    """Translates IR expressions in an environment of symbolic variable and parameter values."""
+
+    def __init__(self, variables: Mapping[str, Symbolic], parameters: Mapping[str, Symbolic] | None = None) -> None:
+        self.variables = variables
+        self.parameters = dict(parameters or {})
+        self.bound: dict[str, Symbolic] = {}
+        self.fresh = 0
+
+    def undefined(self, sort: Sort) -> Symbolic:
+        """An unconstrained value, where the concrete semantics raises."""
+        self.fresh += 1
+        return _unconstrained(sort, f"undefined!{self.fresh}")
+
+    def translate(self, expression: Expression) -> Symbolic:  # noqa: C901 - one branch per node class
+        if isinstance(expression, Constant):
+            return lift_value(expression.value, expression.sort)
+        if isinstance(expression, Variable):
+            return self.variables[expression.name]
+        if isinstance(expression, Parameter):
+            return self.parameters[expression.name]
+        if isinstance(expression, Bound):
+            return self.bound[expression.name]
+        if isinstance(expression, Comprehension):
+            return self._comprehension(expression)
+        if isinstance(expression, Operation):
+            try:
+                return self._operation(expression)
+            except _Undefined:
+                return self.undefined(expression.sort)
+        raise TranslationError(f"the translator does not know node {type(expression).__name__}")
+
+    def _comprehension(self, expression: Comprehension) -> Symbolic:
+        variable = expression.variable
+        results = []
+        for value in variable.sort.values():
+            self.bound[variable.name] = lift_value(value, variable.sort)
+            results.append(self.translate(expression.body))
+        del self.bound[variable.name]
+        match expression.quantifier:
+            case Quantifier.ALL:
+                return conjoin(results)
+            case Quantifier.ANY:
+                return disjoin(results)
+            case Quantifier.SUM:
+                return _sum(results)
+            case Quantifier.COUNT:
+                return _sum([ite(result, 1, 0) for result in results])
+            case Quantifier.MAXIMUM:
+                return _extreme(results, maximum=True)
+            case Quantifier.MINIMUM:
+                return _extreme(results, maximum=False)
+            case Quantifier.MAP:
+                return tuple(results)
+        raise TranslationError(f"the translator does not know quantifier {expression.quantifier}")
+
+    def _operation(self, expression: Operation) -> Symbolic:  # noqa: C901 - one branch per operator
+        operator, arguments = expression.operator, expression.arguments
+        # Short-circuit forms: a later operand may be undefined where the earlier one decides.
+        if operator is Operator.AND:
+            parts: list[Symbolic] = []
+            for argument in arguments:
+                value = self.translate(argument)
+                if known_scalar(value) is False:
+                    return False
+                parts.append(value)
+            return conjoin(parts)
+        if operator is Operator.OR:
+            parts = []
+            for argument in arguments:
+                value = self.translate(argument)
+                if known_scalar(value) is True:
+                    return True
+                parts.append(value)
+            return disjoin(parts)
+        if operator is Operator.IMPLIES:
+            left = self.translate(arguments[0])
+            if known_scalar(left) is False:
+                return True
+            return implies(left, self.translate(arguments[1]))
+        if operator is Operator.IF_THEN_ELSE:
+            condition = self.translate(arguments[0])
+            known = known_scalar(condition)
+            if known is not None:
+                return self.translate(arguments[1] if known else arguments[2])
+            return ite(condition, self.translate(arguments[1]), self.translate(arguments[2]))
+        values = [self.translate(argument) for argument in arguments]
+        if all(isinstance(value, bool | int) for value in values) and operator not in _STRUCTURAL:
+            try:
+                return apply_operator(operator, values)
+            except (EvaluationError, ZeroDivisionError, IndexError, TypeError):
+                raise _Undefined() from None
+        return _symbolic_operation(operator, values, expression, self)
+
+
+_STRUCTURAL = {
+    Operator.SELECT, Operator.STORE, Operator.LENGTH, Operator.AT, Operator.APPEND, Operator.TAIL,
+    Operator.FIELD, Operator.WITH_FIELD, Operator.RECORD, Operator.SEQUENCE, Operator.MAP,
+}
+
+
+def _sum(values: list[Symbolic]) -> Symbolic:
+    known = [value for value in values if isinstance(value, int) and not isinstance(value, bool)]
+    unknown = [to_z3(value) for value in values if not (isinstance(value, int) and not isinstance(value, bool))]
+    total = sum(known)
+    if not unknown:
+        return total
+    result = functools.reduce(lambda left, right: left + right, unknown)
+    return result + total if total else result
+
+
+def _extreme(values: list[Symbolic], *, maximum: bool) -> Symbolic:
+    result = values[0]
+    for value in values[1:]:
+        better = _compare(Operator.GREATER if maximum else Operator.LESS, value, result)
+        result = ite(better, value, result)
+    return result
+
+
+def _symbolic_operation(operator: Operator, values: list[Symbolic], expression: Operation, translator: Translator) -> Symbolic:  # noqa: C901
+    arguments = expression.arguments
+    match operator:
+        case Operator.NOT:
+            return negate(values[0])
+        case Operator.EQUAL:
+            return equal(values[0], values[1])
+        case Operator.NOT_EQUAL:
+            return negate(equal(values[0], values[1]))
+        case Operator.LESS | Operator.LESS_EQUAL | Operator.GREATER | Operator.GREATER_EQUAL:
+            return _compare(operator, values[0], values[1])
+        case Operator.ADD:
+            return to_z3(values[0]) + to_z3(values[1])
+        case Operator.SUBTRACT:
+            return to_z3(values[0]) - to_z3(values[1])
+        case Operator.MULTIPLY:
+            return to_z3(values[0]) * to_z3(values[1])
+        case Operator.FLOOR_DIVIDE:
+            return _floor_divide(to_z3(values[0]), to_z3(values[1]))
+        case Operator.MODULO:
+            a, b = to_z3(values[0]), to_z3(values[1])
+            return a - b * _floor_divide(a, b)
+        case Operator.NEGATE:
+            return -to_z3(values[0])
+        case Operator.MINIMUM:
+            return _extreme(values, maximum=False)
+        case Operator.MAXIMUM:
+            return _extreme(values, maximum=True)
+        case Operator.SELECT:
+            map_sort = arguments[0].sort
+            assert isinstance(map_sort, MapSort)
+            return select(values[0], values[1], len(map_sort.keys))
+        case Operator.STORE:
+            return store(values[0], values[1], values[2])
+        case Operator.FIELD:
+            return select(values[0], values[1], len(values[0]))
+        case Operator.WITH_FIELD:
+            return store(values[0], values[1], values[2])
+        case Operator.RECORD | Operator.MAP:
+            return tuple(values)
+        case Operator.SEQUENCE:
+            sort = expression.sort
+            assert isinstance(sort, SequenceSort)
+            padding = [lift_value(default_value(sort.element), sort.element)] * (sort.capacity - len(values))
+            return SymbolicSequence(len(values), (*values, *padding))
+        case Operator.LENGTH:
+            sequence = values[0]
+            assert isinstance(sequence, SymbolicSequence)
+            return sequence.length
+        case Operator.AT:
+            return _at(values[0], values[1], expression, translator)
+        case Operator.APPEND:
+            return _append(values[0], values[1])
+        case Operator.TAIL:
+            return _tail(values[0], expression.sort)
+    raise TranslationError(f"the translator does not know operator {operator}")
+
+
+def _floor_divide(a: z3.ExprRef, b: z3.ExprRef) -> z3.ExprRef:
+    """Python's floor division (Z3's integer division is Euclidean; bit-vector division truncates)."""
+    if z3.is_bv(a):
+        quotient = a / b  # signed, rounds toward zero
+        inexact = z3.And(a - quotient * b != 0, (a < 0) != (b < 0))
+        return z3.If(inexact, quotient - 1, quotient)
+    return z3.If(b > 0, a / b, (-a) / (-b))
+
+
+def _at(sequence: Symbolic, position: Symbolic, expression: Operation, translator: Translator) -> Symbolic:
+    assert isinstance(sequence, SymbolicSequence)
+    length, index = known_scalar(sequence.length), known_scalar(position)
+    if index is not None and length is not None and not 0 <= int(index) < int(length):
+        raise _Undefined()
+    if index is not None:
+        if int(index) < 0 or int(index) >= len(sequence.slots):
+            raise _Undefined()
+        return sequence.slots[int(index)]
+    return select(sequence.slots, position, len(sequence.slots))
+
+
+def _append(sequence: Symbolic, element: Symbolic) -> Symbolic:
+    assert isinstance(sequence, SymbolicSequence)
+    length = known_scalar(sequence.length)
+    slots = list(sequence.slots) + [element]  # one slot past capacity: in_bounds catches its use
+    if length is not None:
+        slots[int(length)] = element
+        return SymbolicSequence(int(length) + 1, tuple(slots))
+    new_slots = tuple(ite(to_z3(sequence.length) == position, element, slot) for position, slot in enumerate(slots))
+    return SymbolicSequence(to_z3(sequence.length) + 1, new_slots)
+
+
+def _tail(sequence: Symbolic, sort: Sort) -> Symbolic:
+    assert isinstance(sequence, SymbolicSequence) and isinstance(sort, SequenceSort)
+    if known_scalar(sequence.length) == 0:
+        raise _Undefined()
+    filler = lift_value(default_value(sort.element), sort.element)
+    return SymbolicSequence(_sum([sequence.length, -1]), (*sequence.slots[1:], filler))
+
+
+def _unconstrained(sort: Sort, name: str) -> Symbolic:
+    if isinstance(sort, BoolSort):
+        return z3.Bool(name)
+    if isinstance(sort, (IntSort, EnumSort, IndexSort)):
+        return integer_constant(name)
+    if isinstance(sort, MapSort):
+        return tuple(_unconstrained(sort.value, f"{name}[{key}]") for key in sort.keys)
+    if isinstance(sort, RecordSort):
+        return tuple(_unconstrained(field_sort, f"{name}.{field}") for field, field_sort in sort.fields)
+    if isinstance(sort, SequenceSort):
+        return SymbolicSequence(integer_constant(f"{name}.length"), tuple(_unconstrained(sort.element, f"{name}#{i}") for i in range(sort.capacity)))
+    raise TranslationError(f"no symbolic value for sort {sort.name}")
+
+
+Declare = Callable[[Sort, str], Symbolic]

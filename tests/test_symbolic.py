@@ -1,0 +1,204 @@
+"""The Z3 translator and bounded model checker against the concrete evaluator and the explicit engine."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+from hypothesis import given, settings
+from test_compiler import DECLARED, OPERATOR_SAMPLES, QUANTIFIER_SAMPLES, STATE, expressions, states
+
+from lockstep.checkers import Verdict, check
+from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
+from lockstep.checkers.symbolic import translate as translate_module
+from lockstep.checkers.symbolic.encoding import Encoding, declare, decode, flatten, in_sort
+from lockstep.checkers.symbolic.translate import Translator, bit_vectors, lift_value, to_z3
+from lockstep.models import get_protocol
+from lockstep.spec.collectives import Communicator, all_reduce_sum, barrier
+from lockstep.spec.evaluation import Environment, evaluate
+from lockstep.spec.expressions import NODE_CLASSES, Expression, Operator, Quantifier
+from lockstep.spec.machine import Machine, Step
+from lockstep.spec.semantics import InterpretedSystem, State, Value
+from lockstep.spec.sorts import BOOL, IndexSort, MapSort, Sort, integers
+from lockstep.spec.terms import Term, all_of
+
+
+def z3_value(expression: Expression, state: dict[str, Value], width: int | None) -> tuple[str, Value]:
+    """The expression's value computed by Z3 from a state given as constrained Z3 constants."""
+    with bit_vectors(width):
+        symbols = {name: declare(sort, name) for name, sort in DECLARED.values()}
+        solver = z3.Solver()
+        for name, sort in DECLARED.values():
+            solver.add(to_z3(translate_module.equal(symbols[name], lift_value(state[name], sort))))
+        result = Translator(symbols).translate(expression)
+        assert solver.check() == z3.sat
+        model = solver.model()
+        return "value", decode(expression.sort if not _unbounded(expression.sort) else integers(None, None), result, model)  # type: ignore[arg-type]
+
+
+def _unbounded(sort: Sort) -> bool:
+    return not sort.is_finite
+
+
+def reference(expression: Expression, state: dict[str, Value]) -> tuple[str, Value] | None:
+    try:
+        return "value", evaluate(expression, Environment(state))
+    except Exception:  # noqa: BLE001 - undefined concretely: Z3 may give any value
+        return None
+
+
+def test_every_node_class_operator_and_quantifier_is_translated() -> None:
+    covered = {type(sample().expression if isinstance(sample(), Term) else sample()) for sample in OPERATOR_SAMPLES.values()}  # type: ignore[union-attr]
+    covered |= {type(sample().expression) for sample in QUANTIFIER_SAMPLES.values()}
+    assert set(OPERATOR_SAMPLES) == set(Operator) and set(QUANTIFIER_SAMPLES) == set(Quantifier)
+    for samples in (OPERATOR_SAMPLES, QUANTIFIER_SAMPLES):
+        for key, sample in samples.items():
+            built = sample()
+            expression = built.expression if isinstance(built, Term) else built
+            expected = reference(expression, STATE)
+            assert expected is not None, key
+            for width in (None, 16):
+                assert z3_value(expression, STATE, width) == expected, (key, width)
+    leaf_classes = {"Constant", "Variable", "Parameter", "Bound"}
+    assert {cls.__name__ for cls in NODE_CLASSES} >= leaf_classes | {"Operation", "Comprehension"}
+    parameter = Translator({}, {"p": 3}).translate(Term(__import__("lockstep.spec.expressions", fromlist=["Parameter"]).Parameter("p", integers(0, 5))).expression)
+    assert parameter == 3
+
+
+@settings(max_examples=40)
+@given(expressions(depth=3), states())
+def test_z3_values_equal_the_evaluator(drawn: tuple[str, Term], state: dict[str, Value]) -> None:
+    _, term = drawn
+    expected = reference(term.expression, state)
+    if expected is None:
+        return
+    assert z3_value(term.expression, state, None) == expected
+    assert z3_value(term.expression, state, 16) == expected
+
+
+def successors_by_z3(encoding: Encoding, state: State, width: int) -> set[tuple[int, tuple[Value, ...], State]]:
+    """Every (grounded action, target) Z3 allows from a concrete state, by blocking each model."""
+    machine = encoding.machine
+    with bit_vectors(width):
+        pre = {name: lift_value(value, machine.variables[name].sort) for name, value in zip(machine.variables, state, strict=True)}
+        post = encoding.state("next")
+        selector = translate_module.integer_constant("selector")
+        solver = z3.Solver()
+        solver.add(to_z3(encoding.domain(post)))
+        solver.add(*[to_z3(constraint) for constraint in encoding.transition(pre, post, selector, "next")])
+        found = set()
+        components = [component for name in encoding.sorts for component in flatten(encoding.sorts[name], post[name])]
+        while solver.check() == z3.sat:
+            model = solver.model()
+            grounded = encoding.grounded[translate_module.integer_of(model.eval(selector, model_completion=True))]
+            found.add((grounded.action, grounded.arguments, encoding.decode_state(post, model)))
+            solver.add(z3.Or(selector != model.eval(selector, model_completion=True), *[c != model.eval(c, model_completion=True) for c in components]))
+        return found
+
+
+@pytest.mark.parametrize("variant", ["pre-fix", "post-fix"])
+def test_z3_successor_sets_equal_the_explicit_ones_on_dp_pause(variant: str) -> None:
+    machine = get_protocol("dp-pause").instance(variant).machine()
+    system = InterpretedSystem(machine)
+    encoding = Encoding(machine)
+    width = encoding.integer_width()
+    frontier, seen = [system.initial()], {system.initial()}
+    sampled: list[State] = []
+    while frontier and len(sampled) < 12:  # a deterministic spread of reachable states: every 7th by BFS
+        state = frontier.pop(0)
+        if len(seen) % 7 == 0 or not sampled:
+            sampled.append(state)
+        for transition in system.transitions(state):
+            if transition.out_of_bounds is None and transition.target not in seen:
+                seen.add(transition.target)
+                frontier.append(transition.target)
+    for state in sampled:
+        explicit = {(t.action, t.arguments, t.target) for t in system.transitions(state) if t.out_of_bounds is None}
+        assert successors_by_z3(encoding, state, width) == explicit
+
+
+# ------------------------------------------------------------------------------------------------ BMC
+def small_machine(fixed: bool) -> Machine:
+    """Two ranks; each posts a SUM then may post a barrier; the unfixed one lets rank 1 skip to it."""
+    machine = Machine("small")
+    machine.hang_bound = 4  # type: ignore[attr-defined]
+    Rank = IndexSort("Rank", 2)
+    stage = machine.variable("stage", MapSort(Rank, integers(0, 3)), (0, 0))
+    total = machine.variable("total", integers(0, 4 if fixed else 2), 0)  # too small when not fixed
+    group = Communicator(machine, "group", Rank, {"sum": all_reduce_sum(), "barrier": barrier()}, payload=integers(0, 1))
+
+    def post_sum(rank: Term) -> Step:
+        return Step(stage[rank] == 0, {stage: stage.set(rank, 1), **group.post(rank, "sum", 1)})
+
+    def skip(rank: Term) -> Step:
+        return Step((stage[rank] == 0) & (rank == 1) & (not fixed), {stage: stage.set(rank, 2), **group.post(rank, "barrier")})
+
+    def after_sum(rank: Term) -> Step:
+        return Step((stage[rank] == 1) & group.done(rank), {stage: stage.set(rank, 2), total: total + group.result_of(rank), **group.post(rank, "barrier")})
+
+    def finish(rank: Term) -> Step:
+        return Step((stage[rank] == 2) & group.done(rank), {stage: stage.set(rank, 3), **group.consume(rank)})
+
+    for name, function in (("post_sum", post_sum), ("skip", skip), ("after_sum", after_sum), ("finish", finish)):
+        machine.add_action(name, function, actor="rank:{rank}", rank=Rank)
+    machine.always("small_total", total <= 4)
+    machine.sometimes("both_finished", all_of(Rank, lambda r: stage[r] == 3))
+    machine.set_final(all_of(Rank, lambda r: stage[r] == 3))
+    return machine
+
+
+@pytest.mark.parametrize("fixed", [False, True])
+def test_bmc_agrees_with_bfs_on_a_small_machine(fixed: bool) -> None:
+    explicit = check(small_machine(fixed))
+    symbolic = check(small_machine(fixed), "bmc", depth=explicit.stats.depth + 1)
+    assert symbolic.stats.states is None and symbolic.stats.transitions is None
+    for mine, theirs in zip(symbolic.properties, explicit.properties, strict=True):
+        assert mine.name == theirs.name
+        always = theirs.kind.value == "always"
+        if theirs.verdict is Verdict.VIOLATED and always:
+            assert mine.verdict is Verdict.VIOLATED and mine.path is not None and theirs.path is not None
+            assert mine.path.length == theirs.path.length, mine.name
+        elif theirs.verdict is Verdict.HOLDS and always:
+            assert mine.verdict is Verdict.HOLDS_WITHIN_BOUND, mine.name
+        elif theirs.verdict is Verdict.VIOLATED:  # a sometimes with no witness anywhere: none within the bound
+            assert mine.verdict is Verdict.INCONCLUSIVE
+        else:  # sometimes, witnessed: equal shortest witnesses
+            assert mine.verdict is theirs.verdict and mine.path is not None and theirs.path is not None
+            assert mine.path.length == theirs.path.length
+    if not fixed:
+        assert explicit.property_result("no_collective_mismatch").verdict is Verdict.VIOLATED
+        bounds = symbolic.property_result("in_bounds")
+        assert bounds.verdict is Verdict.VIOLATED and bounds.detail == explicit.property_result("in_bounds").detail
+
+
+def test_a_translator_bug_is_caught_by_the_concrete_re_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_equal = translate_module.equal
+
+    def broken_equal(left: object, right: object) -> object:  # a deliberately wrong translation of ==
+        return translate_module.negate(real_equal(left, right))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(translate_module, "equal", broken_equal)
+    with pytest.raises(TranslationBug):
+        BoundedModelChecker(small_machine(False).finish(), 6).run()
+
+
+def test_in_sort_rejects_values_outside_the_sort() -> None:
+    sort = MapSort(IndexSort("Rank", 2), integers(0, 2))
+    with bit_vectors(8):
+        assert translate_module.known_scalar(in_sort(sort, (1, 2))) is True
+        assert translate_module.known_scalar(in_sort(sort, (1, 3))) is False
+        assert translate_module.known_scalar(in_sort(BOOL, True)) is True
+
+
+@pytest.mark.slow
+def test_bmc_finds_the_dp_pause_pre_fix_violations_at_the_explicit_lengths() -> None:
+    instance = get_protocol("dp-pause").instance("pre-fix")
+    explicit = check(instance)
+    symbolic = check(instance, "bmc", depth=20)
+    for name in ("quiescent_during_rpc", "no_hang", "no_deadlock"):
+        mine, theirs = symbolic.property_result(name), explicit.property_result(name)
+        assert mine.verdict is Verdict.VIOLATED and mine.path is not None and theirs.path is not None
+        assert mine.path.length == theirs.path.length, name
+    assert symbolic.counterexample is not None and explicit.counterexample is not None
+    assert symbolic.counterexample.path.length == explicit.counterexample.path.length  # type: ignore[union-attr]
+
+
