@@ -75,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("--instance", help="named instance (default: seed)")
     checker.add_argument("--ranks", type=_positive(int), help="the model's rank parameter")
     checker.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
-    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs; bmc: Z3 bounded model checking")
+    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs; bmc: Z3 bounded model checking; induction: Z3 k-induction")
     checker.add_argument("--depth", type=_non_negative, metavar="K", help="bmc: steps to unroll")
+    checker.add_argument("--k", type=_positive(int), dest="induction_k", metavar="K", help="induction: the k of k-induction (default: 1..10)")
     checker.add_argument("--solver-timeout", type=_positive(float), metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)")
     checker.add_argument("--symmetry", action="store_true", help="reduce by the model's declared symmetry")
     checker.add_argument("--max-states", type=_positive(int), help="stop after this many states (inconclusive)")
@@ -115,22 +116,29 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             progress=progress,
             depth=arguments.depth,
             solver_timeout=arguments.solver_timeout,
+            induction_k=arguments.induction_k,
         )
 
 
 def _validate_engine_options(arguments: argparse.Namespace) -> None:
     """Options that belong to the other family of engines are errors, not silently ignored."""
-    symbolic = arguments.engine in SYMBOLIC_ENGINES
-    if symbolic:
+    engine = arguments.engine
+    if engine in SYMBOLIC_ENGINES:
         for option, value in (("--max-depth", arguments.max_depth), ("--max-states", arguments.max_states), ("--symmetry", arguments.symmetry or None)):
             if value is not None:
-                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {arguments.engine} use --depth")
-        if arguments.depth is None:
-            raise UsageError(f"--engine {arguments.engine} needs --depth K")
+                hint = "--depth" if engine == "bmc" else "--k"
+                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} use {hint}")
+        if engine == "bmc" and arguments.depth is None:
+            raise UsageError("--engine bmc needs --depth K")
+        if engine == "bmc" and arguments.induction_k is not None:
+            raise UsageError("--k applies to --engine induction, not to bmc (use --depth)")
+        if engine == "induction" and arguments.depth is not None:
+            raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
     else:
-        for option, value in (("--depth", arguments.depth), ("--solver-timeout", arguments.solver_timeout)):
+        for option, value in (("--depth", arguments.depth), ("--k", arguments.induction_k), ("--solver-timeout", arguments.solver_timeout)):
             if value is not None:
-                raise UsageError(f"{option} applies to --engine bmc, not to {arguments.engine}")
+                owner = "--engine induction" if option == "--k" else "--engine bmc"
+                raise UsageError(f"{option} applies to {owner}, not to {engine}")
 
 
 def _write_trace(instance: Instance, result: CheckResult, target: Path | None) -> Path | None:

@@ -202,3 +202,22 @@ def test_bmc_finds_the_dp_pause_pre_fix_violations_at_the_explicit_lengths() -> 
     assert symbolic.counterexample.path.length == explicit.counterexample.path.length  # type: ignore[union-attr]
 
 
+
+
+def test_k_induction_proves_the_fixed_small_machine() -> None:
+    result = check(small_machine(True), "induction")
+    verdicts = {item.name: (item.verdict, item.detail) for item in result.properties}
+    assert verdicts["small_total"] == (Verdict.HOLDS, "proved by 1-induction")
+    assert verdicts["no_collective_mismatch"][0] is Verdict.HOLDS and verdicts["no_hang"][0] is Verdict.HOLDS
+    assert verdicts["no_deadlock"][0] is Verdict.HOLDS and verdicts["in_bounds"][0] is Verdict.HOLDS
+    assert result.verdict is Verdict.HOLDS and result.engine == "induction"
+
+
+def test_k_induction_reports_base_violations_and_failed_steps() -> None:
+    broken = check(small_machine(False), "induction")
+    assert broken.property_result("no_collective_mismatch").verdict is Verdict.VIOLATED  # found by the base case
+    # k = 1 is too weak for no_hang: the failed step is shown as 2 states and the action between them
+    weak = check(small_machine(True), "induction", induction_k=1)
+    hang = weak.property_result("no_hang")
+    assert hang.verdict is Verdict.INCONCLUSIVE and hang.path is not None and hang.path.length == 1
+    assert hang.detail == "the induction step fails at k=1 (not necessarily reachable)"

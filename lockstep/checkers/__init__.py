@@ -16,7 +16,7 @@ from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 
 EXPLICIT_ENGINES = ("bfs", "dfs")
-SYMBOLIC_ENGINES = ("bmc",)
+SYMBOLIC_ENGINES = ("bmc", "induction")
 ENGINES = EXPLICIT_ENGINES + SYMBOLIC_ENGINES
 
 
@@ -35,22 +35,29 @@ def check(
     progress: Progress | None = None,
     depth: int | None = None,
     solver_timeout: float | None = None,
+    induction_k: int | None = None,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
-    Z3 (``solver_timeout`` seconds per query). z3 is imported only when a Z3 engine is asked for."""
+    Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
+    seconds per Z3 query. z3 is imported only when a Z3 engine is asked for."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
     if engine in SYMBOLIC_ENGINES:
-        if depth is None:
-            raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         if symmetry:
             raise UsageError("--symmetry applies to the explicit engines only")
+        if engine == "induction":
+            from lockstep.checkers.symbolic import Induction
+
+            return Induction(machine, k=induction_k, solver_timeout=solver_timeout).run()
+        if depth is None:
+            raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         from lockstep.checkers.symbolic import BoundedModelChecker
 
-        return BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress).run()
+        timeout = None if limits is None else limits.timeout_seconds
+        return BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout).run()
     search = ExplicitSearch(system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress)
     return search.run()
 

@@ -115,6 +115,10 @@ def render(
             if other is not shortest and other.verdict is Verdict.VIOLATED and other.path is not None:
                 extra = blocked_summary(result.machine, other.path)
                 console.print(f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else ""))
+    for other in result.properties:  # k-induction: a failed step, shown as its states and actions
+        if other.verdict is Verdict.INCONCLUSIVE and other.path is not None:
+            title = f"{other.name}: {other.detail} ({other.path.length + 1} states)"
+            console.print(swimlanes(result.machine, other.path, title))
     if trace_file is not None:
         console.print(f"trace: {trace_file}")
     if expected is not None:

@@ -54,7 +54,15 @@ def _query(solver: z3.Solver, goal: Symbolic) -> z3.CheckSatResult:
 
 
 class BoundedModelChecker:
-    def __init__(self, machine: Machine, depth: int, *, solver_timeout: float | None = None, progress: Progress | None = None) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        depth: int,
+        *,
+        solver_timeout: float | None = None,
+        progress: Progress | None = None,
+        timeout: float | None = None,
+    ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
         self.encoding = Encoding(machine)
@@ -62,10 +70,11 @@ class BoundedModelChecker:
         self.depth = depth
         self.width = self.encoding.integer_width()
         self.solver = z3.SolverFor("QF_BV")
-        if solver_timeout is not None:
-            self.solver.set("timeout", int(solver_timeout * 1000))
         self.progress = progress
+        self.timeout = timeout  # wall clock of the whole run: stop (inconclusive) once exceeded
+        self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
+        self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
 
     def run(self) -> CheckResult:
         with bit_vectors(self.width):
@@ -80,11 +89,14 @@ class BoundedModelChecker:
         states = [encoding.state(0)]
         selectors: list[z3.ExprRef] = []
         solver.add(to_z3(encoding.domain(states[0])), to_z3(encoding.initial(states[0])))
-        reached = 0
+        reached = -1  # the deepest depth whose queries all answered
         stopped = None
         try:
             for depth in range(self.depth + 1):
-                reached = depth
+                depth_started = time.monotonic()
+                if self.timeout is not None and depth_started - started >= self.timeout:
+                    stopped = "timeout"
+                    break
                 current = states[depth]
                 steps = encoding.steps(current)
                 enabled = encoding.enabled(steps)
@@ -94,6 +106,7 @@ class BoundedModelChecker:
                     goal, kind = self._goal(position, current, steps, enabled)
                     if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
                         continue
+                    self._limit_query(started)
                     answer = _query(solver, goal)
                     if answer == z3.sat:
                         model = solver.model()
@@ -110,8 +123,15 @@ class BoundedModelChecker:
                         continue
                     solver.pop()
                     if answer == z3.unknown:
+                        if self.timeout is not None and time.monotonic() - started >= self.timeout:
+                            stopped = "timeout"
+                            break
                         unknown.add(position)
+                if stopped is not None:
+                    break
+                reached = depth  # every query at this depth answered
                 if len(outcomes) == len(properties) or depth == self.depth:
+                    self.depth_seconds.append(time.monotonic() - depth_started)
                     break
                 following = encoding.state(depth + 1)
                 selector = integer_constant(f"action@{depth}")
@@ -119,6 +139,7 @@ class BoundedModelChecker:
                 solver.add(*[to_z3(constraint) for constraint in encoding.transition(current, following, selector, depth)])
                 states.append(following)
                 selectors.append(selector)
+                self.depth_seconds.append(time.monotonic() - depth_started)
                 if self.progress is not None:
                     self.progress(Statistics(None, None, depth + 1, time.monotonic() - started))
         except KeyboardInterrupt:
@@ -134,8 +155,18 @@ class BoundedModelChecker:
                 else:
                     outcome = _Outcome(Verdict.HOLDS_WITHIN_BOUND, None, f"no violation within {self.depth} steps")
             results.append(PropertyResult(prop.name, prop.kind, outcome.verdict, outcome.path, outcome.detail, prop.builtin))
-        stats = Statistics(None, None, reached if stopped else self.depth, time.monotonic() - started)
+        stats = Statistics(None, None, max(reached, 0) if stopped else self.depth, time.monotonic() - started)
         return CheckResult(machine, "bmc", results, stats, stopped, [])
+
+    def _limit_query(self, started: float) -> None:
+        """Each query gets the per-query limit, or what is left of the run's wall clock if less."""
+        limits = []
+        if self.solver_timeout is not None:
+            limits.append(self.solver_timeout)
+        if self.timeout is not None:
+            limits.append(max(0.001, self.timeout - (time.monotonic() - started)))
+        if limits:
+            self.solver.set("timeout", max(1, int(min(limits) * 1000)))
 
     def _goal(self, position: int, state: dict[str, Symbolic], steps: list, enabled: Symbolic) -> tuple[Symbolic | None, str]:  # type: ignore[type-arg]
         prop = self.machine.properties[position]

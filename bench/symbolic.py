@@ -1,0 +1,43 @@
+"""Z3 engines on dp-pause post-fix ``seed``: seconds per BMC depth, the depth reached in a time
+budget, and k-induction time per property. Run by hand (``python bench/symbolic.py``) or on the
+device; the figures are for one run of one machine (these machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+
+import z3
+
+from lockstep.checkers.symbolic import BoundedModelChecker, Induction
+from lockstep.models import get_protocol
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ranks", type=int, default=3)
+    parser.add_argument("--budget", type=float, default=60.0, help="seconds for BMC")
+    parser.add_argument("--max-depth", type=int, default=100)
+    parser.add_argument("--k", type=int, default=2, help="k of the induction runs")
+    parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
+    arguments = parser.parse_args()
+    machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
+    print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
+    print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
+    checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget)
+    result = checker.run()
+    print(f"BMC: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget {arguments.budget:.0f} s)")
+    print("depth  seconds")
+    for depth, seconds in enumerate(checker.depth_seconds):
+        print(f"{depth:>5}  {seconds:7.2f}")
+    print(f"k-induction, k = {arguments.k} ({arguments.induction_timeout:.0f} s per query):")
+    induction = Induction(machine, k=arguments.k, solver_timeout=arguments.induction_timeout)
+    proved = induction.run()
+    print(f"  base case (BMC to {arguments.k - 1} steps): {induction.base_seconds:.2f} s")
+    for item in proved.properties:
+        if item.name in induction.step_seconds:
+            print(f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}")
+
+if __name__ == "__main__":
+    main()
