@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
+    lemmas = commands.add_parser("prove-lemmas", help="prove the built-in lemmas for all sizes with Z3")
+    lemmas.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    lemmas.add_argument("--solver-timeout", type=_positive(float), default=30.0, metavar="SECONDS", help="limit per Z3 query")
     checker = commands.add_parser(
         "check",
         help="model-check a protocol instance, or every built-in one against its pinned verdict (--all)",
@@ -250,6 +253,42 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if all_as_pinned else EXIT_VIOLATED
 
 
+def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int:
+    """Exit 0 iff every lemma's outcome is its expected one; 3 if any is unknown; 1 otherwise."""
+    from rich.table import Table
+
+    from lockstep.checkers.symbolic.lemmas import prove
+    from lockstep.models import LEMMAS
+
+    outcomes = [prove(lemma, solver_timeout=arguments.solver_timeout) for lemma in LEMMAS]
+    if arguments.json:
+        rows = [
+            {
+                "lemma": item.lemma.name,
+                "expected": item.lemma.expected,
+                "outcome": item.outcome,
+                "seconds": round(item.seconds, 3),
+                "detail": item.detail,
+                "counterexample": None if item.counterexample is None else repr(item.counterexample),
+            }
+            for item in outcomes
+        ]
+        sys.stdout.write(json.dumps({"lemmas": rows, "as_expected": all(item.as_expected for item in outcomes)}) + "\n")
+    else:
+        table = Table(title="lockstep prove-lemmas", title_justify="left")
+        for column in ("lemma", "expected", "outcome", "seconds", "detail"):
+            table.add_column(column)
+        for item in outcomes:
+            style = "green" if item.as_expected else "bold red"
+            table.add_row(item.lemma.name, item.lemma.expected, f"[{style}]{item.outcome}[/{style}]", f"{item.seconds:.2f}", item.detail)
+        console.print(table)
+    if all(item.as_expected for item in outcomes):
+        return EXIT_OK
+    if any(item.outcome == "unknown" for item in outcomes):
+        return EXIT_INCONCLUSIVE
+    return EXIT_VIOLATED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
@@ -259,6 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return command_list(console)
         if arguments.command == "check":
             return command_check(arguments, console)
+        if arguments.command == "prove-lemmas":
+            return command_prove_lemmas(arguments, console)
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (UsageError, SymmetryError) as error:

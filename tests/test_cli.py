@@ -79,7 +79,7 @@ def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Pa
         (["check", "dp-pause", "--set", "colour=3"], "has no parameter 'colour'"),
         (["check", "dp-pause", "--set", "ranks"], "--set expects NAME=VALUE"),
         (["check", "dp-pause", "--set", "ranks=two"], "'two' is not an integer"),
-        (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 4, got 9"),
+        (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 6, got 9"),
         (["check", "dp-pause", "--symmetry"], "declares no symmetric sort"),
         (["check", "--all", "dp-pause"], "--all checks every built-in default instance"),
         (["check"], "name a protocol"),

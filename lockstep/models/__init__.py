@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from lockstep.models import dp_pause
+from lockstep.spec.lemma import Lemma
 from lockstep.spec.protocol import Protocol, UsageError
 
 PROTOCOLS: dict[str, Protocol] = {protocol.name: protocol for protocol in (dp_pause.PROTOCOL,)}
+LEMMAS: tuple[Lemma, ...] = (*dp_pause.LEMMAS,)
 
 
 def get_protocol(name: str) -> Protocol:
