@@ -221,3 +221,26 @@ def test_k_induction_reports_base_violations_and_failed_steps() -> None:
     hang = weak.property_result("no_hang")
     assert hang.verdict is Verdict.INCONCLUSIVE and hang.path is not None and hang.path.length == 1
     assert hang.detail == "the induction step fails at k=1 (not necessarily reachable)"
+
+
+def test_a_strengthening_invariant_makes_a_property_inductive() -> None:
+    """x and y step together; "y <= 3" is not 1-inductive alone (y could start at 3 with x below it),
+    but with the strengthening "x == y" it is, and a wrong strengthening proves nothing."""
+
+    def build(strengthening: Term | None) -> Machine:
+        machine = Machine("pair")
+        x = machine.variable("x", integers(0, 5), 0)
+        y = machine.variable("y", integers(0, 5), 0)
+        machine.add_action("tick", lambda: Step(x < 3, {x: x + 1, y: y + 1}), actor="clock")
+        machine.always("y_small", y <= 3)
+        machine.set_final(x == 3)
+        if strengthening is not None:
+            machine.strengthen(strengthening(x, y))  # type: ignore[operator]
+        return machine
+
+    plain = check(build(None), "induction", induction_k=1)
+    assert plain.property_result("y_small").verdict is Verdict.INCONCLUSIVE
+    strengthened = check(build(lambda x, y: x == y), "induction", induction_k=1)  # type: ignore[arg-type]
+    assert strengthened.property_result("y_small").verdict is Verdict.HOLDS
+    wrong = check(build(lambda x, y: x == y + 1), "induction", induction_k=1)  # type: ignore[arg-type]
+    assert wrong.property_result("y_small").verdict is not Verdict.HOLDS

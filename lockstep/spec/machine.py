@@ -103,6 +103,7 @@ class Machine:
         self.final: Expression = Constant(False, BOOL)
         self.symmetric: list[tuple[IndexSort, frozenset[int]]] = []
         self.communicators: list[object] = []
+        self.strengthening: list[Expression] = []  # invariants k-induction assumes (and proves)
         self._responses: list[_Response] = []
         self._finished = False
 
@@ -264,6 +265,14 @@ class Machine:
     def add_builtin(self, prop: Property) -> None:
         """Used by libraries on top of the language (collectives) to add their built-in properties."""
         self._add_property(prop)
+
+    def strengthen(self, predicate: TermLike) -> None:
+        """A strengthening invariant for k-induction: assumed in the first k states of a step and
+        proved in the last, together with the property (so a wrong one cannot prove anything)."""
+        self._open("a strengthening invariant")
+        term = _boolean(predicate, "strengthening invariant")
+        self._check_references("a strengthening invariant", term.expression, set())
+        self.strengthening.append(term.expression)
 
     def set_final(self, predicate: TermLike) -> None:
         """States where the protocol has legitimately ended: no enabled action there is no deadlock."""

@@ -4,7 +4,7 @@ For a property Q (its predicate, and its deadlock condition where it has one; ``
 "no enabled step leaves its sort"), k-induction proves Q in every reachable state when
 (base) no path of fewer than k steps from the initial state violates Q, and (step) any k+1
 consecutive states, linked by transitions, in which Q holds in the first k, satisfy Q in the
-last. Strengthening invariants a model declares (``machine.strengthening``) are assumed in the
+last. Strengthening invariants a model declares (``machine.strengthen(...)``) are assumed in the
 first k states and must hold in the last as well, so they are proved together with Q. Without a
 fixed k, k rises from 1 to ``max_k``. A step that fails at the last k is shown as its k+1 states
 and the actions between them; the verdict is then inconclusive, never holds.
@@ -41,7 +41,7 @@ class Induction:
         self.max_k = k if k is not None else max_k
         self.solver_timeout = solver_timeout
         self.width = self.encoding.integer_width()
-        self.strengthening: list[Expression] = list(getattr(self.machine, "strengthening", []))
+        self.strengthening: list[Expression] = list(self.machine.strengthening)
         self.base_seconds = 0.0  # time of the base case (BMC to max_k - 1 steps)
         self.step_seconds: dict[str, float] = {}  # time of the induction steps, per property
 
@@ -75,6 +75,7 @@ class Induction:
         machine = self.machine
         # Base: BMC up to max_k - 1 steps gives every violation shorter than any k tried.
         base = BoundedModelChecker(machine, max(self.max_k - 1, 0), solver_timeout=self.solver_timeout).run()
+        broken = self._strengthening_fails()
         self.base_seconds = time.monotonic() - started
         results: list[PropertyResult] = []
         deepest = 0
@@ -89,6 +90,9 @@ class Induction:
             for k in ks:
                 deepest = max(deepest, k)
                 answer, path = self._step(position, k)
+                if answer == z3.unsat and broken is not None:
+                    outcome = PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, broken, prop.builtin)
+                    break
                 if answer == z3.unsat:
                     outcome = PropertyResult(prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {k}-induction", prop.builtin)
                     break
@@ -102,6 +106,28 @@ class Induction:
             self.step_seconds[prop.name] = time.monotonic() - property_started
         stats = Statistics(None, None, deepest, time.monotonic() - started)
         return CheckResult(machine, "induction", results, stats, None, [])
+
+    def _strengthening_fails(self) -> str | None:
+        """The base case of the strengthening invariants: they must hold on every path shorter than
+        the largest k from the initial state (else a proof that assumed them proves nothing)."""
+        if not self.strengthening:
+            return None
+        encoding, solver = self.encoding, self._solver()
+        state = encoding.state("s0")
+        solver.add(to_z3(encoding.domain(state)), to_z3(encoding.initial(state)))
+        for depth in range(self.max_k):
+            holds = conjoin([encoding.predicate(expression, state) for expression in self.strengthening])
+            solver.push()
+            solver.add(to_z3(negate(holds)))
+            answer = solver.check()
+            solver.pop()
+            if answer != z3.unsat:
+                return f"a strengthening invariant fails (or is unknown) on a path of {depth} steps from the initial state"
+            following = encoding.state(f"s{depth + 1}")
+            solver.add(to_z3(encoding.domain(following)))
+            solver.add(*[to_z3(part) for part in encoding.transition(state, following, integer_constant(f"action@s{depth}"), f"s{depth}")])
+            state = following
+        return None
 
     def _step(self, position: int, k: int) -> tuple[z3.CheckSatResult, Path | None]:
         encoding = self.encoding
