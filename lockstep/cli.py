@@ -202,16 +202,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     result = _run(instance, arguments, console)
     trace_file = _write_trace(instance, result, arguments.trace_out)
     if arguments.json:
-        payload = result_json(
-            result,
-            protocol=protocol.name,
-            variant=instance.variant,
-            instance=instance.name,
-            parameters=instance.parameters,
-            expected=instance.expected,
-            trace_file=trace_file,
-        )
-        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
         render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
     return result.exit_code
@@ -234,17 +225,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
             )
             all_as_pinned &= instance.expected == result.verdict.value
             rows.append((protocol.name, variant.name, instance.name, instance.expected, result.verdict.value, detail))
-            payloads.append(
-                result_json(
-                    result,
-                    protocol=protocol.name,
-                    variant=variant.name,
-                    instance=instance.name,
-                    parameters=instance.parameters,
-                    expected=instance.expected,
-                    trace_file=trace_file,
-                )
-            )
+            payloads.append(result_json(result, instance, trace_file))
     if arguments.json:
         sys.stdout.write(json.dumps({"as_pinned": all_as_pinned, "checks": payloads}) + "\n")
     else:

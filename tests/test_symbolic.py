@@ -10,8 +10,8 @@ from test_compiler import DECLARED, OPERATOR_SAMPLES, QUANTIFIER_SAMPLES, STATE,
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
-from lockstep.checkers.symbolic.encoding import Encoding, declare, decode, flatten, in_sort
-from lockstep.checkers.symbolic.translate import Translator, bit_vectors, lift_value, to_z3
+from lockstep.checkers.symbolic.encoding import Encoding, decode, flatten, in_sort
+from lockstep.checkers.symbolic.translate import Translator, bit_vectors, declare, lift_value, to_z3
 from lockstep.models import get_protocol
 from lockstep.spec.collectives import Communicator, all_reduce_sum, barrier
 from lockstep.spec.evaluation import Environment, evaluate

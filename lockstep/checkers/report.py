@@ -8,7 +8,7 @@ blocks in after the step, with its per-communicator sequence number.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -19,6 +19,7 @@ from rich.text import Text
 from lockstep.checkers.counterexample import blocked_summary, rows
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict
 from lockstep.spec.machine import Machine, PropertyKind
+from lockstep.spec.protocol import Instance
 
 VERDICT_STYLES = {
     Verdict.HOLDS: "green",
@@ -139,25 +140,16 @@ def property_json(item: PropertyResult) -> dict[str, Any]:
     }
 
 
-def result_json(
-    result: CheckResult,
-    *,
-    protocol: str,
-    variant: str,
-    instance: str,
-    parameters: Mapping[str, int],
-    expected: str | None,
-    trace_file: FilePath | None,
-) -> dict[str, Any]:
+def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | None) -> dict[str, Any]:
     shortest = result.counterexample
     return {
-        "protocol": protocol,
-        "variant": variant,
-        "instance": instance,
-        "parameters": dict(parameters),
+        "protocol": instance.protocol.name,
+        "variant": instance.variant,
+        "instance": instance.name,
+        "parameters": dict(instance.parameters),
         "engine": result.engine,
         "verdict": result.verdict.value,
-        "expected": expected,
+        "expected": instance.expected,
         "properties": [property_json(item) for item in result.properties],
         "stats": {
             "states": result.stats.states,

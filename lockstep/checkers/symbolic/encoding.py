@@ -24,6 +24,7 @@ from lockstep.checkers.symbolic.translate import (
     SymbolicSequence,
     Translator,
     conjoin,
+    declare,
     default_value,
     disjoin,
     equal,
@@ -46,22 +47,6 @@ class Grounded:
 
     action: int
     arguments: tuple[Value, ...]
-
-
-def declare(sort: Sort, name: str) -> Symbolic:
-    """Fresh Z3 constants laid out like a value of ``sort``."""
-    if isinstance(sort, BoolSort):
-        return z3.Bool(name)
-    if isinstance(sort, (IntSort, EnumSort, IndexSort)):
-        return integer_constant(name)
-    if isinstance(sort, MapSort):
-        return tuple(declare(sort.value, f"{name}[{sort.key.render(key)}]") for key in sort.keys)
-    if isinstance(sort, RecordSort):
-        return tuple(declare(field_sort, f"{name}.{field}") for field, field_sort in sort.fields)
-    if isinstance(sort, SequenceSort):
-        slots = tuple(declare(sort.element, f"{name}#{position}") for position in range(sort.capacity))
-        return SymbolicSequence(integer_constant(f"{name}.length"), slots)
-    raise TypeError(f"cannot declare a value of sort {sort.name}")
 
 
 def in_sort(sort: Sort, value: Symbolic) -> Symbolic:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -207,30 +207,28 @@ def equal(left: Symbolic, right: Symbolic) -> Symbolic:
     return to_z3(left) == to_z3(right)
 
 
-def conjoin(parts: list[Symbolic]) -> Symbolic:
+def _connective(parts: list[Symbolic], absorbing: bool) -> Symbolic:
+    """AND (absorbing False) or OR (absorbing True), folding known operands away."""
     terms: list[z3.BoolRef] = []
     for part in parts:
         known = known_scalar(part)
-        if known is False:
-            return False
+        if known is absorbing:
+            return absorbing
         if known is None:
             terms.append(to_z3(part))
     if not terms:
-        return True
-    return terms[0] if len(terms) == 1 else z3.And(*terms)
+        return not absorbing
+    if len(terms) == 1:
+        return terms[0]
+    return z3.Or(*terms) if absorbing else z3.And(*terms)
+
+
+def conjoin(parts: list[Symbolic]) -> Symbolic:
+    return _connective(parts, absorbing=False)
 
 
 def disjoin(parts: list[Symbolic]) -> Symbolic:
-    terms: list[z3.BoolRef] = []
-    for part in parts:
-        known = known_scalar(part)
-        if known is True:
-            return True
-        if known is None:
-            terms.append(to_z3(part))
-    if not terms:
-        return False
-    return terms[0] if len(terms) == 1 else z3.Or(*terms)
+    return _connective(parts, absorbing=True)
 
 
 def negate(value: Symbolic) -> Symbolic:
@@ -310,7 +308,7 @@ class Translator:
     def undefined(self, sort: Sort) -> Symbolic:
         """An unconstrained value, where the concrete semantics raises."""
         self.fresh += 1
-        return _unconstrained(sort, f"undefined!{self.fresh}")
+        return declare(sort, f"undefined!{self.fresh}")
 
     def translate(self, expression: Expression) -> Symbolic:  # noqa: C901 - one branch per node class
         if isinstance(expression, Constant):
@@ -515,18 +513,20 @@ def _tail(sequence: Symbolic, sort: Sort) -> Symbolic:
     return SymbolicSequence(_sum([sequence.length, -1]), (*sequence.slots[1:], filler))
 
 
-def _unconstrained(sort: Sort, name: str) -> Symbolic:
+def declare(sort: Sort, name: str) -> Symbolic:
+    """Fresh Z3 constants laid out like a value of ``sort`` (maps and records: one per entry;
+    sequences: a length and ``capacity`` slots)."""
     if isinstance(sort, BoolSort):
         return z3.Bool(name)
     if isinstance(sort, (IntSort, EnumSort, IndexSort)):
         return integer_constant(name)
     if isinstance(sort, MapSort):
-        return tuple(_unconstrained(sort.value, f"{name}[{key}]") for key in sort.keys)
+        return tuple(declare(sort.value, f"{name}[{sort.key.render(key)}]") for key in sort.keys)
     if isinstance(sort, RecordSort):
-        return tuple(_unconstrained(field_sort, f"{name}.{field}") for field, field_sort in sort.fields)
+        return tuple(declare(field_sort, f"{name}.{field}") for field, field_sort in sort.fields)
     if isinstance(sort, SequenceSort):
-        return SymbolicSequence(integer_constant(f"{name}.length"), tuple(_unconstrained(sort.element, f"{name}#{i}") for i in range(sort.capacity)))
+        slots = tuple(declare(sort.element, f"{name}#{position}") for position in range(sort.capacity))
+        return SymbolicSequence(integer_constant(f"{name}.length"), slots)
     raise TranslationError(f"no symbolic value for sort {sort.name}")
 
 
-Declare = Callable[[Sort, str], Symbolic]
