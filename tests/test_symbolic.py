@@ -10,8 +10,10 @@ from test_compiler import DECLARED, OPERATOR_SAMPLES, QUANTIFIER_SAMPLES, STATE,
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
+from lockstep.checkers.symbolic import values as values_module
 from lockstep.checkers.symbolic.encoding import Encoding, decode, flatten, in_sort
-from lockstep.checkers.symbolic.translate import Translator, bit_vectors, declare, lift_value, to_z3
+from lockstep.checkers.symbolic.translate import Translator
+from lockstep.checkers.symbolic.values import bit_vectors, declare, lift_value, to_z3
 from lockstep.models import get_protocol
 from lockstep.spec.collectives import Communicator, all_reduce_sum, barrier
 from lockstep.spec.evaluation import Environment, evaluate
@@ -81,7 +83,7 @@ def successors_by_z3(encoding: Encoding, state: State, width: int) -> set[tuple[
     with bit_vectors(width):
         pre = {name: lift_value(value, machine.variables[name].sort) for name, value in zip(machine.variables, state, strict=True)}
         post = encoding.state("next")
-        selector = translate_module.integer_constant("selector")
+        selector = values_module.integer_constant("selector")
         solver = z3.Solver()
         solver.add(to_z3(encoding.domain(post)))
         solver.add(*[to_z3(constraint) for constraint in encoding.transition(pre, post, selector, "next")])
@@ -89,7 +91,7 @@ def successors_by_z3(encoding: Encoding, state: State, width: int) -> set[tuple[
         components = [component for name in encoding.sorts for component in flatten(encoding.sorts[name], post[name])]
         while solver.check() == z3.sat:
             model = solver.model()
-            grounded = encoding.grounded[translate_module.integer_of(model.eval(selector, model_completion=True))]
+            grounded = encoding.grounded[values_module.integer_of(model.eval(selector, model_completion=True))]
             found.add((grounded.action, grounded.arguments, encoding.decode_state(post, model)))
             solver.add(z3.Or(selector != model.eval(selector, model_completion=True), *[c != model.eval(c, model_completion=True) for c in components]))
         return found
@@ -174,7 +176,7 @@ def test_a_translator_bug_is_caught_by_the_concrete_re_run(monkeypatch: pytest.M
     real_equal = translate_module.equal
 
     def broken_equal(left: object, right: object) -> object:  # a deliberately wrong translation of ==
-        return translate_module.negate(real_equal(left, right))  # type: ignore[arg-type]
+        return values_module.negate(real_equal(left, right))  # type: ignore[arg-type]
 
     monkeypatch.setattr(translate_module, "equal", broken_equal)
     with pytest.raises(TranslationBug):
@@ -184,9 +186,9 @@ def test_a_translator_bug_is_caught_by_the_concrete_re_run(monkeypatch: pytest.M
 def test_in_sort_rejects_values_outside_the_sort() -> None:
     sort = MapSort(IndexSort("Rank", 2), integers(0, 2))
     with bit_vectors(8):
-        assert translate_module.known_scalar(in_sort(sort, (1, 2))) is True
-        assert translate_module.known_scalar(in_sort(sort, (1, 3))) is False
-        assert translate_module.known_scalar(in_sort(BOOL, True)) is True
+        assert values_module.known_scalar(in_sort(sort, (1, 2))) is True
+        assert values_module.known_scalar(in_sort(sort, (1, 3))) is False
+        assert values_module.known_scalar(in_sort(BOOL, True)) is True
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import z3
 
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
-from lockstep.checkers.symbolic.translate import (
+from lockstep.checkers.symbolic.values import (
     Symbolic,
     bit_vectors,
     conjoin,

@@ -19,10 +19,10 @@ from typing import Any
 
 import z3
 
-from lockstep.checkers.symbolic.translate import (
+from lockstep.checkers.symbolic.translate import Translator
+from lockstep.checkers.symbolic.values import (
     Symbolic,
     SymbolicSequence,
-    Translator,
     conjoin,
     declare,
     default_value,

@@ -19,7 +19,7 @@ import z3
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
 from lockstep.checkers.symbolic.bmc import BoundedModelChecker
 from lockstep.checkers.symbolic.encoding import Encoding
-from lockstep.checkers.symbolic.translate import (
+from lockstep.checkers.symbolic.values import (
     Symbolic,
     bit_vectors,
     conjoin,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import z3
 
 from lockstep.checkers.symbolic.encoding import in_sort
-from lockstep.checkers.symbolic.translate import Translator, bit_vectors, conjoin, declare, lift_value, negate, to_z3
+from lockstep.checkers.symbolic.translate import Translator
+from lockstep.checkers.symbolic.values import bit_vectors, conjoin, declare, lift_value, negate, to_z3
 from lockstep.spec.lemma import ELEMENT, INDEX, SIZE, Lemma
 from lockstep.spec.sorts import Value
 
