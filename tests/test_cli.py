@@ -184,3 +184,10 @@ def test_bmc_within_a_bound(capsys: pytest.CaptureFixture[str]) -> None:
     assert payload["stats"]["depth"] == 4
     assert verdicts["no_hang"] == "holds-within-bound" and verdicts["resumed"] == "inconclusive"
     assert code == 3  # a sometimes property without a witness within the bound is inconclusive
+
+
+def test_a_failed_induction_step_is_shown_with_its_first_state(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", "dp-pause", "--engine", "induction", "--k", "1", "--solver-timeout", "60")
+    assert code == 3 and out == ""
+    flat = " ".join(err.split())
+    assert "the failed induction step starts in" in flat and "the induction step fails at k=1" in flat

@@ -81,6 +81,17 @@ def swimlanes(machine: Machine, path: Path, title: str) -> Table:
     return table
 
 
+def state_table(machine: Machine, state: tuple[object, ...], title: str) -> Table:
+    """Every (non-monitor) variable of a state and its value."""
+    table = Table(title=title, title_justify="left")
+    table.add_column("variable")
+    table.add_column("value")
+    for (name, variable), value in zip(machine.variables.items(), state, strict=True):
+        if not variable.monitor:
+            table.add_row(name, _shorten(variable.sort.render(value)))
+    return table
+
+
 def render(
     console: Console,
     result: CheckResult,
@@ -118,6 +129,7 @@ def render(
                 console.print(f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else ""))
     for other in result.properties:  # k-induction: a failed step, shown as its states and actions
         if other.verdict is Verdict.INCONCLUSIVE and other.path is not None:
+            console.print(state_table(result.machine, other.path.initial, f"{other.name}: the failed induction step starts in"))
             title = f"{other.name}: {other.detail} ({other.path.length + 1} states)"
             console.print(swimlanes(result.machine, other.path, title))
     if trace_file is not None:
