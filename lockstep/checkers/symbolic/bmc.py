@@ -46,13 +46,6 @@ class _Outcome:
     detail: str = ""
 
 
-def _query(solver: z3.Solver, goal: Symbolic) -> z3.CheckSatResult:
-    solver.push()
-    solver.add(to_z3(goal))
-    answer = solver.check()
-    return answer
-
-
 class BoundedModelChecker:
     def __init__(
         self,
@@ -107,21 +100,19 @@ class BoundedModelChecker:
                     if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
                         continue
                     self._limit_query(started)
-                    answer = _query(solver, goal)
-                    if answer == z3.sat:
-                        model = solver.model()
-                        path = self._path(model, states, selectors, depth)
-                        detail = ""
+                    solver.push()
+                    solver.add(to_z3(goal))
+                    answer = solver.check()
+                    path = self._path(solver.model(), states, selectors, depth) if answer == z3.sat else None
+                    solver.pop()
+                    if path is not None:
+                        detail = "no action is enabled" if kind == "deadlock" else ""
                         if kind == "bounds":
-                            path, detail = self._bounds_step(model, steps, path)
-                        elif kind == "deadlock":
-                            detail = "no action is enabled"
-                        solver.pop()
+                            path, detail = self._bounds_step(path)
                         self._confirm(position, path, kind)
                         verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
                         outcomes[position] = _Outcome(verdict, path, detail)
                         continue
-                    solver.pop()
                     if answer == z3.unknown:
                         if self.timeout is not None and time.monotonic() - started >= self.timeout:
                             stopped = "timeout"
@@ -197,7 +188,7 @@ class BoundedModelChecker:
         arguments = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
         return Step(action.name, action.actor_for(arguments), arguments, target)
 
-    def _bounds_step(self, model: z3.ModelRef, steps: list, path: Path) -> tuple[Path, str]:  # type: ignore[type-arg]
+    def _bounds_step(self, path: Path) -> tuple[Path, str]:
         """Extend a path by the enabled step whose update leaves its sort (found concretely)."""
         for transition in self.reference.transitions(path.final_state):
             if transition.out_of_bounds is not None:
