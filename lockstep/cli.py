@@ -184,6 +184,14 @@ def command_list(console: Console) -> int:
                 parameters if first else "",
             )
     console.print(table)
+    instances = Table(title="instances and their pinned verdicts", title_justify="left")
+    for column in ("protocol", "instance", "expected", "scenario"):
+        instances.add_column(column)
+    for protocol in PROTOCOLS.values():
+        for instance in protocol.instances:
+            expected = ", ".join(f"{variant}: {verdict}" for variant, verdict in instance.expected.items())
+            instances.add_row(protocol.name, instance.name, expected, instance.description)
+    console.print(instances)
     return EXIT_OK
 
 

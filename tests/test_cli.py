@@ -22,6 +22,8 @@ def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture
     code, out, err = run(capsys, "list")
     assert code == 0
     assert "dp-pause" in err and "v0.20.0" in err and "v0.21.0" in err and "seed*" in err
+    flat = " ".join(err.split())
+    assert "pre-fix: violated, post-fix: holds" in flat and "#36608/#38009" in flat
     assert out == ""
 
 
@@ -66,7 +68,9 @@ def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert code == 0
     payload = json.loads(out)
     assert payload["as_pinned"] is True
-    assert {(item["protocol"], item["variant"]) for item in payload["checks"]} == {("dp-pause", "pre-fix"), ("dp-pause", "post-fix")}
+    assert {(item["protocol"], item["variant"]) for item in payload["checks"]} == {
+        ("dp-pause", "pre-fix"), ("dp-pause", "post-fix"), ("dp-pause", "ignore-wave-while-paused"),
+    }
     assert (tmp_path / "lockstep-out" / "dp-pause-pre-fix-seed.jsonl").exists()
 
 

@@ -89,3 +89,16 @@ def test_post_fix_seed_holds_at_three_ranks_with_and_without_symmetry() -> None:
 def test_pre_fix_seed_at_three_ranks_is_violated() -> None:
     result = check(PROTOCOL.instance("pre-fix", ranks=3), symmetry=True)
     assert result.property_result("no_hang").verdict is Verdict.VIOLATED
+
+
+def test_mutant_ignoring_start_dp_wave_while_paused_breaks_liveness() -> None:
+    """PRs #36608/#38009 (closed): a paused engine drops START_DP_WAVE. Quiescence holds, but a rank
+    with a request steps its forward while its peer, paused and idle, never joins: a hang."""
+    result = check(PROTOCOL.instance("ignore-wave-while-paused"))
+    assert result.stats.states == 24490
+    assert verdicts(result)["quiescent_during_rpc"] == "holds"
+    hang = result.property_result("no_hang")
+    assert hang.verdict is Verdict.VIOLATED and hang.path is not None and hang.path.length == 13
+    actions = [step.action for step in hang.path.steps]
+    assert actions[-1] == "handle_start_wave" and "handle_pause" in actions
+    assert blocked_summary(result.machine, hang.path) == "rank 0 in forward(worker_dp)#1"

@@ -58,6 +58,8 @@ from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, enum, in
 from lockstep.spec.terms import Term, all_of, conjunction, if_then_else, record_of
 
 PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+# A rejected alternative of PR #39366's discussion, as a mutant (it shows why the fix has its shape):
+IGNORE_WHILE_PAUSED = "ignore-wave-while-paused"  # #36608/#38009: v0.20.0 + drop START_DP_WAVE while paused
 
 MessageKind = enum("MessageKind", ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME"])
 ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
@@ -200,6 +202,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
         applies = ~excluded & (head.field("wave") >= wave[rank])
         if fixed:
             applies = applies & ~ignore[rank]
+        if variant == IGNORE_WHILE_PAUSED:
+            applies = applies & (pause_state[rank] == PauseState.UNPAUSED)
         updates = consume(rank)
         updates.update({
             wave: wave.set(rank, if_then_else(applies, head.field("wave"), wave[rank])),
@@ -458,6 +462,8 @@ PROTOCOL = Protocol(
     variants=(
         VariantSpec(PRE_FIX, "single-phase pause: an idle engine returns from pause at once", "vLLM v0.20.0"),
         VariantSpec(POST_FIX, "two-phase pause with the SUM all-reduce vote and ignore_start_dp_wave", "vLLM v0.21.0"),
+        VariantSpec(IGNORE_WHILE_PAUSED, "mutant: a paused engine drops START_DP_WAVE (breaks liveness)",
+                    "v0.20.0 + PRs #36608/#38009 (closed)"),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "DP engine cores", minimum=2, maximum=6),
@@ -473,7 +479,7 @@ PROTOCOL = Protocol(
             "seed",
             "issue #36594: requests on any rank, pause(keep) to all, collective_rpc after all pauses returned, resume",
             {},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", IGNORE_WHILE_PAUSED: "violated"},
         ),
         InstanceSpec(
             "stale-wave-after-resume",
@@ -481,7 +487,7 @@ PROTOCOL = Protocol(
             "broadcasts START_DP_WAVE, one rank drops it while paused, its peer applies it after resume and "
             "steps a dummy batch alone",
             {"settle_before_resume": 0},
-            {PRE_FIX: "violated", POST_FIX: "violated"},
+            {PRE_FIX: "violated", POST_FIX: "violated", IGNORE_WHILE_PAUSED: "violated"},
         ),
     ),
     build=build,
