@@ -183,6 +183,9 @@ class Canonicalizer:
                 mappings.append((sort, tuple(images)))
             groups.append(mappings)
         for combination in itertools.product(*groups):
+            if all(mapping == tuple(range(len(mapping))) for _, mapping in combination):
+                self.permutations.append(_identity)  # the state itself: no copy
+                continue
             functions: list[Permute | None] = [None] * len(sorts)
             for symmetric_sort, mapping in combination:
                 for position, variable_sort in enumerate(sorts):
@@ -199,6 +202,10 @@ class Canonicalizer:
     def __call__(self, state: State) -> State:
         images: list[Any] = [permute(state) for permute in self.permutations]
         return tuple(min(images))
+
+
+def _identity(state: State) -> State:
+    return state
 
 
 def _compose(first: Permute, second: Permute) -> Permute:
