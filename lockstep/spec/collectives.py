@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockstep.spec.machine import NO_COLLECTIVE_MISMATCH, NO_HANG, Machine, Property, PropertyKind, Step
-from lockstep.spec.sorts import BOOL, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+from lockstep.spec.sorts import EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Value
 from lockstep.spec.terms import (
     DefinitionError,
     Term,
@@ -332,4 +332,4 @@ def _select_constant(lane: Term, values: list[Term]) -> Term:
     return result
 
 
-__all__ = ["BOOL", "Communicator", "Kind", "OpSpec", "Sort", "all_reduce_max", "all_reduce_sum", "barrier", "broadcast"]
+__all__ = ["Communicator", "Kind", "OpSpec", "all_reduce_max", "all_reduce_sum", "barrier", "broadcast"]

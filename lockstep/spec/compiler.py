@@ -9,7 +9,6 @@ The result must agree with ``InterpretedSystem`` exactly (tests/test_compiler.py
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -425,4 +424,4 @@ def _membership(sort: Sort) -> Callable[[object], bool]:
     return sort.contains
 
 
-__all__ = ["CompiledSystem", "itertools", "stays_in_sort"]
+__all__ = ["CompiledSystem", "stays_in_sort"]

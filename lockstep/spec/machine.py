@@ -24,11 +24,10 @@ from lockstep.spec.expressions import (
     Parameter,
     Variable,
     substitute_variables,
-    variables_of,
     walk,
 )
-from lockstep.spec.sorts import BOOL, INTEGER, BoolSort, IndexSort, IntSort, Sort, SortError, Value
-from lockstep.spec.terms import DefinitionError, Term, TermLike, conjunction, if_then_else, lift, minimum
+from lockstep.spec.sorts import BOOL, BoolSort, IndexSort, IntSort, Sort, SortError, Value
+from lockstep.spec.terms import DefinitionError, Term, TermLike, if_then_else, lift, minimum
 
 IN_BOUNDS = "in_bounds"
 NO_DEADLOCK = "no_deadlock"
@@ -390,7 +389,6 @@ def _as_int(term: Term) -> Expression:
 
 __all__ = [
     "IN_BOUNDS",
-    "INTEGER",
     "NO_COLLECTIVE_MISMATCH",
     "NO_DEADLOCK",
     "NO_HANG",
@@ -400,6 +398,4 @@ __all__ = [
     "PropertyKind",
     "StateVariable",
     "Step",
-    "conjunction",
-    "variables_of",
 ]
