@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("--max-depth", type=_positive(int), help="explore at most this many steps deep (holds-within-bound)")
     checker.add_argument("--max-memory", type=_positive(float), metavar="GIB", help="stop above this resident memory (default: 75%% of RAM)")
     checker.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="wall-clock limit of the whole check")
+    checker.add_argument("--property", action="append", dest="properties", metavar="NAME", help="check only this property (repeatable)")
     checker.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     checker.add_argument("--trace-out", type=Path, metavar="FILE", help="where to write the counterexample trace")
     checker.add_argument("--interpreted", action="store_true", help="use the reference interpreter instead of compiled code")
@@ -120,6 +121,7 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             depth=arguments.depth,
             solver_timeout=arguments.solver_timeout,
             induction_k=arguments.induction_k,
+            properties=arguments.properties,
         )
 
 
@@ -198,8 +200,11 @@ def command_list(console: Console) -> int:
 def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.all:
         _validate_engine_options(arguments)
-        if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks:
-            raise UsageError("--all checks every built-in default instance; it takes no protocol, variant, instance, --ranks or --set")
+        if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks or arguments.properties:
+            raise UsageError(
+                "--all checks every built-in default instance against its pin; it takes no protocol, variant, "
+                "instance, --ranks, --set or --property"
+            )
         return _check_all(arguments, console)
     _validate_engine_options(arguments)
     if not arguments.protocol:

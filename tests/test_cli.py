@@ -195,3 +195,16 @@ def test_a_failed_induction_step_is_shown_with_its_first_state(capsys: pytest.Ca
     assert code == 3 and out == ""
     flat = " ".join(err.split())
     assert "the failed induction step starts in" in flat and "the induction step fails at k=1" in flat
+
+
+def test_property_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, _ = run(
+        capsys, "check", "dp-pause", "--variant", "pre-fix", "--property", "no_hang", "--json", "--trace-out", str(tmp_path / "t.jsonl")
+    )
+    payload = json.loads(out)
+    assert code == 1 and [item["name"] for item in payload["properties"]] == ["no_hang"]
+    assert payload["counterexample"]["property"] == "no_hang" and payload["counterexample"]["length"] == 20
+    code, _, err = run(capsys, "check", "dp-pause", "--property", "liveness")
+    assert code == 2 and "has no property 'liveness'; properties: in_bounds" in " ".join(err.split())
+    code, _, err = run(capsys, "check", "--all", "--property", "no_hang")
+    assert code == 2 and "--property" in err

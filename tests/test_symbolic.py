@@ -246,3 +246,10 @@ def test_a_strengthening_invariant_makes_a_property_inductive() -> None:
     assert strengthened.property_result("y_small").verdict is Verdict.HOLDS
     wrong = check(build(lambda x, y: x == y + 1), "induction", induction_k=1)  # type: ignore[arg-type]
     assert wrong.property_result("y_small").verdict is not Verdict.HOLDS
+
+
+def test_bmc_checks_only_the_selected_properties() -> None:
+    result = check(small_machine(False), "bmc", depth=3, properties=["no_collective_mismatch"])
+    assert [item.name for item in result.properties] == ["no_collective_mismatch"]
+    assert result.properties[0].verdict is Verdict.VIOLATED and result.properties[0].path is not None
+    assert result.properties[0].path.length == 2

@@ -7,6 +7,9 @@ interpreter instead of the generated code (slower; used by differential tests an
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
+
 from lockstep.checkers.explicit import ExplicitSearch, Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
@@ -36,30 +39,49 @@ def check(
     depth: int | None = None,
     solver_timeout: float | None = None,
     induction_k: int | None = None,
+    properties: Collection[str] | None = None,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
-    seconds per Z3 query. z3 is imported only when a Z3 engine is asked for."""
+    seconds per Z3 query. ``properties`` restricts the check (and the result) to the named
+    properties; the Z3 engines then skip the others' queries altogether.
+    z3 is imported only when a Z3 engine is asked for."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
+    only = _selected(machine, properties)
     if engine in SYMBOLIC_ENGINES:
         if symmetry:
             raise UsageError("--symmetry applies to the explicit engines only")
         if engine == "induction":
             from lockstep.checkers.symbolic import Induction
 
-            return Induction(machine, k=induction_k, solver_timeout=solver_timeout).run()
+            return Induction(machine, k=induction_k, solver_timeout=solver_timeout, only=only).run()
         if depth is None:
             raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         from lockstep.checkers.symbolic import BoundedModelChecker
 
         timeout = None if limits is None else limits.timeout_seconds
-        return BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout).run()
+        checker = BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=only)
+        return checker.run()
     search = ExplicitSearch(system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress)
-    return search.run()
+    result = search.run()
+    if only is not None:
+        result = dataclasses.replace(result, properties=[item for i, item in enumerate(result.properties) if i in only])
+    return result
+
+
+def _selected(machine: Machine, names: Collection[str] | None) -> frozenset[int] | None:
+    """Positions of the named properties; a UsageError naming the choices for an unknown one."""
+    if names is None:
+        return None
+    known = {prop.name: position for position, prop in enumerate(machine.properties)}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(f"machine {machine.name} has no property {unknown[0]!r}; properties: {', '.join(known)}")
+    return frozenset(known[name] for name in names)
 
 
 __all__ = [

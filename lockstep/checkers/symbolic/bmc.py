@@ -55,6 +55,7 @@ class BoundedModelChecker:
         solver_timeout: float | None = None,
         progress: Progress | None = None,
         timeout: float | None = None,
+        only: frozenset[int] | None = None,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
@@ -65,6 +66,7 @@ class BoundedModelChecker:
         self.solver = z3.SolverFor("QF_BV")
         self.progress = progress
         self.timeout = timeout  # wall clock of the whole run: stop (inconclusive) once exceeded
+        self.only = frozenset(range(len(self.machine.properties))) if only is None else only  # properties asked
         self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
         self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
@@ -94,7 +96,7 @@ class BoundedModelChecker:
                 steps = encoding.steps(current)
                 enabled = encoding.enabled(steps)
                 for position, prop in enumerate(properties):
-                    if position in outcomes:
+                    if position in outcomes or position not in self.only:
                         continue
                     goal, kind = self._goal(position, current, steps, enabled)
                     if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
@@ -121,7 +123,7 @@ class BoundedModelChecker:
                 if stopped is not None:
                     break
                 reached = depth  # every query at this depth answered
-                if len(outcomes) == len(properties) or depth == self.depth:
+                if len(outcomes) == len(self.only) or depth == self.depth:
                     self.depth_seconds.append(time.monotonic() - depth_started)
                     break
                 following = encoding.state(depth + 1)
@@ -137,6 +139,8 @@ class BoundedModelChecker:
             stopped = "interrupted"
         results = []
         for position, prop in enumerate(properties):
+            if position not in self.only:
+                continue
             outcome = outcomes.get(position)
             if outcome is None:
                 if position in unknown or stopped is not None:

@@ -34,12 +34,21 @@ from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 
 
 class Induction:
-    def __init__(self, machine: Machine, *, k: int | None = None, max_k: int = 10, solver_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        k: int | None = None,
+        max_k: int = 10,
+        solver_timeout: float | None = None,
+        only: frozenset[int] | None = None,
+    ) -> None:
         self.encoding = Encoding(machine)
         self.machine = self.encoding.machine
         self.fixed_k = k
         self.max_k = k if k is not None else max_k
         self.solver_timeout = solver_timeout
+        self.only = only
         self.width = self.encoding.integer_width()
         self.strengthening: list[Expression] = list(self.machine.strengthening)
         self.base_seconds = 0.0  # time of the base case (BMC to max_k - 1 steps)
@@ -74,13 +83,16 @@ class Induction:
         started = time.monotonic()
         machine = self.machine
         # Base: BMC up to max_k - 1 steps gives every violation shorter than any k tried.
-        base = BoundedModelChecker(machine, max(self.max_k - 1, 0), solver_timeout=self.solver_timeout).run()
+        base = BoundedModelChecker(machine, max(self.max_k - 1, 0), solver_timeout=self.solver_timeout, only=self.only).run()
+        base_results = {item.name: item for item in base.properties}
         broken = self._strengthening_fails()
         self.base_seconds = time.monotonic() - started
         results: list[PropertyResult] = []
         deepest = 0
         for position, prop in enumerate(machine.properties):
-            base_result = base.properties[position]
+            if prop.name not in base_results:
+                continue
+            base_result = base_results[prop.name]
             if prop.kind is not PropertyKind.ALWAYS or base_result.verdict is not Verdict.HOLDS_WITHIN_BOUND:
                 results.append(base_result)
                 continue
