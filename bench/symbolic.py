@@ -25,12 +25,19 @@ def main() -> None:
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
-    checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget)
-    result = checker.run()
-    print(f"BMC: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget {arguments.budget:.0f} s)")
-    print("depth  seconds")
-    for depth, seconds in enumerate(checker.depth_seconds):
-        print(f"{depth:>5}  {seconds:7.2f}")
+    every = frozenset(range(len(machine.properties)))
+    without_bounds = frozenset(i for i, prop in enumerate(machine.properties) if prop.name != "in_bounds")
+    runs = {}
+    for label, only in (("every property", every), ("every property but in_bounds", without_bounds)):
+        checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget, only=only)
+        result = checker.run()
+        runs[label] = checker.depth_seconds
+        print(f"BMC, {label}: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget {arguments.budget:.0f} s)")
+    labels = list(runs)
+    print("depth  " + "  ".join(f"{label:>30}" for label in labels))
+    for depth in range(max(len(seconds) for seconds in runs.values())):
+        cells = [f"{runs[label][depth]:>29.2f}s" if depth < len(runs[label]) else f"{'':>30}" for label in labels]
+        print(f"{depth:>5}  " + "  ".join(cells))
     print(f"k-induction, k = {arguments.k} ({arguments.induction_timeout:.0f} s per query):")
     induction = Induction(machine, k=arguments.k, solver_timeout=arguments.induction_timeout)
     proved = induction.run()
