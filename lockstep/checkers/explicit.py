@@ -134,13 +134,9 @@ class ExplicitSearch:
                         self.progress(Statistics(len(self.states), stats.transitions, stats.depth, now - started))
         except KeyboardInterrupt:
             stopped = "interrupted"
-        except ModelError:
-            raise
         stats.states = len(self.states)
         stats.seconds = time.monotonic() - started
         complete = stopped is None and not frontier and not truncated
-        if stopped is None and frontier and len(self.found) < len(properties):
-            stopped = "unknown"  # pragma: no cover - the loop only ends early through a limit
         results = [self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))]
         warnings = [
             f"action {action.name} was never enabled in the explored states"
