@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from example_sorts import Color, Pair, Queue, Rank, Small, Table
 
 from lockstep.spec.evaluation import Environment, EvaluationError, evaluate
 from lockstep.spec.expressions import Constant, Expression, Operation, Operator, Parameter, Quantifier, Variable
-from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, Value, enum, integers, record
+from lockstep.spec.sorts import BOOL, Value, integers
 from lockstep.spec.terms import (
     Term,
     all_of,
@@ -24,13 +25,6 @@ from lockstep.spec.terms import (
     sequence_of,
     sum_of,
 )
-
-Color = enum("Color", ["RED", "GREEN", "BLUE"])
-Rank = IndexSort("Rank", 2)
-Small = integers(0, 3)
-Pair = record("Pair", count=Small, on=BOOL)
-Queue = SequenceSort(Small, 2)
-Table = MapSort(Rank, Small)
 
 x, y = Term(Variable("x", Small)), Term(Variable("y", Small))
 flag, other = Term(Variable("flag", BOOL)), Term(Variable("other", BOOL))

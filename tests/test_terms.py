@@ -5,17 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from example_sorts import Color, Pair, Queue, Rank, Small, Table
 
 from lockstep.spec.expressions import Bound, Comprehension, Constant, Operation, Operator, Quantifier, Variable, render
 from lockstep.spec.sorts import (
     BOOL,
     INTEGER,
-    IndexSort,
-    MapSort,
-    SequenceSort,
-    enum,
     integers,
-    record,
 )
 from lockstep.spec.terms import (
     DefinitionError,
@@ -37,13 +33,6 @@ from lockstep.spec.terms import (
     sequence_of,
     sum_of,
 )
-
-Color = enum("Color", ["RED", "GREEN", "BLUE"])
-Rank = IndexSort("Rank", 2)
-Small = integers(0, 3)
-Pair = record("Pair", count=Small, on=BOOL)
-Queue = SequenceSort(Small, 2)
-Table = MapSort(Rank, Small)
 
 X, Y = Variable("x", Small), Variable("y", Small)
 FLAG, OTHER = Variable("flag", BOOL), Variable("other", BOOL)
