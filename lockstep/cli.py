@@ -146,11 +146,23 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
                 raise UsageError(f"{option} applies to {owner}, not to {engine}")
 
 
-def _write_trace(instance: Instance, result: CheckResult, target: Path | None) -> Path | None:
+def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console) -> Path | None:
+    """Write the shortest counterexample; a file that cannot be written is reported, and the result
+    of the (possibly long) check is still shown rather than lost."""
     shortest = result.counterexample
     if shortest is None or shortest.path is None:
         return None
     file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}.jsonl"
+    try:
+        return _write_counterexample(instance, result, file)
+    except OSError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
+        return None
+
+
+def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -> Path:
+    shortest = result.counterexample
+    assert shortest is not None and shortest.path is not None
     return write_counterexample(
         file,
         result.machine,
@@ -213,7 +225,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     result = _run(instance, arguments, console)
-    trace_file = _write_trace(instance, result, arguments.trace_out)
+    trace_file = _write_trace(instance, result, arguments.trace_out, console)
     if arguments.json:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
@@ -229,7 +241,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         for variant in protocol.variants:
             instance = protocol.instance(variant.name)
             result = _run(instance, arguments, console)
-            trace_file = _write_trace(instance, result, None)
+            trace_file = _write_trace(instance, result, None, console)
             shortest = result.counterexample
             detail = (
                 f"{shortest.name} in {shortest.path.length} steps"

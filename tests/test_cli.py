@@ -208,3 +208,13 @@ def test_property_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert code == 2 and "has no property 'liveness'; properties: in_bounds" in " ".join(err.split())
     code, _, err = run(capsys, "check", "--all", "--property", "no_hang")
     assert code == 2 and "--property" in err
+
+
+def test_an_unwritable_trace_file_is_reported_and_the_result_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder", encoding="utf-8")
+    code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(blocker / "t.jsonl"))
+    assert code == 1  # the verdict of the check, not lost
+    payload = json.loads(out)
+    assert payload["verdict"] == "violated" and payload["counterexample"]["trace_file"] is None
+    assert "cannot write the trace" in err and "Traceback" not in err
