@@ -149,6 +149,10 @@ def property_json(item: PropertyResult) -> dict[str, Any]:
         "verdict": item.verdict.value,
         "counterexample": None if counterexample is None else {"length": counterexample.length, "detail": item.detail},
         "witness": None if witness is None else {"length": witness.length},
+        # k-induction: the step that failed (its states need not be reachable)
+        "failed_step": {"length": item.path.length}
+        if item.verdict is Verdict.INCONCLUSIVE and item.path is not None
+        else None,
     }
 
 
