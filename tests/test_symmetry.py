@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from test_explicit import assert_replayable
 
-from lockstep.checkers import Path, Verdict, check
+from lockstep.checkers import Verdict, check
 from lockstep.checkers.symmetry import Canonicalizer, SymmetryError
 from lockstep.spec.machine import IN_BOUNDS, Machine, Step
-from lockstep.spec.semantics import InterpretedSystem
 from lockstep.spec.sorts import IndexSort, MapSort, integers
 from lockstep.spec.terms import Term, all_of, any_of, constant, sum_of
 
@@ -36,17 +36,6 @@ def with_properties(machine: Machine, counters: Term) -> Machine:
     return machine
 
 
-def assert_concrete(machine: Machine, path: Path) -> None:
-    system = InterpretedSystem(machine)
-    assert path.initial == system.initial()
-    current = path.initial
-    for step in path.steps:
-        position = [action.name for action in machine.actions].index(step.action)
-        successors = [t.target for t in system.transitions(current) if t.action == position and t.arguments == tuple(step.arguments.values())]
-        assert step.state in successors, f"{step.action}{step.arguments} does not lead from {current} to {step.state}"
-        current = step.state
-
-
 def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
     plain = check(with_properties(*ranks_machine()))
     reduced = check(with_properties(*ranks_machine()), symmetry=True)
@@ -72,7 +61,7 @@ def test_counterexamples_under_symmetry_are_concrete_paths() -> None:
     for name in ("not_all_two", "spread"):
         path = result.property_result(name).path
         assert path is not None
-        assert_concrete(machine, path)
+        assert_replayable(machine, path)
         assert any(step.state != canonical(step.state) for step in path.steps), "the path is not a chain of representatives"
     spread = result.property_result("spread").path
     assert spread is not None
@@ -84,7 +73,7 @@ def test_in_bounds_counterexample_under_symmetry_is_concrete() -> None:
     result = check(machine, symmetry=True)
     overflow = result.property_result(IN_BOUNDS)
     assert overflow.verdict is Verdict.VIOLATED and overflow.path is not None and overflow.path.length == 3
-    assert_concrete(machine, overflow.path)
+    assert_replayable(machine, overflow.path)
     final = overflow.path.final_state[0]
     assert isinstance(final, tuple) and 3 in final
     # the detail names the entry of the replayed (concrete) path, not of a stored representative

@@ -17,7 +17,7 @@ from typing import cast
 from lockstep.checkers.result import Path
 from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import Machine
-from lockstep.spec.semantics import State
+from lockstep.spec.semantics import State, TransitionSystem
 from lockstep.spec.sorts import MapSort, Value
 from lockstep.traces import JSONValue, TraceEvent, TraceHeader, TraceSource, write_trace
 
@@ -110,6 +110,31 @@ def rows(machine: Machine, path: Path) -> list[Row]:
         )
         previous = step.state
     return result
+
+
+def first_invalid_step(system: TransitionSystem, path: Path, *, ends_out_of_bounds: bool = False) -> int | None:
+    """Replay ``path`` through ``system``: None if every step is a step of the model, else the number
+    of the first step that is not (0: the path does not start in the initial state). With
+    ``ends_out_of_bounds`` the last step may leave a variable's sort (an ``in_bounds`` counterexample)."""
+    if path.initial != system.initial():
+        return 0
+    current = path.initial
+    machine = system.machine
+    for number, step in enumerate(path.steps, start=1):
+        action = machine.action_named(step.action)
+        position = machine.actions.index(action)
+        arguments = tuple(step.arguments[parameter.name] for parameter in action.parameters)
+        last = ends_out_of_bounds and number == len(path.steps)
+        if not any(
+            transition.action == position
+            and transition.arguments == arguments
+            and transition.target == step.state
+            and (last or transition.out_of_bounds is None)
+            for transition in system.transitions(current)
+        ):
+            return number
+        current = step.state
+    return None
 
 
 def blocked_summary(machine: Machine, path: Path) -> str:

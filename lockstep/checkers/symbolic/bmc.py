@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import z3
 
+from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
 from lockstep.checkers.symbolic.values import (
@@ -204,24 +205,13 @@ class BoundedModelChecker:
     def _confirm(self, position: int, path: Path, kind: str) -> None:
         """Re-run the path through the concrete evaluator; it must show the same outcome."""
         reference, machine = self.reference, self.machine
-        current = reference.initial()
-        if current != path.initial:
-            raise TranslationBug(f"Z3's initial state differs from the machine's: {path.initial} vs {current}")
-        steps = path.steps[:-1] if kind == "bounds" else path.steps
-        for number, step in enumerate(steps, start=1):
-            action = machine.action_named(step.action)
-            arguments = tuple(step.arguments[parameter.name] for parameter in action.parameters)
-            position_of_action = machine.actions.index(action)
-            match = [
-                transition
-                for transition in reference.transitions(current)
-                if transition.action == position_of_action and transition.arguments == arguments and transition.out_of_bounds is None
-            ]
-            if not match or match[0].target != step.state:
-                raise TranslationBug(
-                    f"step {number} ({step.action}{step.arguments}) of the Z3 counterexample is not a step of the model"
-                )
-            current = step.state
+        invalid = first_invalid_step(reference, path, ends_out_of_bounds=kind == "bounds")
+        if invalid == 0:
+            raise TranslationBug(f"Z3's initial state differs from the machine's: {path.initial} vs {reference.initial()}")
+        if invalid is not None:
+            step = path.steps[invalid - 1]
+            raise TranslationBug(f"step {invalid} ({step.action}{step.arguments}) of the Z3 counterexample is not a step of the model")
+        current = path.final_state  # (for "bounds" the replay above already checked the last step)
         prop = machine.properties[position]
         if kind == "invariant":
             holds = reference.holds(position, current)

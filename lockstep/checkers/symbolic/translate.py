@@ -114,22 +114,15 @@ class Translator:
     def _operation(self, expression: Operation) -> Symbolic:  # noqa: C901 - one branch per operator
         operator, arguments = expression.operator, expression.arguments
         # Short-circuit forms: a later operand may be undefined where the earlier one decides.
-        if operator is Operator.AND:
+        if operator in (Operator.AND, Operator.OR):
+            absorbing = operator is Operator.OR  # the operand value that decides the whole
             parts: list[Symbolic] = []
             for argument in arguments:
                 value = self.translate(argument)
-                if known_scalar(value) is False:
-                    return False
+                if known_scalar(value) is absorbing:
+                    return absorbing
                 parts.append(value)
-            return conjoin(parts)
-        if operator is Operator.OR:
-            parts = []
-            for argument in arguments:
-                value = self.translate(argument)
-                if known_scalar(value) is True:
-                    return True
-                parts.append(value)
-            return disjoin(parts)
+            return disjoin(parts) if absorbing else conjoin(parts)
         if operator is Operator.IMPLIES:
             left = self.translate(arguments[0])
             if known_scalar(left) is False:
