@@ -13,15 +13,18 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from lockstep.checkers import ENGINES, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
-from lockstep.checkers.report import render, result_json, summary_table
+from lockstep.checkers.report import PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.checkers.symmetry import SymmetryError
+from lockstep.cli_numbers import non_negative, positive
 from lockstep.models import PROTOCOLS, get_protocol
-from lockstep.spec.protocol import Instance, UsageError, parse_assignment
+from lockstep.models.external import load_model_file
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
 
@@ -37,61 +40,81 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-        return value
-
-    return parse
-
-
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
+    lister = commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
+    lister.add_argument("--model-file", type=Path, metavar="PATH", help="list the model a Python file defines instead of the built-in ones")
     lemmas = commands.add_parser("prove-lemmas", help="prove the built-in lemmas for all sizes with Z3")
     lemmas.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    lemmas.add_argument("--solver-timeout", type=_positive(float), default=30.0, metavar="SECONDS", help="limit per Z3 query")
+    lemmas.add_argument("--solver-timeout", type=positive(float), default=30.0, metavar="SECONDS", help="limit per Z3 query")
     checker = commands.add_parser(
         "check",
         help="model-check a protocol instance, or every built-in one against its pinned verdict (--all)",
         description="Explore every interleaving of a protocol instance and check its properties.",
     )
     checker.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
-    checker.add_argument("--all", action="store_true", help="every protocol × variant default instance against its pinned verdict")
+    checker.add_argument("--all", action="store_true", help="every built-in instance × variant against its pinned verdict")
+    checker.add_argument("--markdown", action="store_true", help="with --all: print the README's generated tables (markdown) on stdout")
+    checker.add_argument("--model-file", type=Path, metavar="PATH", help="check the model a Python file defines (its PROTOCOL) instead of a built-in one")
     checker.add_argument("--variant", help="pre-fix, post-fix or a mutant (default: post-fix)")
     checker.add_argument("--instance", help="named instance (default: seed)")
-    checker.add_argument("--ranks", type=_positive(int), help="the model's rank parameter")
+    checker.add_argument("--ranks", type=positive(int), help="the model's rank parameter")
     checker.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
     checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs; bmc: Z3 bounded model checking; induction: Z3 k-induction")
-    checker.add_argument("--depth", type=_non_negative, metavar="K", help="bmc: steps to unroll")
-    checker.add_argument("--k", type=_positive(int), dest="induction_k", metavar="K", help="induction: the k of k-induction (default: 1..10)")
-    checker.add_argument("--solver-timeout", type=_positive(float), metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)")
+    checker.add_argument("--depth", type=non_negative, metavar="K", help="bmc: steps to unroll")
+    checker.add_argument("--k", type=positive(int), dest="induction_k", metavar="K", help="induction: the k of k-induction (default: 1..10)")
+    checker.add_argument("--solver-timeout", type=positive(float), metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)")
     checker.add_argument("--symmetry", action="store_true", help="reduce by the model's declared symmetry")
-    checker.add_argument("--max-states", type=_positive(int), help="stop after this many states (inconclusive)")
-    checker.add_argument("--max-depth", type=_positive(int), help="explore at most this many steps deep (holds-within-bound)")
-    checker.add_argument("--max-memory", type=_positive(float), metavar="GIB", help="stop above this resident memory (default: 75%% of RAM)")
-    checker.add_argument("--timeout", type=_positive(float), metavar="SECONDS", help="wall-clock limit of the whole check")
+    checker.add_argument("--max-states", type=positive(int), help="stop after this many states (inconclusive)")
+    checker.add_argument("--max-depth", type=positive(int), help="explore at most this many steps deep (holds-within-bound)")
+    checker.add_argument("--max-memory", type=positive(float), metavar="GIB", help="stop above this resident memory (default: 75%% of RAM)")
+    checker.add_argument("--timeout", type=positive(float), metavar="SECONDS", help="wall-clock limit of the whole check")
     checker.add_argument("--property", action="append", dest="properties", metavar="NAME", help="check only this property (repeatable)")
     checker.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     checker.add_argument("--trace-out", type=Path, metavar="FILE", help="where to write the counterexample trace")
     checker.add_argument("--interpreted", action="store_true", help="use the reference interpreter instead of compiled code")
+    _add_command_modules(commands)
     return parser
+
+
+def _add_command_modules(commands: Any) -> None:
+    """The commands that live in their own modules (the runtime, traces, pictures)."""
+    from lockstep.export_cli import add_export_parsers
+    from lockstep.fuzz_cli import add_fuzz_parser
+    from lockstep.reproduce_cli import add_reproduce_parser
+    from lockstep.runtime_cli import add_run_parser
+    from lockstep.trace_cli import add_trace_parsers
+
+    add_run_parser(commands)
+    add_reproduce_parser(commands)
+    add_fuzz_parser(commands)
+    add_trace_parsers(commands)
+    add_export_parsers(commands)
+
+
+def _run_command_module(arguments: argparse.Namespace, console: Console) -> int | None:
+    if arguments.command == "fuzz":
+        from lockstep.fuzz_cli import command_fuzz
+
+        return command_fuzz(arguments, console)
+    if arguments.command == "run":
+        from lockstep.runtime_cli import command_run
+
+        return command_run(arguments, console)
+    if arguments.command == "reproduce":
+        from lockstep.reproduce_cli import command_reproduce
+
+        return command_reproduce(arguments, console)
+    if arguments.command in ("replay", "trace"):
+        from lockstep.trace_cli import command_replay, command_trace
+
+        return command_replay(arguments, console) if arguments.command == "replay" else command_trace(arguments, console)
+    if arguments.command in ("show", "export", "graph"):
+        from lockstep.export_cli import run_export_command
+
+        return run_export_command(arguments, console)
+    return None
 
 
 def _limits(arguments: argparse.Namespace) -> Limits:
@@ -175,13 +198,14 @@ def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -
     )
 
 
-def command_list(console: Console) -> int:
+def command_list(arguments: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
     table = Table(title="lockstep models", title_justify="left")
     for column in ("protocol", "change", "variant", "stands for", "instances (default *)", "parameters"):
         table.add_column(column)
-    for protocol in PROTOCOLS.values():
+    protocols = _protocols(arguments)
+    for protocol in protocols:
         instances = ", ".join(
             f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}" for instance in protocol.instances
         )
@@ -198,14 +222,14 @@ def command_list(console: Console) -> int:
                 parameters if first else "",
             )
     console.print(table)
-    instances = Table(title="instances and their pinned verdicts", title_justify="left")
+    pins = Table(title="instances and their pinned verdicts", title_justify="left")
     for column in ("protocol", "instance", "expected", "scenario"):
-        instances.add_column(column)
-    for protocol in PROTOCOLS.values():
+        pins.add_column(column)
+    for protocol in protocols:
         for instance in protocol.instances:
             expected = ", ".join(f"{variant}: {verdict}" for variant, verdict in instance.expected.items())
-            instances.add_row(protocol.name, instance.name, expected, instance.description)
-    console.print(instances)
+            pins.add_row(protocol.name, instance.name, expected, instance.description)
+    console.print(pins)
     return EXIT_OK
 
 
@@ -214,14 +238,16 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
         _validate_engine_options(arguments)
         if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks or arguments.properties:
             raise UsageError(
-                "--all checks every built-in default instance against its pin; it takes no protocol, variant, "
+                "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no protocol, variant, "
                 "instance, --ranks, --set or --property"
             )
         return _check_all(arguments, console)
     _validate_engine_options(arguments)
-    if not arguments.protocol:
-        raise UsageError("name a protocol (see `lockstep list`) or use --all")
-    protocol = get_protocol(arguments.protocol)
+    if arguments.markdown:
+        raise UsageError("--markdown applies to check --all")
+    if not arguments.protocol and arguments.model_file is None:
+        raise UsageError("name a protocol (see `lockstep list`), give --model-file PATH, or use --all")
+    (protocol,) = _protocols(arguments)
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     result = _run(instance, arguments, console)
@@ -233,27 +259,43 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     return result.exit_code
 
 
+def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instance]:
+    """Every instance × variant that carries a pinned verdict (default: the built-in models), in order."""
+    return [
+        protocol.instance(variant.name, spec.name)
+        for protocol in (PROTOCOLS.values() if protocols is None else protocols)
+        for spec in protocol.instances
+        for variant in protocol.variants
+        if variant.name in spec.expected
+    ]
+
+
+def _protocols(arguments: argparse.Namespace) -> list[Protocol]:
+    """The protocols a command works on: the model file's, the named one, or every built-in one."""
+    if arguments.model_file is not None:
+        protocol = load_model_file(arguments.model_file)
+        named = getattr(arguments, "protocol", None)
+        if named and named != protocol.name:
+            raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {named!r}")
+        return [protocol]
+    named = getattr(arguments, "protocol", None)
+    return [get_protocol(named)] if named else list(PROTOCOLS.values())
+
+
 def _check_all(arguments: argparse.Namespace, console: Console) -> int:
-    rows: list[tuple[str, str, str, str | None, str, str]] = []
+    rows: list[PinnedRow] = []
     payloads = []
-    all_as_pinned = True
-    for protocol in PROTOCOLS.values():
-        for variant in protocol.variants:
-            instance = protocol.instance(variant.name)
-            result = _run(instance, arguments, console)
-            trace_file = _write_trace(instance, result, None, console)
-            shortest = result.counterexample
-            detail = (
-                f"{shortest.name} in {shortest.path.length} steps"
-                if shortest is not None and shortest.path is not None
-                else (f"{result.stats.states:,} states" if result.stats.states is not None else f"no violation within depth {result.stats.depth}")
-            )
-            all_as_pinned &= instance.expected == result.verdict.value
-            rows.append((protocol.name, variant.name, instance.name, instance.expected, result.verdict.value, detail))
-            payloads.append(result_json(result, instance, trace_file))
+    for instance in pinned_instances(_protocols(arguments)):
+        result = _run(instance, arguments, console)
+        trace_file = _write_trace(instance, result, None, console)
+        rows.append(PinnedRow.of(instance, result))
+        payloads.append(result_json(result, instance, trace_file))
+    all_as_pinned = all(row.as_pinned for row in rows)
     if arguments.json:
         sys.stdout.write(json.dumps({"as_pinned": all_as_pinned, "checks": payloads}) + "\n")
-    else:
+    elif arguments.markdown:
+        sys.stdout.write(markdown_tables(rows))
+    if not arguments.json:
         console.print(summary_table(rows))
         console.print("every verdict is as pinned" if all_as_pinned else "[bold red]some verdicts differ from their pins[/bold red]")
     return EXIT_OK if all_as_pinned else EXIT_VIOLATED
@@ -301,11 +343,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
     try:
         if arguments.command == "list":
-            return command_list(console)
+            return command_list(arguments, console)
         if arguments.command == "check":
             return command_check(arguments, console)
         if arguments.command == "prove-lemmas":
             return command_prove_lemmas(arguments, console)
+        code = _run_command_module(arguments, console)
+        if code is not None:
+            return code
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     except (UsageError, SymmetryError) as error:

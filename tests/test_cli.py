@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.cli import main
+from lockstep.cli import main, pinned_instances
 
 
 def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
@@ -34,7 +34,11 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
     payload = json.loads(out)  # exactly one JSON object
     assert out.count("\n") == 1
     assert payload["verdict"] == "violated" and payload["expected"] == "violated"
-    assert payload["counterexample"] == {"property": "quiescent_during_rpc", "length": 17, "trace_file": str(trace)}
+    steps = payload["counterexample"].pop("steps")
+    assert payload["counterexample"] == {"property": "quiescent_during_rpc", "length": 17, "loop_start": None, "trace_file": str(trace)}
+    assert len(steps) == 17 and steps[0]["index"] == 1 and steps[-1]["actor"] == "rank:1"
+    assert steps[-1]["action"] == "handle_collective_rpc" and steps[-1]["arguments"] == "rank=1"
+    assert "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in [step["mirrors"] for step in steps]
     verdicts = {item["name"]: item["verdict"] for item in payload["properties"]}
     assert verdicts["no_hang"] == "violated" and verdicts["no_deadlock"] == "violated"
     assert verdicts["in_bounds"] == "holds" and verdicts["no_collective_mismatch"] == "holds"
@@ -50,7 +54,7 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
 def test_human_report_shows_swimlanes_and_blocked_collectives(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(tmp_path / "t.jsonl"))
     assert code == 1 and out == ""
-    assert "counterexample: quiescent_during_rpc (17 steps)" in err
+    assert "counterexample: quiescent_during_rpc (17 steps)" in err and "mirrors (source)" in err
     assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in err
     assert "expected violated: as pinned" in err
 
@@ -68,24 +72,37 @@ def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert code == 0
     payload = json.loads(out)
     assert payload["as_pinned"] is True
-    assert {(item["protocol"], item["variant"]) for item in payload["checks"]} == {
-        ("dp-pause", "pre-fix"), ("dp-pause", "post-fix"), ("dp-pause", "ignore-wave-while-paused"),
-    }
+    checked = [(item["protocol"], item["variant"], item["instance"]) for item in payload["checks"]]
+    pinned = [(instance.protocol.name, instance.variant, instance.name) for instance in pinned_instances()]
+    assert checked == pinned and ("dp-pause", "post-fix", "stale-wave-after-resume") in checked
+    assert all(item["verdict"] == item["expected"] for item in payload["checks"])
     assert (tmp_path / "lockstep-out" / "dp-pause-pre-fix-seed.jsonl").exists()
+
+
+def test_readme_tables_are_generated_by_check_all(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's protocol × variant × verdict and Findings tables are `check --all --markdown`'s output."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(capsys, "check", "--all", "--markdown")
+    assert code == 0
+    begin = readme.index("<!-- lockstep:tables begin")
+    block = readme[readme.index("\n", begin) + 1 : readme.index("<!-- lockstep:tables end -->")]
+    assert block == out, "README tables are stale: run python tools/readme_tables.py"
+    assert "| `dp-pause stale-wave-after-resume`:" in out
 
 
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["check", "no-such-protocol"], "unknown protocol 'no-such-protocol'; known protocols: dp-pause"),
+        (["check", "no-such-protocol"], "unknown protocol 'no-such-protocol'; known protocols:"),
         (["check", "dp-pause", "--variant", "mid-fix"], "has no variant 'mid-fix'; variants: pre-fix, post-fix"),
         (["check", "dp-pause", "--instance", "nope"], "has no instance 'nope'"),
         (["check", "dp-pause", "--set", "colour=3"], "has no parameter 'colour'"),
         (["check", "dp-pause", "--set", "ranks"], "--set expects NAME=VALUE"),
         (["check", "dp-pause", "--set", "ranks=two"], "'two' is not an integer"),
-        (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 6, got 9"),
+        (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 8, got 9"),
         (["check", "dp-pause", "--symmetry"], "declares no symmetric sort"),
-        (["check", "--all", "dp-pause"], "--all checks every built-in default instance"),
+        (["check", "--all", "dp-pause"], "--all checks every built-in instance"),
         (["check"], "name a protocol"),
     ],
 )

@@ -33,11 +33,12 @@ def poster(group: Communicator, op: str) -> Callable[[Term, Term], Step]:
     return post
 
 
-def toy_machine() -> tuple[Machine, Communicator]:
+def toy_machine(interleaved: bool = False) -> tuple[Machine, Communicator]:
     """Three ranks that may post any op of ``group``, any payload, or send/recv to any other rank."""
     machine = Machine("collectives")
     machine.hang_bound = 3  # type: ignore[attr-defined]
-    group = Communicator(machine, "group", Rank, OPERATIONS, payload=Payload, point_to_point=True)
+    group = Communicator(machine, "group", Rank, OPERATIONS, payload=Payload, point_to_point=True,
+                         interleaved_point_to_point=interleaved)
     for op in OPERATIONS:
         machine.add_action(f"post_{op}", poster(group, op), actor="rank:{rank}", rank=Rank, value=Payload)
 
@@ -55,8 +56,8 @@ def toy_machine() -> tuple[Machine, Communicator]:
 class Driver:
     """Fires named actions with given arguments on the reference interpreter."""
 
-    def __init__(self) -> None:
-        self.machine, self.group = toy_machine()
+    def __init__(self, interleaved: bool = False) -> None:
+        self.machine, self.group = toy_machine(interleaved)
         self.system = InterpretedSystem(self.machine)
         self.state: State = self.system.initial()
 
@@ -146,6 +147,31 @@ def test_collective_against_point_to_point_is_a_mismatch() -> None:
     assert not driver.holds(NO_COLLECTIVE_MISMATCH)
     driver.fire("post_sum", rank=2, value=1)
     assert not driver.enabled("group.complete")
+
+
+def test_interleaved_point_to_point_matches_collectives_among_themselves() -> None:
+    """vLLM's PP group: rank 0 waits in the broadcast while rank 1 still sends to rank 2 (no mismatch);
+    two different collectives at the fronts are still a mismatch."""
+    driver = Driver(interleaved=True)
+    driver.fire("post_bcast", rank=0, value=0)
+    driver.fire("send", sender=1, receiver=2, value=1)
+    driver.fire("recv", receiver=2, sender=1)
+    assert driver.holds(NO_COLLECTIVE_MISMATCH), "a collective facing a send/recv is a wait, not a mismatch"
+    driver.fire("group.transfer", sender=1, receiver=2)
+    driver.fire("post_bcast", rank=1, value=2)
+    driver.fire("post_sum", rank=2, value=1)
+    assert not driver.holds(NO_COLLECTIVE_MISMATCH)
+    assert not driver.enabled("group.complete")
+    same = Driver(interleaved=True)
+    for rank in range(3):
+        same.fire("post_bcast", rank=rank, value=rank)
+    same.fire("group.complete")
+    assert same.results() == (1, 1, 1)
+
+
+def test_interleaved_point_to_point_needs_point_to_point() -> None:
+    with pytest.raises(DefinitionError, match="interleaved_point_to_point needs point_to_point=True"):
+        Communicator(Machine("bad"), "g", Rank, {"b": broadcast(0)}, interleaved_point_to_point=True)
 
 
 def test_waiting_in_names_the_front_op() -> None:

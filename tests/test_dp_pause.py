@@ -22,6 +22,9 @@ def test_pre_fix_seed_hangs_through_the_stale_start_dp_wave() -> None:
     assert verdicts(result) == {
         "in_bounds": "holds",
         "quiescent_during_rpc": "violated",
+        "forward_counts_agree": "holds",
+        "pause_mode_semantics": "holds",
+        "coordinator_idle_when_quiet": "holds",
         "resumed": "holds",
         "no_collective_mismatch": "holds",
         "no_hang": "violated",
@@ -102,3 +105,149 @@ def test_mutant_ignoring_start_dp_wave_while_paused_breaks_liveness() -> None:
     actions = [step.action for step in hang.path.steps]
     assert actions[-1] == "handle_start_wave" and "handle_pause" in actions
     assert blocked_summary(result.machine, hang.path) == "rank 0 in forward(worker_dp)#1"
+
+
+# ------------------------------------------------------------------ instances beyond the seed
+# (state counts, verdicts and counterexample lengths as measured; expected verdicts from v0.21.0)
+PINS = {
+    ("modes", "pre-fix"): (140432, {"no_hang": 20}),
+    ("modes", "post-fix"): (194659, {}),
+    ("modes", "ignore-wave-while-paused"): (107340, {"no_hang": 13}),
+    ("request-while-paused", "pre-fix"): (20929, {"no_hang": 19}),
+    ("request-while-paused", "post-fix"): (19987, {}),
+    ("staggered-pause", "pre-fix"): (53949, {"no_hang": 19}),
+    ("staggered-pause", "post-fix"): (93534, {}),
+    ("barrier-request", "pre-fix"): (20929, {"no_hang": 19, "quiescent_during_rpc": 15}),
+    ("barrier-request", "post-fix"): (19987, {}),
+    ("double-resume", "pre-fix"): (35765, {}),
+    ("double-resume", "post-fix"): (87310, {"no_hang": 50}),
+    ("double-resume", "no-local-wakeup"): (97367, {"no_hang": 50}),
+    ("request-after-resume", "post-fix"): (237627, {"coordinator_idle_when_quiet": 52, "no_hang": 57}),
+    ("aborted-stale-request", "post-fix"): (11976, {}),
+    ("aborted-stale-request", "no-local-wakeup"): (11618, {"no_hang": 52}),
+    ("fair-liveness", "pre-fix"): (33732, {"no_hang": 20}),
+    ("fair-liveness", "post-fix"): (48918, {}),
+    ("fair-liveness", "ignore-wave-while-paused"): (24490, {"no_hang": 13, "pause_returns": 13, "resume_eventually_serves": 34}),
+    ("fair-liveness", "no-local-wakeup"): (48918, {}),
+    ("sync-interval-2", "pre-fix"): (46249, {"no_hang": 20}),
+    ("sync-interval-2", "post-fix"): (60306, {}),
+    ("sync-interval-32", "post-fix"): (467526, {}),
+}
+
+
+@pytest.mark.parametrize(("name", "variant"), sorted(PINS))
+def test_pinned_instance(name: str, variant: str) -> None:
+    instance = PROTOCOL.instance(variant, name)
+    result = check(instance)
+    states, lengths = PINS[(name, variant)]
+    assert result.verdict.value == instance.expected
+    assert result.stats.states == states
+    for prop, length in lengths.items():
+        found = result.property_result(prop)
+        assert found.verdict is Verdict.VIOLATED and found.path is not None and found.path.length == length
+
+
+def test_barrier_request_pre_fix_hangs_in_the_barrier_against_a_dummy_forward() -> None:
+    result = check(PROTOCOL.instance("pre-fix", "barrier-request"))
+    hang = result.property_result("no_hang")
+    assert hang.path is not None
+    summary = blocked_summary(result.machine, hang.path)
+    assert "barrier(engine_dp)" in summary and "forward(worker_dp)" in summary
+
+
+def test_finding_double_resume_one_rank_alone_in_the_resume_barrier() -> None:
+    result = check(PROTOCOL.instance("post-fix", "double-resume"))
+    hang = result.property_result("no_hang")
+    assert hang.path is not None
+    actions = [step.action for step in hang.path.steps]
+    assert actions.count("client_resume_returned") == 1 and "handle_resume" in actions[actions.index("client_resume_returned"):]
+    assert "resume_max(engine_dp)" in blocked_summary(result.machine, hang.path)
+
+
+def test_finding_request_after_resume_gets_no_wave() -> None:
+    result = check(PROTOCOL.instance("post-fix", "request-after-resume"))
+    hang = result.property_result("no_hang")
+    assert hang.path is not None
+    actions = [step.action for step in hang.path.steps]
+    assert actions[-4:] == ["client_add_request", "arrive_from_client", "handle_add", "step"]
+    assert actions.index("coordinator_first_request") > actions.index("coordinator_report")  # FIRST_REQ after wave end
+
+
+def test_mode_semantics_and_liveness_hold_post_fix_where_checked() -> None:
+    result = check(PROTOCOL.instance("post-fix", "request-while-paused"))
+    names = {item.name: item.verdict.value for item in result.properties}
+    assert names["pause_resolves"] == names["resume_serves"] == names["pause_mode_semantics"] == "holds"
+    tight = check(PROTOCOL.instance("post-fix", "request-while-paused", overrides={"response_bound": 10}))
+    assert tight.property_result("pause_resolves").verdict is Verdict.VIOLATED  # the bound is not vacuous
+
+
+def test_sync_interval_two_is_expressible() -> None:
+    result = check(PROTOCOL.instance("post-fix", overrides={"sync_interval": 2}))
+    assert result.verdict is Verdict.HOLDS and result.stats.states is not None and result.stats.states > 48918
+
+
+# ------------------------------------------------------------------ the vLLM functions of each step
+def test_every_action_names_the_vllm_functions_it_mirrors() -> None:
+    for name in ("seed", "modes", "barrier-request", "double-resume"):
+        for variant in PROTOCOL.variants:
+            machine = PROTOCOL.instance(variant.name, name).machine()
+            unnamed = [action.name for action in machine.actions if not action.actor.startswith("group:") and not action.mirrors]
+            assert unnamed == [], (variant.name, name)
+    pre, post = (PROTOCOL.instance(variant).machine() for variant in ("pre-fix", "post-fix"))
+    assert "_pause_complete" in post.action_named("handle_pause").mirrors
+    assert "_pause_complete" not in pre.action_named("handle_pause").mirrors
+    assert "sync_dp_state" in post.action_named("finish_sync").mirrors and "has_unfinished_dp" in pre.action_named("finish_sync").mirrors
+
+
+def test_counterexample_swimlanes_name_the_vllm_functions() -> None:
+    from rich.console import Console
+
+    from lockstep.checkers.report import steps_json, swimlanes
+
+    result = check(PROTOCOL.instance("pre-fix"))
+    shortest = result.counterexample
+    assert shortest is not None and shortest.path is not None
+    console = Console(width=400, record=True)
+    console.print(swimlanes(result.machine, shortest.path, "counterexample"))
+    text = console.export_text()
+    assert "mirrors (source)" in text
+    assert "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in text  # the stale wave, handled after pause returned
+    assert "_handle_client_request(UTILITY) → EngineCoreProc.pause_scheduler (None at once if not has_work())" in text
+    assert "_handle_client_request(UTILITY) → EngineCore.collective_rpc" in text
+    steps = steps_json(result.machine, shortest.path)
+    assert len(steps) == shortest.path.length == 17
+    assert steps[-1]["action"] == "handle_collective_rpc" and "EngineCore.collective_rpc" in steps[-1]["mirrors"]
+
+
+# ------------------------------------------------------------------ the mutant no-local-wakeup
+def test_no_local_wakeup_leaves_the_sender_of_start_wave_idle_while_its_peer_steps() -> None:
+    """P2(d): the stale-wave request is aborted before its engine steps; post-fix the engine's own
+    engines_running = True makes it join the wave, the mutant stays idle (excluded from the
+    START_DP_WAVE its start_wave caused) while rank 1 waits in a dummy forward."""
+    result = check(PROTOCOL.instance("no-local-wakeup", "aborted-stale-request"))
+    hang = result.property_result("no_hang")
+    assert hang.path is not None
+    actions = [(step.action, step.arguments.get("rank")) for step in hang.path.steps]
+    assert ("handle_add", 0) in actions and ("coordinator_report", 0) in actions and ("handle_abort", 0) in actions
+    assert actions.index(("handle_add", 0)) < actions.index(("handle_abort", 0))
+    assert actions[-1] == ("step", 0)  # the idle `continue`: no forward
+    assert blocked_summary(result.machine, hang.path) == "rank 1 in forward(worker_dp)#2"
+
+
+# ------------------------------------------------------------------ fair-cycle liveness (L1, L2)
+def test_fair_liveness_holds_post_fix_and_the_ignoring_mutant_never_answers_pause() -> None:
+    post = check(PROTOCOL.instance("post-fix", "fair-liveness"))
+    assert {name: post.property_result(name).verdict for name in ("pause_returns", "resume_eventually_serves")} == {
+        "pause_returns": Verdict.HOLDS, "resume_eventually_serves": Verdict.HOLDS}
+    mutant = check(PROTOCOL.instance("ignore-wave-while-paused", "fair-liveness"))
+    l1 = mutant.property_result("pause_returns")
+    assert l1.verdict is Verdict.VIOLATED and l1.path is not None
+    assert l1.path.loop_start == l1.path.length == 13  # a lasso whose cycle is the stop: rank 0 blocked for ever
+    assert "the run stops" in l1.detail
+    actions = [step.action for step in l1.path.steps]
+    assert actions.count("client_pause") == 2 and actions[-1] == "handle_start_wave"
+    assert blocked_summary(mutant.machine, l1.path) == "rank 0 in forward(worker_dp)#1"
+    # fairness covers message delivery and stepping (engines, coordinator, groups), never the client
+    fair = PROTOCOL.instance("post-fix", "fair-liveness").machine().finish().property_named("pause_returns").fair or ()
+    assert {"arrive_from_coordinator", "step", "coordinator_report", "worker_dp.complete"} <= set(fair)
+    assert not any(name.startswith("client") for name in fair)

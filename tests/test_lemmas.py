@@ -11,7 +11,7 @@ from lockstep.checkers.symbolic.lemmas import prove
 from lockstep.cli import main
 from lockstep.models import LEMMAS, get_protocol
 from lockstep.spec.evaluation import Environment, evaluate
-from lockstep.spec.lemma import lemma
+from lockstep.spec.lemma import integer_lemma, lemma
 from lockstep.spec.semantics import InterpretedSystem, unpack
 from lockstep.spec.sorts import BOOL, INTEGER, integers
 from lockstep.spec.terms import Term, if_then_else
@@ -102,4 +102,37 @@ def test_prove_lemmas_command(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["prove-lemmas", "--json"])
     payload = json.loads(capsys.readouterr().out)
     assert code == 0 and payload["as_expected"] is True
-    assert {row["lemma"]: row["outcome"] for row in payload["lemmas"]} == {"dp-pause/sum-vote": "proved"}
+    outcomes = {row["lemma"]: row["outcome"] for row in payload["lemmas"]}
+    assert outcomes == {item.name: item.expected for item in LEMMAS} and outcomes["dp-pause/sum-vote"] == "proved"
+
+
+def test_an_integer_lemma_is_proved_refuted_or_unproved_directly() -> None:
+    """Lemmas over unbounded integer parameters: one Z3 query, concrete cases searched with evaluate."""
+    square = integer_lemma("test/square", "a*a >= a for integers", expected="proved", parameters=("a",),
+                           domain=lambda a: a == a, conclusion=lambda a: a * a >= a)
+    assert prove(square).outcome == "proved" and square.holds_for((-3,)) and square.concrete_counterexample() is None
+    growing = integer_lemma("test/growing", "b >= 0 makes a + b larger (false at b = 0)", expected="refuted",
+                            parameters=("a", "b"), domain=lambda a, b: b >= 0, conclusion=lambda a, b: a + b > a)
+    outcome = prove(growing)
+    assert outcome.outcome == "refuted" and outcome.as_expected and outcome.counterexample == (-6, 0)
+    far = integer_lemma("test/far", "false only beyond the searched values", expected="proved", parameters=("a",),
+                        domain=lambda a: a >= 0, conclusion=lambda a: a < 100)
+    assert prove(far).outcome == "unproved" and all(far.holds_for(case) for case in far.cases(6))
+    assert list(integer_lemma("test/cases", "", expected="proved", parameters=("a", "b"), domain=lambda a, b: (a >= 1) & (b == a),
+                              conclusion=lambda a, b: True).cases(2)) == [(1, 1), (2, 2)]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"expected": "maybe", "parameters": ("a",)}, "expected must be one of"),
+        ({"expected": "proved", "parameters": ("a", "a")}, "parameters must be distinct"),
+        ({"expected": "proved", "parameters": ("a",), "conclusion": lambda a: a + 1}, "the conclusion must be Bool"),
+    ],
+)
+def test_integer_lemma_definition_errors(arguments: dict[str, object], message: str) -> None:
+    from lockstep.spec.terms import DefinitionError
+
+    defaults: dict[str, object] = {"domain": lambda a: a >= 0, "conclusion": lambda a: a >= 0}
+    with pytest.raises(DefinitionError, match=message):
+        integer_lemma("test/bad", "", **{**defaults, **arguments})  # type: ignore[arg-type]

@@ -191,3 +191,19 @@ def test_respond_within_is_violated_once_bound_steps_pass_without_response(bound
         assert answered.path is not None
         assert answered.path.length == 1 + bound, "trigger after one step, then bound steps without response"
         assert unpack(result.machine, answered.path.final_state) == {"x": bound + 1, "monitor.answered": bound}
+
+
+def test_actions_name_the_source_functions_they_mirror() -> None:
+    machine, x, _ = counter_machine()
+    machine.add_action("bump", lambda: Step(x < 2, {x: x + 1}), actor="a", mirrors="Scheduler.schedule")
+    machine.add_action("reset", lambda: Step(x == 2, {x: 0}), actor="a")
+    with pytest.raises(DefinitionError, match=r"mirror: \['teleport'\] are not actions of machine counter"):
+        machine.mirror({"teleport": "nowhere"})
+    machine.mirror({"reset": "Scheduler.reset_prefix_cache"})
+    machine.respond_within("reset_soon", x == 2, x == 0, 1)  # the monitor rebuilds every action at finish()
+    machine.finish()
+    assert machine.action_named("bump").mirrors == "Scheduler.schedule"
+    assert machine.action_named("reset").mirrors == "Scheduler.reset_prefix_cache"
+    assert any(name == "monitor.reset_soon" for name, _ in machine.action_named("bump").updates)
+    with pytest.raises(DefinitionError, match="after finish"):
+        machine.mirror({"bump": "x"})

@@ -7,6 +7,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -27,3 +29,17 @@ def test_the_first_two_commands_are_the_setup_commands() -> None:
     assert commands[1].endswith("python -m pytest") and "torch==2.13.0" in commands[1]
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci  # CI runs exactly the README's test command
+
+
+pytest_plugins = ["pytester"]
+
+
+def test_the_test_suite_example_passes_with_the_plugin(pytester: pytest.Pytester) -> None:
+    """The README's complete test file for a user's suite runs and passes as written."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## In your own test suite") :]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert code is not None
+    pytester.makepyfile(test_users_suite=code.group(1))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--lockstep-fuzz-examples=50", timeout=300)
+    result.assert_outcomes(passed=2)

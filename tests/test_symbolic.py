@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import random
+from functools import cache
+
 import pytest
 import z3
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_compiler import DECLARED, OPERATOR_SAMPLES, QUANTIFIER_SAMPLES, STATE, expressions, states
 
 from lockstep.checkers import Verdict, check
@@ -12,9 +17,11 @@ from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
 from lockstep.checkers.symbolic import values as values_module
 from lockstep.checkers.symbolic.encoding import Encoding, decode, flatten, in_sort
+from lockstep.checkers.symbolic.solving import ask, milliseconds
 from lockstep.checkers.symbolic.translate import Translator
 from lockstep.checkers.symbolic.values import bit_vectors, declare, lift_value, to_z3
-from lockstep.models import get_protocol
+from lockstep.cli import main
+from lockstep.models import PROTOCOLS, get_protocol
 from lockstep.spec.collectives import Communicator, all_reduce_sum, barrier
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.expressions import NODE_CLASSES, Expression, Operator, Parameter, Quantifier, walk
@@ -80,19 +87,24 @@ def test_z3_values_equal_the_evaluator(drawn: tuple[str, Term], state: dict[str,
     assert z3_value(term.expression, state, 16) == expected
 
 
-def successors_by_z3(encoding: Encoding, state: State, width: int) -> set[tuple[int, tuple[Value, ...], State]]:
-    """Every (grounded action, target) Z3 allows from a concrete state, by blocking each model."""
+def successors_by_z3(
+    encoding: Encoding, state: State, width: int, limit: int = 10_000
+) -> set[tuple[int, tuple[Value, ...], State]]:
+    """Every (grounded action, target) Z3 allows from a concrete state, by blocking each model. The
+    pre-state is symbolic (as in BMC) and pinned to ``state`` by constraints, so guards and updates
+    go through the translator rather than folding to constants. Stops after ``limit`` + 1 finds."""
     machine = encoding.machine
     with bit_vectors(width):
-        pre = {name: lift_value(value, machine.variables[name].sort) for name, value in zip(machine.variables, state, strict=True)}
-        post = encoding.state("next")
+        pre, post = encoding.state("pre"), encoding.state("next")
         selector = values_module.integer_constant("selector")
         solver = z3.Solver()
-        solver.add(to_z3(encoding.domain(post)))
+        for name, value in zip(machine.variables, state, strict=True):
+            solver.add(to_z3(values_module.equal(pre[name], lift_value(value, machine.variables[name].sort))))
+        solver.add(to_z3(encoding.domain(pre)), to_z3(encoding.domain(post)))
         solver.add(*[to_z3(constraint) for constraint in encoding.transition(pre, post, selector, "next")])
         found = set()
         components = [component for name in encoding.sorts for component in flatten(encoding.sorts[name], post[name])]
-        while solver.check() == z3.sat:
+        while len(found) <= limit and solver.check() == z3.sat:
             model = solver.model()
             grounded = encoding.grounded[values_module.integer_of(model.eval(selector, model_completion=True))]
             found.add((grounded.action, grounded.arguments, encoding.decode_state(post, model)))
@@ -100,25 +112,39 @@ def successors_by_z3(encoding: Encoding, state: State, width: int) -> set[tuple[
         return found
 
 
-@pytest.mark.parametrize("variant", ["pre-fix", "post-fix"])
-def test_z3_successor_sets_equal_the_explicit_ones_on_dp_pause(variant: str) -> None:
-    machine = get_protocol("dp-pause").instance(variant).machine()
-    system = InterpretedSystem(machine)
+@cache
+def reading(protocol: str, variant: str) -> tuple[InterpretedSystem, Encoding, int]:
+    """A seed instance's concrete system, its Z3 encoding and integer width (built once)."""
+    machine = get_protocol(protocol).instance(variant).machine()
     encoding = Encoding(machine)
-    width = encoding.integer_width()
-    frontier, seen = [system.initial()], {system.initial()}
-    sampled: list[State] = []
-    while frontier and len(sampled) < 12:  # a deterministic spread of reachable states: every 7th by BFS
-        state = frontier.pop(0)
-        if len(seen) % 7 == 0 or not sampled:
-            sampled.append(state)
-        for transition in system.transitions(state):
-            if transition.out_of_bounds is None and transition.target not in seen:
-                seen.add(transition.target)
-                frontier.append(transition.target)
-    for state in sampled:
-        explicit = {(t.action, t.arguments, t.target) for t in system.transitions(state) if t.out_of_bounds is None}
-        assert successors_by_z3(encoding, state, width) == explicit
+    return InterpretedSystem(machine), encoding, encoding.integer_width()
+
+
+def walk_to(system: InterpretedSystem, length: int, seed: int) -> State:
+    """A reachable state: ``length`` random steps (seeded) from the initial one, fewer at a deadlock."""
+    chooser, state = random.Random(seed), system.initial()
+    for _ in range(length):
+        targets = [t.target for t in system.transitions(state) if t.out_of_bounds is None]
+        if not targets:
+            break
+        state = chooser.choice(targets)
+    return state
+
+
+SEEDS = [(protocol, variant) for protocol in sorted(PROTOCOLS) for variant in ("pre-fix", "post-fix")]
+
+
+@pytest.mark.parametrize(("protocol", "variant"), SEEDS)
+@settings(max_examples=max(4, settings.default.max_examples // 6))  # a sixth of the profile's: ~1.5 s each
+@given(length=st.integers(min_value=0, max_value=80), seed=st.integers(min_value=0, max_value=2**32))
+def test_z3_successor_sets_equal_the_explicit_ones(protocol: str, variant: str, length: int, seed: int) -> None:
+    """For a reachable state of every model's seed (a random walk of up to 80 seeded steps that
+    Hypothesis draws: past every seed's diameter), the (action, arguments, successor) triples Z3
+    allows for one transition are exactly the explicit engine's."""
+    system, encoding, width = reading(protocol, variant)
+    state = walk_to(system, length, seed)
+    explicit = {(t.action, t.arguments, t.target) for t in system.transitions(state) if t.out_of_bounds is None}
+    assert successors_by_z3(encoding, state, width, limit=len(explicit)) == explicit
 
 
 # ------------------------------------------------------------------------------------------------ BMC
@@ -256,3 +282,51 @@ def test_bmc_checks_only_the_selected_properties() -> None:
     assert [item.name for item in result.properties] == ["no_collective_mismatch"]
     assert result.properties[0].verdict is Verdict.VIOLATED and result.properties[0].path is not None
     assert result.properties[0].path.length == 2
+
+
+def test_bmc_names_bool_action_parameters() -> None:
+    """An action with a Bool parameter: BMC names its argument with a Bool constant (an integer
+    constant was a Z3 sort mismatch) and finds the violation at the explicit length."""
+    machine = Machine("bool-parameter")
+    flag = machine.variable("flag", BOOL, False)
+    count = machine.variable("count", integers(0, 3), 0)
+
+    @machine.action(actor="client", up=BOOL)
+    def bump(up: Term) -> Step:
+        return Step(count < 3, {count: count + 1, flag: up})
+
+    machine.always("never_set_twice", ~(flag & (count == 2)))
+    explicit = check(machine)
+    symbolic = check(machine, "bmc", depth=2)
+    mine, theirs = symbolic.property_result("never_set_twice"), explicit.property_result("never_set_twice")
+    assert theirs.path is not None and theirs.path.length == 2
+    assert mine.verdict is Verdict.VIOLATED and mine.path is not None and mine.path.length == 2
+    assert mine.path.steps[-1].arguments == {"up": True}
+
+
+@pytest.mark.parametrize("limit", [["--solver-timeout", "0.001"], ["--solver-timeout", "0.0001"], ["--timeout", "0.05"]])
+def test_a_tiny_solver_timeout_is_inconclusive_with_valid_json(capsys: pytest.CaptureFixture[str], limit: list[str]) -> None:
+    """Z3 cancelled after ~1 ms can answer sat with a model that breaks its own assertions; that
+    answer used to be decoded (a TranslationBug traceback, exit 1). It is unknown: exit 3, JSON."""
+    code = main(["check", "computed-tokens", "--engine", "bmc", "--depth", "12", *limit, "--json"])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 3 and payload["verdict"] == "inconclusive"
+    assert {item["verdict"] for item in payload["properties"]} <= {"inconclusive", "holds", "holds-within-bound"}
+    assert "inconclusive" in {item["verdict"] for item in payload["properties"]}
+
+
+def test_a_tiny_solver_timeout_leaves_k_induction_inconclusive() -> None:
+    result = check(get_protocol("computed-tokens").instance("post-fix"), "induction", solver_timeout=0.001)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert all(item.verdict is not Verdict.VIOLATED for item in result.properties)
+
+
+def test_ask_returns_checked_models_and_whole_millisecond_timeouts() -> None:
+    solver = z3.SolverFor("QF_BV")
+    x = z3.BitVec("x", 8)
+    solver.add(x * 3 == 9, x < 10)
+    answer, model = ask(solver)
+    assert answer == z3.sat and model is not None and model.eval(x).as_long() == 3
+    solver.add(x == 4)
+    assert ask(solver) == (z3.unsat, None)
+    assert milliseconds(0.0001) == 1 and milliseconds(0.0015) == 2 and milliseconds(2) == 2000

@@ -14,7 +14,7 @@ from lockstep.checkers.explicit import ExplicitSearch, Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
 from lockstep.spec.compiler import CompiledSystem
-from lockstep.spec.machine import Machine
+from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 
@@ -55,22 +55,36 @@ def check(
     if engine in SYMBOLIC_ENGINES:
         if symmetry:
             raise UsageError("--symmetry applies to the explicit engines only")
+        liveness = {i for i, prop in enumerate(machine.properties) if prop.kind is PropertyKind.LEADS_TO}
+        safety = frozenset((set(range(len(machine.properties))) if only is None else set(only)) - liveness)
         if engine == "induction":
             from lockstep.checkers.symbolic import Induction
 
-            return Induction(machine, k=induction_k, solver_timeout=solver_timeout, only=only).run()
+            return _with_liveness(Induction(machine, k=induction_k, solver_timeout=solver_timeout, only=safety).run(), liveness & set(only or liveness))
         if depth is None:
             raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         from lockstep.checkers.symbolic import BoundedModelChecker
 
         timeout = None if limits is None else limits.timeout_seconds
-        checker = BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=only)
-        return checker.run()
+        checker = BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=safety)
+        return _with_liveness(checker.run(), liveness & set(only or liveness))
     search = ExplicitSearch(system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress)
     result = search.run()
     if only is not None:
         result = dataclasses.replace(result, properties=[item for i, item in enumerate(result.properties) if i in only])
     return result
+
+
+def _with_liveness(result: CheckResult, positions: set[int]) -> CheckResult:
+    """The Z3 engines check safety; leads-to properties are the explicit engines' (inconclusive here)."""
+    if not positions:
+        return result
+    properties = result.machine.properties
+    extra = [
+        PropertyResult(properties[i].name, properties[i].kind, Verdict.INCONCLUSIVE, None, "leads-to is checked by the explicit engines (bfs, dfs)")
+        for i in sorted(positions)
+    ]
+    return dataclasses.replace(result, properties=[*result.properties, *extra])
 
 
 def _selected(machine: Machine, names: Collection[str] | None) -> frozenset[int] | None:

@@ -1,9 +1,10 @@
 """Counterexamples as data: changed variables, who waits in which collective, and trace events.
 
 A ``Path`` from an engine becomes (a) rows for the reporter's swimlanes: step, actor,
-action(arguments), variables changed old -> new, and the collective each rank blocks in with its
-per-communicator sequence number ("rank 0 in rpc(worker_world)#1"); and (b) events of the trace
-format, written with ``lockstep.traces``. Nothing here prints.
+action(arguments), the source function(s) the action mirrors, variables changed old -> new, and
+the collective each rank blocks in with its per-communicator sequence number ("rank 0 in
+rpc(worker_world)#1"); and (b) events of the trace format, written with ``lockstep.traces``.
+Nothing here prints.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Row:
     arguments: str
     changes: tuple[Change, ...]
     waiting: Mapping[int, tuple[str, ...]]  # member -> collectives it blocks in after the step
+    mirrors: str = ""  # the source function(s) the action stands for ("" if the model names none)
 
 
 def communicators(machine: Machine) -> list[Communicator]:
@@ -106,6 +108,7 @@ def rows(machine: Machine, path: Path) -> list[Row]:
                 render_arguments(machine, step.action, step.arguments),
                 changes(machine, previous, step.state),
                 sequencer.waiting(step.state),
+                machine.action_named(step.action).mirrors,
             )
         )
         previous = step.state
@@ -179,13 +182,16 @@ def write_counterexample(
     instance: str,
     parameters: Mapping[str, int],
     property_name: str,
+    backend: str = "lockstep-explicit",
 ) -> FilePath:
-    """Write ``path`` as a trace file (header + one event per step) and return its path."""
+    """Write ``path`` as a trace file (header + one event per step) and return its path;
+    ``backend`` names the engine that found it (``lockstep-explicit``, ``lockstep-fuzz``)."""
     header = TraceHeader(
         protocol=protocol,
         variant=variant,
         instance=instance,
-        parameters={**parameters, "property": property_name},
-        source=TraceSource(kind="model", backend="lockstep-explicit", host=platform.node() or None),
+        # a lasso's cycle start travels with the trace, so a replay knows the steps from it on repeat
+        parameters={**parameters, "property": property_name, **({} if path.loop_start is None else {"loop_start": path.loop_start})},
+        source=TraceSource(kind="model", backend=backend, host=platform.node() or None),
     )
     return write_trace(file, header, trace_events(machine, path))

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lockstep.checkers.limits import Limits, LimitWatch
+from lockstep.checkers.liveness import Edge, StateGraph, check_leads_to
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symmetry import Canonicalizer
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
@@ -41,6 +42,7 @@ class ExplicitSearch:
         symmetry: bool = False,
         limits: Limits | None = None,
         progress: Progress | None = None,
+        keep_edges: bool = False,
     ) -> None:
         if order not in ("bfs", "dfs"):
             raise ValueError(f"unknown search order {order!r}; use 'bfs' or 'dfs'")
@@ -57,6 +59,10 @@ class ExplicitSearch:
         self.index: dict[State, int] = {}
         self.found: dict[int, _Found] = {}  # property position -> first violation / witness
         self.fired: set[int] = set()
+        # leads-to properties need the whole graph: every in-bounds edge, by source state id
+        self.liveness = [i for i, prop in enumerate(self.machine.properties) if prop.kind is PropertyKind.LEADS_TO]
+        wanted = keep_edges or bool(self.liveness)
+        self.edges: list[list[Edge]] | None = [] if wanted and self.canonical is None else None
 
     def _add(self, state: State, parent: int, via: tuple[int, tuple[object, ...]], depth: int) -> int | None:
         key = self.canonical(state) if self.canonical is not None else state
@@ -68,6 +74,8 @@ class ExplicitSearch:
         self.parent.append(parent)
         self.via.append(via)
         self.depth.append(depth)
+        if self.edges is not None:
+            self.edges.append([])
         self._check_state(state_id, key)
         return state_id
 
@@ -121,6 +129,9 @@ class ExplicitSearch:
                     child = self._add(transition.target, state_id, (transition.action, transition.arguments), depth + 1)
                     if child is not None:
                         frontier.append(child)
+                    if self.edges is not None:
+                        target = self.index[transition.target] if child is None else child
+                        self.edges[state_id].append((transition.action, transition.arguments, target))
                 if self.limits.max_states is not None and len(self.states) >= self.limits.max_states:
                     stopped = "max-states"
                     break
@@ -138,12 +149,28 @@ class ExplicitSearch:
         stats.seconds = time.monotonic() - started
         complete = stopped is None and not frontier and not truncated
         results = [self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))]
+        for position in self.liveness:
+            results[position] = self._liveness(position, complete)
         warnings = [
             f"action {action.name} was never enabled in the explored states"
             for position, action in enumerate(self.machine.actions)
             if position not in self.fired
         ]
         return CheckResult(self.machine, self.order, results, stats, stopped, warnings)
+
+    def _liveness(self, position: int, complete: bool) -> PropertyResult:
+        prop = self.machine.properties[position]
+        if self.edges is None or not complete:
+            why = "leads-to is checked without --symmetry" if self.edges is None else "needs the complete state graph"
+            return PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, why, prop.builtin)
+        graph = StateGraph(self.machine, self.states, self.edges)
+
+        def make_step(action_position: int, arguments: tuple[object, ...], target: State) -> Step:
+            action = self.machine.actions[action_position]
+            named = {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
+            return Step(action.name, action.actor_for(named), named, target)
+
+        return check_leads_to(graph, prop, make_step)
 
     def _deadlock_ok(self, position: int, state: State) -> bool:
         prop = self.machine.properties[position]

@@ -2,13 +2,16 @@
 
 Engines return values; this module and the CLI are the only places that turn them into text.
 The counterexample is shown as per-actor swimlanes: step, what each actor did
-(``action(arguments)``), the variables that changed (old -> new), and which collective each rank
-blocks in after the step, with its per-communicator sequence number.
+(``action(arguments)``), the source function(s) the action mirrors (when the model names them,
+e.g. ``DPEngineCoreProc.add_request``), the variables that changed (old -> new), and which
+collective each rank blocks in after the step, with its per-communicator sequence number. The JSON
+form lists the same steps (actor, action, arguments, mirrors).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path as FilePath
 from typing import Any
 
@@ -64,6 +67,9 @@ def swimlanes(machine: Machine, path: Path, title: str) -> Table:
     for lane in lanes:
         table.add_column(f"rank {lane}")
     table.add_column("client / coordinator / groups")
+    mirrored = any(row.mirrors for row in steps)
+    if mirrored:
+        table.add_column("mirrors (source)", style="cyan", overflow="fold")
     table.add_column("changed (old → new)")
     for row in steps:
         label = f"{row.action}({row.arguments})" if row.arguments else row.action
@@ -77,7 +83,16 @@ def swimlanes(machine: Machine, path: Path, title: str) -> Table:
             cells.append(cell)
         other = "" if row.actor.startswith("rank:") else f"{row.actor}: {label}"
         changed = "\n".join(_shorten(f"{change.variable}: {change.before} → {change.after}") for change in row.changes)
-        table.add_row(str(row.index), *cells, other, changed)
+        number = str(row.index)
+        if path.loop_start is not None and row.index == path.loop_start + 1:
+            number = f"↻ {number}"  # a lasso: the cycle starts here
+        table.add_row(number, *cells, other, *([row.mirrors] if mirrored else []), changed)
+    if path.loop_start is not None:
+        table.caption = (
+            "the run stops here, the response still pending"
+            if path.loop_start == path.length
+            else f"↻ steps {path.loop_start + 1}–{path.length} repeat forever (a fair cycle)"
+        )
     return table
 
 
@@ -147,7 +162,9 @@ def property_json(item: PropertyResult) -> dict[str, Any]:
         "name": item.name,
         "kind": item.kind.value,
         "verdict": item.verdict.value,
-        "counterexample": None if counterexample is None else {"length": counterexample.length, "detail": item.detail},
+        "counterexample": None
+        if counterexample is None
+        else {"length": counterexample.length, "detail": item.detail, "loop_start": counterexample.loop_start},
         "witness": None if witness is None else {"length": witness.length},
         # k-induction: the step that failed (its states need not be reachable)
         "failed_step": {"length": item.path.length}
@@ -180,17 +197,84 @@ def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | 
         else {
             "property": shortest.name,
             "length": shortest.path.length,
+            "loop_start": shortest.path.loop_start,
             "trace_file": None if trace_file is None else str(trace_file),
+            "steps": steps_json(result.machine, shortest.path),
         },
     }
 
 
-def summary_table(rows_: Sequence[tuple[str, str, str, str | None, str, str]]) -> Table:
+def steps_json(machine: Machine, path: Path) -> list[dict[str, Any]]:
+    """A counterexample's steps for programs: index, actor, action, arguments, mirrored functions."""
+    return [
+        {"index": row.index, "actor": row.actor, "action": row.action, "arguments": row.arguments, "mirrors": row.mirrors}
+        for row in rows(machine, path)
+    ]
+
+
+@dataclass(frozen=True)
+class PinnedRow:
+    """One line of ``check --all``: an instance × variant, its pin, its verdict and the evidence."""
+
+    protocol: str
+    variant: str
+    release: str
+    instance: str
+    expected: str | None
+    verdict: str
+    detail: str
+    finding: str  # the vLLM functions involved, for a finding instance's released variant
+    scenario: str
+
+    @classmethod
+    def of(cls, instance: Instance, result: CheckResult) -> PinnedRow:
+        shortest = result.counterexample
+        unwitnessed = [item.name for item in result.properties if item.verdict is Verdict.VIOLATED and item.path is None]
+        if shortest is not None and shortest.path is not None:
+            detail = f"`{shortest.name}` in {shortest.path.length} steps"
+        elif unwitnessed and result.stats.states is not None:
+            detail = f"`{unwitnessed[0]}`: no witness in {result.stats.states:,} states"
+        elif result.stats.states is not None:
+            detail = f"{result.stats.states:,} states"
+        else:
+            detail = f"no violation within depth {result.stats.depth}"
+        spec = instance.protocol.instance_spec(instance.name)
+        released = instance.variant == instance.protocol.default_variant
+        return cls(
+            instance.protocol.name, instance.variant, instance.protocol.variant(instance.variant).release,
+            instance.name, instance.expected, result.verdict.value, detail,
+            spec.finding if released else "", spec.description,
+        )
+
+    @property
+    def as_pinned(self) -> bool:
+        return self.expected == self.verdict
+
+
+def summary_table(rows_: Sequence[PinnedRow]) -> Table:
     """The ``check --all`` table: protocol, variant, instance, expected, verdict, detail."""
     table = Table(title="lockstep check --all", title_justify="left")
     for column in ("protocol", "variant", "instance", "expected", "verdict", "counterexample / states"):
         table.add_column(column)
-    for protocol, variant, instance, expected, verdict, detail in rows_:
-        style = "green" if expected == verdict else "bold red"
-        table.add_row(protocol, variant, instance, expected or "-", Text(verdict, style=style), detail)
+    for row in rows_:
+        style = "green" if row.as_pinned else "bold red"
+        table.add_row(row.protocol, row.variant, row.instance, row.expected or "-", Text(row.verdict, style=style), row.detail.replace("`", ""))
     return table
+
+
+def markdown_tables(rows_: Sequence[PinnedRow]) -> str:
+    """The README's generated tables: protocols × variants × verdicts, then the findings."""
+    lines = [
+        "| protocol | variant (stands for) | instance | pinned | verdict | counterexample / states |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows_:
+        lines.append(f"| `{row.protocol}` | `{row.variant}` ({row.release}) | `{row.instance}` | {row.expected} | {row.verdict} | {row.detail} |")
+    lines += ["", "Findings (violations of a released, post-fix variant that vLLM's source confirms):", ""]
+    lines += ["| scenario (instance) | counterexample | vLLM functions involved |", "|---|---|---|"]
+    findings = [row for row in rows_ if row.finding]
+    for row in findings:
+        lines.append(f"| `{row.protocol} {row.instance}`: {row.scenario} | {row.detail} ({row.variant}, {row.release}) | {row.finding} |")
+    if not findings:
+        lines.append("| none | | |")
+    return "\n".join(lines) + "\n"

@@ -38,6 +38,9 @@ class Step:
 class Path:
     initial: State
     steps: tuple[Step, ...]
+    # A lasso (liveness counterexample): the steps from this index on form a cycle that returns to
+    # the state before it; equal to the length for a run that stops. None for a finite path.
+    loop_start: int | None = None
 
     @property
     def length(self) -> int:

@@ -9,6 +9,12 @@ to ``b`` at the front of ``a``'s queue meets a ``recv`` from ``a`` at the front 
 members whose front ops differ while one of them is a collective is a **collective mismatch**.
 Because every member blocks in (at most ``capacity``) posted ops and completions pop all fronts
 at once, the fronts of all members are always ops at the same position of their sequences.
+A communicator made with ``interleaved_point_to_point=True`` lets send/recv ops sit between its
+collectives in a member's order (NCCL p2p and a broadcast on one process group, as vLLM's PP
+group does): transfers pop two members only, so a collective is then matched by its position
+among the member's collectives alone. Collectives complete together, so two members whose fronts
+are both collectives are at the same collective position; only they can mismatch. A collective
+facing a send/recv is a wait, and a wait that can never end shows as a hang.
 
 Built-ins added to the machine: ``no_collective_mismatch`` (a state predicate over all
 communicators) and ``no_hang`` (every posted op completes within ``hang_bound`` steps, through
@@ -95,6 +101,7 @@ class Communicator:
         capacity: int = 1,
         description: str = "",
         point_to_point: bool = False,
+        interleaved_point_to_point: bool = False,
     ) -> None:
         if not operations and not point_to_point:
             raise DefinitionError(f"communicator {name!r} offers no operations")
@@ -103,6 +110,9 @@ class Communicator:
                 raise DefinitionError(f"communicator {name!r}: declare send/recv with point_to_point=True, not as {op_name!r}")
             if spec.source is not None and not members.contains(spec.source):
                 raise DefinitionError(f"communicator {name!r}: broadcast source {spec.source} is not a member")
+        if interleaved_point_to_point and not point_to_point:
+            raise DefinitionError(f"communicator {name!r}: interleaved_point_to_point needs point_to_point=True")
+        self.interleaved_point_to_point = interleaved_point_to_point
         self.machine = machine
         self.name = name
         self.members = members
@@ -185,7 +195,8 @@ class Communicator:
 
     def mismatch(self) -> Term:
         """Two members' front ops differ while at least one of them is a collective op (two
-        point-to-point ops never mismatch; a send and a recv that do not pair show as a hang)."""
+        point-to-point ops never mismatch; a send and a recv that do not pair show as a hang). With
+        ``interleaved_point_to_point`` both fronts must be collectives (see the module docstring)."""
         collective_ops = [name for name, spec in self.specs.items() if spec.is_collective]
 
         def is_collective(op: Term) -> Term:
@@ -193,10 +204,11 @@ class Communicator:
 
         def differ(first: Term, second: Term) -> Term:
             front_a, front_b = self.queue[first].head(), self.queue[second].head()
+            collective_a, collective_b = is_collective(front_a.field("op")), is_collective(front_b.field("op"))
             return conjunction(
                 ~self.queue[first].is_empty(),
                 ~self.queue[second].is_empty(),
-                is_collective(front_a.field("op")) | is_collective(front_b.field("op")),
+                (collective_a & collective_b) if self.interleaved_point_to_point else (collective_a | collective_b),
                 front_a.field("op") != front_b.field("op"),
             )
 

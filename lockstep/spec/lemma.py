@@ -102,3 +102,59 @@ def lemma(
         invariant_term.expression,
         conclusion_term.expression,
     )
+
+
+@dataclass(frozen=True)
+class IntegerLemma:
+    """A lemma over unbounded integer parameters: ``domain ⇒ conclusion`` for every assignment.
+
+    For facts that are not folds over a list (an arithmetic identity over two sizes, say). The Z3
+    engine proves it directly (one query: the domain with the conclusion negated); ``holds_for``
+    runs it on concrete values with ``evaluate``."""
+
+    name: str
+    statement: str
+    expected: str  # "proved" or "refuted"
+    parameters: tuple[str, ...]
+    domain: Expression  # over the parameters
+    conclusion: Expression  # over the parameters
+
+    def holds_for(self, values: tuple[Value, ...]) -> bool:
+        """The lemma at one assignment (true outside the domain)."""
+        environment = Environment({}, dict(zip(self.parameters, values)))
+        return not evaluate(self.domain, environment) or bool(evaluate(self.conclusion, environment))
+
+    def cases(self, largest: int) -> Iterator[tuple[Value, ...]]:
+        """Every assignment of values in ``[-largest, largest]`` inside the domain."""
+        for values in itertools.product(range(-largest, largest + 1), repeat=len(self.parameters)):
+            if evaluate(self.domain, Environment({}, dict(zip(self.parameters, values)))):
+                yield values
+
+    def concrete_counterexample(self, largest: int = 6) -> tuple[Value, ...] | None:
+        return next((values for values in self.cases(largest) if not self.holds_for(values)), None)
+
+
+def integer_lemma(
+    name: str,
+    statement: str,
+    *,
+    expected: str,
+    parameters: tuple[str, ...],
+    domain: Callable[..., Term | bool],
+    conclusion: Callable[..., Term | bool],
+) -> IntegerLemma:
+    """Define a lemma over unbounded integers; ``domain`` and ``conclusion`` take one Term per
+    parameter, by name: ``integer_lemma(..., parameters=("a", "b"), domain=lambda a, b: a <= b, ...)``."""
+    if expected not in OUTCOMES:
+        raise DefinitionError(f"lemma {name}: expected must be one of {OUTCOMES}, got {expected!r}")
+    if not parameters or len(set(parameters)) != len(parameters):
+        raise DefinitionError(f"lemma {name}: parameters must be distinct names, got {parameters}")
+    terms = {parameter: Term(Parameter(parameter, INTEGER)) for parameter in parameters}
+    domain_term, conclusion_term = lift(domain(**terms)), lift(conclusion(**terms))
+    for label, term in (("domain", domain_term), ("conclusion", conclusion_term)):
+        if term.sort != BOOL:
+            raise DefinitionError(f"lemma {name}: the {label} must be Bool, not {term.sort.name}")
+    return IntegerLemma(name, statement, expected, tuple(parameters), domain_term.expression, conclusion_term.expression)
+
+
+AnyLemma = Lemma | IntegerLemma

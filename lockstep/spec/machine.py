@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.expressions import (
@@ -38,6 +38,7 @@ NO_HANG = "no_hang"
 class PropertyKind(enum.Enum):
     ALWAYS = "always"
     SOMETIMES = "sometimes"
+    LEADS_TO = "leads-to"  # liveness under weak fairness: checked by the explicit engine
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Action:
     guard: tuple[Expression, ...]  # conjuncts, kept apart so a failed step can be explained
     updates: tuple[tuple[str, Expression], ...]
     description: str = ""
+    mirrors: str = ""  # the source function(s) the action stands for, shown with each counterexample step
 
     def actor_for(self, arguments: Mapping[str, Value]) -> str:
         rendered = {parameter.name: parameter.sort.render(arguments[parameter.name]) for parameter in self.parameters}
@@ -71,6 +73,8 @@ class Property:
     description: str = ""
     at_deadlock: Expression | None = None  # must also hold in states where no action is enabled
     builtin: bool = False
+    trigger: Expression | None = None  # leads-to: once this holds, ``predicate`` must eventually hold
+    fair: tuple[str, ...] | None = None  # leads-to: the weakly fair actions (None: every action)
 
 
 @dataclass(frozen=True)
@@ -133,18 +137,23 @@ class Machine:
         return Term(Variable(name, sort))
 
     def action(
-        self, name: str | None = None, *, actor: str, description: str = "", **parameters: Sort
+        self, name: str | None = None, *, actor: str, description: str = "", mirrors: str = "", **parameters: Sort
     ) -> Callable[[Callable[..., Step]], Callable[..., Step]]:
-        """Decorator: the function receives one Term per parameter and returns a ``Step``."""
+        """Decorator: the function receives one Term per parameter and returns a ``Step``.
+        ``mirrors`` names the source function(s) the action stands for (e.g.
+        ``"DPEngineCoreProc.add_request"``); counterexamples show it with every step."""
 
         def register(function: Callable[..., Step]) -> Callable[..., Step]:
-            self.add_action(name or function.__name__, function, actor=actor, description=description or (function.__doc__ or "").strip(), **parameters)
+            self.add_action(
+                name or function.__name__, function, actor=actor, description=description or (function.__doc__ or "").strip(),
+                mirrors=mirrors, **parameters,
+            )
             return function
 
         return register
 
     def add_action(
-        self, name: str, function: Callable[..., Step], *, actor: str, description: str = "", **parameters: Sort
+        self, name: str, function: Callable[..., Step], *, actor: str, description: str = "", mirrors: str = "", **parameters: Sort
     ) -> Action:
         self._open(f"action {name!r}")
         if any(existing.name == name for existing in self.actions):
@@ -189,9 +198,19 @@ class Machine:
             updates.append((variable.name, value_term.expression))
         for part in (*conjuncts, *(value for _, value in updates)):
             self._check_references(f"action {name!r}", part, set(parameters))
-        action = Action(name, actor, tuple(symbols.values()), conjuncts, tuple(updates), description)
+        action = Action(name, actor, tuple(symbols.values()), conjuncts, tuple(updates), description, mirrors)
         self.actions.append(action)
         return action
+
+    def mirror(self, sources: Mapping[str, str]) -> None:
+        """Name the source function(s) each action stands for, from a table ``{action: functions}``
+        (the ``mirrors=`` of ``action``, for models that keep the mapping in one place)."""
+        self._open("mirrored functions")
+        known = {action.name for action in self.actions}
+        unknown = sorted(set(sources) - known)
+        if unknown:
+            raise DefinitionError(f"mirror: {unknown} are not actions of machine {self.name}")
+        self.actions = [replace(action, mirrors=sources.get(action.name, action.mirrors)) for action in self.actions]
 
     def _check_references(self, where: str, expression: Expression, parameters: set[str]) -> None:
         for node in walk(expression):
@@ -219,6 +238,21 @@ class Machine:
         """A witness: some reachable state satisfies ``predicate`` (catches vacuous models)."""
         term = _boolean(predicate, f"property {name!r}")
         self._add_property(Property(name, PropertyKind.SOMETIMES, term.expression, description))
+
+    def leads_to(
+        self, name: str, trigger: TermLike, response: TermLike, description: str = "", *, fair: tuple[str, ...] | None = None
+    ) -> None:
+        """Liveness: every time ``trigger`` holds, ``response`` holds then or later, on every run in
+        which the ``fair`` actions (default: all) are weakly fair: an action instance (an action
+        with its arguments) that stays enabled forever is eventually taken. A violation is a lasso:
+        a path to a cycle (or a dead end) along which the response never comes. Checked by the
+        explicit engines over the whole state graph; the Z3 engines report it inconclusive."""
+        condition = _boolean(trigger, f"property {name!r}")
+        term = _boolean(response, f"property {name!r}")
+        self._check_references(f"property {name!r}", condition.expression, set())
+        self._add_property(
+            Property(name, PropertyKind.LEADS_TO, term.expression, description, trigger=condition.expression, fair=fair)
+        )
 
     def respond_within(
         self,
@@ -295,6 +329,11 @@ class Machine:
             finish = getattr(library, "before_finish", None)
             if finish is not None:
                 finish()
+        known = {action.name for action in self.actions}
+        for prop in self.properties:
+            unknown = sorted(set(prop.fair or ()) - known)
+            if unknown:
+                raise DefinitionError(f"property {prop.name!r}: fair actions {unknown} are not actions of {self.name}")
         self._add_monitor_updates()
         self.properties.insert(
             0, Property(IN_BOUNDS, PropertyKind.ALWAYS, Constant(True, BOOL), "every update stays inside its sort", builtin=True)
@@ -321,7 +360,7 @@ class Machine:
             extra: list[tuple[str, Expression]] = []
             for response in self._responses:
                 extra.append((f"monitor.{response.name}", _monitor_update(response, action.name, post)))
-            rebuilt.append(Action(action.name, action.actor, action.parameters, action.guard, action.updates + tuple(extra), action.description))
+            rebuilt.append(replace(action, updates=action.updates + tuple(extra)))
         self.actions = rebuilt
         initial = self.initial_state()
         for response in self._responses:

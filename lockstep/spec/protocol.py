@@ -42,6 +42,9 @@ class InstanceSpec:
     description: str
     parameters: Mapping[str, int] = field(default_factory=dict)
     expected: Mapping[str, str] = field(default_factory=dict)  # variant -> overall verdict
+    # A finding (a violation of a released, post-fix variant that vLLM's source confirms) names the
+    # vLLM functions involved; the README's Findings table is generated from these.
+    finding: str = ""
 
 
 @dataclass(frozen=True)

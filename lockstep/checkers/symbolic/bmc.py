@@ -5,7 +5,9 @@ steps from the initial state violates it (``always``), witnesses it (``sometimes
 state where nothing is enabled and the property's deadlock condition fails, or (``in_bounds``)
 enables a step whose update leaves its sort. Depths are tried in order, so each counterexample is
 a shortest one, as with BFS. Every counterexample is decoded and re-run through the concrete
-evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised.
+evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised. A query
+that times out, or answers ``sat`` with a model that fails its own assertions (a cancelled
+search), counts as unknown: its property is inconclusive and nothing is decoded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import z3
 from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
+from lockstep.checkers.symbolic.solving import ask, milliseconds
 from lockstep.checkers.symbolic.values import (
     Symbolic,
     bit_vectors,
@@ -102,11 +105,13 @@ class BoundedModelChecker:
                     goal, kind = self._goal(position, current, steps, enabled)
                     if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
                         continue
-                    self._limit_query(started)
+                    if not self._limit_query(started):
+                        stopped = "timeout"
+                        break
                     solver.push()
                     solver.add(to_z3(goal))
-                    answer = solver.check()
-                    path = self._path(solver.model(), states, selectors, depth) if answer == z3.sat else None
+                    answer, model = ask(solver)
+                    path = self._path(model, states, selectors, depth) if model is not None else None
                     solver.pop()
                     if path is not None:
                         detail = "no action is enabled" if kind == "deadlock" else ""
@@ -154,15 +159,20 @@ class BoundedModelChecker:
         stats = Statistics(None, None, max(reached, 0) if stopped else self.depth, time.monotonic() - started)
         return CheckResult(machine, "bmc", results, stats, stopped, [])
 
-    def _limit_query(self, started: float) -> None:
-        """Each query gets the per-query limit, or what is left of the run's wall clock if less."""
+    def _limit_query(self, started: float) -> bool:
+        """Each query gets the per-query limit, or what is left of the run's wall clock if less;
+        False (ask nothing) once the run's wall clock is spent."""
         limits = []
         if self.solver_timeout is not None:
             limits.append(self.solver_timeout)
         if self.timeout is not None:
-            limits.append(max(0.001, self.timeout - (time.monotonic() - started)))
+            left = self.timeout - (time.monotonic() - started)
+            if left <= 0:
+                return False
+            limits.append(left)
         if limits:
-            self.solver.set("timeout", max(1, int(min(limits) * 1000)))
+            self.solver.set("timeout", milliseconds(min(limits)))
+        return True
 
     def _goal(self, position: int, state: dict[str, Symbolic], steps: list, enabled: Symbolic) -> tuple[Symbolic | None, str]:  # type: ignore[type-arg]
         prop = self.machine.properties[position]

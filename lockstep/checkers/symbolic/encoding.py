@@ -216,8 +216,10 @@ class Encoding:
         for index, grounded in enumerate(self.grounded):  # name the arguments in the model
             action = self.machine.actions[grounded.action]
             for parameter, argument in zip(action.parameters, grounded.arguments, strict=True):
-                constant = integer_constant(f"{action.name}.{parameter.name}@{step}")
-                constraints.append(z3.Implies(selector == index, constant == to_z3(lift_value(argument, parameter.sort))))
+                name = f"{action.name}.{parameter.name}@{step}"
+                value = to_z3(lift_value(argument, parameter.sort))
+                constant = z3.Bool(name) if z3.is_bool(value) else integer_constant(name)  # Bool parameters too
+                constraints.append(z3.Implies(selector == index, constant == value))
         return constraints
 
     def enabled(self, steps: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]) -> Symbolic:

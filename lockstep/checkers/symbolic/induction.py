@@ -19,6 +19,7 @@ import z3
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
 from lockstep.checkers.symbolic.bmc import BoundedModelChecker
 from lockstep.checkers.symbolic.encoding import Encoding
+from lockstep.checkers.symbolic.solving import ask, milliseconds
 from lockstep.checkers.symbolic.values import (
     Symbolic,
     bit_vectors,
@@ -57,7 +58,7 @@ class Induction:
     def _solver(self) -> z3.Solver:
         solver = z3.SolverFor("QF_BV")
         if self.solver_timeout is not None:
-            solver.set("timeout", int(self.solver_timeout * 1000))
+            solver.set("timeout", milliseconds(self.solver_timeout))
         return solver
 
     def _holds(self, position: int, state: dict[str, Symbolic]) -> Symbolic:
@@ -131,7 +132,7 @@ class Induction:
             holds = conjoin([encoding.predicate(expression, state) for expression in self.strengthening])
             solver.push()
             solver.add(to_z3(negate(holds)))
-            answer = solver.check()
+            answer, _ = ask(solver)
             solver.pop()
             if answer != z3.unsat:
                 return f"a strengthening invariant fails (or is unknown) on a path of {depth} steps from the initial state"
@@ -152,10 +153,9 @@ class Induction:
             solver.add(to_z3(holds) if index < k else to_z3(negate(holds)))
             if index < k:
                 solver.add(*[to_z3(part) for part in encoding.transition(state, states[index + 1], selectors[index], f"i{index}")])
-        answer = solver.check()
-        if answer != z3.sat:
+        answer, model = ask(solver)
+        if model is None:
             return answer, None
-        model = solver.model()
         decoded = [encoding.decode_state(state, model) for state in states]
         steps = []
         for index in range(k):

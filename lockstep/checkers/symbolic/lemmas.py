@@ -7,6 +7,8 @@ of at least ``minimum_size`` where the strengthening holds. All unsat: **proved*
 query is sat is **refuted** only if a concrete list breaks it (searched with ``evaluate`` up to
 ``search_size`` elements); otherwise the strengthening is too weak: **unproved**. A timeout or an
 unknown answer is **unknown**. Integers here are mathematical integers, not bit-vectors.
+A lemma over unbounded integer parameters (``IntegerLemma``) is one query: its domain with the
+conclusion negated; a concrete counterexample is searched among values up to ``search_size``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from dataclasses import dataclass
 import z3
 
 from lockstep.checkers.symbolic.encoding import in_sort
+from lockstep.checkers.symbolic.solving import ask, milliseconds
 from lockstep.checkers.symbolic.translate import Translator
 from lockstep.checkers.symbolic.values import bit_vectors, conjoin, declare, lift_value, negate, to_z3
-from lockstep.spec.lemma import ELEMENT, INDEX, SIZE, Lemma
+from lockstep.spec.lemma import ELEMENT, INDEX, SIZE, AnyLemma, IntegerLemma, Lemma
 from lockstep.spec.sorts import Value
 
 
 @dataclass(frozen=True)
 class LemmaOutcome:
-    lemma: Lemma
+    lemma: AnyLemma
     outcome: str  # proved, refuted, unproved, unknown
     seconds: float
     detail: str = ""
@@ -36,29 +39,32 @@ class LemmaOutcome:
         return self.outcome == self.lemma.expected
 
 
-def prove(lemma: Lemma, *, solver_timeout: float | None = 30.0, search_size: int = 6) -> LemmaOutcome:
+def prove(lemma: AnyLemma, *, solver_timeout: float | None = 30.0, search_size: int = 6) -> LemmaOutcome:
     started = time.monotonic()
     with bit_vectors(None):
-        answers = {name: _ask(query, solver_timeout) for name, query in _queries(lemma).items()}
+        queries = _integer_queries(lemma) if isinstance(lemma, IntegerLemma) else _queries(lemma)
+        answers = {name: _ask(query, solver_timeout) for name, query in queries.items()}
     seconds = time.monotonic() - started
     if all(answer == z3.unsat for answer in answers.values()):
-        return LemmaOutcome(lemma, "proved", seconds, "base, step and conclusion queries are unsat")
+        proof = "the conclusion query is unsat" if isinstance(lemma, IntegerLemma) else "base, step and conclusion queries are unsat"
+        return LemmaOutcome(lemma, "proved", seconds, proof)
     failing = ", ".join(name for name, answer in answers.items() if answer != z3.unsat)
     counterexample = lemma.concrete_counterexample(search_size)
     seconds = time.monotonic() - started
     if counterexample is not None:
-        return LemmaOutcome(lemma, "refuted", seconds, f"{failing} query sat; a concrete list breaks it", counterexample)
+        return LemmaOutcome(lemma, "refuted", seconds, f"{failing} query sat; a concrete {'case' if isinstance(lemma, IntegerLemma) else 'list'} breaks it", counterexample)
     if any(answer == z3.unknown for answer in answers.values()):
         return LemmaOutcome(lemma, "unknown", seconds, f"the solver answered unknown on: {failing}")
-    return LemmaOutcome(lemma, "unproved", seconds, f"{failing} query sat but no list of up to {search_size} elements breaks it")
+    searched = f"values up to {search_size}" if isinstance(lemma, IntegerLemma) else f"list of up to {search_size} elements"
+    return LemmaOutcome(lemma, "unproved", seconds, f"{failing} query sat but no {searched} breaks it")
 
 
 def _ask(query: z3.BoolRef, solver_timeout: float | None) -> z3.CheckSatResult:
     solver = z3.Solver()
     if solver_timeout is not None:
-        solver.set("timeout", int(solver_timeout * 1000))
+        solver.set("timeout", milliseconds(solver_timeout))
     solver.add(query)
-    return solver.check()
+    return ask(solver)[0]
 
 
 def _queries(lemma: Lemma) -> dict[str, z3.BoolRef]:
@@ -77,3 +83,9 @@ def _queries(lemma: Lemma) -> dict[str, z3.BoolRef]:
         "step": to_z3(conjoin([index >= 0, in_sort(lemma.element, element), invariant(before, index), negate(invariant(after, index + 1))])),
         "conclusion": to_z3(conjoin([size >= lemma.minimum_size, invariant(before, size), negate(conclusion)])),
     }
+
+
+def _integer_queries(lemma: IntegerLemma) -> dict[str, z3.BoolRef]:
+    values = {name: z3.Int(name) for name in lemma.parameters}
+    translator = Translator({}, values)
+    return {"conclusion": to_z3(conjoin([translator.translate(lemma.domain), negate(translator.translate(lemma.conclusion))]))}

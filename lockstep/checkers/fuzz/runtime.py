@@ -1,0 +1,231 @@
+"""Runtime-against-model fuzzing: Hypothesis draws the reference runtime's schedules, the model judges.
+
+``fuzz_runtime(protocol, variant, ...)`` runs the torch reference runtime (``lockstep.impl``,
+imported here only when this runs) ``examples`` times. Each example is one Hypothesis draw: a
+seed and, per actor, a list of option indices that the run's choice source takes at that actor's
+next choices, whatever they are (message arrival order and delay, request placement, draft
+acceptance, chunk sizes; ``lockstep.impl.choices.indexed``); beyond the list the drawn seed
+decides. The run records its trace; the trace is replayed against the model of the same variant
+(``lockstep.testing.replay_traces``), which compares the runtime's observed state with the
+model's projection after every event. An example fails when
+
+- the runtime and the model disagree (replay ``diverges``, or the trace cannot be read): the
+  explanation shows the event, the model's candidate states and the values the runtime observed;
+- the run failed (a runtime error, or no outcome in time).
+
+A run that hangs or violates a property while its trace conforms does what the model says this
+variant does (a pre-fix hang, a finding): it is counted (``observed_violations``), not a failure.
+
+The first failing example is the result (Hypothesis's shrinking is off: each example is a real
+multi-process run of seconds). A ``runner`` runs one configuration: ``launch`` (fresh processes
+per example) or a ``RankPool``'s ``run`` (long-lived rank processes reset per example).
+Imports Hypothesis and the runtime lazily; engines return values and never print.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+INDEX_LIMIT = 7  # indices 0..7: options are few at every choice point
+MAX_CHOICES = 48  # indexed choices per actor; the seed decides the rest
+
+
+@dataclass
+class RuntimeExample:
+    """One example: its choices, how the run ended, and what replay said."""
+
+    number: int
+    seed: int
+    choices: list[dict[str, Any]]
+    outcome: str
+    message: str
+    replay: dict[str, Any] | None
+    seconds: float
+    trace_dir: str | None = None
+
+    @property
+    def failure(self) -> str | None:
+        """Why this example fails (the runtime and the model disagree, or the run failed), or None."""
+        if self.outcome not in ("completed", "hang diagnosed"):
+            return f"the run ended with {self.outcome}: {self.message}"
+        verdict = None if self.replay is None else self.replay.get("verdict")
+        if verdict == "diverges":
+            reason = (self.replay or {}).get("explanation", {}).get("reason", "")
+            return f"the runtime diverges from the model at event {(self.replay or {}).get('event')}: {reason}"
+        if verdict not in ("conforms", "violated"):
+            return f"the run's trace could not be replayed ({verdict})"
+        return None
+
+    @property
+    def observed_violation(self) -> str | None:
+        """What the run showed for real that the model also shows (a hang, a violated property)."""
+        if self.failure is not None:
+            return None
+        if self.replay is not None and self.replay.get("verdict") == "violated":
+            return f"{self.replay.get('property')} violated"
+        return "a hang" if self.outcome == "hang diagnosed" else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"number": self.number, "seed": self.seed, "choices": self.choices, "outcome": self.outcome,
+                "message": self.message, "failure": self.failure, "observed_violation": self.observed_violation,
+                "seconds": round(self.seconds, 3),
+                "trace_dir": self.trace_dir,
+                "replay": None if self.replay is None else {key: self.replay.get(key) for key in
+                                                           ("verdict", "event", "property", "model", "explanation")}}
+
+
+@dataclass
+class RuntimeFuzzResult:
+    """A runtime-against-model fuzzing session."""
+
+    protocol: str
+    variant: str
+    scenario: str
+    ranks: int
+    examples: int
+    seed: int | None
+    runs: list[RuntimeExample] = field(default_factory=list)
+    failing: RuntimeExample | None = None
+    seconds: float = 0.0
+    stopped: str | None = None
+    pool_starts: int = 0  # rank pools started (again after each run that did not complete)
+
+    @property
+    def outcome(self) -> str:
+        if self.failing is not None:
+            return "violated"
+        return "inconclusive" if self.stopped is not None or not self.runs else "nothing-found"
+
+    @property
+    def exit_code(self) -> int:
+        return {"violated": 1, "nothing-found": 0, "inconclusive": 3}[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        seconds = [run.seconds for run in self.runs]
+        return {"protocol": self.protocol, "variant": self.variant, "scenario": self.scenario, "ranks": self.ranks,
+                "engine": "fuzz-runtime", "outcome": self.outcome, "exit_code": self.exit_code, "seed": self.seed,
+                "examples": self.examples, "stopped": self.stopped,
+                "stats": {"runs": len(self.runs), "seconds": round(self.seconds, 3),
+                          "observed_violations": sum(run.observed_violation is not None for run in self.runs),
+                          "pool_starts": self.pool_starts,
+                          "seconds_per_example": round(sum(seconds) / len(seconds), 3) if seconds else None,
+                          "examples_to_failure": None if self.failing is None else self.failing.number},
+                "failing": None if self.failing is None else self.failing.to_json()}
+
+
+Runner = Callable[[Any], Any]  # RunConfig -> launcher.Outcome
+
+
+def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ranks: int | None = None,
+                 settings: Mapping[str, int] | None = None, examples: int = 20, seed: int | None = None,
+                 hang_timeout: float = 5.0, timeout: float | None = None, runner: Runner | None = None,
+                 keep_traces: str | None = None, pooled: bool = True) -> RuntimeFuzzResult:
+    """Fuzz the runtime of ``protocol``/``variant`` against its model (see the module doc).
+
+    ``keep_traces`` names a folder for the failing example's traces (else they are removed).
+    ``pooled`` runs the examples on a ``RankPool`` (else fresh processes per example).
+    ``UsageError``-worthy input raises ``ValueError`` with the reason."""
+    from hypothesis import HealthCheck, Phase, given, strategies
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import settings as hypothesis_settings
+
+    from lockstep.impl.choices import indexed
+    from lockstep.impl.launcher import launch
+    from lockstep.impl.pool import RankPool
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+    from lockstep.impl.runtime import RunConfig
+    from lockstep.testing import replay_traces
+    from lockstep.traces.reader import TraceInputError
+
+    known = RUNTIME_PROTOCOLS.get(protocol)
+    if known is None:
+        raise ValueError(f"the runtime has no protocol {protocol!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+    if variant not in known.variants:
+        raise ValueError(f"the {protocol} runtime runs {', '.join(known.variants)}, not {variant!r}")
+    chosen_scenario = scenario or known.fuzz_scenario or known.scenarios[0]
+    if chosen_scenario not in known.scenarios or chosen_scenario == "counterexample":
+        raise ValueError(f"{protocol} has no scenario {chosen_scenario!r} to fuzz; choose one of "
+                         f"{', '.join(name for name in known.scenarios if name != 'counterexample')}")
+    rank_count = known.default_ranks if ranks is None else ranks
+    if not known.ranks[0] <= rank_count <= known.ranks[1]:
+        raise ValueError(f"{protocol} runs {known.ranks[0]} to {known.ranks[1]} ranks, got {rank_count}")
+    values = {name: setting.default for name, setting in known.settings.items()}
+    for name, value in (settings or {}).items():
+        if name not in known.settings:
+            raise ValueError(f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})")
+        values[name] = int(value)
+    actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
+    result = RuntimeFuzzResult(protocol, variant, chosen_scenario, rank_count, examples, seed)
+    started = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-"))
+    pool = RankPool(protocol, rank_count, "gloo", hang_timeout) if runner is None and pooled else None
+    run = runner or (pool.run if pool is not None else lambda config: launch(config, deadline=max(60.0, 6 * hang_timeout)))
+
+    @hypothesis_settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                         phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    @given(strategies.data())
+    def example(data: Any) -> None:
+        run_seed = data.draw(strategies.integers(0, 2**31 - 1), label="seed")
+        choices = [choice for actor in actors for choice in indexed(
+            actor, data.draw(strategies.lists(strategies.integers(0, INDEX_LIMIT), max_size=MAX_CHOICES), label=actor))]
+        if result.failing is not None or result.stopped is not None:
+            return  # drawn all the same: Hypothesis requires the same draws for the same data
+        if timeout is not None and time.monotonic() - started > timeout:
+            result.stopped = f"--timeout {timeout:g} s passed"
+            return
+        number = len(result.runs) + 1
+        folder = work / f"example-{number}"
+        folder.mkdir()
+        script = folder / "choices.json"
+        script.write_text("".join(_json_line(choice.to_json()) for choice in choices), encoding="utf-8")
+        trace_dir = folder / "trace"
+        trace_dir.mkdir()
+        config = RunConfig(protocol=protocol, variant=variant, scenario=chosen_scenario, ranks=rank_count,
+                           seed=run_seed, timeout=hang_timeout, trace_dir=str(trace_dir), choices=str(script),
+                           extra=dict(values))
+        began = time.monotonic()
+        outcome = run(config)
+        try:
+            replayed: dict[str, Any] | None = replay_traces(trace_dir)
+        except (TraceInputError, ValueError) as error:
+            replayed = {"verdict": "unreadable", "explanation": {"reason": str(error)}}
+        sample = RuntimeExample(number, run_seed, [choice.to_json() for choice in choices], outcome.outcome,
+                                outcome.message, replayed, time.monotonic() - began, str(trace_dir))
+        result.runs.append(sample)
+        if sample.failure is not None:
+            result.failing = sample
+
+    if seed is not None:
+        example = hypothesis_seed(seed)(example)
+    try:
+        example()
+    except KeyboardInterrupt:
+        result.stopped = "interrupted"
+    finally:
+        result.seconds = time.monotonic() - started
+        if result.failing is not None and keep_traces is not None:
+            target = Path(keep_traces)
+            target.mkdir(parents=True, exist_ok=True)
+            source = Path(str(result.failing.trace_dir))
+            for file in source.glob("*.jsonl"):
+                shutil.copy(file, target / file.name)
+            result.failing.trace_dir = str(target)
+        elif result.failing is not None:
+            result.failing.trace_dir = None
+        shutil.rmtree(work, ignore_errors=True)
+        if pool is not None:
+            pool.close()
+            result.pool_starts = pool.started
+    return result
+
+
+def _json_line(value: Mapping[str, Any]) -> str:
+    import json
+
+    return json.dumps(value) + "\n"

@@ -1,0 +1,283 @@
+"""The picture commands of ``lockstep``: ``show`` (swimlanes), ``export`` (Perfetto, ITF, DOT,
+GraphML) and ``graph`` (an instance's state graph).
+
+``show TRACE...`` draws the run in the terminal: time runs down, one column per actor, and one
+for the source function(s) each event's model action stands for (when the model names them); a
+collective's ``enter`` and ``complete`` sit in each member's column with the op's name and number,
+and a communicator's own completion step (in model traces) is drawn across every member's column.
+The event where the run goes wrong is highlighted: the last event of a model counterexample
+(its header names the property), or, for a recording, the event where replay against its model
+finds a violation or a divergence. ``export`` writes to ``-o FILE`` or stdout. Bad input exits 2
+with a message naming the file and line; ITF of a trace without full states exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from lockstep.checkers import system_for
+from lockstep.checkers.counterexample import blocked_summary
+from lockstep.checkers.export import ExportError, itf_document, state_graph, to_dot
+from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
+from lockstep.checkers.report import swimlanes
+from lockstep.checkers.result import Path as ResultPath
+from lockstep.checkers.result import Step
+from lockstep.checkers.trace_values import decode
+from lockstep.models import get_protocol
+from lockstep.models.external import load_model_file
+from lockstep.spec.machine import Machine
+from lockstep.spec.protocol import Instance, UsageError
+from lockstep.spec.semantics import InterpretedSystem
+from lockstep.traces.export import to_dot as path_to_dot
+from lockstep.traces.export import to_graphml, to_perfetto
+from lockstep.traces.merge import TraceInput, open_traces
+from lockstep.traces.reader import Record, TraceInputError
+
+EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
+TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
+REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find the failing event
+
+
+def add_export_parsers(commands: Any) -> None:
+    """Add ``show``, ``export`` and ``graph`` to an argparse subparsers object."""
+    show = commands.add_parser("show", help="draw a trace as per-actor swimlanes in the terminal")
+    show.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or a trace directory")
+    show.add_argument("--no-replay", action="store_true", help="do not replay a recording to find its failing event")
+    exporter = commands.add_parser("export", help="write a trace as Perfetto trace events, ITF, DOT or GraphML")
+    exporter.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or a trace directory")
+    exporter.add_argument("--format", required=True, choices=TRACE_FORMATS, help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)")
+    exporter.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout)")
+    grapher = commands.add_parser("graph", help="export an instance's reachable state graph (DOT or GraphML)")
+    grapher.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
+    grapher.add_argument("--model-file", type=Path, metavar="PATH", help="the model a Python file defines, instead of a built-in one")
+    grapher.add_argument("--variant", help="default: post-fix")
+    grapher.add_argument("--instance", help="default: seed")
+    grapher.add_argument("--format", required=True, choices=("dot", "graphml"))
+    grapher.add_argument("--max-states", type=int, default=5000, metavar="K", help="explore at most K states (default 5000); more: exit 3")
+    grapher.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout)")
+
+
+def _instance(header: dict[str, Any]) -> Instance:
+    protocol = get_protocol(str(header["protocol"]))
+    known = {parameter.name for parameter in protocol.parameters}
+    values = {name: value for name, value in header.get("parameters", {}).items() if name in known and isinstance(value, int)}
+    return protocol.instance(header["variant"], overrides=values)
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        output.write_text(text)
+
+
+def _failing_event(trace: TraceInput, paths: list[str]) -> tuple[int | None, str]:
+    """The event to highlight and why: a counterexample's last event, or replay's finding."""
+    header = trace.header
+    prop = header.get("parameters", {}).get("property")
+    if header["source"]["kind"] == "model" and isinstance(prop, str):
+        return -1, f"{prop} is violated (model counterexample)"
+    instance = _instance(header)
+    system = system_for(instance.machine())
+    options = ReplayOptions(unrecorded=default_unrecorded(system, header["source"]["kind"]))
+    result = replay(system, open_traces(paths).records(), options)
+    if result.verdict == "violated":
+        return result.event, f"{result.failed_property} is violated after event {result.event}"
+    if result.verdict == "diverges":
+        return result.event, f"the run diverges from {instance.label} at event {result.event}"
+    return None, f"replay: {result.verdict}"
+
+
+def _model_path(instance: Instance, records: list[Record], loop_start: object) -> tuple[Machine, ResultPath] | None:
+    """A model counterexample re-run through its model (None if an event is not a model step)."""
+    machine = instance.machine()
+    system = InterpretedSystem(machine)
+    current = system.initial()
+    steps = []
+    for record in records:
+        event = record.event
+        try:
+            action = machine.action_named(str(event["action"]))
+            position = machine.actions.index(action)
+            arguments = tuple(decode(parameter.sort, event["args"].get(parameter.name), parameter.name) for parameter in action.parameters)
+        except (KeyError, ValueError):
+            return None
+        found = next((t for t in system.transitions(current) if t.action == position and t.arguments == arguments), None)
+        if found is None:
+            return None
+        named = {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
+        steps.append(Step(action.name, action.actor_for(named), named, found.target))
+        current = found.target
+    return machine, ResultPath(system.initial(), tuple(steps), loop_start if isinstance(loop_start, int) else None)
+
+
+def command_show(arguments: argparse.Namespace, console: Console) -> int:
+    trace = open_traces(arguments.paths)
+    records = list(trace.records())
+    header = trace.header
+    if header["source"]["kind"] == "model":  # the same swimlanes as `lockstep check`, with what each rank waits in
+        parameters = header.get("parameters", {})
+        rebuilt = _model_path(_instance(header), records, parameters.get("loop_start"))
+        if rebuilt is not None:
+            machine, path = rebuilt
+            prop = parameters.get("property")
+            title = f"{header['protocol']} {header['variant']} {header.get('instance') or ''}: " + (
+                f"counterexample of {prop} ({path.length} steps)" if isinstance(prop, str) else f"{path.length} steps")
+            console.print(swimlanes(machine, path, title))
+            blocked = blocked_summary(machine, path)
+            if blocked:
+                console.print(f"at the end: {escape(blocked)}")
+            if isinstance(prop, str):
+                console.print(f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]")
+            return EXIT_OK
+    highlight, why = (None, "")
+    if not arguments.no_replay and len(records) <= REPLAY_LIMIT:
+        highlight, why = _failing_event(trace, arguments.paths)
+        if highlight == -1:
+            highlight = int(records[-1].event["index"]) if records else None
+    actors = _actors(records)
+    mirrors = _mirrors(header)
+    mirrored = any(mirrors.get(str(record.event["action"])) for record in records)
+    members: dict[str, list[str]] = {}
+    for record in records:
+        if record.event["action"] == "enter":
+            communicator = record.event["args"].get("communicator") or next(iter(record.event.get("clock") or {"?": 0}))
+            members.setdefault(str(communicator), [])
+            if record.event["actor"] not in members[str(communicator)]:
+                members[str(communicator)].append(str(record.event["actor"]))
+    table = Table(title=f"{header['protocol']} {header['variant']} {header.get('instance') or ''} ({header['source']['kind']})", title_justify="left")
+    table.add_column("#", justify="right")
+    for actor in actors:
+        table.add_column(actor)
+    if mirrored:
+        table.add_column("mirrors (source)", style="cyan", overflow="fold")
+    for record in records:
+        event = record.event
+        label = _cell(event)
+        row: list[Text | str] = []
+        joined = _joined_members(event, actors)
+        for actor in actors:
+            if actor == event["actor"] or actor in joined:
+                row.append(Text(label, style="bold red" if event["index"] == highlight else ("magenta" if actor in joined else "")))
+            else:
+                row.append("")
+        number = f"✗ {event['index']}" if event["index"] == highlight else str(event["index"])
+        if mirrored:
+            row.append(mirrors.get(str(event["action"]), ""))
+        table.add_row(number, *row, style="on grey15" if event["index"] == highlight else None)
+    console.print(table)
+    for warning in trace.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if why:
+        console.print(("[bold red]" if highlight is not None else "[green]") + escape(why) + "[/]")
+    return EXIT_OK
+
+
+def _mirrors(header: dict[str, Any]) -> dict[str, str]:
+    """The source function(s) each of the trace's model's actions stands for (empty if unknown)."""
+    try:
+        machine = _instance(header).machine()
+    except (KeyError, UsageError, ValueError):
+        return {}
+    return {action.name: action.mirrors for action in machine.actions if action.mirrors}
+
+
+def _actors(records: list[Record]) -> list[str]:
+    """Ranks first (by number), then the other actors in order of appearance; no group pseudo-actors."""
+    seen: list[str] = []
+    for record in records:
+        actor = str(record.event["actor"])
+        if actor not in seen and not actor.startswith("group:"):
+            seen.append(actor)
+
+    def key(actor: str) -> tuple[int, int, str]:
+        kind, _, number = actor.partition(":")
+        return (0, int(number), actor) if kind == "rank" and number.isdigit() else (1, seen.index(actor), actor)
+
+    return sorted(seen, key=key)
+
+
+def _joined_members(event: dict[str, Any], actors: list[str]) -> set[str]:
+    """A model's communicator step (actor ``group:NAME``) is drawn across every rank column."""
+    if str(event["actor"]).startswith("group:"):
+        return {actor for actor in actors if actor.startswith("rank:")}
+    return set()
+
+
+def _cell(event: dict[str, Any]) -> str:
+    action, arguments = str(event["action"]), dict(event["args"])
+    clock = event.get("clock") or {}
+    if action in ("enter", "complete"):
+        communicator = arguments.pop("communicator", None) or (next(iter(clock)) if len(clock) == 1 else "?")
+        op = arguments.pop("op", "collective")
+        arrow = "→" if action == "enter" else "✓"
+        return f"{arrow} {op}({communicator})#{clock.get(communicator, '?')}"
+    if str(event["actor"]).startswith("group:"):
+        return f"══ {action} ══"
+    rendered = ", ".join(f"{name}={json.dumps(value, separators=(',', ':'))}" for name, value in arguments.items())
+    return f"{action}({rendered})" if rendered else action
+
+
+def command_export(arguments: argparse.Namespace, console: Console) -> int:
+    trace = open_traces(arguments.paths)
+    header = trace.header
+    if arguments.format == "perfetto":
+        text = json.dumps(to_perfetto(header, trace.records())) + "\n"
+    elif arguments.format == "dot":
+        text = path_to_dot(header, trace.records())
+    elif arguments.format == "graphml":
+        text = to_graphml(header, trace.records())
+    else:
+        machine = _instance(header).machine()
+        text = json.dumps(itf_document(machine, header, trace.records()), indent=1) + "\n"
+    _write(text, arguments.output)
+    for warning in trace.warnings:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+    if arguments.output is not None:
+        console.print(f"wrote {arguments.output} ({arguments.format})")
+    return EXIT_OK
+
+
+def command_graph(arguments: argparse.Namespace, console: Console) -> int:
+    import networkx as nx
+
+    if arguments.max_states <= 0:
+        raise UsageError(f"--max-states must be positive, got {arguments.max_states}")
+    if arguments.model_file is not None:
+        protocol = load_model_file(arguments.model_file)
+    elif arguments.protocol:
+        protocol = get_protocol(arguments.protocol)
+    else:
+        raise UsageError("name a protocol (see `lockstep list`) or give --model-file PATH")
+    instance = protocol.instance(arguments.variant, arguments.instance)
+    graph, complete = state_graph(instance.machine(), arguments.max_states)
+    if arguments.format == "dot":
+        text = to_dot(graph)
+    else:
+        text = "\n".join(nx.generate_graphml(graph)) + "\n"
+    _write(text, arguments.output)
+    console.print(f"{instance.label}: {graph.number_of_nodes():,} states, {graph.number_of_edges():,} edges"
+                  + ("" if complete else f" (cut at --max-states {arguments.max_states}: the graph is partial)"))
+    return EXIT_OK if complete else EXIT_INCONCLUSIVE
+
+
+def run_export_command(arguments: argparse.Namespace, console: Console) -> int:
+    """Dispatch with this module's error handling: bad input is one message and exit 2."""
+    commands = {"show": command_show, "export": command_export, "graph": command_graph}
+    try:
+        return commands[arguments.command](arguments, console)
+    except (TraceInputError, ExportError, UsageError) as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
+        return EXIT_USAGE
+    except OSError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error.filename or ''))}: {escape(error.strerror or str(error))}")
+        return EXIT_USAGE

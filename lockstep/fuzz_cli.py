@@ -1,0 +1,288 @@
+"""The ``fuzz`` command of ``lockstep``: random exploration of a model with Hypothesis.
+
+``add_fuzz_parser`` adds the subcommand to the CLI's subparsers; ``command_fuzz`` runs it and
+returns the exit code: 0 nothing found (no safety property failed in the examples tried, which
+proves nothing), 1 a property is violated, 2 usage error (one message, never a traceback),
+3 inconclusive (``--timeout`` or Ctrl-C stopped the session before it found anything, or
+Hypothesis could not run the examples). Human output goes to stderr: the counterexample as the
+same swimlanes ``lockstep check`` draws, written as a trace that ``lockstep replay`` and
+``lockstep show`` read. With ``--json`` stdout carries one JSON object (``fuzz_json``).
+Hypothesis is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+from lockstep.cli_numbers import non_negative, positive
+from lockstep.models import get_protocol
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
+from lockstep.spec.semantics import ModelError
+from lockstep.spec.terms import DefinitionError
+
+if TYPE_CHECKING:
+    from lockstep.checkers.fuzz import FuzzResult
+
+EXIT_USAGE = 2
+# as lockstep.checkers.fuzz (not imported here: it imports Hypothesis, which the other commands do not need)
+DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS = 100, 1000, 30.0
+DEFAULT_RUNTIME_EXAMPLES = 20
+OUTCOME_STYLES = {"violated": "bold red", "nothing-found": "green", "inconclusive": "yellow"}
+
+
+def add_fuzz_parser(commands: Any) -> None:
+    """Add ``fuzz`` to an argparse subparsers object."""
+    fuzzer = commands.add_parser(
+        "fuzz",
+        help="random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)",
+        description="Run random bounded interleavings of a protocol instance with Hypothesis, checking every safety "
+        "property after each step; a failure is shrunk, re-minimised by BFS around it, shown and written as a trace.",
+    )
+    fuzzer.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
+    fuzzer.add_argument("--model-file", type=Path, metavar="PATH", help="fuzz the model a Python file defines (its PROTOCOL)")
+    fuzzer.add_argument("--variant", help="pre-fix, post-fix or a mutant (default: post-fix)")
+    fuzzer.add_argument("--instance", help="named instance (default: seed)")
+    fuzzer.add_argument("--ranks", type=positive(int), help="the model's rank parameter")
+    fuzzer.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
+    fuzzer.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS, metavar="S",
+                        help=f"the most steps an example takes (default {DEFAULT_STEPS})")
+    fuzzer.add_argument("--examples", type=positive(int), metavar="N",
+                        help=f"examples to run (default {DEFAULT_EXAMPLES}; with --impl {DEFAULT_RUNTIME_EXAMPLES})")
+    fuzzer.add_argument("--seed", type=non_negative, metavar="S", help="fix Hypothesis's seed (default: a fresh one each run)")
+    fuzzer.add_argument("--timeout", type=positive(float), metavar="SECONDS",
+                        help="stop the session after this long (nothing found by then: exit 3)")
+    fuzzer.add_argument("--shrink-seconds", type=positive(float), default=DEFAULT_SHRINK_SECONDS, metavar="SECONDS",
+                        help=f"stop Hypothesis's shrinking after this long (default {DEFAULT_SHRINK_SECONDS:g}); the shortest "
+                        "failing run so far is then re-minimised")
+    fuzzer.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    fuzzer.add_argument("--trace-out", type=Path, metavar="FILE",
+                        help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)")
+    fuzzer.add_argument("--impl", action="store_true",
+                        help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, "
+                        "the run's trace is replayed against the model (a pool of rank processes is reused across runs)")
+    fuzzer.add_argument("--scenario", help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)")
+    fuzzer.add_argument("--hang-timeout", type=positive(float), default=5.0, metavar="SECONDS",
+                        help="with --impl: seconds blocked in one collective that count as a hang (default 5)")
+
+
+def _protocol(arguments: argparse.Namespace) -> Protocol:
+    if arguments.model_file is not None:
+        from lockstep.models.external import load_model_file
+
+        protocol = load_model_file(arguments.model_file)
+        if arguments.protocol and arguments.protocol != protocol.name:
+            raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {arguments.protocol!r}")
+        return protocol
+    if not arguments.protocol:
+        raise UsageError("name a protocol (see `lockstep list`) or give --model-file PATH")
+    return get_protocol(arguments.protocol)
+
+
+def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
+    """Run ``lockstep fuzz``; usage and model errors are reported here as one message (exit 2)."""
+    if arguments.impl:
+        return command_fuzz_runtime(arguments, console)
+    if arguments.scenario is not None:
+        console.print("[bold red]lockstep: error:[/bold red] --scenario is for --impl (the runtime's scenarios)")
+        return EXIT_USAGE
+    if arguments.examples is None:
+        arguments.examples = DEFAULT_EXAMPLES
+    try:
+        protocol = _protocol(arguments)
+        overrides = dict(parse_assignment(text) for text in arguments.set)
+        instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
+        from lockstep.checkers.fuzz import fuzz
+
+        with console.status(f"fuzzing {instance.label}…"):
+            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed, timeout=arguments.timeout,
+                          shrink_seconds=arguments.shrink_seconds)
+    except UsageError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
+        return EXIT_USAGE
+    except (ModelError, DefinitionError) as error:
+        console.print(f"[bold red]lockstep: model error:[/bold red] {escape(str(error))}")
+        return EXIT_USAGE
+    trace_file = _write_trace(instance, result, arguments.trace_out, console)
+    if arguments.json:
+        sys.stdout.write(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
+    else:
+        render_fuzz(console, result, instance.label, trace_file)
+    return result.exit_code
+
+
+def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int:
+    """``lockstep fuzz PROTOCOL --impl``: the runtime against the model (``checkers.fuzz.runtime``)."""
+    for option in ("model_file", "instance"):
+        if getattr(arguments, option) is not None:
+            console.print(f"[bold red]lockstep: error:[/bold red] --{option.replace('_', '-')} does not apply to --impl "
+                          "(the runtime runs the built-in protocols' scenarios)")
+            return EXIT_USAGE
+    from lockstep.checkers.fuzz.runtime import fuzz_runtime
+
+    try:
+        settings = {}
+        for text in arguments.set:
+            name, value = parse_assignment(text)
+            settings[name] = value
+        label = f"{arguments.protocol} {arguments.variant or 'post-fix'} runtime"
+        with console.status(f"fuzzing the {label} against its model…"):
+            result = fuzz_runtime(str(arguments.protocol), arguments.variant or "post-fix", scenario=arguments.scenario,
+                                  ranks=arguments.ranks, settings=settings,
+                                  examples=arguments.examples or DEFAULT_RUNTIME_EXAMPLES, seed=arguments.seed,
+                                  hang_timeout=arguments.hang_timeout, timeout=arguments.timeout,
+                                  keep_traces=None if arguments.trace_out is None else str(arguments.trace_out))
+    except (ValueError, UsageError) as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
+        return EXIT_USAGE
+    if arguments.json:
+        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        return result.exit_code
+    outcome = result.outcome
+    per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0
+    console.print(Text.assemble((label, "bold"), f" (scenario {result.scenario}, {result.ranks} ranks)  ",
+                                (outcome, OUTCOME_STYLES[outcome]),
+                                f"  ({len(result.runs)} runs, {result.seconds:.1f} s, {per_run:.2f} s/run, "
+                                f"{result.pool_starts} pool start(s))"))
+    if result.stopped is not None:
+        console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
+    observed = [run for run in result.runs if run.observed_violation is not None]
+    if observed:
+        console.print(f"{len(observed)} run(s) showed for real what the model predicts for {result.variant}: "
+                      + ", ".join(sorted({str(run.observed_violation) for run in observed})))
+    failing = result.failing
+    if failing is not None:
+        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] {escape(str(failing.failure))}")
+        explanation = (failing.replay or {}).get("explanation") or {}
+        for number, candidate in enumerate(explanation.get("candidates", []), start=1):
+            console.print(f"  model candidate {number}: " + "; ".join(escape(reason) for reason in candidate.get("why", [])))
+            state = ", ".join(f"{name}={value}" for name, value in candidate.get("state", {}).items())
+            console.print(f"    model state: {escape(state)}", soft_wrap=True)
+        event = explanation.get("event") or {}
+        if event:
+            console.print(f"  runtime event: {escape(json.dumps(event))}", soft_wrap=True)
+        console.print(f"  choices: {escape(json.dumps(failing.choices))}", soft_wrap=True)
+        if failing.trace_dir is not None:
+            console.print(f"traces: {failing.trace_dir}")
+    elif result.runs:
+        console.print(f"every run's trace conforms to the {result.variant} model")
+    return result.exit_code
+
+
+def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, console: Console) -> Path | None:
+    if result.path is None or result.property_name is None:
+        return None
+    from lockstep.checkers.counterexample import write_counterexample
+
+    file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}-fuzz.jsonl"
+    try:
+        return write_counterexample(
+            file, result.machine, result.path, protocol=instance.protocol.name, variant=instance.variant,
+            instance=instance.name, parameters=instance.parameters, property_name=result.property_name,
+            backend="lockstep-fuzz",
+        )
+    except OSError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
+        return None
+
+
+def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Path | None) -> None:
+    """The human report of one fuzzing session."""
+    from lockstep.checkers.counterexample import blocked_summary
+    from lockstep.checkers.report import swimlanes
+
+    outcome = result.outcome.value
+    seed = "random seed" if result.seed is None else f"seed {result.seed}"
+    summary = (
+        f"  (fuzz: {result.runs:,} runs of ≤{result.steps} steps, {seed}, {result.seconds:.2f} s, "
+        f"{result.seconds_per_example * 1000:.1f} ms/example)"
+    )
+    console.print(Text.assemble((label, "bold"), "  ", (outcome, OUTCOME_STYLES[outcome]), summary))
+    if result.stopped is not None:
+        console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
+    if result.path is not None and result.property_name is not None:
+        shrunk = "" if result.shrunk is None else f"; Hypothesis shrank it to {result.shrunk.length}"
+        first = "" if result.first_failing is None else f", the first failing run had {result.first_failing.length}"
+        console.print(
+            f"found in example {result.examples_to_failure} ({result.generate_seconds:.2f} s){first}{shrunk}; "
+            f"BFS around the runs: {result.path.length} steps"
+        )
+        title = f"counterexample: {result.property_name} ({result.path.length} steps)"
+        console.print(swimlanes(result.machine, result.path, title))
+        console.print(f"[red]{escape(result.property_name)}[/red] is violated" + (f": {escape(result.detail)}" if result.detail else ""))
+        blocked = blocked_summary(result.machine, result.path)
+        if blocked:
+            console.print(f"at the end: {escape(blocked)}")
+    elif result.stopped is None:
+        console.print(
+            f"no safety property failed in {result.examples:,} examples of at most {result.steps} steps "
+            "(random runs prove nothing: `lockstep check` explores every interleaving)"
+        )
+        console.print(f"{result.completed:,} of {result.runs:,} runs reached a final state"
+                      + ("" if result.completed else " (more --steps may be needed to reach the end of the scenario)"))
+    if result.witnessed:
+        console.print(f"sometimes properties witnessed: {', '.join(result.witnessed)}")
+    if result.unchecked:
+        console.print(f"[yellow]not checked by fuzzing (leads-to):[/yellow] {', '.join(result.unchecked)}")
+    if trace_file is not None:
+        console.print(f"trace: {trace_file}")
+
+
+def fuzz_json(result: FuzzResult, instance: Instance, trace_file: Path | None) -> dict[str, Any]:
+    """The ``--json`` object of ``lockstep fuzz``."""
+    counterexample = None
+    if result.path is not None:
+        counterexample = {
+            "property": result.property_name,
+            "detail": result.detail,
+            "length": result.path.length,
+            "shrunk_length": None if result.shrunk is None else result.shrunk.length,
+            "first_failing_length": None if result.first_failing is None else result.first_failing.length,
+            "trace_file": None if trace_file is None else str(trace_file),
+        }
+    return {
+        "protocol": instance.protocol.name,
+        "variant": instance.variant,
+        "instance": instance.name,
+        "parameters": dict(instance.parameters),
+        "engine": "fuzz",
+        "outcome": result.outcome.value,
+        "exit_code": result.exit_code,
+        "seed": result.seed,
+        "steps": result.steps,
+        "examples": result.examples,
+        "stats": {
+            "runs": result.runs,
+            "steps_run": result.steps_run,
+            "completed_runs": result.completed,
+            "examples_to_failure": result.examples_to_failure,
+            "seconds": round(result.seconds, 3),
+            "generate_seconds": round(result.generate_seconds, 3),
+            "seconds_per_example": round(result.seconds_per_example, 5),
+        },
+        "stopped": result.stopped,
+        "counterexample": counterexample,
+        "witnessed": list(result.witnessed),
+        "unchecked": list(result.unchecked),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``lockstep fuzz`` on its own (``python -m lockstep.fuzz_cli PROTOCOL ...``)."""
+    parser = argparse.ArgumentParser(prog="lockstep")
+    add_fuzz_parser(parser.add_subparsers(dest="command", required=True))
+    arguments = parser.parse_args(["fuzz", *(sys.argv[1:] if argv is None else argv)])
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    return command_fuzz(arguments, console)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The arguments of a runtime run, shared by ``lockstep run`` and ``python -m lockstep.impl.rank``.
+
+``add_run_arguments`` declares them on a parser; ``config_from_arguments`` checks them and builds
+the ``RunConfig`` (``RunUsageError`` names what is wrong). Imports no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from lockstep.impl.protocols import RUNTIME_PROTOCOLS, RuntimeProtocol
+from lockstep.impl.runtime import RunConfig
+
+
+def _bounded(kind: type, low: float, high: float | None = None) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return value
+
+    return parse
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("protocol", metavar="PROTOCOL", help=f"the protocol to run ({', '.join(RUNTIME_PROTOCOLS)})")
+    parser.add_argument("--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)")
+    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run PROTOCOL --help` lists them)")
+    parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
+    parser.add_argument("--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)")
+    parser.add_argument("--sync-interval", type=_bounded(int, 1, 32), default=32,
+                        help="dp-pause: steps between engine all-reduces (vLLM: 32, the default)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
+                        help="a protocol setting (repeatable); every protocol's settings: " + _settings_help())
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                        help="worker-level groups' backend (the engine-level group is always gloo)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the choice source (default 0)")
+    parser.add_argument("--timeout", type=_bounded(float, 0.5), default=10.0,
+                        help="seconds blocked in one collective or receive that count as a hang (default 10)")
+    parser.add_argument("--trace-dir", type=Path, metavar="DIR", help="write one trace file per process here")
+    parser.add_argument("--choices", type=Path, metavar="FILE",
+                        help="feed the choices from this JSON Lines file (from --json's choices), then the seed")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def _settings_help() -> str:
+    parts = [f"{protocol.name}: " + ", ".join(f"{name} ({setting.help}; {setting.low}..{setting.high}, default {setting.default})"
+                                             for name, setting in protocol.settings.items())
+             for protocol in RUNTIME_PROTOCOLS.values() if protocol.settings]
+    return "; ".join(parts) or "none"
+
+
+def _settings(protocol: RuntimeProtocol, texts: list[str]) -> dict[str, int]:
+    values = {name: setting.default for name, setting in protocol.settings.items()}
+    for text in texts:
+        name, equals, value = text.partition("=")
+        if not equals:
+            raise RunUsageError(f"--set {text!r}: expected NAME=VALUE")
+        setting = protocol.settings.get(name)
+        if setting is None:
+            known = ", ".join(protocol.settings) or "none"
+            raise RunUsageError(f"--set {name}: {protocol.name} has no setting {name!r} (its settings: {known})")
+        try:
+            number = int(value)
+        except ValueError:
+            raise RunUsageError(f"--set {name}={value}: not an integer") from None
+        if not setting.low <= number <= setting.high:
+            raise RunUsageError(f"--set {name}={value}: must be between {setting.low} and {setting.high}")
+        values[name] = number
+    return values
+
+
+class RunUsageError(ValueError):
+    """Arguments that name something the runtime cannot run."""
+
+
+def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
+    """The RunConfig the arguments describe (RunUsageError if they name something unknown)."""
+    protocol = RUNTIME_PROTOCOLS.get(arguments.protocol)
+    if protocol is None:
+        raise RunUsageError(f"the runtime has no protocol {arguments.protocol!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+    if arguments.variant not in protocol.variants:
+        raise RunUsageError(f"{protocol.name} has no runtime variant {arguments.variant!r}; choose one of {', '.join(protocol.variants)}")
+    scenario = arguments.scenario or protocol.scenarios[0]
+    if scenario not in protocol.scenarios:
+        raise RunUsageError(f"unknown scenario {scenario!r} for {protocol.name}; choose one of {', '.join(protocol.scenarios)}")
+    ranks = protocol.default_ranks if arguments.ranks is None else arguments.ranks
+    fewest, most = protocol.ranks
+    if not fewest <= ranks <= most:
+        raise RunUsageError(f"{protocol.name} runs {fewest} to {most} ranks, got --ranks {ranks}")
+    extra: dict[str, Any] = dict(_settings(protocol, list(getattr(arguments, "settings", None) or [])))
+    trace_dir = None
+    if arguments.trace_dir is not None:
+        folder = Path(arguments.trace_dir)
+        if folder.exists() and not folder.is_dir():
+            raise RunUsageError(f"--trace-dir {folder} is not a directory")
+        if folder.is_dir() and any(folder.glob("*.jsonl")):
+            raise RunUsageError(f"--trace-dir {folder} already holds *.jsonl files; give an empty or new directory")
+        trace_dir = str(folder.resolve())
+    choices = None
+    if getattr(arguments, "choices", None) is not None:
+        if not Path(arguments.choices).is_file():
+            raise RunUsageError(f"--choices {arguments.choices}: no such file")
+        choices = str(Path(arguments.choices).resolve())
+    config = RunConfig(protocol=protocol.name, variant=arguments.variant, scenario=scenario,
+                       ranks=ranks, requests=arguments.requests, sync_interval=arguments.sync_interval,
+                       backend=arguments.backend, seed=arguments.seed, timeout=arguments.timeout,
+                       trace_dir=trace_dir, choices=choices, extra=extra)
+    problem = protocol.validate(config) if protocol.validate is not None else None
+    if problem is not None:
+        raise RunUsageError(problem)
+    return config

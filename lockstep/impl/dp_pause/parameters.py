@@ -1,0 +1,39 @@
+"""What every dp-pause process shares: the trace header's parameters and the per-process setup.
+
+``model_parameters`` gives the header every parameter the dp-pause model declares (its defaults,
+with the run's ranks, requests and sync_interval, and max_wave large enough for the run, or a
+reproduced counterexample's own values), plus
+the runtime's own bounds (scenario, seed, backend, timeout, channel capacities), so replay can
+instantiate the model from the header. ``open_process`` opens one process's trace recorder,
+status board and choice source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockstep.impl import process
+from lockstep.impl.choices import ChoiceSource
+from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.models.dp_pause.model import PROTOCOL
+
+
+def model_parameters(config: RunConfig) -> dict[str, Any]:
+    values: dict[str, Any] = {parameter.name: parameter.default for parameter in PROTOCOL.parameters}
+    values.update(ranks=config.ranks, requests=config.requests, sync_interval=config.sync_interval,
+                  max_wave=config.requests + 3)
+    values.update(config.extra.get("model_parameters", {}))  # a reproduced counterexample's bounds
+    if "settle_before_resume" in values:  # the client does not wait for control messages to settle
+        values["settle_before_resume"] = 0
+    values.update(
+        scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout,
+        waves=config.requests + 3,
+        capacities={"client>rank": config.requests + 3, "coordinator>rank": config.requests + 2,
+                    "rank>coordinator": config.requests + 5, "input_queue": 2 * config.requests + 5},
+    )
+    return values
+
+
+def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
+    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
+    return process.open_process(config, actor, model_parameters(config))

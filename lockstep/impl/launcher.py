@@ -1,0 +1,228 @@
+"""The launcher: spawn a run's processes, watch them, diagnose a hang, kill everything, report.
+
+``launch(config)`` (what ``lockstep run`` does) starts ``ranks`` rank processes on 127.0.0.1
+with a free port, as torchrun would (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
+all in one new process group; rank 0 starts the coordinator and client processes, which join
+that group. It then polls every process's status board (see ``lockstep.impl.runtime``):
+
+- **hang**: a rank has been blocked in the same collective or receive for ``timeout`` seconds
+  (or a rank's collective raised its group's timeout). The diagnosis names what every rank and
+  helper waits in, with group and per-group sequence number: ``rank 0 in
+  all_reduce(worker_world)#1; rank 1 in all_reduce(worker_dp)#1``. Exit code 1.
+- **completed**: every rank exited 0 (they exit once the client shut them down). Exit code 0.
+- **runtime error**: a process failed otherwise; the tail of its log is kept. Exit code 3.
+- **inconclusive**: no verdict within ``deadline`` seconds (a run that steps forever). Exit 3.
+
+Every outcome but completion kills the whole process group with SIGKILL before returning.
+Under torchrun there is no launcher: rank 0 runs ``Watchdog`` in a thread, which prints the
+same diagnosis, kills the coordinator and client, and ends rank 0 (torchrun ends the others).
+Imports no torch.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lockstep.impl.choices import read_choices
+from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
+
+COMPLETED, HANG, ERROR, INCONCLUSIVE = "completed", "hang diagnosed", "runtime error", "inconclusive"
+EXIT_CODES = {COMPLETED: 0, HANG: 1, ERROR: 3, INCONCLUSIVE: 3}
+BLOCKED = ("collective", "receive", "timed_out")
+
+
+@dataclass
+class Outcome:
+    """What a run came to, with its figures."""
+
+    outcome: str
+    message: str
+    seconds: float
+    steps: int
+    events: int
+    waits: dict[str, str] = field(default_factory=dict)
+    trace_dir: str | None = None
+    choices: list[dict[str, Any]] = field(default_factory=list)
+    pids: dict[str, int] = field(default_factory=dict)  # every process of the run, by actor
+    step_seconds: float = 0.0  # the ranks' mean wall time per engine step (forward, and sync on the boundary)
+    trace_seconds: float = 0.0  # time all processes spent writing trace lines
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "message": self.message,
+                "seconds": round(self.seconds, 3), "steps": self.steps, "events": self.events,
+                "waits": self.waits, "trace_dir": self.trace_dir, "choices": self.choices, "pids": self.pids,
+                "step_seconds": self.step_seconds, "trace_seconds": self.trace_seconds}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _order(actor: str) -> tuple[int, int, str]:
+    kind, _, number = actor.partition(":")
+    return (0, int(number), "") if kind == "rank" and number.isdigit() else (1, 0, actor)
+
+
+def waits_of(statuses: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """What each process is blocked in, by actor (ranks first)."""
+    return {actor: str(statuses[actor]["what"]) for actor in sorted(statuses, key=_order)
+            if statuses[actor]["state"] in BLOCKED and statuses[actor].get("what")}
+
+
+def describe_waits(waits: dict[str, str]) -> str:
+    return "; ".join(f"{actor.replace(':', ' ')} in {what}" for actor, what in waits.items())
+
+
+def hung(statuses: dict[str, dict[str, Any]], ranks: int, timeout: float, now: float) -> bool:
+    """A rank blocked in one collective or receive for ``timeout`` seconds, or timed out in one."""
+    for rank in range(ranks):
+        status = statuses.get(f"rank:{rank}")
+        if status is None:
+            continue
+        if status["state"] == "timed_out":
+            return True
+        if status["state"] in BLOCKED and now - float(status["since"]) >= timeout:
+            return True
+    return False
+
+
+def _totals(statuses: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    steps = sum(int(status.get("steps", 0)) for status in statuses.values())
+    events = sum(int(status.get("events", 0)) for status in statuses.values())
+    return steps, events
+
+
+def _tail(path: Path, lines: int = 12) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _choices(run_dir: Path) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted((run_dir / "choices").glob("*.choices")):
+        found.extend(choice.to_json() for choice in read_choices(path))
+    return found
+
+
+def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = False) -> Outcome:
+    """Run ``config`` to an outcome; every process it started is gone when this returns."""
+    run_dir = Path(tempfile.mkdtemp(prefix="lockstep-run-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
+    config.run_dir, config.monitored = str(run_dir), True
+    config_path = run_dir / "config.json"
+    config.write(config_path)
+    (run_dir / "logs").mkdir()
+    environment = dict(os.environ)
+    environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(config.ranks))
+    environment[AUTHKEY_ENVIRONMENT] = secrets.token_hex(16)
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), environment.get("PYTHONPATH")]))
+    processes: list[subprocess.Popen[bytes]] = []
+    logs = []
+    started = time.monotonic()
+    group = 0
+    try:
+        for rank in range(config.ranks):
+            environment.update(RANK=str(rank), LOCAL_RANK=str(rank))
+            log = open(run_dir / "logs" / f"rank-{rank}.log", "wb")  # noqa: SIM115
+            logs.append(log)
+            process = subprocess.Popen([sys.executable, "-m", "lockstep.impl.rank", "--config", str(config_path)],
+                                       env=environment, stdout=log, stderr=subprocess.STDOUT, process_group=group)
+            group = group or process.pid
+            processes.append(process)
+        outcome = watch_run(config, run_dir, lambda: [process.poll() for process in processes], started, deadline,
+                            run_dir / "logs")
+    finally:
+        if group:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for process in processes:
+            process.wait()
+        for log in logs:
+            log.close()
+        if not keep_run_dir and not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+    return outcome
+
+
+def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | None]], started: float, deadline: float,
+              logs: Path) -> Outcome:
+    """Watch one run to its outcome. ``codes()`` gives each rank's exit status for this run (None:
+    still running); ``logs`` holds ``rank-<r>.log`` (the tail of a failed rank's log is kept)."""
+    def finish(outcome: str, message: str, statuses: dict[str, dict[str, Any]], waits: dict[str, str] | None = None) -> Outcome:
+        steps, events = _totals(statuses)
+        pids = {actor: int(status["pid"]) for actor, status in statuses.items()}
+        nanoseconds = sum(int(status.get("step_ns", 0)) for status in statuses.values())
+        return Outcome(outcome, message, time.monotonic() - started, steps, events, waits or {}, config.trace_dir,
+                       _choices(run_dir), pids, nanoseconds / 1e9 / steps if steps else 0.0,
+                       sum(int(status.get("trace_ns", 0)) for status in statuses.values()) / 1e9)
+
+    while True:
+        time.sleep(0.05)
+        now = time.time()
+        statuses = read_statuses(run_dir)
+        current = codes()
+        if hung(statuses, config.ranks, config.timeout, now):
+            waits = waits_of(statuses)
+            return finish(HANG, describe_waits(waits), statuses, waits)
+        failed = [rank for rank, code in enumerate(current) if code not in (None, 0)]
+        if failed:
+            time.sleep(0.2)  # let the other ranks' statuses settle
+            statuses = read_statuses(run_dir)
+            if hung(statuses, config.ranks, 0.9 * config.timeout, time.time()):  # e.g. the NCCL watchdog's abort
+                waits = waits_of(statuses)
+                return finish(HANG, describe_waits(waits), statuses, waits)
+            rank = failed[0]
+            tail = _tail(logs / f"rank-{rank}.log")
+            return finish(ERROR, f"rank {rank} exited with status {current[rank]}:\n{tail}", statuses)
+        if all(code == 0 for code in current):
+            return finish(COMPLETED, "every rank finished", statuses)
+        if time.monotonic() - started > deadline:
+            waits = waits_of(statuses)
+            return finish(INCONCLUSIVE, f"no outcome within {deadline:.0f} s; " + describe_waits(waits), statuses, waits)
+
+
+class Watchdog(threading.Thread):
+    """Hang detection under torchrun (no launcher): rank 0 watches the statuses itself."""
+
+    def __init__(self, config: RunConfig) -> None:
+        super().__init__(name="lockstep-watchdog", daemon=True)
+        self.config = config
+
+    def run(self) -> None:
+        while True:
+            time.sleep(0.1)
+            statuses = read_statuses(self.config.run_dir)
+            if hung(statuses, self.config.ranks, self.config.timeout, time.time()):
+                sys.stderr.write(f"lockstep: hang diagnosed: {describe_waits(waits_of(statuses))}\n")
+                sys.stderr.flush()
+                for actor in ("coordinator", "client"):
+                    pid = statuses.get(actor, {}).get("pid")
+                    if isinstance(pid, int):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                os._exit(1)

@@ -1,0 +1,107 @@
+"""The runtime's protocols: what each can run, and where its rank code lives. Imports no torch.
+
+Each protocol is a package under ``lockstep.impl`` whose ``__init__`` (which imports no torch)
+defines ``RUNTIME = RuntimeProtocol(...)``; ``RUNTIME_PROTOCOLS`` finds them all. The package's
+``rank`` module provides
+
+- ``join(config: RunConfig) -> Groups``: join the default group (``distributed.initialize``);
+- ``run_rank(config: RunConfig, config_path: str, groups: Groups) -> int``: the rank's whole run
+  (create the named groups in the same order on every rank, open the process's recorder, status
+  board and choice source, run, close), its exit status 0 when the protocol finished;
+
+and the variants, scenarios (the first is the default), rank range and protocol settings
+(``--set NAME=VALUE``, kept in ``RunConfig.extra``) that ``lockstep run`` accepts for it.
+``validate`` checks a combination the flags alone cannot (it returns a message, or None).
+``reproduction`` names a torch-free module whose ``plan(header, events)`` turns a model
+counterexample into a ``Reproduction`` for ``lockstep reproduce``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lockstep.impl.choices import Choice
+    from lockstep.impl.runtime import RunConfig
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A protocol setting: an integer in [low, high] with a default and a line of help."""
+
+    default: int
+    low: int
+    high: int
+    help: str
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """How to run a model counterexample in the runtime: the scenario (which holds the run to the
+    counterexample's order), rank count, scripted choices, ``RunConfig`` fields (``settings``)
+    and ``RunConfig.extra`` entries."""
+
+    scenario: str
+    ranks: int
+    choices: list[Choice]
+    settings: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RuntimeProtocol:
+    """One protocol the runtime runs (see the module doc)."""
+
+    name: str
+    package: str
+    variants: tuple[str, ...]
+    scenarios: tuple[str, ...]
+    ranks: tuple[int, int]  # fewest, most
+    default_ranks: int
+    settings: Mapping[str, Setting] = field(default_factory=dict)
+    validate: Callable[[RunConfig], str | None] | None = None
+    summary: str = ""
+    reproduction: str = ""  # a module whose plan(header, events) -> Reproduction; "" if it has none
+    fuzz_scenario: str = ""  # the scenario runtime-against-model fuzzing runs (default: the first)
+    helper_actors: tuple[str, ...] = ()  # actors besides the ranks that make choices (dp-pause: client)
+
+    def plan_reproduction(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Reproduction:
+        """The reproduction of a model counterexample (``ValueError`` when this protocol has none)."""
+        if not self.reproduction:
+            raise ValueError(f"the {self.name} runtime cannot reproduce counterexamples yet")
+        planned: Reproduction = importlib.import_module(self.reproduction).plan(header, events)
+        return planned
+
+    def rank_module(self) -> ModuleType:
+        """The package's ``rank`` module (imports torch)."""
+        return importlib.import_module(f"{self.package}.rank")
+
+
+def _discover() -> dict[str, RuntimeProtocol]:
+    """Every package under ``lockstep.impl`` whose ``__init__`` (torch-free) defines ``RUNTIME``."""
+    import lockstep.impl
+
+    found: dict[str, RuntimeProtocol] = {}
+    for module in sorted(pkgutil.iter_modules(lockstep.impl.__path__), key=lambda module: module.name):
+        if not module.ispkg:
+            continue
+        protocol = getattr(importlib.import_module(f"lockstep.impl.{module.name}"), "RUNTIME", None)
+        if isinstance(protocol, RuntimeProtocol):
+            found[protocol.name] = protocol
+    return found
+
+
+RUNTIME_PROTOCOLS: dict[str, RuntimeProtocol] = _discover()
+
+
+def runtime_protocol(name: str) -> RuntimeProtocol:
+    """The protocol called ``name`` (KeyError names the ones there are)."""
+    try:
+        return RUNTIME_PROTOCOLS[name]
+    except KeyError:
+        raise KeyError(f"the runtime has no protocol {name!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}") from None

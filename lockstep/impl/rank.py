@@ -1,0 +1,124 @@
+"""The entry point of a rank process: ``python -m lockstep.impl.rank``.
+
+Spawned by ``lockstep run`` as ``python -m lockstep.impl.rank --config RUN_DIR/config.json``, by
+a ``RankPool`` as ``python -m lockstep.impl.rank --pool DIR`` (one run after another), or
+started by torchrun with the run's flags::
+
+    torchrun --nproc-per-node 2 -m lockstep.impl.rank dp-pause --variant pre-fix --timeout 5
+
+The protocol's package (``lockstep.impl.protocols``) provides ``join`` and ``run_rank``.
+Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,
+shares them over the default group, and starts the protocol's helper processes (dp-pause: the
+coordinator and client) itself, and a watchdog that diagnoses a hang. Exit status: 0 finished, 1 timed out in a collective
+(hung), 3 another failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from lockstep.impl.arguments import add_run_arguments, config_from_arguments
+from lockstep.impl.distributed import CollectiveTimeout, share_object
+from lockstep.impl.launcher import Watchdog
+from lockstep.impl.protocols import runtime_protocol
+from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
+
+
+def _torchrun_config(argv: list[str]) -> RunConfig:
+    parser = argparse.ArgumentParser(prog="python -m lockstep.impl.rank")
+    add_run_arguments(parser)
+    arguments = parser.parse_args(argv)
+    config = config_from_arguments(arguments)
+    config.ranks = int(os.environ["WORLD_SIZE"])
+    return config
+
+
+def pool_main(directory: Path) -> int:
+    """A pooled rank (``lockstep.impl.pool``): join once, then run every run the pool hands over.
+
+    The default group outlives the runs, so ``distributed.shutdown`` becomes a no-op in this
+    process before the protocol's code is imported; each run's named groups are destroyed after
+    it. A run's exit status goes to ``DIR/<n>.rank-<r>``; ``{"stop": true}`` ends the process."""
+    import torch.distributed as dist
+
+    import lockstep.impl.distributed as distributed
+
+    distributed.shutdown = lambda: None
+    base = RunConfig.read(directory / "pool.json")
+    protocol = runtime_protocol(base.protocol).rank_module()
+    groups = protocol.join(base)
+    number = 0
+    while True:
+        number += 1
+        pointer = directory / f"{number}.json"
+        while not pointer.exists():
+            time.sleep(0.002)
+        request = json.loads(pointer.read_text(encoding="utf-8"))
+        if request.get("stop"):
+            return 0
+        config_path = str(request["config"])
+        try:
+            code = int(protocol.run_rank(RunConfig.read(config_path), config_path, groups))
+        except CollectiveTimeout as error:
+            sys.stderr.write(f"lockstep: {error}\n")
+            code = 1
+        except Exception:
+            traceback.print_exc()
+            code = 3
+        for group in groups.groups.values():
+            dist.destroy_process_group(group)
+        groups.groups.clear()
+        report = directory / f".{number}.rank-{groups.rank}"
+        report.write_text(str(code), encoding="utf-8")
+        os.replace(report, directory / f"{number}.rank-{groups.rank}")
+        if code != 0:
+            return code  # the pool starts afresh after a run that did not complete
+
+
+def main(argv: list[str]) -> int:
+    if argv[:2] and argv[0] == "--pool":
+        return pool_main(Path(argv[1]))
+    if argv[:1] == ["--config"]:
+        config_path = argv[1]
+        config = RunConfig.read(config_path)
+        protocol = runtime_protocol(config.protocol).rank_module()
+        groups = protocol.join(config)
+    else:
+        config = _torchrun_config(argv)
+        protocol = runtime_protocol(config.protocol).rank_module()
+        groups = protocol.join(config)
+        shared = None
+        if groups.rank == 0:
+            run_dir = tempfile.mkdtemp(prefix="lockstep-run-")
+            config.run_dir = run_dir
+            config.write(Path(run_dir) / "config.json")
+            shared = (run_dir, secrets.token_hex(16))
+        run_dir, key = share_object(shared)
+        os.environ[AUTHKEY_ENVIRONMENT] = key
+        config_path = str(Path(run_dir) / "config.json")
+        config = RunConfig.read(config_path)
+        if groups.rank == 0:  # no launcher watches a torchrun run: rank 0 diagnoses a hang itself
+            Watchdog(config).start()
+    try:
+        return int(protocol.run_rank(config, config_path, groups))
+    except CollectiveTimeout as error:
+        sys.stderr.write(f"lockstep: {error}\n")
+        return 1
+    except Exception:
+        traceback.print_exc()
+        return 3
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no teardown of groups whose peers are gone

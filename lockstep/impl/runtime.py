@@ -1,0 +1,330 @@
+"""Shared pieces of every runtime process: the run's configuration, status board, trace recorder,
+input queue and socket endpoints. Imports no torch (the coordinator and client processes use it).
+
+- ``RunConfig``: everything a process of a run needs, as JSON (the launcher writes it; under
+  torchrun rank 0 builds it from its flags and sends it to the others).
+- ``StatusBoard``: one small file per process in the run directory, rewritten in place with one
+  ``pwrite`` on every change: what the process is blocked in (``all_reduce(worker_dp)#41``,
+  ``receive(input_queue)``), since when, and its step and event counts. The launcher reads
+  these to name what each rank waits in when it diagnoses a hang.
+- ``Recorder``: the process's trace file (``<actor>.jsonl``, ``rank:0`` written ``rank-0``) over
+  ``lockstep.traces.TraceWriter``, plus per-channel send/receive numbers and per-communicator
+  sequence numbers for the events' ``clock``; with no trace directory it only counts.
+- ``InputQueue``: an engine's input queue; a batch of messages is appended atomically.
+- ``listen``/``connect``: ``multiprocessing.connection`` sockets (FIFO per connection) with a
+  hello message naming the connecting actor.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import Client, Connection, Listener, wait
+from pathlib import Path
+from typing import Any
+
+from lockstep.traces import JSONValue, TraceFormatError, TraceHeader, TraceSource, TraceWriter, event_problems
+
+STATUS_SIZE = 1024
+AUTHKEY_ENVIRONMENT = "LOCKSTEP_RUN_AUTHKEY"
+
+
+@dataclass
+class RunConfig:
+    """One run: the protocol, its variant and scenario, bounds, and where files go."""
+
+    protocol: str = "dp-pause"
+    variant: str = "post-fix"
+    scenario: str = "issue-36594"
+    ranks: int = 2
+    requests: int = 1
+    sync_interval: int = 32
+    backend: str = "gloo"
+    seed: int = 0
+    timeout: float = 10.0
+    trace_dir: str | None = None
+    run_dir: str = ""
+    choices: str | None = None  # a JSON Lines file of choices to feed (ScriptedChoices), else seeded
+    monitored: bool = False  # True: a launcher watches the statuses (else rank 0 does)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> RunConfig:
+        return cls(**dict(value))
+
+    def write(self, path: str | os.PathLike[str]) -> None:
+        Path(path).write_text(json.dumps(self.to_json()), encoding="utf-8")
+
+    @classmethod
+    def read(cls, path: str | os.PathLike[str]) -> RunConfig:
+        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def file_name(actor: str) -> str:
+    """An actor's name made safe for a file name: ``rank:0`` becomes ``rank-0``."""
+    return "".join(character if character.isalnum() or character in "_." else "-" for character in actor)
+
+
+# ------------------------------------------------------------------------------------ status board
+class StatusBoard:
+    """This process's status file, rewritten in place (one pwrite per change)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], actor: str) -> None:
+        self.actor = actor
+        self.path = Path(run_dir) / "status" / (file_name(actor) + ".json")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._lock = threading.Lock()
+        self.state, self.what, self.since = "starting", "", time.time()
+        self.counters: dict[str, int] = {}
+        self.update("starting")
+
+    def update(self, state: str, what: str = "", **counters: int) -> None:
+        """state: starting | running | collective | receive | done | failed | timed_out."""
+        with self._lock:
+            self.state, self.what, self.since = state, what, time.time()
+            self.counters.update(counters)
+            self._write()
+
+    def count(self, **counters: int) -> None:
+        with self._lock:
+            self.counters.update(counters)
+
+    def _write(self) -> None:
+        record = {"actor": self.actor, "pid": os.getpid(), "state": self.state, "what": self.what,
+                  "since": self.since, **self.counters}
+        data = json.dumps(record).encode("utf-8")[: STATUS_SIZE - 1]
+        os.pwrite(self._descriptor, data + b" " * (STATUS_SIZE - len(data)), 0)
+
+    def close(self) -> None:
+        with self._lock:
+            self._write()
+            os.close(self._descriptor)
+
+
+def read_statuses(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """Every process's latest status, by actor (a file caught mid-write is read again)."""
+    statuses: dict[str, dict[str, Any]] = {}
+    folder = Path(run_dir) / "status"
+    if not folder.is_dir():
+        return statuses
+    for path in sorted(folder.glob("*.json")):
+        for _ in range(5):
+            try:
+                record = json.loads(path.read_bytes().decode("utf-8").strip() or "null")
+            except (ValueError, OSError):
+                time.sleep(0.001)
+                continue
+            if isinstance(record, dict):
+                statuses[str(record["actor"])] = record
+            break
+    return statuses
+
+
+# --------------------------------------------------------------------------------------- recorder
+class RawObject(str):
+    """A JSON object already encoded (by code whose values are ints, bools and plain strings)."""
+
+
+_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+class Recorder:
+    """Trace events of one actor (one file per process), with channel and communicator clocks.
+
+    The header goes through ``lockstep.traces.TraceWriter`` (validated, one write). Events are
+    encoded here, on the hot path of every step, more cheaply than the writer does: each line is
+    built as one string and handed to the OS in one ``write`` (so a killed process leaves a
+    prefix of complete lines, as with the writer), and the first event of each action is checked
+    with ``event_problems`` (the runtime's events of one action always have the same shape and
+    value types; the tests validate every line against the JSON Schema)."""
+
+    def __init__(self, config: RunConfig, actor: str, parameters: Mapping[str, JSONValue], source: TraceSource) -> None:
+        self.actor = actor
+        self.events = 0
+        self.status: StatusBoard | None = None  # gets the event count
+        self.write_nanoseconds = 0  # time spent encoding and writing trace lines
+        self._sent: dict[str, int] = collections.Counter()
+        self._received: dict[str, int] = collections.Counter()
+        self._lock = threading.Lock()
+        self._checked: set[str] = set()
+        self._prefixes: dict[tuple[object, ...], str] = {}  # encoded actor, action and args
+        self._keys: dict[str, str] = {}  # encoded clock keys
+        self._deferred = ""  # complete lines waiting for the next event's write
+        self._descriptor: int | None = None
+        self.path: Path | None = None
+        if config.trace_dir is not None:
+            self.path = Path(config.trace_dir) / (file_name(actor) + ".jsonl")
+            header = TraceHeader(config.protocol, config.variant, config.scenario, parameters, source)
+            TraceWriter(self.path, header).close()
+            self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+
+    def send(self, channel: str) -> dict[str, int]:
+        """The clock entry for sending the next message on ``channel``."""
+        with self._lock:
+            self._sent[channel] += 1
+            return {f"send:{channel}": self._sent[channel]}
+
+    def receive(self, channel: str) -> dict[str, int]:
+        """The clock entry for receiving the next message on ``channel``."""
+        with self._lock:
+            self._received[channel] += 1
+            return {f"recv:{channel}": self._received[channel]}
+
+    def record(self, action: str, args: Mapping[str, JSONValue] | None = None,
+               observed: Mapping[str, JSONValue] | RawObject | None = None, clock: Mapping[str, int] | None = None,
+               actor: str | None = None, flush: bool = True) -> None:
+        """Write one event (handed to the OS before returning); without a trace directory, only count it.
+
+        ``flush=False`` keeps the line to be written in one ``write`` with the next event's line; only
+        for an event the same thread follows at once with another (never before blocking)."""
+        with self._lock:
+            index = self.events
+            self.events += 1
+            if self.status is not None:
+                self.status.counters["events"] = self.events
+            if self._descriptor is None:
+                return
+            started = time.perf_counter_ns()
+            key = (actor, action, tuple(args.items()) if args else ())
+            cacheable = True
+            try:
+                prefix = self._prefixes.get(key)
+            except TypeError:  # unhashable argument values: encode afresh
+                cacheable, prefix = False, None
+            if prefix is None:
+                prefix = (f',"actor":{_encode(actor or self.actor)},"action":{_encode(action)},"args":{_encode(args or {})}')
+                if cacheable:
+                    self._prefixes[key] = prefix
+            line = f'{{"index":{index}{prefix}'
+            if observed is not None:
+                line += f',"observed":{observed if isinstance(observed, RawObject) else _encode(observed)}'
+            if clock:
+                line += ',"clock":{' + ",".join(f"{self._key(name)}:{int(value)}" for name, value in clock.items()) + "}"
+            line += "}\n"
+            if action not in self._checked:
+                problems = event_problems(json.loads(line))
+                if problems:
+                    raise TraceFormatError(f"bad trace event {index}: " + "; ".join(problems))
+                self._checked.add(action)
+            if not flush:  # written with the next event (the caller records another one at once)
+                self._deferred += line
+                self.write_nanoseconds += time.perf_counter_ns() - started
+                return
+            data = (self._deferred + line).encode("utf-8")
+            self._deferred = ""
+            written = os.write(self._descriptor, data)
+            while written < len(data):  # a regular file takes it all at once; be safe anyway
+                data = data[written:]
+                written = os.write(self._descriptor, data)
+            self.write_nanoseconds += time.perf_counter_ns() - started
+            if self.status is not None:
+                self.status.counters["trace_ns"] = self.write_nanoseconds
+
+    def _key(self, name: str) -> str:
+        encoded = self._keys.get(name)
+        if encoded is None:
+            encoded = self._keys[name] = _encode(name)
+        return encoded
+
+    def close(self) -> None:
+        with self._lock:
+            if self._descriptor is not None:
+                if self._deferred:
+                    os.write(self._descriptor, self._deferred.encode("utf-8"))
+                    self._deferred = ""
+                os.close(self._descriptor)
+                self._descriptor = None
+
+
+# ------------------------------------------------------------------------------------ input queue
+class InputQueue:
+    """An engine's input queue; ``put_many`` appends a batch atomically."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Any] = collections.deque()
+        self._condition = threading.Condition()
+
+    def put_many(self, items: Iterable[Any]) -> None:
+        with self._condition:
+            self._items.extend(items)
+            self._condition.notify_all()
+
+    def get(self) -> Any:
+        """The oldest message, waiting for one."""
+        with self._condition:
+            while not self._items:
+                self._condition.wait()
+            return self._items.popleft()
+
+    def get_nowait(self) -> Any | None:
+        with self._condition:
+            return self._items.popleft() if self._items else None
+
+    def empty(self) -> bool:
+        with self._condition:
+            return not self._items
+
+
+# -------------------------------------------------------------------------------------- sockets
+def authkey() -> bytes:
+    return bytes.fromhex(os.environ[AUTHKEY_ENVIRONMENT])
+
+
+def listen(host: str) -> Listener:
+    """A listening socket on ``host`` at a free port."""
+    return Listener((host, 0), authkey=authkey())
+
+
+def connect(address: tuple[str, int], actor: str) -> Connection:
+    """A connection to ``address``, introduced by a hello naming ``actor``."""
+    deadline = time.time() + 60
+    while True:
+        try:
+            connection = Client(address, authkey=authkey())
+            break
+        except ConnectionRefusedError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.05)
+    connection.send({"hello": actor})
+    return connection
+
+
+def ready(connections: Iterable[Connection], timeout: float | None = None) -> list[Connection]:
+    """The connections with a message (or end of file) waiting, within ``timeout`` seconds."""
+    return [connection for connection in wait(list(connections), timeout) if isinstance(connection, Connection)]
+
+
+def receive(connection: Connection) -> Any:
+    """The next message on ``connection`` (a dict, as every process of a run sends)."""
+    return connection.recv()
+
+
+def announce(address: object) -> None:
+    """Tell the parent process where this process listens: one JSON line on stdout."""
+    sys.stdout.write(json.dumps(list(address) if isinstance(address, tuple) else address) + "\n")
+    sys.stdout.flush()
+
+
+def accept(listener: Listener, expected: Iterable[str]) -> dict[str, Connection]:
+    """Accept one connection from each expected actor; keyed by the actor its hello names."""
+    wanted = set(expected)
+    connections: dict[str, Connection] = {}
+    while wanted - set(connections):
+        connection = listener.accept()
+        hello = connection.recv()
+        actor = str(hello["hello"])
+        if actor not in wanted:
+            raise RuntimeError(f"unexpected connection from {actor!r}")
+        connections[actor] = connection
+    return connections

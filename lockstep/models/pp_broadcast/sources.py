@@ -1,0 +1,52 @@
+"""The vLLM functions each pp-broadcast action stands for, shown with every counterexample step.
+
+Read from the v0.19.0 wheel (``pre-fix``) and the v0.20.0 wheel (``post-fix``; the mutants change
+one line of it): ``vllm/v1/engine/core.py`` (``EngineCore.step_with_batch_queue``),
+``vllm/v1/core/sched/scheduler.py`` / ``async_scheduler.py`` (``Scheduler.schedule``,
+``AsyncScheduler._update_after_schedule``, ``Scheduler.update_from_output``),
+``vllm/v1/worker/gpu_worker.py`` (``Worker.execute_model``), ``vllm/v1/worker/gpu_model_runner.py``
+(``GPUModelRunner.execute_model``, ``sample_tokens``, ``_pp_broadcast_prev_sampled_token_ids``,
+``_pp_receive_prev_sampled_token_ids_to_input_batch``, ``_is_all_reqs_chunked_prefill`` (v0.20.0))
+and ``vllm/distributed/parallel_state.py`` (``GroupCoordinator.isend_tensor_dict``,
+``irecv_tensor_dict``). The ``gpu_*`` actions are the CUDA stream of a rank, not a Python function:
+they name the kernel or NCCL call the stream runs.
+"""
+
+from __future__ import annotations
+
+RECEIVE = "_pp_receive_prev_sampled_token_ids_to_input_batch"
+BROADCAST = "_pp_broadcast_prev_sampled_token_ids"
+
+COMMON: dict[str, str] = {
+    # the engine (one process; the executor sends every worker the same RPCs in the same order)
+    "schedule": "EngineCore.step_with_batch_queue → Scheduler.schedule (AsyncScheduler._update_after_schedule) "
+                "→ executor.execute_model + sample_tokens (non_block)",
+    "process_output": "EngineCore.step_with_batch_queue: the oldest future.result() → Scheduler.update_from_output",
+    # the CPU thread of a rank
+    "execute_model": "Worker.execute_model (wait _pp_send_work; irecv_tensor_dict → AsyncIntermediateTensors) "
+                     "→ GPUModelRunner.execute_model (_prepare_inputs: discard_request_mask) → isend_tensor_dict",
+    # the CUDA stream of a rank
+    "gpu_compute": "the stream runs GPUModelRunner._model_forward (or, on the last rank, _sample)",
+    "gpu_post": "the stream reaches an NCCL op on pp.device_group: isend/irecv (isend_tensor_dict / "
+                "irecv_tensor_dict) or torch.distributed.broadcast",
+    "gpu_complete": "the NCCL op finishes; the stream moves on",
+    # the PP communicator
+    "pp.transfer": "NCCL send meets recv on pp.device_group (GroupCoordinator.isend_tensor_dict / irecv_tensor_dict)",
+    "pp.complete": f"torch.distributed.broadcast(group=pp.device_group) completes on every member ({BROADCAST} / {RECEIVE})",
+}
+
+SAMPLE_TOKENS: dict[str, str] = {
+    "pre-fix": f"GPUModelRunner.sample_tokens: last rank _sample → {BROADCAST} (always broadcasts) → _bookkeeping_sync; "
+             f"others {RECEIVE} (always receives)",
+    "post-fix": f"GPUModelRunner.sample_tokens: last rank _sample → {BROADCAST} → _bookkeeping_sync; others {RECEIVE} "
+              "(both skip the broadcast if _is_all_reqs_chunked_prefill())",
+    "skip-disagree": f"GPUModelRunner.sample_tokens (mutant: {BROADCAST} skips if _is_all_reqs_chunked_prefill(), "
+                   f"{RECEIVE} if no row decodes)",
+    "skip-whole-receive": f"GPUModelRunner.sample_tokens (mutant: {RECEIVE} returns before rebuilding "
+                        "prev_req_id_to_index if _is_all_reqs_chunked_prefill())",
+}
+
+
+def sources(variant: str) -> dict[str, str]:
+    """The mapping for a variant: the four differ only in ``sample_tokens``."""
+    return {**COMMON, "sample_tokens": SAMPLE_TOKENS[variant]}

@@ -1,0 +1,174 @@
+"""lockstep.record: write lockstep traces from any process, such as a vLLM engine or worker.
+
+A small recorder for instrumenting real code: no torch, z3, numpy or rich import, only the
+standard library and ``lockstep.traces`` (and, for ``parameters``, the pure-Python model
+registry). One ``TraceRecorder`` per process writes ``DIRECTORY/<actor>.jsonl`` (``rank:0``
+becomes ``rank-0.jsonl``): the header, then one validated line per event, each handed to the OS
+in one ``write`` before ``event`` returns, so a killed process leaves a replayable prefix.
+
+    from lockstep import record
+
+    recorder = record.open_trace("runs/1", actor=f"rank:{dp_rank}", protocol="dp-pause",
+                                 variant="post-fix", parameters=record.parameters("dp-pause", ranks=2))
+    recorder.event("handle_pause", {"rank": dp_rank}, observed={f"pause_state[{dp_rank}]": "PAUSED_ALL"})
+    with recorder.collective("worker_dp", "forward"):       # enter before, complete after
+        torch.distributed.all_reduce(tensor, group=dp_group)
+    recorder.close()
+
+``event`` takes the model's action name and arguments, optionally the part of the model's state
+this process can see (``observed``, keys as the model's variables: ``"requests[0]"``) and
+message clocks (``send``/``receive`` give the entries for a channel). ``collective`` writes the
+``enter``/``complete`` pair of one member with the communicator's per-member sequence number.
+``recording_enabled()`` / ``from_environment`` let instrumented code record only when
+``LOCKSTEP_TRACE_DIR`` is set. ``instrument`` wraps a method of a class so that each call
+records an event after it returns (a building block for monkeypatching an engine's methods).
+The events each protocol expects, and the vLLM functions that should emit them, are in
+``docs/recording-vllm.md``; ``lockstep replay DIRECTORY`` checks what was recorded.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+import platform
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from lockstep.traces import JSONValue, TraceEvent, TraceHeader, TraceSource, TraceWriter
+
+TRACE_DIRECTORY_ENVIRONMENT = "LOCKSTEP_TRACE_DIR"
+
+
+def file_name(actor: str) -> str:
+    """An actor's trace file name: ``rank:0`` → ``rank-0.jsonl``."""
+    safe = "".join(character if character.isalnum() or character in "_." else "-" for character in actor)
+    return safe + ".jsonl"
+
+
+def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
+    """Every parameter the protocol's model declares (its defaults), with ``values`` over them.
+
+    Replay instantiates the model from these, so a trace must name every bound it ran with;
+    extra keys (a run's own settings) are kept and ignored by replay. An unknown protocol raises
+    ``ValueError`` naming the known ones."""
+    from lockstep.models import get_protocol
+    from lockstep.spec.protocol import UsageError
+
+    try:
+        model = get_protocol(protocol)
+    except UsageError as error:
+        raise ValueError(str(error)) from None
+    result: dict[str, JSONValue] = {parameter.name: parameter.default for parameter in model.parameters}
+    result.update(values)
+    return result
+
+
+class TraceRecorder:
+    """The trace file of one actor (one process); safe to share between threads."""
+
+    def __init__(self, directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
+                 parameters: Mapping[str, JSONValue], instance: str = "recorded",
+                 source: TraceSource | None = None, fsync: bool = False) -> None:
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.actor = actor
+        self.path = folder / file_name(actor)
+        header = TraceHeader(protocol, variant, instance, dict(parameters),
+                             source or TraceSource("runtime", host=platform.node()))
+        self._writer = TraceWriter(self.path, header, fsync=fsync)
+        self._lock = threading.Lock()
+        self._sent: collections.Counter[str] = collections.Counter()
+        self._received: collections.Counter[str] = collections.Counter()
+        self._sequence: collections.Counter[str] = collections.Counter()
+
+    @property
+    def events(self) -> int:
+        return self._writer.events_written
+
+    def event(self, action: str, args: Mapping[str, JSONValue] | None = None,
+              observed: Mapping[str, JSONValue] | None = None, clock: Mapping[str, int] | None = None,
+              actor: str | None = None) -> None:
+        """Write one event (on disk, as far as the OS goes, when this returns)."""
+        with self._lock:
+            self._writer.write(TraceEvent(self._writer.events_written, actor or self.actor, action,
+                                          dict(args or {}), None if observed is None else dict(observed),
+                                          None if clock is None else dict(clock)))
+
+    def send(self, channel: str) -> dict[str, int]:
+        """The clock entry of the next message sent on ``channel`` (put it on the sending event)."""
+        with self._lock:
+            self._sent[channel] += 1
+            return {f"send:{channel}": self._sent[channel]}
+
+    def receive(self, channel: str) -> dict[str, int]:
+        """The clock entry of the next message received on ``channel`` (on the receiving event)."""
+        with self._lock:
+            self._received[channel] += 1
+            return {f"recv:{channel}": self._received[channel]}
+
+    @contextlib.contextmanager
+    def collective(self, communicator: str, op: str) -> Iterator[int]:
+        """One member's op on ``communicator``: ``enter`` before the block, ``complete`` after it
+        (not written if the block raises: the op did not complete). Yields the sequence number."""
+        with self._lock:
+            self._sequence[communicator] += 1
+            number = self._sequence[communicator]
+        args: dict[str, JSONValue] = {"communicator": communicator, "op": op}
+        self.event("enter", args, clock={communicator: number})
+        yield number
+        self.event("complete", args, clock={communicator: number})
+
+    def close(self) -> None:
+        self._writer.close()
+
+    def __enter__(self) -> TraceRecorder:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.close()
+
+
+def open_trace(directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
+               parameters: Mapping[str, JSONValue], **options: Any) -> TraceRecorder:
+    """A recorder writing ``directory/<actor>.jsonl`` (see ``TraceRecorder``)."""
+    return TraceRecorder(directory, actor, protocol, variant, parameters, **options)
+
+
+def recording_enabled() -> bool:
+    """Whether ``LOCKSTEP_TRACE_DIR`` names a directory to record into."""
+    return bool(os.environ.get(TRACE_DIRECTORY_ENVIRONMENT))
+
+
+def from_environment(actor: str, protocol: str, variant: str, parameters: Mapping[str, JSONValue],
+                     **options: Any) -> TraceRecorder | None:
+    """A recorder into ``$LOCKSTEP_TRACE_DIR``, or None when it is not set (recording off)."""
+    directory = os.environ.get(TRACE_DIRECTORY_ENVIRONMENT)
+    return open_trace(directory, actor, protocol, variant, parameters, **options) if directory else None
+
+
+EventOf = Callable[..., tuple[str, Mapping[str, JSONValue], Mapping[str, JSONValue] | None] | None]
+
+
+def instrument(owner: type, method: str, recorder_of: Callable[[Any], TraceRecorder | None], event_of: EventOf) -> Callable[[], None]:
+    """Wrap ``owner.method`` so that each call, after it returns, records
+    ``event_of(self, *args, **kwargs)`` = ``(action, args, observed)`` (None: record nothing) on
+    ``recorder_of(self)`` (None: recording off). Returns a function that undoes the wrap."""
+    original = getattr(owner, method)
+
+    @functools.wraps(original)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        recorder = recorder_of(self)
+        if recorder is not None:
+            described = event_of(self, *args, **kwargs)
+            if described is not None:
+                action, arguments, observed = described
+                recorder.event(action, arguments, observed)
+        return result
+
+    setattr(owner, method, wrapper)
+    return lambda: setattr(owner, method, original)

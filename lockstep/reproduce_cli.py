@@ -1,0 +1,153 @@
+"""The ``reproduce`` command of ``lockstep``: run a model counterexample for real in the runtime.
+
+``lockstep reproduce COUNTEREXAMPLE.jsonl [--backend gloo|nccl] [--timeout S] [--seed S]
+[--trace-dir DIR] [--json]`` reads a counterexample that ``lockstep check`` (or ``fuzz``) wrote,
+asks the protocol's runtime for a plan (``RuntimeProtocol.plan_reproduction``: the scenario that
+holds the run to the counterexample's order, and the scripted choices: message arrival order,
+request placement, accepted drafts, chunking), runs it with real processes and collectives, and
+replays the runtime's own trace against the model of the counterexample's variant. It reports
+whether the failure happened for real: a hang diagnosed (with what every rank waits in), or the
+runtime's trace violating a property (named, with whether it is the counterexample's).
+
+Exit codes: 1 the failure happened for real (reproduced), 0 the run completed and its trace
+conforms (not reproduced), 2 usage or input error (a message naming file and line, never a
+traceback), 3 the run ended otherwise (a runtime error, no outcome in time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from lockstep.cli_numbers import positive
+
+EXIT_REPRODUCED, EXIT_CLEAN, EXIT_USAGE, EXIT_OTHER = 1, 0, 2, 3
+
+
+def add_reproduce_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add ``reproduce`` to the CLI's subparsers object and return its parser."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "reproduce", help="run a model counterexample's choices in the torch reference runtime")
+    parser.add_argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", help="a counterexample trace (lockstep-out/...)")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="worker-level groups' backend")
+    parser.add_argument("--timeout", type=positive(float), default=10.0,
+                        help="seconds blocked in one collective or receive that count as a hang (default 10)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for the choices past the counterexample's end")
+    parser.add_argument("--trace-dir", type=Path, metavar="DIR",
+                        help="where the run's traces go (default: lockstep-out/<counterexample>-reproduced/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    return parser
+
+
+class ReproduceError(ValueError):
+    """Input that cannot be reproduced (the message names the file and line, or the reason)."""
+
+
+def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from lockstep.traces.merge import open_traces
+    from lockstep.traces.reader import TraceInputError
+
+    try:
+        trace = open_traces([path])
+        events = [record.event for record in trace.records()]
+    except TraceInputError as error:
+        raise ReproduceError(str(error)) from None
+    except OSError as error:
+        raise ReproduceError(f"{path}:0: cannot read: {error.strerror or error}") from None
+    header = trace.header
+    if header["source"]["kind"] != "model":
+        raise ReproduceError(f"{path}:1: a runtime recording, not a model counterexample "
+                             "(run it again with `lockstep run --choices`, or replay it)")
+    return header, events
+
+
+def _trace_dir(arguments: argparse.Namespace) -> Path:
+    if arguments.trace_dir is not None:
+        folder = Path(arguments.trace_dir)
+        if folder.is_dir() and any(folder.glob("*.jsonl")):
+            raise ReproduceError(f"--trace-dir {folder} already holds *.jsonl files; give an empty or new directory")
+        return folder
+    base = Path("lockstep-out") / (Path(arguments.counterexample).stem + "-reproduced")
+    folder, number = base, 1
+    while folder.is_dir() and any(folder.glob("*.jsonl")):
+        number += 1
+        folder = base.with_name(f"{base.name}-{number}")
+    return folder
+
+
+def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path) -> Any:
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+    from lockstep.impl.runtime import RunConfig
+
+    protocol = RUNTIME_PROTOCOLS.get(str(header["protocol"]))
+    file = arguments.counterexample
+    if protocol is None:
+        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+    if header["variant"] not in protocol.variants:
+        raise ReproduceError(f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
+                             f"not variant {header['variant']!r}")
+    try:
+        plan = protocol.plan_reproduction(header, events)
+    except (ValueError, KeyError) as error:
+        raise ReproduceError(f"{file}: {error}") from None
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    choices = trace_dir / "choices.json"  # not *.jsonl: the trace directory holds only trace files
+    choices.write_text("".join(json.dumps(choice.to_json()) + "\n" for choice in plan.choices), encoding="utf-8")
+    return RunConfig(protocol=protocol.name, variant=str(header["variant"]), scenario=plan.scenario, ranks=plan.ranks,
+                     backend=arguments.backend, seed=arguments.seed, timeout=arguments.timeout,
+                     trace_dir=str(trace_dir.resolve()), choices=str(choices.resolve()), extra=dict(plan.extra),
+                     **plan.settings)
+
+
+def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
+    """Reproduce the counterexample; the exit code (see the module doc)."""
+    from lockstep.impl.launcher import launch
+    from lockstep.runtime_cli import _check_backend, _replay
+
+    try:
+        header, events = _read(arguments.counterexample)
+        trace_dir = _trace_dir(arguments)
+        config = _config(arguments, header, events, trace_dir)
+        _check_backend(config)
+    except ValueError as error:  # ReproduceError, RunUsageError
+        console.print(f"[bold red]lockstep: error:[/bold red] {error}", soft_wrap=True, highlight=False)
+        return EXIT_USAGE
+    wanted = header["parameters"].get("property")
+    console.print(f"reproducing {arguments.counterexample} ({header['protocol']} {header['variant']} "
+                  f"{header['instance']}: {wanted or 'a violation'} in {len(events)} steps) with real processes, "
+                  f"{config.ranks} ranks, {config.backend}", markup=False, highlight=False, soft_wrap=True)
+    outcome = launch(config, deadline=max(60.0, 6 * config.timeout))
+    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False, highlight=False)
+    if outcome.outcome != "completed":
+        console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
+    replayed = _replay(config, console)
+    violated = replayed is not None and replayed.get("verdict") == "violated"
+    if outcome.outcome == "hang diagnosed" or violated:
+        code, verdict = EXIT_REPRODUCED, "reproduced"
+    elif outcome.outcome == "completed":
+        code, verdict = EXIT_CLEAN, "not reproduced"
+    else:
+        code, verdict = EXIT_OTHER, "inconclusive"
+    what = []
+    if outcome.outcome == "hang diagnosed":
+        what.append(f"a real hang ({outcome.message})")
+    if violated and replayed is not None:
+        same = " (the counterexample's property)" if replayed.get("property") == wanted else ""
+        what.append(f"the runtime's trace violates {replayed.get('property')}{same}")
+    colour = {"reproduced": "red", "not reproduced": "green"}.get(verdict, "yellow")
+    console.print(f"[bold {colour}]{verdict}[/bold {colour}]" + (": " + "; ".join(what) if what else ""),
+                  soft_wrap=True, highlight=False)
+    console.print(f"traces: {config.trace_dir}", markup=False, highlight=False)
+    if arguments.json:
+        payload = {"verdict": verdict, "exit_code": code, "counterexample": arguments.counterexample,
+                   "protocol": config.protocol, "variant": config.variant, "property": wanted,
+                   "outcome": outcome.outcome, "message": outcome.message, "waits": outcome.waits,
+                   "seconds": round(outcome.seconds, 3), "events": outcome.events, "trace_dir": config.trace_dir,
+                   "replay": None if replayed is None else {key: replayed.get(key) for key in
+                                                            ("verdict", "event", "property", "model")}}
+        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.flush()
+    return code

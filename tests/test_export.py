@@ -1,0 +1,180 @@
+"""`lockstep show`, `export` (Perfetto, ITF, DOT, GraphML) and `graph`, each checked against its format's rules."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import networkx as nx
+import pydot
+import pytest
+
+from lockstep.checkers import check
+from lockstep.checkers.trace_values import decode
+from lockstep.cli import main
+from lockstep.models import get_protocol
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "traces"
+COUNTEREXAMPLE = FIXTURES / "dp-pause-pre-fix-seed.jsonl"
+RUNTIME = FIXTURES / "runtime" / "dp-pause-post-fix"  # recorded by `lockstep run dp-pause`
+COLLECTIVES_ONLY = FIXTURES / "collectives-only-pre-fix"  # hand-made: two ranks' enter/complete events
+DOC = Path(__file__).resolve().parent.parent / "docs" / "adding-a-protocol.md"
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_chrome_trace(document: dict) -> list[dict]:  # type: ignore[type-arg]
+    """The Chrome trace-event format's rules that Perfetto's importer relies on."""
+    events = document["traceEvents"]
+    assert isinstance(events, list) and events
+    open_slices: dict[int, list[int]] = {}
+    flow_phases: dict[int, list[str]] = {}
+    for event in events:
+        assert event["ph"] in {"M", "X", "B", "E", "s", "t", "f", "i"}
+        assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
+        if event["ph"] == "M":
+            assert event["name"] in {"process_name", "thread_name", "thread_sort_index"} and "args" in event
+            continue
+        assert isinstance(event["ts"], int) and event["ts"] >= 0
+        if event["ph"] == "X":
+            assert event["dur"] > 0 and event["name"]
+        elif event["ph"] == "B":
+            open_slices.setdefault(event["tid"], []).append(event["ts"])
+        elif event["ph"] == "E":
+            assert open_slices.get(event["tid"]), "an E without its B on the same track"
+            assert event["ts"] >= open_slices[event["tid"]].pop()
+        else:
+            flow_phases.setdefault(event["id"], []).append(event["ph"])
+    assert all(not stack for stack in open_slices.values()), "every B slice is closed"
+    for phases in flow_phases.values():
+        assert phases[0] == "s" and all(phase == "t" for phase in phases[1:])
+    return events
+
+
+@pytest.mark.parametrize("recording, actors", [
+    pytest.param(COLLECTIVES_ONLY, {"rank:0", "rank:1"}, id="collectives-only"),
+    pytest.param(RUNTIME, {"client", "coordinator", "rank:0", "rank:1"}, id="recorded"),  # rank 1 enters worker_dp#2 before rank 0 completes #1
+])
+def test_perfetto_export_of_a_runtime_recording(capsys: pytest.CaptureFixture[str], tmp_path: Path, recording: Path, actors: set[str]) -> None:
+    output = tmp_path / "trace.json"
+    code, _, err = run(capsys, "export", str(recording), "--format", "perfetto", "-o", str(output))
+    assert code == 0 and "wrote" in err
+    events = assert_chrome_trace(json.loads(output.read_text()))
+    tracks = {event["args"]["name"] for event in events if event["ph"] == "M" and event["name"] == "thread_name"}
+    assert tracks == actors
+    slices = [event for event in events if event["ph"] == "B"]
+    assert slices and slices[0]["name"] == "forward(worker_dp)#1"
+    # the first collective joins both ranks with one flow
+    first = [event for event in events if event["ph"] in "st" and event["name"] == "forward(worker_dp)#1"]
+    assert sorted(event["ph"] for event in first) == ["s", "t"] and len({event["tid"] for event in first}) == 2
+
+
+def test_perfetto_export_of_a_counterexample(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "perfetto")
+    assert code == 0
+    events = assert_chrome_trace(json.loads(out))
+    assert sum(1 for event in events if event["ph"] == "X") == sum(1 for line in COUNTEREXAMPLE.open() if line.strip()) - 1
+
+
+def itf_decode(sort: Sort, value: object) -> object:
+    """ITF back to model values, refusing anything ITF's ADR-015 does not allow for the sort."""
+    if isinstance(sort, BoolSort):
+        assert isinstance(value, bool)
+        return value
+    if isinstance(sort, (IntSort, IndexSort)):
+        assert isinstance(value, dict) and set(value) == {"#bigint"} and re.fullmatch(r"-?[0-9]+", value["#bigint"])
+        return int(value["#bigint"])
+    if isinstance(sort, EnumSort):
+        assert isinstance(value, str)
+        return sort.members.index(value)
+    if isinstance(sort, MapSort):
+        assert isinstance(value, dict) and set(value) == {"#map"}
+        pairs = value["#map"]
+        assert [itf_decode(sort.key, key) for key, _ in pairs] == list(sort.key.values())
+        return tuple(itf_decode(sort.value, item) for _, item in pairs)
+    if isinstance(sort, SequenceSort):
+        assert isinstance(value, list)
+        return tuple(itf_decode(sort.element, item) for item in value)
+    assert isinstance(sort, RecordSort) and isinstance(value, dict) and list(value) == [name for name, _ in sort.fields]
+    return tuple(itf_decode(field, value[name]) for name, field in sort.fields)
+
+
+def test_itf_export_holds_the_counterexample_states(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "itf")
+    assert code == 0
+    document = json.loads(out)
+    assert document["#meta"]["format"] == "ITF" and isinstance(document["vars"], list)
+    instance = get_protocol("dp-pause").instance("pre-fix")
+    result = check(instance)
+    path = result.property_result("quiescent_during_rpc").path
+    assert path is not None
+    machine = result.machine
+    expected = [path.initial, *[step.state for step in path.steps]]
+    assert len(document["states"]) == len(expected)
+    names = list(machine.variables)
+    for index, (state, reference) in enumerate(zip(document["states"], expected)):
+        assert state["#meta"]["index"] == index and set(state) == {"#meta", *document["vars"]}
+        for name in document["vars"]:
+            assert itf_decode(machine.variables[name].sort, state[name]) == reference[names.index(name)], (index, name)
+    assert decode(machine.variables["mode"].sort, ["TOP", "TOP"], "mode") == (0, 0)
+
+
+def test_itf_needs_full_states(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "export", str(RUNTIME), "--format", "itf")
+    assert code == 2 and out == ""
+    assert "ITF needs full states" in " ".join(err.split()) and "client.jsonl:2" in err.replace("\n", "")
+
+
+def test_dot_and_graphml_of_a_trace_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    events = sum(1 for line in COUNTEREXAMPLE.open() if line.strip()) - 1
+    code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "dot")
+    assert code == 0
+    (graph,) = pydot.graph_from_dot_data(out)
+    assert len(graph.get_edges()) == events and len(graph.get_nodes()) >= events + 1
+    code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "graphml", "-o", str(tmp_path / "path.graphml"))
+    assert code == 0
+    parsed = nx.read_graphml(tmp_path / "path.graphml")
+    assert parsed.number_of_nodes() == events + 1 and parsed.number_of_edges() == events
+    assert nx.is_directed_acyclic_graph(parsed) and max(dict(parsed.out_degree()).values()) == 1
+    labels = [data["label"] for _, _, data in parsed.edges(data=True)]
+    assert labels[0] == 'client: client_add_request(rank=0)'
+
+
+def test_state_graph_of_a_small_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
+    model = tmp_path / "early_stop.py"
+    model.write_text(source)
+    states = check(__import__("lockstep.models.external", fromlist=["x"]).load_model_file(model).instance("post-fix")).stats.states
+    code, out, _ = run(capsys, "graph", "--model-file", str(model), "--variant", "post-fix", "--format", "dot")
+    assert code == 0
+    (graph,) = pydot.graph_from_dot_data(out)
+    assert len([node for node in graph.get_nodes() if node.get_name() not in ("node", "edge", "graph")]) == states
+    code, _, _ = run(capsys, "graph", "--model-file", str(model), "--format", "graphml", "-o", str(tmp_path / "g.graphml"))
+    assert code == 0 and nx.read_graphml(tmp_path / "g.graphml").number_of_nodes() == states
+    code, _, err = run(capsys, "graph", "dp-pause", "--format", "dot", "--max-states", "50", "-o", str(tmp_path / "cut.dot"))
+    assert code == 3 and "the graph is partial" in err
+
+
+def test_show_draws_swimlanes_and_highlights_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "show", str(COUNTEREXAMPLE))
+    assert code == 0
+    assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in err
+    assert "quiescent_during_rpc is violated at step 17" in err
+    assert "mirrors (source)" in err and "DPEngineCoreProc" in err  # the vLLM functions of each step
+    code, _, err = run(capsys, "show", str(RUNTIME))
+    assert code == 0 and "→ forward(worker_dp)#1" in err and "rank:0" in err and "rank:1" in err
+
+
+@pytest.mark.parametrize("command", ["show", "export"])
+def test_bad_trace_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"format": "lockstep-trace", "version": 1}\n{not json\n')
+    extra = ["--format", "perfetto"] if command == "export" else []
+    code, out, err = run(capsys, command, str(broken), *extra)
+    assert code == 2 and out == "" and "broken.jsonl:1" in err and "Traceback" not in err

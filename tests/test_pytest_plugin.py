@@ -1,0 +1,106 @@
+"""The pytest plugin shipped with lockstep, used the way another project's suite would (pytester)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "traces"
+
+
+def test_the_plugin_loads_without_heavy_imports() -> None:
+    """Loading the plugin (as pytest does at start-up) imports no torch, z3 or hypothesis."""
+    code = (
+        "import sys, lockstep.pytest_plugin\n"
+        "heavy = sorted(name for name in ('torch', 'z3', 'hypothesis', 'rich', 'networkx') if name in sys.modules)\n"
+        "print(','.join(heavy))\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert completed.stdout.strip() == ""
+
+
+def test_it_adds_only_lockstep_options(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    options = [line.split()[0] for line in result.outlines if line.strip().startswith("--lockstep")]
+    assert options == ["--lockstep-max-candidates=K", "--lockstep-fuzz-examples=N", "--lockstep-fuzz-seed=S"]
+
+
+def test_assert_conforms_in_a_users_suite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        f'''
+        import pytest
+
+        WITNESS = {str(FIXTURES / "dp-pause-post-fix-resumed.jsonl")!r}
+        COUNTEREXAMPLE = {str(FIXTURES / "dp-pause-pre-fix-seed.jsonl")!r}
+        RUNTIME = {str(FIXTURES / "runtime" / "dp-pause-post-fix")!r}
+
+        def test_post_fix_witness_conforms(lockstep_assert_conforms):
+            result = lockstep_assert_conforms(WITNESS, protocol="dp-pause")
+            assert result["verdict"] == "conforms"
+
+        def test_per_rank_recording_conforms(lockstep_assert_conforms):
+            lockstep_assert_conforms(RUNTIME)
+
+        def test_pre_fix_counterexample_fails(lockstep_assert_conforms):
+            lockstep_assert_conforms(COUNTEREXAMPLE)
+
+        def test_pre_fix_counterexample_against_post_fix(lockstep_assert_conforms):
+            lockstep_assert_conforms(COUNTEREXAMPLE, variant="post-fix")
+        '''
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, failed=2)
+    text = "\n".join(result.outlines)
+    assert "violated at event 16" in text and "property violated: quiescent_during_rpc" in text
+    assert "diverges at event 7" in text and "longest conforming prefix: 7 events" in text
+
+
+def test_the_candidate_limit_option_reaches_the_replay(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        f'''
+        def test_runtime(lockstep_assert_conforms):
+            lockstep_assert_conforms({str(FIXTURES / "collectives-only-pre-fix")!r})
+        '''
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-max-candidates", "5")
+    result.assert_outcomes(failed=1)
+    assert any("inconclusive" in line for line in result.outlines)
+
+
+def test_fuzzing_as_a_test_in_a_users_suite(pytester: pytest.Pytester) -> None:
+    """A user's suite fuzzes a built-in model and one of its own: pre-fix fails with the steps, post-fix passes."""
+    pytester.makepyfile(
+        """
+        from lockstep.spec.machine import Machine, Step
+        from lockstep.spec.sorts import IndexSort, MapSort, integers
+
+        def test_post_fix_is_clean(lockstep_fuzz):
+            lockstep_fuzz("computed-tokens", variant="post-fix")
+
+        def test_pre_fix_fails(lockstep_fuzz):
+            lockstep_fuzz("computed-tokens", variant="pre-fix")
+
+        def my_model():
+            Rank = IndexSort("Rank", 2)
+            machine = Machine("counter")
+            count = machine.variable("count", MapSort(Rank, integers(0, 3)), (0, 0))
+
+            @machine.action(actor="rank:{rank}", rank=Rank)
+            def bump(rank):
+                return Step(count[rank] < 3, {count: count.set(rank, count[rank] + 1)})
+
+            machine.always("below_three", count[0] + count[1] < 5)
+            return machine
+
+        def test_my_own_model_fails(lockstep_fuzz):
+            lockstep_fuzz(my_model())
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-fuzz-examples=100")
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(["*U3_bounded_slack is violated after * steps*", "*below_three is violated after 5 steps*"])

@@ -1,0 +1,120 @@
+"""The published JSON Schemas (docs/schemas/) describe what the commands really print.
+
+Every ``--json`` output has a schema (check, replay, prove-lemmas, run, fuzz with and without
+``--impl``, reproduce) and a test here validates real outputs of the command against it, with the
+real runtime where the command runs one; the schemas refuse fields they do not describe.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from lockstep.cli import main
+from lockstep.traces.format import schema as trace_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = ROOT / "docs" / "schemas"
+FIXTURES = ROOT / "tests" / "fixtures" / "traces"
+
+
+def validator(name: str) -> jsonschema.protocols.Validator:
+    document = json.loads((SCHEMAS / name).read_text())
+    cls = jsonschema.validators.validator_for(document)
+    cls.check_schema(document)
+    return cls(document)
+
+
+def output(capsys: pytest.CaptureFixture[str], *arguments: str) -> object:
+    main(list(arguments))
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_published_trace_schema_is_the_shipped_one() -> None:
+    assert json.loads((SCHEMAS / "trace.schema.json").read_text()) == trace_schema()
+
+
+def test_check_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    check = validator("check.schema.json")
+    for arguments in (
+        ["check", "dp-pause", "--variant", "pre-fix", "--json"],
+        ["check", "dp-pause", "--json", "--max-depth", "5"],
+        ["check", "dp-pause", "--variant", "pre-fix", "--engine", "bmc", "--depth", "3", "--json"],
+        ["check", "dp-pause", "--engine", "induction", "--k", "1", "--property", "in_bounds", "--json"],
+    ):
+        check.validate(output(capsys, *arguments))
+    with pytest.raises(jsonschema.ValidationError):
+        check.validate({"protocol": "dp-pause"})
+
+
+def test_replay_and_lemma_outputs_follow_their_schemas(capsys: pytest.CaptureFixture[str]) -> None:
+    replay = validator("replay.schema.json")
+    for arguments in (
+        ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--json"],
+        ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--variant", "post-fix", "--json"],
+        ["replay", str(FIXTURES / "collectives-only-pre-fix"), "--json"],
+        ["replay", str(FIXTURES / "runtime" / "dp-pause-post-fix"), "--json"],
+        ["replay", str(FIXTURES / "runtime" / "dp-pause-pre-fix"), "--variant", "post-fix", "--json"],
+    ):
+        replay.validate(output(capsys, *arguments))
+    validator("prove-lemmas.schema.json").validate(output(capsys, "prove-lemmas", "--json"))
+
+
+def test_traces_the_tool_writes_follow_the_trace_schema(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = validator("trace.schema.json")
+    target = tmp_path / "counterexample.jsonl"
+    main(["check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(target)])
+    capsys.readouterr()
+    lines = [json.loads(line) for line in target.read_text().splitlines()]
+    for line in lines:
+        trace.validate(line)
+
+
+def test_every_json_command_has_a_schema() -> None:
+    published = {path.name for path in SCHEMAS.glob("*.schema.json")}
+    assert published == {f"{name}.schema.json" for name in
+                         ("trace", "check", "replay", "prove-lemmas", "run", "fuzz", "reproduce")}
+
+
+def test_run_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    run = validator("run.schema.json")
+    without_traces = output(capsys, "run", "async-placeholders", "--json")
+    run.validate(without_traces)
+    assert isinstance(without_traces, dict) and without_traces["replay"] is None and without_traces["choices"]
+    with_traces = output(capsys, "run", "async-placeholders", "--variant", "pre-fix", "--trace-dir", str(tmp_path / "traces"), "--json")
+    run.validate(with_traces)
+    assert isinstance(with_traces, dict) and with_traces["replay"]["verdict"] == "violated"
+    with pytest.raises(jsonschema.ValidationError):
+        run.validate({**with_traces, "outcome": "finished"})
+    with pytest.raises(jsonschema.ValidationError):
+        run.validate({**with_traces, "unpublished": 1})
+
+
+def test_fuzz_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the counterexample goes to lockstep-out/
+    fuzz = validator("fuzz.schema.json")
+    found = output(capsys, "fuzz", "computed-tokens", "--variant", "pre-fix", "--examples", "20", "--json")
+    fuzz.validate(found)
+    assert isinstance(found, dict) and found["engine"] == "fuzz" and found["counterexample"]["length"] > 0
+    clean = output(capsys, "fuzz", "computed-tokens", "--examples", "5", "--json")
+    fuzz.validate(clean)
+    assert isinstance(clean, dict) and clean["counterexample"] is None
+    runtime = output(capsys, "fuzz", "dp-pause", "--impl", "--examples", "1", "--json")
+    fuzz.validate(runtime)
+    assert isinstance(runtime, dict) and runtime["engine"] == "fuzz-runtime" and runtime["stats"]["runs"] == 1
+    with pytest.raises(jsonschema.ValidationError):
+        fuzz.validate({**runtime, "engine": "fuzz"})  # a runtime session is not a model session
+
+
+def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    reproduce = validator("reproduce.schema.json")
+    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--timeout", "3",
+                    "--trace-dir", str(tmp_path / "traces"), "--json")
+    reproduce.validate(result)
+    assert isinstance(result, dict) and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed"
+    with pytest.raises(jsonschema.ValidationError):
+        reproduce.validate({**result, "verdict": "maybe"})
