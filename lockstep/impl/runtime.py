@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
@@ -248,14 +248,23 @@ class Recorder:
 
 # ------------------------------------------------------------------------------------ input queue
 class InputQueue:
-    """An engine's input queue; ``put_many`` appends a batch atomically."""
+    """An engine's input queue; ``put_many`` appends a batch atomically.
+
+    ``held()`` keeps batches out while the holder checks the queue and records what it decides:
+    ``put_many``'s ``announce`` (recording the arrivals) runs under the same lock, so a trace never
+    shows a message arriving between an engine finding its queue empty and the step it records."""
 
     def __init__(self) -> None:
         self._items: collections.deque[Any] = collections.deque()
-        self._condition = threading.Condition()
+        self._condition = threading.Condition()  # reentrant: get_nowait and empty work while held
 
-    def put_many(self, items: Iterable[Any]) -> None:
+    def held(self) -> threading.Condition:
+        return self._condition
+
+    def put_many(self, items: Iterable[Any], announce: Callable[[], None] | None = None) -> None:
         with self._condition:
+            if announce is not None:
+                announce()
             self._items.extend(items)
             self._condition.notify_all()
 

@@ -58,7 +58,7 @@ class Engine:
         self.requests: list[int] = []
         self.pause_future, self.pending_pause, self.ignore_wave = False, False, False
         self.shutdown_requested = False
-        self.steps, self.step_nanoseconds = 0, 0
+        self.steps, self.step_nanoseconds, self.step_started = 0, 0, 0
         self.arrival = ArrivalThread(self, arrivals)
 
     # ------------------------------------------------------------------------------- state
@@ -115,32 +115,38 @@ class Engine:
     def run(self) -> None:
         self.arrival.start()
         try:
-            while self.process_input_queue():
-                if self.has_work():
-                    self.step()
+            while (forward := self.process_input_queue()) is not None:
+                if forward:
+                    self.forward(forward == "real")
         finally:
             self.arrival.stop()
 
-    def process_input_queue(self) -> bool:
-        """Block for messages while idle (firing idle callbacks first), then drain; False: shut down."""
+    def process_input_queue(self) -> str | None:
+        """Block for messages while idle (firing idle callbacks first), then drain; once the queue is
+        found empty with work to do, begin the step. Returns the step's forward ("real", "dummy", or
+        "" for none) or None: shut down. The emptiness check and the event it enables (notify_idle,
+        step) are recorded with the queue held, so no arrival is recorded between them."""
         hold = self.arrival.arrivals.wait_before_core_event
-        while not self.has_work():
-            if self.shutdown_requested:
-                return False
-            hold(self.progress)
-            if self.pause_future and self.queue.empty():
-                clock = self.fire_idle_callbacks()
-                self.record("notify_idle", clock)
-            self.status.update("receive", "receive(input_queue)")
-            message = self.queue.get()
-            self.status.update("running")
-            hold(self.progress)
-            self.handle(message)
         while True:
-            hold(self.progress)
-            if (message := self.queue.get_nowait()) is None:
-                return True
-            self.handle(message)
+            while not self.has_work():
+                if self.shutdown_requested:
+                    return None
+                hold(self.progress)
+                with self.queue.held():
+                    if self.pause_future and self.queue.empty():
+                        clock = self.fire_idle_callbacks()
+                        self.record("notify_idle", clock)
+                self.status.update("receive", "receive(input_queue)")
+                message = self.queue.get()
+                self.status.update("running")
+                hold(self.progress)
+                self.handle(message)
+            while True:
+                hold(self.progress)
+                with self.queue.held():
+                    if (message := self.queue.get_nowait()) is None:
+                        return self.begin_step() if self.has_work() else ""
+                self.handle(message)
 
     def handle(self, message: dict[str, Any]) -> None:
         kind = message["kind"]
@@ -219,21 +225,24 @@ class Engine:
         self.running, self.mode = result[0] > 0, "TOP"
         self.record("finish_resume", self.reply("RESUME"))
 
-    def step(self) -> None:
-        """_process_engine_step, then the dummy batch if nothing ran; the forward's DP all-reduce."""
-        started = time.perf_counter_ns()
+    def begin_step(self) -> str:
+        """_process_engine_step: a real forward if a request is scheduled, else the dummy batch while
+        the wave runs (or nothing). Returns the forward: "real", "dummy" or ""."""
+        self.step_started = time.perf_counter_ns()
         executed = self.pause_state == UNPAUSED and bool(self.requests)
         dummy = not executed and (self.unfinished() or self.running)
         self.finished_pending = False
         self.mode = "FORWARD_REAL" if executed else "FORWARD_DUMMY" if dummy else "TOP"
         self.record("step", flush=not (executed or dummy))  # with a forward, written with its enter
-        if not (executed or dummy):
-            return
+        return "real" if executed else "dummy" if dummy else ""
+
+    def forward(self, executed: bool) -> None:
+        """The forward's DP all-reduce, then the step's end."""
         counts = [0] * (4 * self.size)
         counts[self.rank] = len(self.requests) if executed else 1  # num tokens (a dummy batch: 1)
         self.worker_dp.all_reduce("forward", counts, "sum", shape=(4, self.size))
         self.finish_forward(executed)
-        self.step_nanoseconds += time.perf_counter_ns() - started
+        self.step_nanoseconds += time.perf_counter_ns() - self.step_started
         self.status.count(steps=self.steps, step_ns=self.step_nanoseconds)
 
     def finish_forward(self, real: bool) -> None:
@@ -325,13 +334,16 @@ class ArrivalThread(threading.Thread):
                 if delay:
                     time.sleep(delay / 1000)
                 batch = [self.buffers[name].popleft() for _ in range(counts[name])]
-                for message in batch:
-                    event = "arrive_from_client" if name == "client" else "arrive_from_coordinator"
-                    channel = f"{name}>{actor}"
-                    engine.recorder.record(RUNTIME_ACTIONS[event], {"rank": engine.rank}, None, engine.recorder.receive(channel))
-                    kind = message["kind"]
-                    engine.progress.got_request |= kind == "ADD"
-                    engine.progress.pause_delivered |= kind == "PAUSE"
-                    engine.progress.start_wave_delivered |= kind == "START_WAVE"
-                    engine.progress.arrived += 1
-                engine.queue.put_many(batch)
+                engine.queue.put_many(batch, announce=lambda: self.announce(name, batch))
+
+    def announce(self, name: str, batch: list[dict[str, Any]]) -> None:
+        """Record the batch's arrivals (with the queue held: see ``InputQueue``)."""
+        engine, actor = self.engine, self.engine.actor
+        event = "arrive_from_client" if name == "client" else "arrive_from_coordinator"
+        for message in batch:
+            engine.recorder.record(RUNTIME_ACTIONS[event], {"rank": engine.rank}, None, engine.recorder.receive(f"{name}>{actor}"))
+            kind = message["kind"]
+            engine.progress.got_request |= kind == "ADD"
+            engine.progress.pause_delivered |= kind == "PAUSE"
+            engine.progress.start_wave_delivered |= kind == "START_WAVE"
+            engine.progress.arrived += 1
