@@ -1,296 +1,375 @@
 """One DP engine core of dp-pause (vLLM ``DPEngineCoreProc`` with its workers), in one rank process.
 
-The core thread runs the busy loop of ``run_busy_loop`` (v0.20.0 pre-fix, v0.21.0 post-fix):
-drain the input queue (blocking while there is no work, after firing idle callbacks), then one
-engine step: a real forward if a request is scheduled, else a dummy forward while the wave runs;
-every forward posts the workers' DP all-reduce (``worker_dp``, a [4, dp_size] tensor as in
-``coordinate_batch_across_dp``), and every ``sync_interval`` forwards the engine-level
-all-reduce on the gloo ``engine_dp`` group (pre-fix MAX of [unfinished]; post-fix SUM of
-[unfinished, pending_pause]). A ``collective_rpc`` runs its body, an all-reduce on
-``worker_world``, in the core thread, as vLLM's does. Each state change is recorded under the
-model action it mirrors, with the rank's projected state in ``observed``.
+The class has vLLM v0.21.0's shape at every point the dp-pause instrumentation
+(``lockstep.instrumentation.vllm_dp_pause``) patches, so the patch written for vLLM is tested on
+it: ``run_busy_loop`` → ``_handle_shutdown``, ``_process_input_queue`` (idle: fire
+``_notify_idle_state_callbacks``, block on ``input_queue.get()``; then drain), ``_process_engine_step``
+(a real forward when a request is scheduled), ``execute_dummy_batch`` while the wave runs, and
+``_has_global_unfinished_reqs`` (every ``sync_interval`` forwards the engine-level all-reduce
+``ParallelConfig.sync_dp_state``, pre-fix ``has_unfinished_dp``); ``_handle_client_request`` with
+``(request_type, request)`` items, ``add_request``, ``pause_scheduler``/``_pause_complete`` (a
+``concurrent.futures.Future`` resolved by an idle callback), ``collective_rpc`` (its body an
+all-reduce on ``worker_world``, in the core thread) and ``resume_scheduler``; vLLM's attribute
+names ``engines_running``, ``current_wave``, ``step_counter``, ``pending_pause`` and
+``ignore_start_dp_wave`` (post-fix only, as in vLLM), ``scheduler`` (``surface.Scheduler``),
+``input_queue``, ``output_queue`` (``surface.OutputQueue``), ``_idle_state_callbacks``. Every
+forward posts the workers' DP all-reduce through ``surface._run_ar``.
+
+The runtime's own recording (``--trace-dir``) records each state change under the model action it
+mirrors, with the rank's projected state in ``observed`` (``mode`` is the model's position of the
+core thread, kept for that). A message is sent only after the event that sends it is on file
+(the output queue holds it until ``record``), and the emptiness check of the input queue and
+the ``step`` or ``notify_idle`` it enables are recorded with the queue held (``InputQueue.held``),
+as the arrival thread records arrivals under the same lock. Without ``--trace-dir`` the runtime
+records nothing and sends at once, so an installed instrumentation writes the only trace.
 
 The arrival thread reads the two sockets (client, coordinator) into per-source FIFO buffers and
 moves messages into the input queue: which source goes next and how late is asked of the choice
-source, among the messages the scenario lets arrive. Its ``arrive_from_*`` events carry the
-channel's receive number; the senders' events carry the matching send number. A message is
-sent only after the event that sends it is on file (``outbox``), so no file records an effect of
-a message before the sender's file records sending it, and the per-process files always merge.
+source, among the messages the scenario lets arrive.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.distributed import Collective, Groups
 from lockstep.impl.dp_pause.scenario import Arrivals, Progress
+from lockstep.impl.dp_pause.surface import (
+    DPGroup,
+    EngineCoreOutputs,
+    EngineCoreRequestType,
+    OutputQueue,
+    ParallelConfig,
+    PauseState,
+    Scheduler,
+    _run_ar,
+)
 from lockstep.impl.runtime import InputQueue, RawObject, Recorder, RunConfig, StatusBoard, ready, receive
 from lockstep.models.dp_pause.model import POST_FIX, RUNTIME_ACTIONS
 
 DELAYS_MS = ("0", "1", "2")
-UNPAUSED, PAUSED_ALL = "UNPAUSED", "PAUSED_ALL"
+CALLS = {"pause_scheduler": "PAUSE", "collective_rpc": "RPC", "resume_scheduler": "RESUME"}  # utility → wire kind
+RequestType = EngineCoreRequestType
 
 
-class Engine:
-    """The engine core of one rank; ``run`` returns when the client shut it down."""
+class PauseInFlight(RuntimeError):
+    """resume_scheduler while the two-phase pause is in flight (the caller gets an error reply)."""
+
+
+class DPEngineCoreProc:
+    """The engine core of one rank; ``run_busy_loop`` returns when the client shut it down."""
 
     def __init__(self, config: RunConfig, groups: Groups, client: Connection, coordinator: Connection,
                  recorder: Recorder, status: StatusBoard, choices: ChoiceSource, arrivals: Arrivals) -> None:
-        self.config, self.rank, self.size = config, groups.rank, groups.world_size
-        self.actor = f"rank:{self.rank}"
+        self.config, self.dp_rank, self.dp_size = config, groups.rank, groups.world_size
+        self.engine_index, self.has_coordinator = groups.rank, True
+        self.actor = f"rank:{self.dp_rank}"
         self.fixed = config.variant == POST_FIX
-        self.client, self.coordinator = client, coordinator
         self.recorder, self.status, self.choices = recorder, status, choices
-        self.queue = InputQueue()
+        self.recording = recorder.path is not None  # the runtime's own trace (--trace-dir)
+        self.input_queue = InputQueue()
+        self.output_queue = OutputQueue(client, coordinator, hold=self.recording)
         self.progress = Progress()
-        self.send_lock = threading.Lock()
-        self.outbox: list[tuple[Connection, dict[str, Any]]] = []  # sent once the event sending them is on file
         self.worker_dp = Collective(groups, "worker_dp", recorder, status)
-        self.engine_dp = Collective(groups, "engine_dp", recorder, status)
         self.worker_world = Collective(groups, "worker_world", recorder, status)
-        self.mode, self.running, self.wave, self.counter = "TOP", False, 0, 0
-        self.pause_state, self.finished_pending = UNPAUSED, False
-        self.requests: list[int] = []
-        self.pause_future, self.pending_pause, self.ignore_wave = False, False, False
-        self.shutdown_requested = False
+        self.dp_group = DPGroup(Collective(groups, "engine_dp", recorder, status), self.dp_size)
+        self.scheduler = Scheduler()
+        self.mode = "TOP"  # the model's position of the core thread (the runtime's own trace)
+        self.engines_running, self.current_wave, self.step_counter = False, 0, 0
+        if self.fixed:  # DPEngineCoreProc's two-phase pause state (v0.21.0)
+            self.pending_pause, self.ignore_start_dp_wave = False, False
+        self._idle_state_callbacks: list[Callable[[DPEngineCoreProc], None]] = []
+        self.shutdown_requested, self.resume_barrier = False, False
         self.steps, self.step_nanoseconds, self.step_started = 0, 0, 0
-        self.arrival = ArrivalThread(self, arrivals)
+        self.arrival = ArrivalThread(self, arrivals, client, coordinator)
 
     # ------------------------------------------------------------------------------- state
     def observed(self) -> RawObject:
         """The rank's entries of the model's variables (JSON built directly: this runs every step)."""
-        r = self.rank
-        text = (f'{{"mode[{r}]":"{self.mode}","engines_running[{r}]":{_json(self.running)},'
-                f'"current_wave[{r}]":{self.wave},"step_counter[{r}]":{self.counter},'
-                f'"pause_state[{r}]":"{self.pause_state}","requests[{r}]":{len(self.requests)},'
-                f'"finished_pending[{r}]":{_json(self.finished_pending)},"pause_future[{r}]":{_json(self.pause_future)}')
+        r, scheduler = self.dp_rank, self.scheduler
+        text = (f'{{"mode[{r}]":"{self.mode}","engines_running[{r}]":{_json(self.engines_running)},'
+                f'"current_wave[{r}]":{self.current_wave},"step_counter[{r}]":{self.step_counter % self.config.sync_interval},'
+                f'"pause_state[{r}]":"{scheduler.pause_state.name}","requests[{r}]":{len(scheduler.waiting) + len(scheduler.running)},'
+                f'"finished_pending[{r}]":{_json(bool(scheduler.finished_req_ids))},'
+                f'"pause_future[{r}]":{_json(bool(self._idle_state_callbacks))}')
         if self.fixed:
-            text += f',"pending_pause[{r}]":{_json(self.pending_pause)},"ignore_start_dp_wave[{r}]":{_json(self.ignore_wave)}'
+            text += (f',"pending_pause[{r}]":{_json(self.pending_pause)},'
+                     f'"ignore_start_dp_wave[{r}]":{_json(self.ignore_start_dp_wave)}')
         return RawObject(text + "}")
 
-    def record(self, event: str, clock: dict[str, int] | None = None, flush: bool = True) -> None:
-        """Record the event, then send the messages it sent (a reply's effects never precede its send event)."""
-        self.recorder.record(RUNTIME_ACTIONS[event], {"rank": self.rank}, self.observed(), clock,
-                             flush=flush or bool(self.outbox))  # a send is on file before its message leaves
+    def record(self, event: str, flush: bool = True) -> None:
+        """The runtime's own record of ``event``, with the send clocks of the messages the output queue
+        holds; then those messages leave (a reply's effects never precede its send event)."""
+        items = self.output_queue.take()
+        if self.recording:
+            clock: dict[str, int] = {}
+            for client_index, outputs in items:
+                if client_index == -1 and (outputs.start_wave is not None or outputs.wave_complete is not None):
+                    clock.update(self.recorder.send(f"{self.actor}>coordinator"))
+                elif outputs.utility_output is not None:
+                    clock.update(self.recorder.send(f"{self.actor}>client"))
+            self.recorder.record(RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None,
+                                 flush=flush or bool(items))  # a send is on file before its message leaves
         self.progress.handled += 1
-        while self.outbox:
-            connection, message = self.outbox.pop(0)
-            self._send(connection, message)
-
-    def unfinished(self) -> bool:
-        """scheduler.get_num_unfinished_requests() > 0 (0 when PAUSED_ALL)."""
-        return self.pause_state != PAUSED_ALL and bool(self.requests)
+        self.output_queue.release(items)
 
     def has_work(self) -> bool:
-        return self.running or self.unfinished() or self.finished_pending
-
-    # ------------------------------------------------------------------------- messages out
-    def _send(self, connection: Connection, message: dict[str, Any]) -> None:
-        with self.send_lock:
-            connection.send(message)
-
-    def reply(self, call: str) -> dict[str, int]:
-        if call == "PAUSE":
-            self.progress.pause_replied = True
-        self.outbox.append((self.client, {"kind": "REPLY", "call": call, "rank": self.rank}))
-        return self.recorder.send(f"{self.actor}>client")
-
-    def report(self, kind: str, wave: int) -> dict[str, int]:
-        self.outbox.append((self.coordinator, {"kind": kind, "wave": wave, "rank": self.rank}))
-        return self.recorder.send(f"{self.actor}>coordinator")
-
-    def fire_idle_callbacks(self) -> dict[str, int]:
-        """_notify_idle_state_callbacks: resolve the pause future if the engine is idle."""
-        if self.pause_future and not self.has_work():
-            self.pause_future = False
-            return self.reply("PAUSE")
-        return {}
+        return self.engines_running or self.scheduler.has_requests()
 
     # ------------------------------------------------------------------------------ the loop
-    def run(self) -> None:
+    def run_busy_loop(self) -> None:
         self.arrival.start()
         try:
-            while (forward := self.process_input_queue()) is not None:
-                if forward:
-                    self.forward(forward == "real")
+            while self._handle_shutdown():
+                self._process_input_queue()
+                executed = self._process_engine_step()
+                if executed is None:  # a message arrived after the queue was drained: handle it first
+                    continue
+                local_unfinished_reqs = self.scheduler.has_unfinished_requests()
+                if not executed:
+                    if not local_unfinished_reqs and not self.engines_running:
+                        continue
+                    self.execute_dummy_batch()
+                self.engines_running = self._has_global_unfinished_reqs(local_unfinished_reqs)
+                synced, self.mode = self.mode == "SYNC", "TOP"
+                if not self.engines_running:
+                    if self.dp_rank == 0:
+                        self.output_queue.put_nowait((-1, EngineCoreOutputs(self.dp_rank, wave_complete=self.current_wave)))
+                    self.current_wave += 1
+                    self.step_counter = 0
+                self.record("finish_sync" if synced else "finish_forward")
+                self.step_nanoseconds += time.perf_counter_ns() - self.step_started
+                self.status.count(steps=self.steps, step_ns=self.step_nanoseconds)
         finally:
             self.arrival.stop()
 
-    def process_input_queue(self) -> str | None:
-        """Block for messages while idle (firing idle callbacks first), then drain; once the queue is
-        found empty with work to do, begin the step. Returns the step's forward ("real", "dummy", or
-        "" for none) or None: shut down. The emptiness check and the event it enables (notify_idle,
-        step) are recorded with the queue held, so no arrival is recorded between them."""
-        hold = self.arrival.arrivals.wait_before_core_event
-        while True:
-            while not self.has_work():
-                if self.shutdown_requested:
-                    return None
-                hold(self.progress)
-                with self.queue.held():
-                    if self.pause_future and self.queue.empty():
-                        clock = self.fire_idle_callbacks()
-                        self.record("notify_idle", clock)
-                self.status.update("receive", "receive(input_queue)")
-                message = self.queue.get()
-                self.status.update("running")
-                hold(self.progress)
-                self.handle(message)
-            while True:
-                hold(self.progress)
-                with self.queue.held():
-                    if (message := self.queue.get_nowait()) is None:
-                        return self.begin_step() if self.has_work() else ""
-                self.handle(message)
+    def _handle_shutdown(self) -> bool:
+        """False once the client asked to shut down and no work is left."""
+        return not (self.shutdown_requested and not self.has_work())
 
-    def handle(self, message: dict[str, Any]) -> None:
-        kind = message["kind"]
-        if kind == "SHUTDOWN":
+    def _process_input_queue(self) -> None:
+        """Block for messages while idle (firing idle callbacks first), then drain the queue. The
+        emptiness check and the notify_idle it enables are recorded with the queue held, so no
+        arrival is recorded between them (see ``_process_engine_step`` for the step)."""
+        hold = self.arrival.arrivals.wait_before_core_event
+        while not self.has_work() and not self.shutdown_requested:
+            hold(self.progress)
+            with self.input_queue.held():
+                empty, waiting = self.input_queue.empty(), bool(self._idle_state_callbacks)
+                self._notify_idle_state_callbacks()
+                if waiting and empty:  # else the reply goes out with the next handled message's event
+                    self.record("notify_idle")
+            self.status.update("receive", "receive(input_queue)")
+            request = self.input_queue.get()
+            self.status.update("running")
+            hold(self.progress)
+            self._handle_client_request(*request)
+        while not self.input_queue.empty():
+            hold(self.progress)
+            request = self.input_queue.get_nowait()
+            if request is not None:
+                self._handle_client_request(*request)
+
+    def _notify_idle_state_callbacks(self) -> None:
+        while self._idle_state_callbacks:
+            callback = self._idle_state_callbacks.pop()
+            callback(self)
+
+    def _process_engine_step(self) -> bool | None:
+        """schedule() and, if a request is scheduled, the real forward; whether it ran (None: a message
+        arrived since the queue was drained). The check and the ``step`` event are atomic with
+        arrivals; the event also says whether the loop goes on to a dummy forward."""
+        hold = self.arrival.arrivals.wait_before_core_event
+        hold(self.progress)
+        with self.input_queue.held():
+            if not self.input_queue.empty():
+                return None
+            if not self.has_work():
+                return False
+            self.step_started = time.perf_counter_ns()
+            executed = self.scheduler.schedule()
+            dummy = not executed and (self.scheduler.has_unfinished_requests() or self.engines_running)
+            self.mode = "FORWARD_REAL" if executed else "FORWARD_DUMMY" if dummy else "TOP"
+            self.record("step", flush=not (executed or dummy))  # with a forward, written with its enter
+        if executed:
+            self.execute_model()
+        return executed
+
+    def execute_model(self) -> None:
+        """The real forward: the workers' DP all-reduce, then the scheduled requests finish."""
+        _run_ar(self.worker_dp, len(self.scheduler.waiting), self.dp_size, self.dp_rank)
+        finished = self.scheduler.update_from_output()
+        self.output_queue.put_nowait((0, EngineCoreOutputs(self.dp_rank, finished_requests=finished)))
+
+    def execute_dummy_batch(self) -> None:
+        _run_ar(self.worker_dp, 1, self.dp_size, self.dp_rank)
+
+    def _has_global_unfinished_reqs(self, local_unfinished: bool) -> bool:
+        """Count the forward; every sync_interval-th, the engine all-reduce decides the wave."""
+        self.steps += 1
+        self.step_counter += 1
+        if self.step_counter % self.config.sync_interval != 0:
+            return True
+        self.mode = "SYNC"
+        self.record("finish_forward", flush=False)  # written with the sync's enter
+        if not self.fixed:
+            return ParallelConfig.has_unfinished_dp(self.dp_group, local_unfinished)
+        has_unfinished, pause_consensus = ParallelConfig.sync_dp_state(
+            self.dp_group, has_unfinished=local_unfinished, pending_pause=self.pending_pause)
+        if pause_consensus:
+            self.ignore_start_dp_wave = True
+            self.pending_pause = False
+        return has_unfinished
+
+    # ----------------------------------------------------------------------------- requests
+    def _handle_client_request(self, request_type: EngineCoreRequestType, request: Any) -> None:
+        """Dispatch one input-queue item, then record the event it was (the runtime's own trace)."""
+        if request_type == RequestType.SHUTDOWN:
             self.shutdown_requested = True
             return
-        clock = self.fire_idle_callbacks()
-        if kind == "ADD":
-            self.handle_add(message, clock)
-        elif kind == "START_WAVE":
-            self.handle_start_wave(message, clock)
-        elif kind == "PAUSE":
-            self.handle_pause(clock)
-        elif kind == "RPC":
-            self.handle_collective_rpc(clock)
-        elif kind == "RESUME":
-            self.handle_resume(clock)
+        if request_type == RequestType.ARRIVAL_FAILED:
+            raise RuntimeError(f"{self.actor}: the arrival thread failed: {request}")
+        if request_type == RequestType.START_DP_WAVE:
+            if not (self.fixed and self.ignore_start_dp_wave):
+                new_wave, exclude_engine_index = request
+                if exclude_engine_index != self.engine_index and new_wave >= self.current_wave:
+                    self.current_wave = new_wave
+                    self.engines_running = True
+            self.record("handle_start_wave")
+        elif request_type == RequestType.ADD:
+            self.add_request(*request)
+            self.record("handle_add")
+        elif request_type == RequestType.UTILITY:
+            _, _, method_name, args = request
+            self.resume_barrier = False
+            self._invoke_utility_method(method_name, args)
+            if method_name == "pause_scheduler":
+                self.record("handle_pause")
+            elif method_name == "collective_rpc":
+                self.record("finish_collective_rpc")
+            else:
+                self.record("finish_resume" if self.resume_barrier else "handle_resume")
         else:
-            raise RuntimeError(f"{self.actor}: unknown message {message!r}")
+            raise RuntimeError(f"{self.actor}: unknown request type {request_type!r}")
 
-    def handle_add(self, message: dict[str, Any], clock: dict[str, int]) -> None:
-        """add_request: adopt a newer wave; a stale wave wakes an idle, unpaused engine (start_wave)."""
-        request_wave = int(message["wave"])
-        wake = request_wave < self.wave and not self.running and self.pause_state == UNPAUSED
-        self.requests.append(message["request"])
-        self.wave = max(self.wave, request_wave)
-        if wake:
-            self.running = True
-            clock = {**clock, **self.report("START_WAVE", self.wave)}
-        self.record("handle_add", clock)
+    def _invoke_utility_method(self, method_name: str, args: tuple[Any, ...]) -> None:
+        """Call the utility; reply now, or when the Future it returns resolves (an error is a reply too)."""
+        def enqueue_output(future: Future[Any] | None = None) -> None:
+            if CALLS[method_name] == "PAUSE":
+                self.progress.pause_replied = True
+            self.output_queue.put_nowait((0, EngineCoreOutputs(self.dp_rank, utility_output=CALLS[method_name])))
 
-    def handle_start_wave(self, message: dict[str, Any], clock: dict[str, int]) -> None:
-        """START_DP_WAVE: join unless excluded or stale (post-fix: or ignoring after the consensus)."""
-        excluded = message["exclude"] is not None and message["exclude"] == self.rank
-        applies = not excluded and message["wave"] >= self.wave and not (self.fixed and self.ignore_wave)
-        if applies:
-            self.wave, self.running = int(message["wave"]), True
-        self.record("handle_start_wave", clock)
-
-    def handle_pause(self, clock: dict[str, int]) -> None:
-        """pause_scheduler(mode="keep"): PAUSED_ALL; pre-fix replies at once if idle, post-fix defers."""
-        self.pause_state = PAUSED_ALL
-        if self.fixed:  # _pause_complete: vote, kick-start the loop, always defer
-            self.pending_pause, self.running, self.pause_future = True, True, True
-        elif self.has_work():
-            self.pause_future = True
+        try:
+            result = getattr(self, method_name)(*args)
+        except PauseInFlight:  # vLLM replies with the failure message (a collective's failure is no reply)
+            result = None
+        if isinstance(result, Future):
+            result.add_done_callback(enqueue_output)
         else:
-            clock = {**clock, **self.reply("PAUSE")}
-        self.record("handle_pause", clock)
+            enqueue_output()
 
-    def handle_collective_rpc(self, clock: dict[str, int]) -> None:
-        """collective_rpc: the body (a weight update across every rank) runs in the core thread."""
+    def add_request(self, request: int, request_wave: int = 0) -> None:
+        """Adopt a newer wave; a stale wave wakes an idle, unpaused engine (start_wave to the coordinator)."""
+        self.scheduler.waiting.append(request)
+        if self.has_coordinator and request_wave != self.current_wave:
+            if request_wave > self.current_wave:
+                self.current_wave = request_wave
+            elif not self.engines_running and self.scheduler.pause_state == PauseState.UNPAUSED:
+                self.engines_running = True
+                self.output_queue.put_nowait((-1, EngineCoreOutputs(self.dp_rank, start_wave=self.current_wave)))
+
+    def pause_scheduler(self, mode: str = "keep", clear_cache: bool = True) -> Future[Any] | None:
+        """mode keep: PAUSED_ALL; None when the pause completed at once, else a Future an idle callback resolves."""
+        def engine_idle_callback(engine: DPEngineCoreProc, future: Future[Any]) -> None:
+            future.set_result(None)
+
+        self.scheduler.set_pause_state(PauseState.PAUSED_ALL)
+        if self._pause_complete():
+            return None
+        future: Future[Any] = Future()
+        self._idle_state_callbacks.append(functools.partial(engine_idle_callback, future=future))
+        return future
+
+    def _pause_complete(self) -> bool:
+        """Pre-fix: complete when idle. Post-fix (two-phase): vote, kick-start the loop, always defer."""
+        if not self.fixed:
+            return not self.has_work()
+        self.pending_pause = True
+        self.engines_running = True
+        return False
+
+    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[Any, ...] = (),
+                       kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """The body (a weight update across every rank) runs in the core thread: worker_world all-reduce."""
         self.mode = "RPC"
-        self.record("handle_collective_rpc", clock)
+        self.record("handle_collective_rpc")
         self.progress.rpc_started = True
         self.worker_world.all_reduce("rpc", [1] * 16, "sum")
         self.mode = "TOP"
-        self.record("finish_collective_rpc", self.reply("RPC"))
+        return [None]
 
-    def handle_resume(self, clock: dict[str, int]) -> None:
-        """resume_scheduler: pre-fix unpause (+ start_wave); post-fix error / no-op / unpause + barrier."""
+    def resume_scheduler(self) -> None:
+        """Pre-fix: unpause (+ start_wave). Post-fix: error while the pause is in flight, no-op while
+        running, else unpause and the has_unfinished_dp barrier."""
         if not self.fixed:
-            wake = not self.running and bool(self.requests)
-            self.pause_state = UNPAUSED
+            wake = not self.engines_running and bool(self.scheduler.waiting)
+            self.scheduler.set_pause_state(PauseState.UNPAUSED)
             if wake:
-                clock = {**clock, **self.report("START_WAVE", self.wave)}
-            self.record("handle_resume", {**clock, **self.reply("RESUME")})
+                self.output_queue.put_nowait((-1, EngineCoreOutputs(self.dp_rank, start_wave=self.current_wave)))
             return
-        in_flight = self.pending_pause or (self.running and self.ignore_wave)
-        if in_flight or self.running:  # error (pause still in flight) or no-op: reply now
-            self.record("handle_resume", {**clock, **self.reply("RESUME")})
+        if self.pending_pause or (self.engines_running and self.ignore_start_dp_wave):
+            raise PauseInFlight("resume_scheduler called while pause is still in flight")
+        if self.engines_running:
             return
-        self.pause_state, self.ignore_wave, self.mode = UNPAUSED, False, "RESUME_BARRIER"
-        self.record("handle_resume", clock)
-        result = self.engine_dp.all_reduce("resume_max", [1 if self.requests else 0], "max")
-        self.running, self.mode = result[0] > 0, "TOP"
-        self.record("finish_resume", self.reply("RESUME"))
+        self.scheduler.set_pause_state(PauseState.UNPAUSED)
+        self.ignore_start_dp_wave = False
+        self.mode, self.resume_barrier = "RESUME_BARRIER", True
+        self.record("handle_resume")
+        has_global_unfinished = ParallelConfig.has_unfinished_dp(
+            self.dp_group, self.scheduler.has_unfinished_requests(), op="resume_max")
+        self.mode = "TOP"
+        if has_global_unfinished:
+            self.engines_running = True
 
-    def begin_step(self) -> str:
-        """_process_engine_step: a real forward if a request is scheduled, else the dummy batch while
-        the wave runs (or nothing). Returns the forward: "real", "dummy" or ""."""
-        self.step_started = time.perf_counter_ns()
-        executed = self.pause_state == UNPAUSED and bool(self.requests)
-        dummy = not executed and (self.unfinished() or self.running)
-        self.finished_pending = False
-        self.mode = "FORWARD_REAL" if executed else "FORWARD_DUMMY" if dummy else "TOP"
-        self.record("step", flush=not (executed or dummy))  # with a forward, written with its enter
-        return "real" if executed else "dummy" if dummy else ""
 
-    def forward(self, executed: bool) -> None:
-        """The forward's DP all-reduce, then the step's end."""
-        counts = [0] * (4 * self.size)
-        counts[self.rank] = len(self.requests) if executed else 1  # num tokens (a dummy batch: 1)
-        self.worker_dp.all_reduce("forward", counts, "sum", shape=(4, self.size))
-        self.finish_forward(executed)
-        self.step_nanoseconds += time.perf_counter_ns() - self.step_started
-        self.status.count(steps=self.steps, step_ns=self.step_nanoseconds)
-
-    def finish_forward(self, real: bool) -> None:
-        """The forward returned; _has_global_unfinished_reqs counts the step (and syncs on the boundary)."""
-        self.steps += 1
-        finished = self.requests if real else []
-        self.finished_pending = self.finished_pending or (real and bool(self.requests))
-        if real:
-            self.requests = []
-        for request in finished:
-            self._send(self.client, {"kind": "OUTPUT", "request": request, "rank": self.rank})
-        local = 1 if self.pause_state != PAUSED_ALL and self.requests else 0
-        sync = self.counter + 1 == self.config.sync_interval
-        self.counter = 0 if sync else self.counter + 1
-        if not sync:
-            self.running = True
-        self.mode = "SYNC" if sync else "TOP"
-        self.record("finish_forward", flush=not sync)  # on the boundary, written with the sync's enter
-        if not sync:
-            return
-        if self.fixed:
-            total = self.engine_dp.all_reduce("sync_sum", [local, 1 if self.pending_pause else 0], "sum")
-            consensus = total[1] == self.size
-            still = total[0] > 0 or total[1] % self.size != 0
-            self.ignore_wave = self.ignore_wave or consensus
-            self.pending_pause = self.pending_pause and not consensus
-        else:
-            still = self.engine_dp.all_reduce("sync_max", [local], "max")[0] > 0
-        self.running, self.mode = still, "TOP"
-        clock: dict[str, int] = {}
-        if not still:
-            if self.rank == 0:
-                clock = self.report("WAVE_COMPLETE", self.wave)
-            self.wave += 1
-        self.record("finish_sync", clock)
+Engine = DPEngineCoreProc
 
 
 def _json(flag: bool) -> str:
     return "true" if flag else "false"
 
 
+def queue_item(message: dict[str, Any]) -> tuple[EngineCoreRequestType, Any]:
+    """A wire message as an input-queue item ``(request_type, request)`` in vLLM's layout."""
+    kind = message["kind"]
+    if kind == "ADD":
+        return RequestType.ADD, (message["request"], int(message["wave"]))
+    if kind == "START_WAVE":
+        return RequestType.START_DP_WAVE, (int(message["wave"]), message["exclude"])
+    if kind in ("PAUSE", "RPC", "RESUME"):
+        method = {call: name for name, call in CALLS.items()}[kind]
+        args: tuple[Any, ...] = ("keep",) if kind == "PAUSE" else ("update_weights",) if kind == "RPC" else ()
+        return RequestType.UTILITY, (0, 0, method, args)
+    if kind == "SHUTDOWN":
+        return RequestType.SHUTDOWN, None
+    raise RuntimeError(f"unknown message {message!r}")
+
+
 class ArrivalThread(threading.Thread):
     """Moves messages from the client and coordinator sockets into the engine's input queue."""
 
-    def __init__(self, engine: Engine, arrivals: Arrivals) -> None:
-        super().__init__(name=f"arrivals-{engine.rank}", daemon=True)
+    def __init__(self, engine: DPEngineCoreProc, arrivals: Arrivals, client: Connection, coordinator: Connection) -> None:
+        super().__init__(name=f"arrivals-{engine.dp_rank}", daemon=True)
         self.engine, self.arrivals = engine, arrivals
-        self.channels = {"client": engine.client, "coordinator": engine.coordinator}
+        self.channels = {"client": client, "coordinator": coordinator}
         self.buffers: dict[str, collections.deque[Any]] = {name: collections.deque() for name in self.channels}
         self.open = dict.fromkeys(self.channels, True)
         self.stopping = threading.Event()
@@ -304,7 +383,7 @@ class ArrivalThread(threading.Thread):
             self._loop()
         except BaseException as error:  # surfaced by the process's exit status
             self.failure = error
-            self.engine.queue.put_many([{"kind": "ARRIVAL_FAILED", "error": repr(error)}])
+            self.engine.input_queue.put_many([(RequestType.ARRIVAL_FAILED, repr(error))])
 
     def _loop(self) -> None:
         engine, actor = self.engine, self.engine.actor
@@ -320,7 +399,7 @@ class ArrivalThread(threading.Thread):
                     self.open[name] = False
                     continue
                 if message["kind"] == "SHUTDOWN":  # not a protocol message: straight to the queue
-                    engine.queue.put_many([message])
+                    engine.input_queue.put_many([queue_item(message)])
                 else:
                     self.buffers[name].append(message)
             while True:
@@ -334,14 +413,18 @@ class ArrivalThread(threading.Thread):
                 if delay:
                     time.sleep(delay / 1000)
                 batch = [self.buffers[name].popleft() for _ in range(counts[name])]
-                engine.queue.put_many(batch, announce=lambda: self.announce(name, batch))
+                engine.input_queue.put_many([queue_item(message) for message in batch],
+                                            announce=lambda: self.announce(name, batch))
 
     def announce(self, name: str, batch: list[dict[str, Any]]) -> None:
-        """Record the batch's arrivals (with the queue held: see ``InputQueue``)."""
+        """Note the batch's arrivals (with the queue held: see ``InputQueue``), recording them in the
+        runtime's own trace when it is on."""
         engine, actor = self.engine, self.engine.actor
         event = "arrive_from_client" if name == "client" else "arrive_from_coordinator"
         for message in batch:
-            engine.recorder.record(RUNTIME_ACTIONS[event], {"rank": engine.rank}, None, engine.recorder.receive(f"{name}>{actor}"))
+            if engine.recording:
+                engine.recorder.record(RUNTIME_ACTIONS[event], {"rank": engine.dp_rank}, None,
+                                       engine.recorder.receive(f"{name}>{actor}"))
             kind = message["kind"]
             engine.progress.got_request |= kind == "ADD"
             engine.progress.pause_delivered |= kind == "PAUSE"

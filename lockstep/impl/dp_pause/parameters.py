@@ -5,17 +5,24 @@ with the run's ranks, requests and sync_interval, and max_wave large enough for 
 reproduced counterexample's own values), plus
 the runtime's own bounds (scenario, seed, backend, timeout, channel capacities), so replay can
 instantiate the model from the header. ``open_process`` opens one process's trace recorder,
-status board and choice source.
+status board and choice source. ``instrument(role)`` installs the instrumentation that
+``LOCKSTEP_INSTRUMENT=module:function`` names, in every process of a run (the launcher passes
+the environment on): ``function(role)`` with role ``engine``, ``client`` or ``coordinator``, before
+the process builds the objects it patches (``lockstep.instrumentation.vllm_dp_pause``).
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from typing import Any
 
 from lockstep.impl import process
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
 from lockstep.models.dp_pause.model import PROTOCOL
+
+INSTRUMENT_ENVIRONMENT = "LOCKSTEP_INSTRUMENT"
 
 
 def model_parameters(config: RunConfig) -> dict[str, Any]:
@@ -37,3 +44,14 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
 def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
     """The process's recorder (its header: ``model_parameters``), status board and choice source."""
     return process.open_process(config, actor, model_parameters(config))
+
+
+def instrument(role: str) -> None:
+    """Call ``function(role)`` of ``$LOCKSTEP_INSTRUMENT`` (``module:function``), if it is set."""
+    named = os.environ.get(INSTRUMENT_ENVIRONMENT)
+    if not named:
+        return
+    module, colon, function = named.partition(":")
+    if not colon:
+        raise ValueError(f"{INSTRUMENT_ENVIRONMENT}={named!r}: expected module:function")
+    getattr(importlib.import_module(module), function)(role)

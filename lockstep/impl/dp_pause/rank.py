@@ -4,7 +4,8 @@ Every rank creates, in the same order, the engine-level ``engine_dp`` group (alw
 vLLM's stateless DP group) and the worker-level ``worker_dp`` and ``worker_world`` groups (gloo,
 or NCCL with ``--backend nccl``), each with the hang timeout. Rank 0 starts the coordinator and
 client processes (torch-free) and sends their addresses to the other ranks over the default
-group; each rank then connects to both. When the client shuts the engines down, the ranks leave
+group; each rank then connects to both. An instrumentation named by ``LOCKSTEP_INSTRUMENT``
+is installed before the engine starts (``parameters.instrument``). When the client shuts the engines down, the ranks leave
 together (``leave_together``).
 """
 
@@ -17,8 +18,8 @@ from multiprocessing.connection import Connection
 
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, share_object, shutdown
-from lockstep.impl.dp_pause.engine import Engine
-from lockstep.impl.dp_pause.parameters import open_process
+from lockstep.impl.dp_pause.engine import DPEngineCoreProc
+from lockstep.impl.dp_pause.parameters import instrument, open_process
 from lockstep.impl.dp_pause.scenario import arrivals_for
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, connect
 
@@ -67,8 +68,10 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     coordinator: Connection = connect(tuple(coordinator_address), actor)
     client: Connection = connect(tuple(client_address), actor)
     status.update("running")
-    engine = Engine(config, groups, client, coordinator, recorder, status, choices, arrivals_for(config.scenario, config.extra.get("schedule", {}).get(actor)))
-    engine.run()
+    instrument("engine")
+    engine = DPEngineCoreProc(config, groups, client, coordinator, recorder, status, choices,
+                              arrivals_for(config.scenario, config.extra.get("schedule", {}).get(actor)))
+    engine.run_busy_loop()
     recorder.close()
     leave_together(status)
     status.update("done", steps=engine.steps)
