@@ -13,6 +13,12 @@ events of a model counterexample (``client_program``: requests, one call to one 
 time, a call returning, a publication read), including late requests and repeated resumes
 (``late_requests``, ``resumes``), then finishes from wherever that left it.
 
+At the points the dp-pause instrumentation patches it has vLLM's shape (``DPLBAsyncMPClient``):
+``engines_running``/``current_wave`` (the view), ``core_engines`` (engine identities),
+``_send_input(ADD, request, engine)``, ``_call_utility_async(method, engine=...)`` and
+``call_utility_async(method)``. An instrumentation named by ``LOCKSTEP_INSTRUMENT`` is installed
+at start.
+
 Started by rank 0 as ``python -m lockstep.impl.dp_pause.client CONFIG COORDINATOR_ADDRESS``; it
 prints its address as the first line of stdout. Exit 0 when the scenario ran to its end.
 """
@@ -22,14 +28,24 @@ from __future__ import annotations
 import json
 import sys
 from multiprocessing.connection import Connection
+from dataclasses import dataclass
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import open_process
+from lockstep.impl.dp_pause.parameters import instrument, open_process
 from lockstep.impl.dp_pause.scenario import paces_pause_after_wave, placement_options
+from lockstep.impl.dp_pause.surface import EngineCoreRequestType
 from lockstep.impl.runtime import RunConfig, accept, announce, connect, listen, ready, receive
 from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
 
 ACTOR = "client"
+
+
+@dataclass
+class EngineCoreRequest:
+    """A request as the client sends it: vLLM's ``request_id`` and ``current_wave`` (the view's wave)."""
+
+    request_id: int
+    current_wave: int
 
 
 class Client:
@@ -42,7 +58,8 @@ class Client:
         self.ranks = accept(listener, [f"rank:{rank}" for rank in range(config.ranks)])
         self.status.update("running")
         self.phase = "REQUESTS" if config.requests else "PAUSE"  # as the model's client starts
-        self.view_running, self.view_wave, self.sent = False, 0, 0
+        self.engines_running, self.current_wave, self.sent = False, 0, 0  # the view (vLLM's names)
+        self.core_engines = [rank.to_bytes(2, "little") for rank in range(config.ranks)]  # EngineIdentity
         self.published: tuple[int, bool] | None = None
         self.replies: dict[str, list[int]] = {}
         self.outputs: set[int] = set()
@@ -51,11 +68,12 @@ class Client:
         self.resumes, self.resume_round = int(config.extra.get("resumes", 1)), 0
 
     def observed(self) -> dict[str, Any]:
-        return {"client.phase": self.phase, "client.engines_running": self.view_running,
-                "client.current_wave": self.view_wave, "client.requests_sent": self.sent}
+        return {"client.phase": self.phase, "client.engines_running": self.engines_running,
+                "client.current_wave": self.current_wave, "client.requests_sent": self.sent}
 
-    def record(self, event: str, args: dict[str, Any] | None = None, clock: dict[str, int] | None = None) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[event], args or {}, self.observed(), clock)
+    def record(self, event: str, args: dict[str, Any] | None = None, clock: dict[str, int] | None = None,
+               observed: dict[str, Any] | None = None) -> None:
+        self.recorder.record(RUNTIME_ACTIONS[event], args or {}, observed or self.observed(), clock)
 
     def receive(self, what: str) -> None:
         """Take every message waiting (blocking for at least one)."""
@@ -78,8 +96,8 @@ class Client:
         if self.published is None:
             return
         wave, running = self.published
-        if (wave, running) != (self.view_wave, self.view_running) and self.sent < self.config.requests + self.late:
-            self.view_wave, self.view_running = wave, running
+        if (wave, running) != (self.current_wave, self.engines_running) and self.sent < self.config.requests + self.late:
+            self.current_wave, self.engines_running = wave, running
             self.record("client_read_publication")
 
     def order(self, point: str, remaining: list[int]) -> list[int]:
@@ -92,26 +110,46 @@ class Client:
 
     # ------------------------------------------------------------------ the client's operations
     def add_request(self, rank: int) -> None:
-        """add_request_async: ADD stamped with the view's wave; FIRST_REQ if the view says idle."""
-        request = self.sent
-        add = {"kind": "ADD", "wave": self.view_wave, "request": request}
-        first = None if self.view_running else {"kind": "FIRST_REQ", "wave": self.view_wave, "rank": rank}
+        """add_request_async: ADD stamped with the view's wave (``_send_input``); FIRST_REQ if the view
+        says idle. The runtime's own record is on file before either message is sent."""
+        request = EngineCoreRequest(self.sent, self.current_wave)
+        first = None if self.engines_running else {"kind": "FIRST_REQ", "wave": self.current_wave, "rank": rank}
         clock = self.recorder.send(f"client>rank:{rank}")
         if first is not None:
             clock.update(self.recorder.send("client>coordinator"))
-        self.view_running = True
         self.sent += 1
         if self.sent == self.config.requests and self.phase == "REQUESTS":
             self.phase = "PAUSE"
-        self.record("client_add_request", {"rank": rank}, clock)  # on file before its messages are sent
-        self.ranks[f"rank:{rank}"].send(add)
+        self.record("client_add_request", {"rank": rank}, clock, {**self.observed(), "client.engines_running": True})
+        self._send_input(EngineCoreRequestType.ADD, request, self.core_engines[rank])
         if first is not None:
             self.coordinator.send(first)
+        self.engines_running = True
+
+    def _send_input(self, request_type: EngineCoreRequestType, request: EngineCoreRequest, engine: bytes) -> None:
+        """Send an ADD to one engine (vLLM ``MPClient._send_input``)."""
+        rank = int.from_bytes(engine, "little")
+        self.ranks[f"rank:{rank}"].send({"kind": "ADD", "wave": request.current_wave, "request": request.request_id})
 
     def send_call(self, kind: str, rank: int) -> None:
         self.record(CALL_EVENTS[kind], {"rank": rank}, self.recorder.send(f"client>rank:{rank}"))  # on file first
-        self.ranks[f"rank:{rank}"].send({"kind": kind})
+        self._call_utility_async(METHODS[kind], engine=self.core_engines[rank])
+
+    def _call_utility_async(self, method: str, *args: Any, engine: bytes) -> None:
+        """Send one utility call to one engine (vLLM ``_call_utility_async``; the replies are awaited
+        by ``await_call``)."""
+        rank = int.from_bytes(engine, "little")
+        self.ranks[f"rank:{rank}"].send({"kind": {name: kind for kind, name in METHODS.items()}[method]})
         self.called.add(rank)
+
+    def call_utility_async(self, method: str, *args: Any) -> None:
+        """The utility on every engine not yet called (in a chosen order), then every reply
+        (vLLM ``DPLBAsyncMPClient.call_utility_async``)."""
+        kind = {name: kind for kind, name in METHODS.items()}[method]
+        remaining = [rank for rank in range(self.config.ranks) if rank not in self.called]
+        for rank in self.order(f"order:{kind}", remaining):
+            self.send_call(kind, rank)
+        self.await_call(kind)
 
     def await_call(self, kind: str) -> None:
         """Every engine answered ``kind``: the call returns and the phase moves on."""
@@ -129,7 +167,7 @@ class Client:
 
     def await_publication(self) -> None:
         """The stats task applies a publication that differs from the view (waiting for one)."""
-        while self.published is None or self.published == (self.view_wave, self.view_running):
+        while self.published is None or self.published == (self.current_wave, self.engines_running):
             self.receive("the coordinator's publication")
         self.read_publication()
 
@@ -162,11 +200,7 @@ class Client:
             while self.published is None or not self.published[1]:
                 self.receive("the coordinator's publication of the wave")
         while self.phase != "DONE":
-            kind = self.phase
-            remaining = [rank for rank in range(config.ranks) if rank not in self.called]
-            for rank in self.order(f"order:{kind}", remaining):
-                self.send_call(kind, rank)
-            self.await_call(kind)
+            self.call_utility_async(METHODS[self.phase])
         while self.sent < config.requests + self.late:  # late requests the program did not add
             self.add_request(int(self.choices.choose(ACTOR, "placement", [str(rank) for rank in range(config.ranks)])))
         while len(self.outputs) < self.sent:
@@ -185,11 +219,13 @@ class Client:
 
 CALL_KINDS = {"client_pause": "PAUSE", "client_collective_rpc": "RPC", "client_resume": "RESUME"}
 CALL_EVENTS = {kind: event for event, kind in CALL_KINDS.items()}
+METHODS = {"PAUSE": "pause_scheduler", "RPC": "collective_rpc", "RESUME": "resume_scheduler"}  # vLLM's utility names
 FOLLOWING = {"PAUSE": "RPC", "RPC": "RESUME", "RESUME": "DONE"}
 
 
 def main(config_path: str, coordinator_address: str) -> int:
     config = RunConfig.read(config_path)
+    instrument("client")
     host, port = json.loads(coordinator_address)
     try:
         return Client(config, (str(host), int(port))).run()
@@ -198,5 +234,7 @@ def main(config_path: str, coordinator_address: str) -> int:
         return 3
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+if __name__ == "__main__":  # run the imported module's main, whose Client an instrumentation can patch
+    from lockstep.impl.dp_pause import client as imported
+
+    sys.exit(imported.main(sys.argv[1], sys.argv[2]))

@@ -6,6 +6,9 @@ engines' reports (``wave_complete(w)`` ends wave w; ``start_wave(w)`` from an en
 it, excluding that engine); and publishes (wave, running) to the client on every change. Which
 source's message it takes next, when several wait, is asked of the choice source.
 
+An instrumentation named by ``LOCKSTEP_INSTRUMENT`` is installed at start (the dp-pause one
+leaves the coordinator unrecorded: vLLM's is one function whose state is local).
+
 Started by rank 0 as ``python -m lockstep.impl.dp_pause.coordinator CONFIG``; it prints its
 address as the first line of stdout.
 """
@@ -16,7 +19,7 @@ import collections
 import sys
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import open_process
+from lockstep.impl.dp_pause.parameters import instrument, open_process
 from lockstep.impl.runtime import RunConfig, accept, announce, listen, ready, receive
 from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
 
@@ -25,6 +28,7 @@ ACTOR = "coordinator"
 
 def main(config_path: str) -> int:
     config = RunConfig.read(config_path)
+    instrument("coordinator")
     listener = listen("127.0.0.1" if config.extra.get("host") is None else str(config.extra["host"]))
     announce(listener.address)
     recorder, status, choices = open_process(config, ACTOR)

@@ -13,7 +13,8 @@ all-reduce on ``worker_world``, in the core thread) and ``resume_scheduler``; vL
 names ``engines_running``, ``current_wave``, ``step_counter``, ``pending_pause`` and
 ``ignore_start_dp_wave`` (post-fix only, as in vLLM), ``scheduler`` (``surface.Scheduler``),
 ``input_queue``, ``output_queue`` (``surface.OutputQueue``), ``_idle_state_callbacks``. Every
-forward posts the workers' DP all-reduce through ``surface._run_ar``.
+forward posts the workers' DP all-reduce through ``surface.coordinate_batch_across_dp`` →
+``_run_ar``.
 
 The runtime's own recording (``--trace-dir``) records each state change under the model action it
 mirrors, with the rank's projected state in ``observed`` (``mode`` is the model's position of the
@@ -50,7 +51,7 @@ from lockstep.impl.dp_pause.surface import (
     ParallelConfig,
     PauseState,
     Scheduler,
-    _run_ar,
+    coordinate_batch_across_dp,
 )
 from lockstep.impl.runtime import InputQueue, RawObject, Recorder, RunConfig, StatusBoard, ready, receive
 from lockstep.models.dp_pause.model import POST_FIX, RUNTIME_ACTIONS
@@ -108,17 +109,18 @@ class DPEngineCoreProc:
     def record(self, event: str, flush: bool = True) -> None:
         """The runtime's own record of ``event``, with the send clocks of the messages the output queue
         holds; then those messages leave (a reply's effects never precede its send event)."""
-        items = self.output_queue.take()
-        if self.recording:
-            clock: dict[str, int] = {}
-            for client_index, outputs in items:
-                if client_index == -1 and (outputs.start_wave is not None or outputs.wave_complete is not None):
-                    clock.update(self.recorder.send(f"{self.actor}>coordinator"))
-                elif outputs.utility_output is not None:
-                    clock.update(self.recorder.send(f"{self.actor}>client"))
-            self.recorder.record(RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None,
-                                 flush=flush or bool(items))  # a send is on file before its message leaves
         self.progress.handled += 1
+        if not self.recording:  # nothing held: the output queue sends at once
+            return
+        items = self.output_queue.take()
+        clock: dict[str, int] = {}
+        for client_index, outputs in items:
+            if client_index == -1 and (outputs.start_wave is not None or outputs.wave_complete is not None):
+                clock.update(self.recorder.send(f"{self.actor}>coordinator"))
+            elif outputs.utility_output is not None:
+                clock.update(self.recorder.send(f"{self.actor}>client"))
+        self.recorder.record(RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None,
+                             flush=flush or bool(items))  # a send is on file before its message leaves
         self.output_queue.release(items)
 
     def has_work(self) -> bool:
@@ -205,12 +207,12 @@ class DPEngineCoreProc:
 
     def execute_model(self) -> None:
         """The real forward: the workers' DP all-reduce, then the scheduled requests finish."""
-        _run_ar(self.worker_dp, len(self.scheduler.waiting), self.dp_size, self.dp_rank)
+        coordinate_batch_across_dp(self.worker_dp, len(self.scheduler.waiting), self.dp_size, self.dp_rank)
         finished = self.scheduler.update_from_output()
         self.output_queue.put_nowait((0, EngineCoreOutputs(self.dp_rank, finished_requests=finished)))
 
     def execute_dummy_batch(self) -> None:
-        _run_ar(self.worker_dp, 1, self.dp_size, self.dp_rank)
+        coordinate_batch_across_dp(self.worker_dp, 1, self.dp_size, self.dp_rank)
 
     def _has_global_unfinished_reqs(self, local_unfinished: bool) -> bool:
         """Count the forward; every sync_interval-th, the engine all-reduce decides the wave."""

@@ -17,7 +17,7 @@ class itself:
   messages until the event that sends them is on file (``release``), else it sends at once (as
   vLLM's output thread does);
 - ``ParallelConfig.sync_dp_state`` / ``has_unfinished_dp``: the engine-level all-reduces on the
-  gloo ``dp_group``; ``_run_ar``: the workers' DP all-reduce of every forward.
+  gloo ``dp_group``; ``coordinate_batch_across_dp`` → ``_run_ar``: the workers' DP all-reduce of every forward.
 
 Imports torch only through the ``Collective`` it is handed.
 """
@@ -167,6 +167,12 @@ class ParallelConfig:
     def has_unfinished_dp(dp_group: DPGroup, has_unfinished: bool, op: str = "sync_max") -> bool:
         """MAX of [unfinished]; ``op`` is the model's name for the call site (the runtime's trace)."""
         return dp_group.collective.all_reduce(op, [int(has_unfinished)], "max")[0] > 0
+
+
+def coordinate_batch_across_dp(worker_dp: Collective, num_tokens: int, dp_size: int, dp_rank: int) -> list[int]:
+    """Every forward's coordination across the DP ranks (vLLM ``dp_utils``): calls ``_run_ar`` by
+    its module name, as vLLM's ``_synchronize_dp_ranks`` does, so patching ``_run_ar`` reaches it."""
+    return _run_ar(worker_dp, num_tokens, dp_size, dp_rank)
 
 
 def _run_ar(worker_dp: Collective, num_tokens: int, dp_size: int, dp_rank: int) -> list[int]:
