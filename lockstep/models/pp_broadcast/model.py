@@ -404,7 +404,7 @@ PROTOCOL = Protocol(
     ),
     parameters=(
         ParameterSpec("ranks", 2, "PP stages", minimum=2, maximum=4),
-        ParameterSpec("chunks", 2, "chunks of request 0's long prompt", minimum=1, maximum=4),
+        ParameterSpec("chunks", 2, "chunks of request 0's long prompt", minimum=1, maximum=64),
         ParameterSpec("decodes", 0, "tokens each request decodes after its prompt", minimum=0, maximum=3),
         ParameterSpec("requests", 1, "requests: 0 has the long prompt, 1 a one-chunk prompt", minimum=1, maximum=2),
         ParameterSpec("gaps", 0, "steps from which the token budget may leave an unfinished request out", minimum=0, maximum=2),
