@@ -91,7 +91,9 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
                   markup=False, highlight=False)
     replayed = None if getattr(arguments, "no_replay", False) else _replay(config, console)
     code = outcome.exit_code
-    if code == 0 and replayed is not None and replayed["verdict"] != "conforms":
+    if code == 0 and replayed is not None and replayed["verdict"] == "error":
+        code = 3  # the run completed, but its trace could not be checked (inconclusive)
+    elif code == 0 and replayed is not None and replayed["verdict"] != "conforms":
         code = 1  # the run completed, but its trace does not follow the model (or a property fails)
     if arguments.json:
         payload = {"protocol": config.protocol, "variant": config.variant, "scenario": config.scenario,
