@@ -74,3 +74,13 @@ def test_check_fails_on_a_stale_document(tmp_path: Path) -> None:
     assert failed.returncode == 1 and "stale" in failed.stderr
     current = subprocess.run([*command[:-1], str(DOCUMENT)], capture_output=True, text=True, check=False)
     assert current.returncode == 0, current.stderr
+
+
+def test_the_worked_examples_code_is_the_instrumentation_modules() -> None:
+    """Every code block marked ``lockstep:excerpt PATH`` in the document appears verbatim in PATH."""
+    import re
+
+    excerpts = re.findall(r"<!-- lockstep:excerpt (\S+) -->\n```python\n(.*?)```", DOCUMENT.read_text(), re.S)
+    assert len(excerpts) >= 2
+    for path, code in excerpts:
+        assert code in (ROOT / path).read_text(), f"docs/recording-vllm.md's excerpt of {path} is stale"

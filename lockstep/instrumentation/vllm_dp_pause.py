@@ -29,7 +29,7 @@ Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process
   ``ParallelConfig.sync_dp_state`` (pre-fix ``has_unfinished_dp``) on it; ``finish_sync`` when the
   loop comes back to ``_handle_shutdown``, because ``run_busy_loop`` sets ``engines_running``,
   queues ``wave_complete`` and bumps ``current_wave`` inline after the call.
-- client (actor ``client``): ``client_add_request`` before ``_send_input(ADD)`` (FIRST_REQ follows it
+- client (actor ``client``, patched by ``vllm_dp_pause_client``): ``client_add_request`` before ``_send_input(ADD)`` (FIRST_REQ follows it
   when ``engines_running`` is false), ``client_<call>`` before ``_call_utility_async`` sends,
   ``client_<call>_returned`` after ``call_utility_async`` has every engine's reply.
 
@@ -102,7 +102,8 @@ class HeldOutputs:
     handed on after the event that sends them is on file (``take_held`` / ``release_held``)."""
 
     def __init__(self, queue: Any) -> None:
-        self.queue, self.depth, self.items = queue, 0, []
+        self.queue, self.depth = queue, 0
+        self.items: list[Any] = []
         self.lock = threading.Lock()
 
     def put_nowait(self, item: Any) -> None:
@@ -411,82 +412,6 @@ def _patch_worker_dp(module: Any, undo: list[Callable[[], None]]) -> None:
     _patch(module, "_run_ar", run_ar, undo)
 
 
-class ClientTrace:
-    """The recording of the front-end client (actor ``client``)."""
-
-    def __init__(self, recorder: record.TraceRecorder, ranks: int) -> None:
-        self.recorder, self.ranks, self.lock = recorder, ranks, threading.Lock()
-
-
-_clients: dict[int, ClientTrace | None] = {}
-
-
-def _client_trace(client: Any, sync_interval: int) -> ClientTrace | None:
-    if id(client) not in _clients:
-        ranks = len(client.core_engines)
-        variant = os.environ.get(VARIANT_ENVIRONMENT) or "post-fix"
-        recorder = record.from_environment("client", "dp-pause", variant, header_parameters(ranks, sync_interval))
-        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks)
-    return _clients[id(client)]
-
-
-def _either(original: Callable[..., Any], before: Callable[..., None], after: Callable[..., None]) -> Callable[..., Any]:
-    """A wrapper calling ``before(self, ...)``, the original (awaited if it is a coroutine function), then ``after``."""
-    if inspect.iscoroutinefunction(original):
-        async def asynchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
-            before(self, *args, **kwargs)
-            result = await original(self, *args, **kwargs)
-            after(self, *args, **kwargs)
-            return result
-        return asynchronous
-
-    def synchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
-        before(self, *args, **kwargs)
-        result = original(self, *args, **kwargs)
-        after(self, *args, **kwargs)
-        return result
-    return synchronous
-
-
-def _patch_client(client_class: type, sync_interval: int, undo: list[Callable[[], None]]) -> None:
-    def nothing(self: Any, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def adding(self: Any, request_type: Any, request: Any, engine: Any = None, *rest: Any, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
-        if trace is None or getattr(request_type, "name", None) != "ADD":
-            return
-        rank = int.from_bytes(engine if engine is not None else self.core_engine, "little")
-        with trace.lock:
-            clock = trace.recorder.send(f"client>rank:{rank}")
-            if not self.engines_running:  # add_request_async sends FIRST_REQ right after this
-                clock.update(trace.recorder.send("client>coordinator"))
-            trace.recorder.event("client_add_request", {"rank": rank},
-                                 {"client.current_wave": int(request.current_wave), "client.engines_running": True}, clock)
-
-    def calling(self: Any, method: str, *args: Any, engine: Any = None, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
-        if trace is None or method not in CALLS:
-            return
-        rank = int.from_bytes(engine, "little")
-        with trace.lock:
-            trace.recorder.event(CALLS[method], {"rank": rank}, None, trace.recorder.send(f"client>rank:{rank}"))
-
-    def returned(self: Any, method: str, *args: Any, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
-        if trace is None or method not in CALLS:
-            return
-        with trace.lock:
-            clock: dict[str, int] = {}
-            for rank in range(trace.ranks):  # every engine's reply is in
-                clock.update(trace.recorder.receive(f"rank:{rank}>client"))
-            trace.recorder.event(CALLS[method] + "_returned", {}, None, clock)
-
-    _patch(client_class, "_send_input", lambda original: _either(original, adding, nothing), undo)
-    _patch(client_class, "_call_utility_async", lambda original: _either(original, calling, nothing), undo)
-    _patch(client_class, "call_utility_async", lambda original: _either(original, nothing, returned), undo)
-
-
 def install(targets: Targets) -> Callable[[], None]:
     """Patch what ``targets`` names; returns the function that undoes every patch."""
     undo: list[Callable[[], None]] = []
@@ -497,7 +422,9 @@ def install(targets: Targets) -> Callable[[], None]:
     if targets.worker_dp is not None:
         _patch_worker_dp(targets.worker_dp, undo)
     if targets.client is not None:
-        _patch_client(targets.client, targets.sync_interval, undo)
+        from lockstep.instrumentation.vllm_dp_pause_client import patch_client
+
+        patch_client(targets.client, targets.sync_interval, undo)
 
     def uninstall() -> None:
         while undo:

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import json
 import sys
-from multiprocessing.connection import Connection
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
 from lockstep.impl.dp_pause.parameters import instrument, open_process

@@ -416,7 +416,7 @@ class ArrivalThread(threading.Thread):
                     time.sleep(delay / 1000)
                 batch = [self.buffers[name].popleft() for _ in range(counts[name])]
                 engine.input_queue.put_many([queue_item(message) for message in batch],
-                                            announce=lambda: self.announce(name, batch))
+                                            announce=functools.partial(self.announce, name, batch))
 
     def announce(self, name: str, batch: list[dict[str, Any]]) -> None:
         """Note the batch's arrivals (with the queue held: see ``InputQueue``), recording them in the

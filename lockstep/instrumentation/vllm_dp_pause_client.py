@@ -1,0 +1,96 @@
+"""The client half of the dp-pause vLLM instrumentation (``vllm_dp_pause``): ``DPLBAsyncMPClient``.
+
+``client_add_request`` is written before ``_send_input(ADD)`` sends (with the ``send:`` clock of
+the FIRST_REQ that ``add_request_async`` sends right after it when ``engines_running`` is false),
+``client_<call>`` before ``_call_utility_async`` sends one utility call to one engine, and
+``client_<call>_returned`` after ``call_utility_async`` has every engine's reply (one ``recv:``
+clock per engine). vLLM's are coroutine functions and lockstep's runtime's plain ones; the
+wrappers follow the original. Imports only the standard library and ``lockstep.record``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from lockstep import record
+from lockstep.instrumentation.vllm_dp_pause import CALLS, VARIANT_ENVIRONMENT, _patch, header_parameters
+
+
+class ClientTrace:
+    """The recording of the front-end client (actor ``client``)."""
+
+    def __init__(self, recorder: record.TraceRecorder, ranks: int) -> None:
+        self.recorder, self.ranks, self.lock = recorder, ranks, threading.Lock()
+
+
+_clients: dict[int, ClientTrace | None] = {}
+
+
+def _client_trace(client: Any, sync_interval: int) -> ClientTrace | None:
+    if id(client) not in _clients:
+        ranks = len(client.core_engines)
+        variant = os.environ.get(VARIANT_ENVIRONMENT) or "post-fix"
+        recorder = record.from_environment("client", "dp-pause", variant, header_parameters(ranks, sync_interval))
+        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks)
+    return _clients[id(client)]
+
+
+def _either(original: Callable[..., Any], before: Callable[..., None], after: Callable[..., None]) -> Callable[..., Any]:
+    """A wrapper calling ``before(self, ...)``, the original (awaited if it is a coroutine function), then ``after``."""
+    if inspect.iscoroutinefunction(original):
+        async def asynchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
+            before(self, *args, **kwargs)
+            result = await original(self, *args, **kwargs)
+            after(self, *args, **kwargs)
+            return result
+        return asynchronous
+
+    def synchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
+        before(self, *args, **kwargs)
+        result = original(self, *args, **kwargs)
+        after(self, *args, **kwargs)
+        return result
+    return synchronous
+
+
+def patch_client(client_class: type, sync_interval: int, undo: list[Callable[[], None]]) -> None:
+    def nothing(self: Any, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def adding(self: Any, request_type: Any, request: Any, engine: Any = None, *rest: Any, **kwargs: Any) -> None:
+        trace = _client_trace(self, sync_interval)
+        if trace is None or getattr(request_type, "name", None) != "ADD":
+            return
+        rank = int.from_bytes(engine if engine is not None else self.core_engine, "little")
+        with trace.lock:
+            clock = trace.recorder.send(f"client>rank:{rank}")
+            if not self.engines_running:  # add_request_async sends FIRST_REQ right after this
+                clock.update(trace.recorder.send("client>coordinator"))
+            trace.recorder.event("client_add_request", {"rank": rank},
+                                 {"client.current_wave": int(request.current_wave), "client.engines_running": True}, clock)
+
+    def calling(self: Any, method: str, *args: Any, engine: Any = None, **kwargs: Any) -> None:
+        trace = _client_trace(self, sync_interval)
+        if trace is None or method not in CALLS:
+            return
+        rank = int.from_bytes(engine, "little")
+        with trace.lock:
+            trace.recorder.event(CALLS[method], {"rank": rank}, None, trace.recorder.send(f"client>rank:{rank}"))
+
+    def returned(self: Any, method: str, *args: Any, **kwargs: Any) -> None:
+        trace = _client_trace(self, sync_interval)
+        if trace is None or method not in CALLS:
+            return
+        with trace.lock:
+            clock: dict[str, int] = {}
+            for rank in range(trace.ranks):  # every engine's reply is in
+                clock.update(trace.recorder.receive(f"rank:{rank}>client"))
+            trace.recorder.event(CALLS[method] + "_returned", {}, None, clock)
+
+    _patch(client_class, "_send_input", lambda original: _either(original, adding, nothing), undo)
+    _patch(client_class, "_call_utility_async", lambda original: _either(original, calling, nothing), undo)
+    _patch(client_class, "call_utility_async", lambda original: _either(original, nothing, returned), undo)
