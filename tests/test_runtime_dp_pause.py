@@ -252,3 +252,24 @@ def test_random_scenario_traces_merge_causally_and_follow_the_model(tmp_path: Pa
     code, payload, _ = run("--variant", "pre-fix", "--scenario", "random", "--seed", "1", "--trace-dir", str(folder))
     assert code in (0, 1), payload
     assert replay_verdict(folder) in ("conforms", "violated")
+
+
+def test_a_client_that_reads_publications_between_requests_conforms(tmp_path: Path) -> None:
+    """The client's read of the coordinator's publication carries the publication's receive clock,
+    so the merge puts it after the coordinator event that made the value (without it, every such
+    trace diverged at the read: the client's file merged first)."""
+    from lockstep.impl.launcher import launch
+    from lockstep.impl.runtime import RunConfig
+
+    program = [{"action": "client_add_request", "args": {"rank": 0}}, {"action": "client_read_publication", "args": {}},
+               {"action": "client_add_request", "args": {"rank": 1}}]
+    schedule = {f"rank:{rank}": {"before_arrival": [], "before_event": []} for rank in range(2)}
+    for seed in (0, 1):
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        config = RunConfig(protocol="dp-pause", variant="post-fix", scenario="counterexample", ranks=2, requests=2,
+                           sync_interval=2, seed=seed, timeout=5, trace_dir=str(folder),
+                           extra={"schedule": schedule, "client_program": program})
+        assert launch(config, deadline=60).outcome == "completed"
+        assert '"client_read_publication"' in (folder / "client.jsonl").read_text()
+        assert replay_verdict(folder) == "conforms"

@@ -61,6 +61,7 @@ class Client:
         self.engines_running, self.current_wave, self.sent = False, 0, 0  # the view (vLLM's names)
         self.core_engines = [rank.to_bytes(2, "little") for rank in range(config.ranks)]  # EngineIdentity
         self.published: tuple[int, bool] | None = None
+        self.publication = 0  # the number of the latest publication received (its channel)
         self.replies: dict[str, list[int]] = {}
         self.outputs: set[int] = set()
         self.called: set[int] = set()  # the ranks the current call was sent to
@@ -86,6 +87,7 @@ class Client:
             kind = message["kind"]
             if kind == "PUBLISH":
                 self.published = (int(message["wave"]), bool(message["running"]))
+                self.publication = int(message["number"])
             elif kind == "REPLY":
                 self.replies.setdefault(message["call"], []).append(int(message["rank"]))
             elif kind == "OUTPUT":
@@ -98,7 +100,7 @@ class Client:
         wave, running = self.published
         if (wave, running) != (self.current_wave, self.engines_running) and self.sent < self.config.requests + self.late:
             self.current_wave, self.engines_running = wave, running
-            self.record("client_read_publication")
+            self.record("client_read_publication", {}, self.recorder.receive(f"coordinator>client:publication-{self.publication}"))
 
     def order(self, point: str, remaining: list[int]) -> list[int]:
         left, chosen = [str(rank) for rank in remaining], []

@@ -50,8 +50,19 @@ def main(config_path: str) -> int:
             clock.update(recorder.send(f"coordinator>rank:{rank}"))
         return clock
 
+    publications = 0
+
+    def publication_clock(changed: bool) -> dict[str, int]:
+        """A change is published on a channel of its own (the client may skip publications, and a
+        channel's receives must number 1, 2, ...): the client's read of it names this event."""
+        nonlocal publications
+        if not changed:
+            return {}
+        publications += 1
+        return recorder.send(f"coordinator>client:publication-{publications}")
+
     def publish() -> None:
-        connections["client"].send({"kind": "PUBLISH", "wave": wave, "running": running})
+        connections["client"].send({"kind": "PUBLISH", "wave": wave, "running": running, "number": publications})
 
     live = dict(connections)
     while True:
@@ -81,6 +92,7 @@ def main(config_path: str) -> int:
             if not running:
                 clock.update(broadcast(wave, None))
             running = True
+            clock.update(publication_clock((running, wave) != before))
             recorder.record(RUNTIME_ACTIONS["coordinator_first_request"], {}, observed(), clock)
         else:
             rank = int(message["rank"])
@@ -91,6 +103,7 @@ def main(config_path: str) -> int:
             elif kind == "START_WAVE" and (reported > wave or (reported == wave and not running)):
                 wave, running = reported, True
                 clock.update(broadcast(reported, rank))
+            clock.update(publication_clock((running, wave) != before))
             recorder.record(RUNTIME_ACTIONS["coordinator_report"], {"rank": rank}, observed(), clock)
         for name_to, outgoing in outbox:
             connections[name_to].send(outgoing)
