@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from lockstep.traces import JSONValue, TraceEvent, TraceHeader, TraceSource, TraceWriter
+from lockstep.traces import JSONValue, MessageClocks, TraceEvent, TraceHeader, TraceSource, TraceWriter
 
 TRACE_DIRECTORY_ENVIRONMENT = "LOCKSTEP_TRACE_DIR"
 
@@ -67,7 +67,7 @@ def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
     return result
 
 
-class TraceRecorder:
+class TraceRecorder(MessageClocks):
     """The trace file of one actor (one process); safe to share between threads."""
 
     def __init__(self, directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
@@ -81,8 +81,7 @@ class TraceRecorder:
                              source or TraceSource("runtime", host=platform.node()))
         self._writer = TraceWriter(self.path, header, fsync=fsync)
         self._lock = threading.Lock()
-        self._sent: collections.Counter[str] = collections.Counter()
-        self._received: collections.Counter[str] = collections.Counter()
+        super().__init__()
         self._sequence: collections.Counter[str] = collections.Counter()
 
     @property
@@ -97,18 +96,6 @@ class TraceRecorder:
             self._writer.write(TraceEvent(self._writer.events_written, actor or self.actor, action,
                                           dict(args or {}), None if observed is None else dict(observed),
                                           None if clock is None else dict(clock)))
-
-    def send(self, channel: str) -> dict[str, int]:
-        """The clock entry of the next message sent on ``channel`` (put it on the sending event)."""
-        with self._lock:
-            self._sent[channel] += 1
-            return {f"send:{channel}": self._sent[channel]}
-
-    def receive(self, channel: str) -> dict[str, int]:
-        """The clock entry of the next message received on ``channel`` (on the receiving event)."""
-        with self._lock:
-            self._received[channel] += 1
-            return {f"recv:{channel}": self._received[channel]}
 
     @contextlib.contextmanager
     def collective(self, communicator: str, op: str) -> Iterator[int]:

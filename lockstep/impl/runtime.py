@@ -29,7 +29,15 @@ from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
 from typing import Any
 
-from lockstep.traces import JSONValue, TraceFormatError, TraceHeader, TraceSource, TraceWriter, event_problems
+from lockstep.traces import (
+    JSONValue,
+    MessageClocks,
+    TraceFormatError,
+    TraceHeader,
+    TraceSource,
+    TraceWriter,
+    event_problems,
+)
 
 STATUS_SIZE = 1024
 AUTHKEY_ENVIRONMENT = "LOCKSTEP_RUN_AUTHKEY"
@@ -138,7 +146,7 @@ class RawObject(str):
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
-class Recorder:
+class Recorder(MessageClocks):
     """Trace events of one actor (one file per process), with channel and communicator clocks.
 
     The header goes through ``lockstep.traces.TraceWriter`` (validated, one write). Events are
@@ -153,8 +161,7 @@ class Recorder:
         self.events = 0
         self.status: StatusBoard | None = None  # gets the event count
         self.write_nanoseconds = 0  # time spent encoding and writing trace lines
-        self._sent: dict[str, int] = collections.Counter()
-        self._received: dict[str, int] = collections.Counter()
+        super().__init__()  # send / receive: the message clocks
         self._lock = threading.Lock()
         self._checked: set[str] = set()
         self._prefixes: dict[tuple[object, ...], str] = {}  # encoded actor, action and args
@@ -167,18 +174,6 @@ class Recorder:
             header = TraceHeader(config.protocol, config.variant, config.scenario, parameters, source)
             TraceWriter(self.path, header).close()
             self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-
-    def send(self, channel: str) -> dict[str, int]:
-        """The clock entry for sending the next message on ``channel``."""
-        with self._lock:
-            self._sent[channel] += 1
-            return {f"send:{channel}": self._sent[channel]}
-
-    def receive(self, channel: str) -> dict[str, int]:
-        """The clock entry for receiving the next message on ``channel``."""
-        with self._lock:
-            self._received[channel] += 1
-            return {f"recv:{channel}": self._received[channel]}
 
     def record(self, action: str, args: Mapping[str, JSONValue] | None = None,
                observed: Mapping[str, JSONValue] | RawObject | None = None, clock: Mapping[str, int] | None = None,

@@ -1,10 +1,11 @@
 """lockstep.traces: the versioned JSONL trace format for counterexamples and runtime recordings.
 
 This package owns the format (header and event records, the shipped JSON Schema
-``trace-schema.json`` and stdlib-only checks that mirror it) and the writer.
+``trace-schema.json`` and stdlib-only checks that mirror it), the writer and the message clocks.
 It imports only the standard library.
 """
 
+from lockstep.traces.clocks import MessageClocks
 from lockstep.traces.format import (
     ACTOR_PATTERN,
     TRACE_FORMAT,
@@ -26,6 +27,7 @@ __all__ = [
     "TRACE_FORMAT",
     "TRACE_VERSION",
     "JSONValue",
+    "MessageClocks",
     "TraceEvent",
     "TraceFormatError",
     "TraceHeader",
