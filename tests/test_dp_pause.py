@@ -7,6 +7,8 @@ import pytest
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.models import get_protocol
+from lockstep.spec.expressions import Variable
+from lockstep.spec.terms import Term
 
 PROTOCOL = get_protocol("dp-pause")
 
@@ -132,6 +134,15 @@ PINS = {
     ("sync-interval-2", "pre-fix"): (46249, {"no_hang": 20}),
     ("sync-interval-2", "post-fix"): (60306, {}),
     ("sync-interval-32", "post-fix"): (467526, {}),
+    ("seed-stats-task", "pre-fix"): (38672, {"quiescent_during_rpc": 18, "no_hang": 21}),
+    ("seed-stats-task", "post-fix"): (60911, {}),
+    ("seed-stats-task", "ignore-wave-while-paused"): (28295, {"no_hang": 14}),
+    ("seed-stats-task", "no-local-wakeup"): (60911, {}),
+    ("stale-client-view", "pre-fix"): (265121, {}),
+    ("stale-client-view", "post-fix"): (946812, {}),
+    ("stale-client-view", "no-local-wakeup"): (942892, {}),
+    ("stale-view-across-resume", "pre-fix"): (802196, {"quiescent_during_rpc": 15, "no_hang": 21}),
+    ("stale-view-across-resume", "post-fix"): (1083129, {}),
 }
 
 
@@ -251,3 +262,45 @@ def test_fair_liveness_holds_post_fix_and_the_ignoring_mutant_never_answers_paus
     fair = PROTOCOL.instance("post-fix", "fair-liveness").machine().finish().property_named("pause_returns").fair or ()
     assert {"arrive_from_coordinator", "step", "coordinator_report", "worker_dp.complete"} <= set(fair)
     assert not any(name.startswith("client") for name in fair)
+
+
+# ------------------------------------------------------------------ the client's stats task (issue 3)
+def test_stats_task_parameters_default_to_the_atomic_client() -> None:
+    """stale_publications = lazy_first_request = 0 is today's client: the same variables, actions and states."""
+    plain = PROTOCOL.instance("post-fix").machine()
+    explicit = PROTOCOL.instance("post-fix", overrides={"stale_publications": 0, "lazy_first_request": 0})
+    machine = explicit.machine()
+    assert set(machine.variables) == set(plain.variables)
+    assert [action.name for action in machine.actions] == [action.name for action in plain.actions]
+    assert check(explicit).stats.states == 48918
+    assert "channel.publication" not in machine.variables and "channel.first_request_inproc" not in machine.variables
+
+
+def test_stats_task_actions_mirror_vllm_and_are_enabled() -> None:
+    machine = PROTOCOL.instance("post-fix", "stale-client-view").machine()
+    assert "stats_update_task" in machine.action_named("client_read_stale_publication").mirrors
+    assert "FIRST_REQ" in machine.action_named("client_forward_first_request").mirrors
+
+
+def test_lazy_first_request_queues_one_first_req_per_request_added_before_the_stats_task_runs() -> None:
+    """add_request_async does not set engines_running (core_client.py): two adds before the stats task
+    runs queue two FIRST_REQs; the stats task forwards each with its view's wave at that time."""
+    instance = PROTOCOL.instance("post-fix", "stale-client-view")
+    machine = PROTOCOL.build(instance.variant, instance.parameters)
+    queued = Term(Variable("channel.first_request_inproc", machine.variables["channel.first_request_inproc"].sort))
+    machine.always("at_most_one_queued", queued <= 1, "witness: two FIRST_REQs queued at once")
+    result = check(machine, properties=["at_most_one_queued"])
+    witness = result.property_result("at_most_one_queued")
+    assert witness.verdict is Verdict.VIOLATED and witness.path is not None
+    assert [step.action for step in witness.path.steps][-2:] == ["client_add_request", "client_add_request"]
+
+
+def test_stale_publications_are_applied_where_the_coordinator_moves_before_a_request() -> None:
+    """With one superseded publication in flight, the stats task applies it in some run (coverage), and the
+    instance still holds post-fix; the seed's single request never sees one."""
+    overrides = {"stale_publications": 1, "lazy_first_request": 1}
+    result = check(PROTOCOL.instance("post-fix", "aborted-stale-request", overrides=overrides))
+    assert result.verdict is Verdict.HOLDS and result.stats.states == 28933
+    assert not [warning for warning in result.warnings if "client_read" in warning or "client_forward" in warning]
+    seed = check(PROTOCOL.instance("post-fix", "seed-stats-task"))
+    assert seed.warnings == ["action client_read_stale_publication was never enabled in the explored states"]

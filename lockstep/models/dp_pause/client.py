@@ -20,6 +20,21 @@ parameters (defaults: the seed):
 - ``abort_request``: the client may abort its last request once, at any time after adding it
   (``AsyncLLM.abort`` → ``DPLBAsyncMPClient.abort_requests_async``: ABORT to that request's engine,
   behind its ADD on the same socket); a request already finished is not affected.
+
+How the client sees the coordinator (core_client.py, identical in v0.20.0 and v0.21.0). The
+stats task (``_ensure_stats_update_task`` → ``run_engine_stats_update_task``, 1188-1292) owns
+``engines_running`` and ``current_wave``: it drains the publications that have arrived on its
+XSUB socket and applies the last one (1267-1279), and when it takes a FIRST_REQ from the inproc
+socket it sets ``engines_running = True`` and forwards ``(engine, current_wave)`` to the
+coordinator (1255-1264). ``add_request_async`` (1296-1310) stamps the request with
+``current_wave`` and, if ``not engines_running``, only queues FIRST_REQ on the inproc socket.
+- ``stale_publications`` = n: the client may apply any of the last n publications the
+  coordinator has superseded (``client_read_stale_publication``), later ones than it applied
+  before, in order; 0: it reads the coordinator's current values (``client_read_publication``).
+- ``lazy_first_request``: ``client_add_request`` queues FIRST_REQ without setting the view's
+  ``engines_running``; ``client_forward_first_request`` (the stats task) sets it and forwards
+  FIRST_REQ with the view's wave at that time. Requests added before the stats task runs each
+  send a FIRST_REQ. 0: the add does both at once.
 """
 
 from __future__ import annotations
@@ -27,7 +42,7 @@ from __future__ import annotations
 from lockstep.models.dp_pause.context import Context, machine_map
 from lockstep.spec.machine import Step
 from lockstep.spec.sorts import BOOL, enum, integers
-from lockstep.spec.terms import Term, all_of, disjunction, if_then_else
+from lockstep.spec.terms import Term, all_of, disjunction, if_then_else, sequence_of
 
 ClientPhase = enum("ClientPhase", ["REQUESTS", "PAUSE", "RPC", "RESUME", "DONE"])
 PauseMode = enum("PauseMode", ["KEEP", "ABORT", "WAIT"])
@@ -54,15 +69,47 @@ def add_client(context: Context) -> None:
     coordinator_running = context.read("coordinator.engines_running")
     coordinator_wave = context.read("coordinator.current_wave")
 
+    stale, lazy = parameters["stale_publications"], parameters["lazy_first_request"]
+    publications = context.read("channel.publication") if stale else None
+    queued = context.read("channel.first_request_inproc") if lazy else None
+    # The view is read to add requests (and, lazily, to forward their FIRST_REQ), so it is not
+    # updated once none are left to add or forward.
+    still_read = (sent < total) if queued is None else ((sent < total) | (queued > 0))
+
     @machine.action(actor="client")
     def client_read_publication() -> Step:
         """The client's stats task applies the coordinator's latest publication (wave, running).
 
         The coordinator publishes on every change and the client applies the last one it has, so
         reading the coordinator's current values at an arbitrary later moment is the same thing.
-        The view is read only to add requests, so it is not updated once none are left to add."""
+        With stale publications, the older ones still in flight are drained with it."""
         differs = (view_running != coordinator_running) | (view_wave != coordinator_wave)
-        return Step(differs & (sent < total), {view_running: coordinator_running, view_wave: coordinator_wave})
+        drained = {} if publications is None else {publications: _emptied(publications)}
+        return Step(differs & still_read, {view_running: coordinator_running, view_wave: coordinator_wave, **drained})
+
+    if publications is not None:
+        @machine.action(actor="client", index=integers(0, stale - 1))
+        def client_read_stale_publication(index: Term) -> Step:
+            """The stats task's drain ends at a publication the coordinator has since superseded: it
+            applies that one; the older ones are gone (a duplicate of it may still follow)."""
+            chosen = publications[index]
+            differs = (view_running != chosen.field("running")) | (view_wave != chosen.field("wave"))
+            return Step((index < publications.length()) & still_read & differs, {
+                view_running: chosen.field("running"),
+                view_wave: chosen.field("wave"),
+                publications: _dropped(publications, index, stale),
+            })
+
+    if queued is not None:
+        @machine.action(actor="client")
+        def client_forward_first_request() -> Step:
+            """The stats task takes a FIRST_REQ from the inproc socket: engines_running = True, and
+            FIRST_REQ goes to the coordinator with the view's wave now."""
+            return Step(queued > 0, {
+                queued: queued - 1,
+                view_running: True,
+                first_requests: first_requests.append(view_wave),
+            })
 
     rounds = parameters["resumes"]
     resume_round = machine.variable("client.resume_round", integers(0, rounds - 1), 0,
@@ -87,8 +134,8 @@ def add_client(context: Context) -> None:
         return Step(in_order, {
             **remembered,
             from_client: from_client.set(rank, from_client[rank].append(context.message("ADD", view_wave))),
-            first_requests: if_then_else(view_running, first_requests, first_requests.append(view_wave)),
-            view_running: True,
+            **({first_requests: if_then_else(view_running, first_requests, first_requests.append(view_wave)), view_running: True}
+               if queued is None else {queued: if_then_else(view_running, queued, queued + 1)}),
             sent: sent + 1,
             phase: if_then_else(last, ClientPhase.PAUSE, phase),
         })
@@ -122,6 +169,8 @@ def add_client(context: Context) -> None:
     # With 2, also every message already sent to an engine has been handled (an unhurried client).
     settle = parameters["settle_before_resume"] >= 1
     settled = first_requests.is_empty() & all_of(Rank, lambda r: from_coordinator[r].is_empty() & reports[r].is_empty())
+    if queued is not None:  # a FIRST_REQ still on the inproc socket is in flight too
+        settled = settled & (queued == 0)
     if parameters["settle_before_resume"] == 2:
         inbox = context.read("input_queue")
         settled = settled & all_of(Rank, lambda r: from_client[r].is_empty() & inbox[r].is_empty())
@@ -158,3 +207,19 @@ def add_client(context: Context) -> None:
     else:
         client_call("collective_rpc", "RPC", context.message("RPC"), "RESUME")
     client_call("resume", "RESUME", context.message("RESUME"), "DONE")
+
+
+def _emptied(sequence: Term) -> Term:
+    """The empty sequence of ``sequence``'s sort."""
+    return sequence_of(sequence.sort)  # type: ignore[arg-type]
+
+
+def _dropped(sequence: Term, count: Term, capacity: int) -> Term:
+    """``sequence`` without its first ``count`` elements (``count`` < ``capacity``)."""
+    result = sequence
+    for known in range(capacity - 1, 0, -1):
+        shortened = sequence
+        for _ in range(known):
+            shortened = shortened.tail()
+        result = if_then_else(count == known, shortened, result)
+    return result

@@ -49,6 +49,18 @@ Faithfulness notes (read from the v0.20.0/v0.21.0 wheels):
 - The client stamps requests with its published view of the wave and sends FIRST_REQ when its
   view says the engines are idle, then marks them running; the coordinator's publication later
   overwrites the view. Replies reach the client at once (their delay only delays the client).
+  By default the view is read atomically from the coordinator and FIRST_REQ goes out with the
+  add; in vLLM (``core_client.py``, the same in both releases) the stats task applies the last
+  publication that has *arrived*, and ``add_request_async`` only queues FIRST_REQ for the stats
+  task, which marks the engines running and forwards it with its wave when it runs. Parameters
+  ``stale_publications`` and ``lazy_first_request`` model both (see ``client.py``); instances
+  ``seed-stats-task``, ``stale-client-view`` and ``stale-view-across-resume`` check them.
+- Idle callbacks fire when an idle engine takes a message (``consume``) or has none
+  (``notify_idle``); vLLM fires them only at the head of ``_process_input_queue``'s idle loop,
+  not for messages drained after ``has_work()`` became true. The two differ only if a handled
+  message turned ``has_work()`` from true to false while a pause future is pending: none does
+  (only a pre-fix pause can, and it then replies at once; a post-fix pause sets
+  ``engines_running``), so the model fires them exactly when vLLM would.
 - Requests run one forward (they finish in the forward that first schedules them).
 - The mutant ``no-local-wakeup`` (P2(d)) differs from v0.21.0 only while the engine that took a
   stale-wave request has nothing to run: with the request it steps anyway (``has_work()``), and
@@ -165,6 +177,12 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.variable("client.requests_sent", Requests, 0)
     machine.variable("client.sent_to", MapSort(Rank, BOOL), per_rank(BOOL, False), "this phase's call sent to rank")
     machine.variable("client.replies", Count, 0, "replies to this phase's call")
+    if parameters["stale_publications"]:  # superseded publications still on their way to the stats task
+        Publication = record("Publication", wave=Wave, running=BOOL)
+        machine.variable("channel.publication", SequenceSort(Publication, parameters["stale_publications"]), (),
+                         "publications the coordinator has superseded that the client may still apply, oldest first")
+    if parameters["lazy_first_request"]:  # FIRST_REQ queued on the inproc socket, not yet forwarded by the stats task
+        machine.variable("channel.first_request_inproc", Requests, 0, "FIRST_REQs add_request_async queued for the stats task")
 
     message, has_work = add_engine(machine, parameters, variant, fixed, Rank, Message, Report,
                                    Groups(engine_dp, worker_dp, worker_world))
@@ -230,6 +248,12 @@ PROTOCOL = Protocol(
         ParameterSpec("abort_request", 0, "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
                       minimum=0, maximum=1),
         ParameterSpec("fair_liveness", 0, "1: also check L1/L2 as leads-to under weak fairness (needs the whole state graph)",
+                      minimum=0, maximum=1),
+        ParameterSpec("stale_publications", 0, "publications the coordinator has superseded that the client's stats task may "
+                      "still apply (in flight on the pub socket); 0: the client reads the coordinator's current wave and running",
+                      minimum=0, maximum=3),
+        ParameterSpec("lazy_first_request", 0, "1: add_request_async queues FIRST_REQ for the stats task, which sets engines_running "
+                      "and forwards it with its current wave later (two requests before it runs send two); 0: both at once",
                       minimum=0, maximum=1),
     ),
     instances=(
@@ -324,6 +348,29 @@ PROTOCOL = Protocol(
             "forwards per rank per pause",
             {"sync_interval": 32},
             {POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "seed-stats-task",
+            "the seed with the client's stats task as in vLLM: add_request_async queues FIRST_REQ, the stats task "
+            "marks the engines running and forwards it with its wave when it runs, and a publication the "
+            "coordinator has superseded may still reach it",
+            {"stale_publications": 1, "lazy_first_request": 1},
+            {PRE_FIX: "violated", POST_FIX: "holds", IGNORE_WHILE_PAUSED: "violated", NO_LOCAL_WAKEUP: "holds"},
+        ),
+        InstanceSpec(
+            "stale-client-view",
+            "pause and resume on idle engines, then two requests: the client's stats task may apply a publication "
+            "the coordinator has superseded (a wave that ended, engines_running false after its own FIRST_REQ), and "
+            "both requests may queue a FIRST_REQ before it runs",
+            {"requests": 0, "late_requests": 2, "late_window": 8, "stale_publications": 1, "lazy_first_request": 1},
+            {PRE_FIX: "holds", POST_FIX: "holds", NO_LOCAL_WAKEUP: "holds"},
+        ),
+        InstanceSpec(
+            "stale-view-across-resume",
+            "one request while paused, one after resume: the stats task may apply, after resume returned, a "
+            "publication the coordinator superseded while the engines were paused",
+            {"requests": 0, "late_requests": 2, "late_window": 10, "stale_publications": 1},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "large",

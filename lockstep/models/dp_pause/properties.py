@@ -44,6 +44,9 @@ def add_properties(context: Context) -> None:
     running, worker_queue = context.read("engines_running"), context.read("worker_dp.queue")
     engine_queue = context.read("engine_dp.queue")
     total = parameters["requests"] + parameters["late_requests"]
+    no_first_request = first_requests.is_empty()  # none in flight to the coordinator
+    if context.has("channel.first_request_inproc"):  # lazy_first_request: none queued for the stats task either
+        no_first_request = no_first_request & (context.read("channel.first_request_inproc") == 0)
 
     def in_forward(rank: Term) -> Term:
         return (mode[rank] == "FORWARD_REAL") | (mode[rank] == "FORWARD_DUMMY")
@@ -51,7 +54,7 @@ def add_properties(context: Context) -> None:
     quiet = all_of(Rank, lambda r: conjunction(
         mode[r] == "TOP", inbox[r].is_empty(), from_client[r].is_empty(), from_coordinator[r].is_empty(),
         reports[r].is_empty(), ~context.has_work(r)))
-    machine.set_final((phase == ClientPhase.DONE) & first_requests.is_empty() & quiet)
+    machine.set_final((phase == ClientPhase.DONE) & no_first_request & quiet)
 
     # S1
     machine.always(
@@ -102,7 +105,7 @@ def add_properties(context: Context) -> None:
     # S6
     machine.always(
         "coordinator_idle_when_quiet",
-        (quiet & first_requests.is_empty() & (phase == ClientPhase.DONE) & (context.read("client.requests_sent") < total) & bool(parameters["late_window"] & 8))
+        (quiet & no_first_request & (phase == ClientPhase.DONE) & (context.read("client.requests_sent") < total) & bool(parameters["late_window"] & 8))
         .implies(~context.read("coordinator.engines_running")),
         "S6: once everything has settled, while the client may still add a request, the coordinator does not "
         "believe a wave runs (it would send no START_DP_WAVE for that request)",

@@ -40,6 +40,10 @@ POST_FIX_SOURCES: dict[str, str] = {
     "client_add_request": "AsyncLLM.add_request → DPAsyncMPClient.add_request_async (ADD; FIRST_REQ if not engines_running)",
     "client_abort_request": "AsyncLLM.abort → DPLBAsyncMPClient.abort_requests_async (ABORT to the request's engine)",
     "client_read_publication": "DPAsyncMPClient run_engine_stats_update_task (current_wave, engines_running)",
+    "client_read_stale_publication": "DPAsyncMPClient run_engine_stats_update_task: the drained publications end at one "
+                                     "the coordinator has superseded (current_wave, engines_running)",
+    "client_forward_first_request": "DPAsyncMPClient run_engine_stats_update_task (FIRST_REQ from the inproc socket: "
+                                    "engines_running = True, forward (engine, current_wave) to the coordinator)",
     "client_choose_pause_mode": "AsyncLLM.pause_generation(mode=...)",
     "client_pause": "AsyncLLM.pause_generation → pause_scheduler_async → DPLBAsyncMPClient.call_utility_async (one engine)",
     "client_pause_returned": "DPLBAsyncMPClient.call_utility_async: every engine answered → pause_generation returns",
