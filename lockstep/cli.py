@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     checker.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
     checker.add_argument("--all", action="store_true", help="every built-in instance × variant against its pinned verdict")
-    checker.add_argument("--markdown", action="store_true", help="with --all: print the README's generated tables (markdown) on stdout")
+    checker.add_argument("--markdown", action="store_true", help="with --all: print the README's generated tables (markdown) on stdout; with --json too, as its 'markdown' field")
     checker.add_argument("--model-file", type=Path, metavar="PATH", help="check the model a Python file defines (its PROTOCOL) instead of a built-in one")
     checker.add_argument("--variant", help="pre-fix, post-fix or a mutant (default: post-fix)")
     checker.add_argument("--instance", help="named instance (default: seed)")
@@ -292,7 +292,10 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         payloads.append(result_json(result, instance, trace_file))
     all_as_pinned = all(row.as_pinned for row in rows)
     if arguments.json:
-        sys.stdout.write(json.dumps({"as_pinned": all_as_pinned, "checks": payloads}) + "\n")
+        summary: dict[str, object] = {"as_pinned": all_as_pinned, "checks": payloads}
+        if arguments.markdown:  # both: the tables ride along in the JSON
+            summary["markdown"] = markdown_tables(rows)
+        sys.stdout.write(json.dumps(summary) + "\n")
     elif arguments.markdown:
         sys.stdout.write(markdown_tables(rows))
     if not arguments.json:

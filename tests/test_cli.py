@@ -66,9 +66,12 @@ def test_post_fix_holds(capsys: pytest.CaptureFixture[str]) -> None:
     assert payload["verdict"] == "holds" and payload["counterexample"] is None and payload["stats"]["states"] == 48918
 
 
-def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_all_is_as_pinned_and_generates_the_readme_tables(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """One `check --all --json --markdown`: every pinned instance as pinned, and the README's
+    protocol × variant × verdict and Findings tables are its markdown."""
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run(capsys, "check", "--all", "--json")
+    code, out, _ = run(capsys, "check", "--all", "--json", "--markdown")
     assert code == 0
     payload = json.loads(out)
     assert payload["as_pinned"] is True
@@ -77,18 +80,11 @@ def test_check_all_is_as_pinned(capsys: pytest.CaptureFixture[str], tmp_path: Pa
     assert checked == pinned and ("dp-pause", "post-fix", "stale-wave-after-resume") in checked
     assert all(item["verdict"] == item["expected"] for item in payload["checks"])
     assert (tmp_path / "lockstep-out" / "dp-pause-pre-fix-seed.jsonl").exists()
-
-
-def test_readme_tables_are_generated_by_check_all(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The README's protocol × variant × verdict and Findings tables are `check --all --markdown`'s output."""
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    monkeypatch.chdir(tmp_path)
-    code, out, _ = run(capsys, "check", "--all", "--markdown")
-    assert code == 0
     begin = readme.index("<!-- lockstep:tables begin")
     block = readme[readme.index("\n", begin) + 1 : readme.index("<!-- lockstep:tables end -->")]
-    assert block == out, "README tables are stale: run python tools/readme_tables.py"
-    assert "| `dp-pause stale-wave-after-resume`:" in out
+    assert block == payload["markdown"], "README tables are stale: run python tools/readme_tables.py"
+    assert "| `dp-pause stale-wave-after-resume`:" in payload["markdown"]
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,8 @@ def test_the_documented_commands(capsys: pytest.CaptureFixture[str], model_file:
     assert code == 1 and json.loads(out)["counterexample"]["length"] == 7
     code, out, _ = run(capsys, "check", "--all", "--model-file", str(model_file), "--json")
     assert code == 0 and [item["protocol"] for item in json.loads(out)["checks"]] == ["early-stop", "early-stop"]
+    code, markdown, _ = run(capsys, "check", "--all", "--model-file", str(model_file), "--markdown")
+    assert code == 0 and markdown.startswith("|") and "early-stop" in markdown  # the tables alone, on stdout
     code, _, err = run(capsys, "check", "dp-pause", "--model-file", str(model_file))
     assert code == 2 and "defines protocol 'early-stop', not 'dp-pause'" in err
 
