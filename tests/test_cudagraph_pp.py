@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import pytest
+from golden import check_golden
 
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic.lemmas import prove
@@ -51,15 +52,7 @@ VIOLATIONS = [(variant, instance, name, length) for (variant, instance), (_, _, 
 
 @pytest.mark.parametrize(("variant", "instance"), list(GOLDEN))
 def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None:
-    states, transitions, violated, witness = GOLDEN[(variant, instance)]
-    pinned = PROTOCOL.instance(variant, instance)
-    result = check(pinned)
-    assert result.verdict.value == pinned.expected
-    assert (result.stats.states, result.stats.transitions) == (states, transitions)
-    found = {item.name: (item.path.length if item.path else None) for item in result.properties if item.verdict is Verdict.VIOLATED}
-    assert found == violated
-    replayed = result.property_result(WITNESS)
-    assert (replayed.path.length if replayed.verdict is Verdict.HOLDS and replayed.path else None) == witness
+    result = check_golden(PROTOCOL, variant, instance, GOLDEN[(variant, instance)], WITNESS)
     assert result.warnings == []
 
 

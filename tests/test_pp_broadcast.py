@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from golden import check_golden
 
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.counterexample import blocked_summary
@@ -40,15 +41,7 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
 
 @pytest.mark.parametrize(("variant", "instance"), list(GOLDEN))
 def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None:
-    states, transitions, violated, witness = GOLDEN[(variant, instance)]
-    pinned = PROTOCOL.instance(variant, instance)
-    result = check(pinned)
-    assert result.verdict.value == pinned.expected
-    assert (result.stats.states, result.stats.transitions) == (states, transitions)
-    found = {item.name: (item.path.length if item.path else None) for item in result.properties if item.verdict is Verdict.VIOLATED}
-    assert found == violated
-    replayed = result.property_result(WITNESS)
-    assert (replayed.path.length if replayed.verdict is Verdict.HOLDS and replayed.path else None) == witness
+    result = check_golden(PROTOCOL, variant, instance, GOLDEN[(variant, instance)], WITNESS)
     # The skip-disagree mutant never completes a broadcast: the first one the last rank posts hangs.
     assert result.warnings == (NEVER_COMPLETES if variant == "skip-disagree" else [])
 
