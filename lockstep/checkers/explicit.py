@@ -18,10 +18,11 @@ from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.liveness import Edge, StateGraph, check_leads_to
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symmetry import Canonicalizer
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, Property, PropertyKind
 from lockstep.spec.semantics import ModelError, State, Transition, TransitionSystem
 
 Progress = Callable[[Statistics], None]
+FIRST_VIOLATION = "first-violation"  # why a search with stop_at_first stopped
 
 
 @dataclass
@@ -43,6 +44,7 @@ class ExplicitSearch:
         limits: Limits | None = None,
         progress: Progress | None = None,
         keep_edges: bool = False,
+        stop_at_first: bool = False,
     ) -> None:
         if order not in ("bfs", "dfs"):
             raise ValueError(f"unknown search order {order!r}; use 'bfs' or 'dfs'")
@@ -52,6 +54,7 @@ class ExplicitSearch:
         self.canonical = Canonicalizer(self.machine) if symmetry else None
         self.limits = limits or Limits()
         self.progress = progress
+        self.stop_at_first = stop_at_first
         self.states: list[State] = []
         self.parent: list[int] = []
         self.via: list[tuple[int, tuple[object, ...]]] = []
@@ -106,6 +109,9 @@ class ExplicitSearch:
             while frontier:
                 expanded += 1
                 if len(self.found) == len(properties):
+                    break
+                if self.stop_at_first and any(properties[position].kind is PropertyKind.ALWAYS for position in self.found):
+                    stopped = FIRST_VIOLATION
                     break
                 state_id = pop()
                 state = self.states[state_id]
@@ -181,19 +187,13 @@ class ExplicitSearch:
     def _verdict(self, position: int, complete: bool, bounded: bool) -> PropertyResult:
         prop = self.machine.properties[position]
         found = self.found.get(position)
-        if found is not None:
-            path = self.path_to(found.state_id, found.extra)
-            verdict = Verdict.VIOLATED if prop.kind is PropertyKind.ALWAYS else Verdict.HOLDS
-            detail = found.detail
-            if found.extra is not None and found.extra.out_of_bounds is not None:  # as replayed, not as stored
-                detail = bounds_detail(self.machine, found.extra.out_of_bounds, path.final_state)
-            return PropertyResult(prop.name, prop.kind, verdict, path, detail, prop.builtin)
-        if prop.kind is PropertyKind.SOMETIMES:
-            verdict = Verdict.VIOLATED if complete else Verdict.INCONCLUSIVE
-            detail = "no reachable state satisfies it" if complete else "no witness in the explored states"
-            return PropertyResult(prop.name, prop.kind, verdict, None, detail, prop.builtin)
-        verdict = Verdict.HOLDS if complete else (Verdict.HOLDS_WITHIN_BOUND if bounded else Verdict.INCONCLUSIVE)
-        return PropertyResult(prop.name, prop.kind, verdict, None, "", prop.builtin)
+        if found is None:
+            return property_verdict(prop, None, "", complete, bounded)
+        path = self.path_to(found.state_id, found.extra)
+        detail = found.detail
+        if found.extra is not None and found.extra.out_of_bounds is not None:  # as replayed, not as stored
+            detail = bounds_detail(self.machine, found.extra.out_of_bounds, path.final_state)
+        return property_verdict(prop, path, detail, complete, bounded)
 
     def path_to(self, state_id: int, extra: Transition | None = None) -> Path:
         """Rebuild the path to a stored state by replaying the model along its parent links."""
@@ -228,6 +228,25 @@ class ExplicitSearch:
         return Path(self.system.initial(), tuple(steps))
 
     def _step(self, transition: Transition) -> Step:
-        action = self.machine.actions[transition.action]
-        arguments = {parameter.name: value for parameter, value in zip(action.parameters, transition.arguments)}
-        return Step(action.name, action.actor_for(arguments), arguments, transition.target)
+        return transition_step(self.machine, transition)
+
+
+def property_verdict(prop: Property, path: Path | None, detail: str, complete: bool, bounded: bool) -> PropertyResult:
+    """A property's result from what a search found: ``path`` to its violation or witness, if any;
+    ``complete`` when every reachable state was explored, ``bounded`` when only a depth cut it short."""
+    if path is not None:
+        verdict = Verdict.VIOLATED if prop.kind is PropertyKind.ALWAYS else Verdict.HOLDS
+        return PropertyResult(prop.name, prop.kind, verdict, path, detail, prop.builtin)
+    if prop.kind is PropertyKind.SOMETIMES:
+        verdict = Verdict.VIOLATED if complete else Verdict.INCONCLUSIVE
+        detail = "no reachable state satisfies it" if complete else "no witness in the explored states"
+        return PropertyResult(prop.name, prop.kind, verdict, None, detail, prop.builtin)
+    verdict = Verdict.HOLDS if complete else (Verdict.HOLDS_WITHIN_BOUND if bounded else Verdict.INCONCLUSIVE)
+    return PropertyResult(prop.name, prop.kind, verdict, None, "", prop.builtin)
+
+
+def transition_step(machine: Machine, transition: Transition) -> Step:
+    """A counterexample step: the action, its actor and named arguments, and the state after it."""
+    action = machine.actions[transition.action]
+    arguments = {parameter.name: value for parameter, value in zip(action.parameters, transition.arguments)}
+    return Step(action.name, action.actor_for(arguments), arguments, transition.target)

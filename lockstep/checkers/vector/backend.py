@@ -1,0 +1,258 @@
+"""Array backends of the vectorised engines: numpy on one CPU core, torch on a GPU (or the CPU).
+
+A backend supplies the helpers the generated kernels call (``_where``, ``_int``, ``_rows``,
+``_stack``, ``_less``, ``_minimum``, ``_maximum``) and the few array operations the search loop
+needs (sorting, searching, concatenating, fingerprints). Packed states are int64 arrays of shape
+(words, rows); every word is non-negative (63 bits), so both libraries order them alike.
+Fingerprints are the same 64-bit mix (splitmix64's finaliser folded over the words) in both, so a
+state has one fingerprint on every device and in every process. torch is imported only here, and
+only when a torch backend is made.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_MULTIPLY_1 = 0xBF58476D1CE4E5B9
+_MULTIPLY_2 = 0x94D049BB133111EB
+_SEED = 0x9E3779B97F4A7C15
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+class NumpyBackend:
+    """numpy arrays on the CPU (one core)."""
+
+    name = "numpy"
+    device = "cpu"
+
+    def namespace(self) -> dict[str, Any]:
+        def rows(mask: Any, count: int) -> Any:
+            if mask is True:
+                return np.arange(count, dtype=np.int64)
+            if mask is False:
+                return np.empty(0, dtype=np.int64)
+            return np.flatnonzero(mask)
+
+        def as_int(value: Any) -> Any:
+            return value.astype(np.int64) if isinstance(value, np.ndarray) else int(value)
+
+        def stack(words: list[Any], count: int) -> Any:
+            return np.stack([np.broadcast_to(np.asarray(word, dtype=np.int64), (count,)) for word in words])
+
+        return {
+            "_where": np.where,
+            "_minimum": np.minimum,
+            "_maximum": np.maximum,
+            "_int": as_int,
+            "_rows": rows,
+            "_stack": stack,
+            "_less": self.less,
+        }
+
+    # ------------------------------------------------------------------------------ array operations
+    def array(self, values: Any) -> Any:
+        return np.asarray(values, dtype=np.int64)
+
+    def to_numpy(self, values: Any) -> np.ndarray:
+        return np.asarray(values)
+
+    def empty_words(self, words: int) -> Any:
+        return np.empty((words, 0), dtype=np.int64)
+
+    def empty(self) -> Any:
+        return np.empty(0, dtype=np.int64)
+
+    def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
+        return np.concatenate(arrays, axis=axis)
+
+    def full(self, count: int, value: int) -> Any:
+        return np.full(count, value, dtype=np.int64)
+
+    def arange(self, start: int, stop: int) -> Any:
+        return np.arange(start, stop, dtype=np.int64)
+
+    def argsort(self, values: Any) -> Any:
+        return np.argsort(values, kind="stable")
+
+    def searchsorted(self, sorted_values: Any, values: Any) -> Any:
+        return np.searchsorted(sorted_values, values)
+
+    def nonzero(self, mask: Any) -> Any:
+        return np.flatnonzero(mask)
+
+    def count(self, mask: Any) -> int:
+        return int(np.count_nonzero(mask))
+
+    def less(self, first: Any, second: Any) -> Any:
+        """Row-wise lexicographic ``first < second`` over (words, rows) arrays."""
+        less = np.zeros(first.shape[1], dtype=bool)
+        equal = np.ones(first.shape[1], dtype=bool)
+        for word in range(first.shape[0]):
+            less |= equal & (first[word] < second[word])
+            equal &= first[word] == second[word]
+        return less
+
+    def fingerprint(self, words: Any) -> Any:
+        """A 64-bit fingerprint (as int64) of every column of a (words, rows) array."""
+        with np.errstate(over="ignore"):
+            hashed = np.full(words.shape[1], _SEED, dtype=np.uint64)
+            for word in range(words.shape[0]):
+                value = hashed ^ words[word].astype(np.uint64)
+                value ^= value >> np.uint64(30)
+                value *= np.uint64(_MULTIPLY_1)
+                value ^= value >> np.uint64(27)
+                value *= np.uint64(_MULTIPLY_2)
+                value ^= value >> np.uint64(31)
+                hashed = value
+        return hashed.view(np.int64)
+
+    def unique_rows(self, rows: Any) -> tuple[Any, Any]:
+        """(unique columns, index of each one's first occurrence) of a (words, rows) array."""
+        _, first = np.unique(np.ascontiguousarray(rows.T), axis=0, return_index=True)
+        first = np.sort(first)
+        return rows[:, first], first
+
+
+class TorchBackend:
+    """torch tensors on ``device`` ("cuda" or "cpu"); the same kernels as numpy."""
+
+    name = "torch"
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is available to torch; use --device cpu or --engine bfs-vec")
+        self.torch = torch
+        self.device = device
+
+    def namespace(self) -> dict[str, Any]:
+        torch = self.torch
+        device = self.device
+
+        def where(condition: Any, then: Any, otherwise: Any) -> Any:
+            return torch.where(condition, then, otherwise)
+
+        def extreme(function: Any) -> Any:
+            def apply(first: Any, second: Any) -> Any:
+                if not isinstance(first, torch.Tensor):
+                    first = torch.full_like(second, first)
+                if not isinstance(second, torch.Tensor):
+                    second = torch.full_like(first, second)
+                return function(first, second)
+
+            return apply
+
+        def rows(mask: Any, count: int) -> Any:
+            if mask is True:
+                return torch.arange(count, dtype=torch.int64, device=device)
+            if mask is False:
+                return torch.empty(0, dtype=torch.int64, device=device)
+            return torch.nonzero(mask).flatten()
+
+        def as_int(value: Any) -> Any:
+            return value.to(torch.int64) if isinstance(value, torch.Tensor) else int(value)
+
+        def stack(words: list[Any], count: int) -> Any:
+            columns = [
+                word.to(torch.int64) if isinstance(word, torch.Tensor) else torch.full((count,), int(word), dtype=torch.int64, device=device)
+                for word in words
+            ]
+            return torch.stack(columns)
+
+        return {
+            "_where": where,
+            "_minimum": extreme(torch.minimum),
+            "_maximum": extreme(torch.maximum),
+            "_int": as_int,
+            "_rows": rows,
+            "_stack": stack,
+            "_less": self.less,
+        }
+
+    def array(self, values: Any) -> Any:
+        return self.torch.as_tensor(np.asarray(values, dtype=np.int64), device=self.device)
+
+    def to_numpy(self, values: Any) -> np.ndarray:
+        return values.cpu().numpy()
+
+    def empty_words(self, words: int) -> Any:
+        return self.torch.empty((words, 0), dtype=self.torch.int64, device=self.device)
+
+    def empty(self) -> Any:
+        return self.torch.empty(0, dtype=self.torch.int64, device=self.device)
+
+    def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
+        return self.torch.cat(arrays, dim=axis)
+
+    def full(self, count: int, value: int) -> Any:
+        return self.torch.full((count,), value, dtype=self.torch.int64, device=self.device)
+
+    def arange(self, start: int, stop: int) -> Any:
+        return self.torch.arange(start, stop, dtype=self.torch.int64, device=self.device)
+
+    def argsort(self, values: Any) -> Any:
+        return self.torch.argsort(values, stable=True)
+
+    def searchsorted(self, sorted_values: Any, values: Any) -> Any:
+        return self.torch.searchsorted(sorted_values, values)
+
+    def nonzero(self, mask: Any) -> Any:
+        return self.torch.nonzero(mask).flatten()
+
+    def count(self, mask: Any) -> int:
+        return int(mask.sum().item())
+
+    def less(self, first: Any, second: Any) -> Any:
+        torch = self.torch
+        less = torch.zeros(first.shape[1], dtype=torch.bool, device=first.device)
+        equal = torch.ones(first.shape[1], dtype=torch.bool, device=first.device)
+        for word in range(first.shape[0]):
+            less |= equal & (first[word] < second[word])
+            equal &= first[word] == second[word]
+        return less
+
+    def fingerprint(self, words: Any) -> Any:
+        torch = self.torch
+
+        def shifted(value: Any, bits: int) -> Any:  # a logical right shift of int64
+            return (value >> bits) & ((1 << (64 - bits)) - 1)
+
+        hashed = torch.full((words.shape[1],), _signed(_SEED), dtype=torch.int64, device=words.device)
+        for word in range(words.shape[0]):
+            value = hashed ^ words[word]
+            value = value ^ shifted(value, 30)
+            value = value * _signed(_MULTIPLY_1)
+            value = value ^ shifted(value, 27)
+            value = value * _signed(_MULTIPLY_2)
+            value = value ^ shifted(value, 31)
+            hashed = value
+        return hashed
+
+    def unique_rows(self, rows: Any) -> tuple[Any, Any]:
+        columns = rows.T.contiguous()
+        _, inverse = self.torch.unique(columns, dim=0, return_inverse=True)
+        order = self.torch.argsort(inverse, stable=True)
+        sorted_inverse = inverse[order]
+        starts = self.torch.ones_like(sorted_inverse, dtype=self.torch.bool)
+        starts[1:] = sorted_inverse[1:] != sorted_inverse[:-1]
+        first = self.torch.sort(order[starts]).values
+        return rows[:, first], first
+
+
+Backend = NumpyBackend | TorchBackend
+
+
+def make_backend(engine: str, device: str | None) -> Backend:
+    """The backend of ``bfs-vec`` (numpy) or ``bfs-gpu`` (torch on ``device``, default cuda)."""
+    if engine == "bfs-vec":
+        return NumpyBackend()
+    return TorchBackend(device or "cuda")
+
+
+__all__ = ["Backend", "NumpyBackend", "TorchBackend", "make_backend"]

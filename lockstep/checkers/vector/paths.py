@@ -1,0 +1,105 @@
+"""Counterexamples of the vectorised engines, rebuilt and re-run through the reference evaluator.
+
+The engines keep, per stored state, only its parent's index and the id of the action x argument
+tuple that reached it. A path is rebuilt by replaying those tuples with ``InterpretedSystem``
+(``evaluate``, the reference semantics), from the initial state. With symmetry the stored states
+are canonical representatives: the replay follows the representatives and, beside them, a
+concrete execution whose every state has the representative's canonical form, so the path shown
+is a real run of the model. The violation at its end is checked again with ``evaluate``: a
+disagreement is an internal error of the kernels, never a result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from lockstep.checkers.explicit import transition_step
+from lockstep.checkers.result import Path, Step
+from lockstep.spec.layout import Layout
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition
+from lockstep.spec.sorts import Value
+
+Canonical = Callable[[tuple[int, ...]], tuple[int, ...]]
+
+
+class PathBuilder:
+    """Rebuilds paths from tuple ids; ``canonical`` maps packed words to their representative."""
+
+    def __init__(self, machine: Machine, layout: Layout, tuples: Sequence[tuple[int, tuple[Value, ...]]], canonical: Canonical | None) -> None:
+        self.machine = machine
+        self.layout = layout
+        self.tuples = tuples
+        self.canonical = canonical
+        self.system = InterpretedSystem(machine)
+
+    def _key(self, state: State) -> tuple[int, ...]:
+        words = self.layout.encode(state)
+        return words if self.canonical is None else self.canonical(words)
+
+    def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
+        action, arguments = self.tuples[tuple_id]
+        for transition in self.system.transitions(state):
+            if transition.action == action and transition.arguments == arguments and (transition.out_of_bounds is None) == in_bounds:
+                return transition
+        name = self.machine.actions[action].name
+        raise ModelError(f"internal error: the vectorised kernels took {name}{arguments}, which evaluate does not enable here")
+
+    def path(self, chain: Sequence[int], extra: int | None = None) -> Path:
+        """The path along ``chain`` (tuple ids from the initial state), then ``extra`` (a step that
+        leaves a sort), as a concrete execution."""
+        initial = self.system.initial()
+        representative, concrete = self.layout.decode(self._key(initial)), initial
+        steps: list[Step] = []
+        for tuple_id in chain:
+            taken = self._fire(representative, tuple_id)
+            if self.canonical is None:
+                steps.append(transition_step(self.machine, taken))
+                representative = concrete = taken.target
+                continue
+            wanted = self._key(taken.target)
+            representative = self.layout.decode(wanted)
+            for transition in self.system.transitions(concrete):
+                if transition.out_of_bounds is None and self._key(transition.target) == wanted:
+                    steps.append(transition_step(self.machine, transition))
+                    concrete = transition.target
+                    break
+            else:
+                raise ModelError("internal error: no concrete step reaches the representative the vectorised engine stored")
+        if extra is not None:
+            leaving = self._fire(representative, extra, in_bounds=False)
+            if self.canonical is not None:
+                leaving = next(
+                    transition
+                    for transition in self.system.transitions(concrete)
+                    if transition.action == leaving.action and transition.out_of_bounds == leaving.out_of_bounds
+                )
+            steps.append(transition_step(self.machine, leaving))
+        return Path(initial, tuple(steps))
+
+    def confirm(self, position: int, path: Path, deadlock: bool) -> None:
+        """Check with ``evaluate`` that ``path`` ends where property ``position`` is violated (or, for
+        ``sometimes``, witnessed); anything else is an internal error of the kernels."""
+        prop = self.machine.properties[position]
+        final = path.final_state
+        if deadlock:
+            ok = self.system.is_final(final) if prop.name == NO_DEADLOCK else self.system.holds_at_deadlock(position, final)
+            confirmed = not self.system.transitions(final) and not ok
+        elif prop.name == IN_BOUNDS:
+            confirmed = bool(path.steps) and self._leaves_sort(path)
+        else:
+            holds = self.system.holds(position, final)
+            confirmed = holds if prop.kind is PropertyKind.SOMETIMES else not holds
+        if not confirmed:
+            raise ModelError(f"internal error: evaluate does not confirm the vectorised engine's result for {prop.name}")
+
+    def _leaves_sort(self, path: Path) -> bool:
+        last = path.steps[-1]
+        previous = path.steps[-2].state if len(path.steps) > 1 else path.initial
+        for transition in self.system.transitions(previous):
+            if transition.target == last.state and transition.out_of_bounds is not None:
+                return True
+        return False
+
+
+__all__ = ["PathBuilder"]

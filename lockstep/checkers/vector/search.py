@@ -1,0 +1,300 @@
+"""Level-synchronous BFS over packed states with compiled kernels: ``bfs-vec`` and ``bfs-gpu``.
+
+One loop serves both backends. A level's frontier is expanded in chunks: the kernels give every
+enabled action x argument tuple's successors at once; successors are canonicalised (symmetry),
+fingerprinted, deduplicated among themselves and against the visited set, and the new ones form
+the next frontier. Per stored state the engine keeps its parent's index and the tuple id that
+reached it (host memory, 6 bytes), so shortest counterexamples are rebuilt by replaying tuples
+through ``evaluate`` (``paths``). Properties are evaluated as masks over each level's new states,
+deadlocks over the frontier rows with no enabled action. Statistics, verdicts and warnings have
+the meaning they have in ``ExplicitSearch``; a complete search gives exactly its counts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, property_verdict
+from lockstep.checkers.limits import Limits, LimitWatch
+from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
+from lockstep.checkers.vector.backend import Backend
+from lockstep.checkers.vector.kernels import Kernels, compile_kernels
+from lockstep.checkers.vector.paths import PathBuilder
+from lockstep.checkers.vector.values import Unsupported
+from lockstep.checkers.vector.visited import VisitedSet, omission_probability
+from lockstep.spec.layout import Layout, LayoutError
+from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
+from lockstep.spec.semantics import InterpretedSystem, ModelError
+
+ROOT = np.iinfo(np.uint32).max  # the parent index of the initial state
+
+
+@dataclass
+class _Found:
+    state: int  # the global index of the violating (or witnessing, or deadlocked) state
+    extra: int | None = None  # in_bounds: the tuple id of the step that leaves a sort
+    deadlock: bool = False
+
+
+def vectorisable(machine: Machine, positions: frozenset[int] | None = None) -> str | None:
+    """Why the vectorised engines cannot check ``machine`` (None when they can): a leads-to
+    property among those checked, or a sort without a packed layout."""
+    for position, prop in enumerate(machine.properties):
+        if prop.kind is PropertyKind.LEADS_TO and (positions is None or position in positions):
+            return f"property {prop.name} is a leads-to property, which needs the state graph; use --engine bfs"
+    try:
+        Layout(machine)
+    except LayoutError as error:
+        return f"{error}; use --engine bfs"
+    return None
+
+
+class VectorSearch:
+    """One run of the vectorised BFS; ``run()`` returns the ``CheckResult``."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        backend: Backend,
+        *,
+        engine: str,
+        symmetry: bool = False,
+        compact: bool = False,
+        stop_at_first: bool = False,
+        limits: Limits | None = None,
+        progress: Progress | None = None,
+        chunk: int = 1 << 17,
+    ) -> None:
+        self.machine = machine.finish()
+        try:
+            self.layout = Layout(self.machine)
+        except LayoutError as error:
+            raise Unsupported(f"{error}; use --engine bfs") from None
+        self.backend = backend
+        self.engine = engine
+        self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
+        self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
+        self.stop_at_first = stop_at_first
+        self.limits = limits or Limits()
+        self.progress = progress
+        self.chunk = chunk
+        self.via_type = np.uint16 if len(self.kernels.tuples) < (1 << 16) else np.uint32
+        self.parents: list[np.ndarray] = []  # per level, the parents' global indices
+        self.via: list[np.ndarray] = []  # per level, the tuple ids that reached the states
+        self.found: dict[int, _Found] = {}
+        self.fired: set[int] = set()
+        self.stored = 0
+        self.stats = Statistics()
+
+    # ----------------------------------------------------------------------------------- the loop
+    def run(self) -> CheckResult:
+        started = time.monotonic()
+        watch = LimitWatch(self.limits, started)
+        backend, kernels = self.backend, self.kernels
+        stats = self.stats
+        stats.transitions = 0
+        first = backend.array(np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None])
+        if kernels.canonical is not None:
+            first = kernels.canonical(first)
+        self._store(first, backend.fingerprint(first), np.array([ROOT], dtype=np.uint32), np.zeros(1, dtype=self.via_type))
+        frontier, depth = first, 0
+        stopped: str | None = None
+        truncated = False
+        try:
+            while int(frontier.shape[1]) and stopped is None:
+                stats.depth = depth
+                if self.limits.max_depth is not None and depth >= self.limits.max_depth:
+                    truncated = True
+                    break
+                base = self.stored - int(frontier.shape[1])
+                following = []
+                for start in range(0, int(frontier.shape[1]), self.chunk):
+                    following.append(self._expand(frontier[:, start : start + self.chunk], base + start))
+                    stopped = self._should_stop(watch)
+                    if stopped is not None:
+                        break
+                    if self.progress is not None:
+                        self.progress(Statistics(self.stored, stats.transitions, depth, time.monotonic() - started))
+                frontier = backend.concatenate(following, axis=1) if following else backend.empty_words(self.layout.words)
+                depth += 1
+        except KeyboardInterrupt:
+            stopped = "interrupted"
+        stats.states = self.stored
+        stats.seconds = time.monotonic() - started
+        complete = stopped is None and not truncated
+        return self._result(complete, truncated and stopped is None, stopped)
+
+    def _should_stop(self, watch: LimitWatch) -> str | None:
+        properties = self.machine.properties
+        if self.stop_at_first and any(properties[position].kind is PropertyKind.ALWAYS for position in self.found):
+            return FIRST_VIOLATION
+        if len(self.found) == len(properties):
+            return "all-found"
+        return watch.exceeded(self.stored)
+
+    def _expand(self, frontier: Any, base: int) -> Any:
+        """Expand one chunk of a level (global indices from ``base``); return its new states."""
+        backend, kernels = self.backend, self.kernels
+        blocks, enabled, errors = kernels.expand(frontier)
+        if errors:
+            self._model_error(frontier, errors)
+        if enabled is not True:
+            dead = backend.nonzero(~enabled) if enabled is not False else backend.arange(0, int(frontier.shape[1]))
+            if len(dead):
+                self._deadlocks(frontier[:, dead], base, dead)
+        children, parents, via = [], [], []
+        in_bounds = next(i for i, prop in enumerate(self.machine.properties) if prop.name == IN_BOUNDS)
+        for tuple_id, rows, successors, out_of_bounds in blocks:
+            self.stats.transitions = (self.stats.transitions or 0) + int(rows.shape[0])
+            self.fired.add(kernels.tuples[tuple_id][0])
+            if out_of_bounds is not None:
+                leaving = backend.nonzero(out_of_bounds)
+                if len(leaving):
+                    if in_bounds not in self.found:
+                        self.found[in_bounds] = _Found(base + int(rows[leaving[0]]), tuple_id)
+                    staying = ~out_of_bounds
+                    rows, successors = rows[staying], successors[:, staying]
+            children.append(successors)
+            parents.append(rows + base)
+            via.append(backend.full(int(rows.shape[0]), tuple_id))
+        if not children:
+            return backend.empty_words(self.layout.words)
+        states = backend.concatenate(children, axis=1)
+        if kernels.canonical is not None:
+            states = kernels.canonical(states)
+        keys = backend.fingerprint(states)
+        chosen = self.visited.unique(keys, states)
+        keys, states = keys[chosen], states[:, chosen]
+        fresh = self.visited.absent(keys, states)
+        keys, states = keys[fresh], states[:, fresh]
+        parent = backend.concatenate(parents)[chosen][fresh]
+        tuple_ids = backend.concatenate(via)[chosen][fresh]
+        self._store(states, keys, backend.to_numpy(parent).astype(np.uint32), backend.to_numpy(tuple_ids).astype(self.via_type))
+        return states
+
+    def _store(self, states: Any, keys: Any, parents: np.ndarray, via: np.ndarray) -> None:
+        first = self.stored
+        self.visited.add(keys, states)
+        self.parents.append(parents)
+        self.via.append(via)
+        self.stored += int(keys.shape[0])
+        if int(keys.shape[0]):
+            self._check_states(states, first)
+
+    def _check_states(self, states: Any, first: int) -> None:
+        values, error = self.kernels.predicates(states)
+        if error is not False and bool(error.any() if hasattr(error, "any") else error):
+            self._predicate_error(states, error)
+        for position, (prop, value) in enumerate(zip(self.machine.properties, values)):
+            if position in self.found or value is None:
+                continue
+            wanted = value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
+            row = self._first(wanted)
+            if row is not None:
+                self.found[position] = _Found(first + row)
+
+    def _deadlocks(self, states: Any, base: int, rows: Any) -> None:
+        values, error = self.kernels.deadlocked(states)
+        if error is not False and bool(error.any() if hasattr(error, "any") else error):
+            self._predicate_error(states, error)
+        for position, value in enumerate(values):
+            if value is None or position in self.found:
+                continue
+            row = self._first(~value if not isinstance(value, bool) else not value)
+            if row is not None:
+                self.found[position] = _Found(base + int(rows[row]), deadlock=True)
+
+    def _first(self, mask: Any) -> int | None:
+        if isinstance(mask, bool):
+            return 0 if mask else None
+        hits = self.backend.nonzero(mask)
+        return int(hits[0]) if len(hits) else None
+
+    # ------------------------------------------------------------------------------- model errors
+    def _model_error(self, frontier: Any, errors: list[tuple[int, Any]]) -> None:
+        tuple_id, rows = errors[0]
+        state = self.layout.decode(self.backend.to_numpy(frontier[:, rows[0]]).tolist())
+        InterpretedSystem(self.machine).transitions(state)  # raises the reference ModelError
+        action, arguments = self.kernels.tuples[tuple_id]
+        raise ModelError(f"internal error: the vectorised kernel of {self.machine.actions[action].name}{arguments} fails where evaluate does not")
+
+    def _predicate_error(self, states: Any, error: Any) -> None:
+        row = self._first(error)
+        assert row is not None
+        state = self.layout.decode(self.backend.to_numpy(states[:, row]).tolist())
+        system = InterpretedSystem(self.machine)
+        for position in range(len(self.machine.properties)):
+            system.holds(position, state)
+            system.holds_at_deadlock(position, state)
+        system.is_final(state)
+        raise ModelError("internal error: a vectorised property kernel fails where evaluate does not")
+
+    # ------------------------------------------------------------------------------------ results
+    def chain(self, state: int) -> list[int]:
+        """The tuple ids from the initial state to stored state ``state``."""
+        offsets = np.cumsum([0] + [len(level) for level in self.parents])
+        steps: list[int] = []
+        while True:
+            level = int(np.searchsorted(offsets, state, side="right")) - 1
+            parent = int(self.parents[level][state - offsets[level]])
+            if parent == ROOT:
+                break
+            steps.append(int(self.via[level][state - offsets[level]]))
+            state = parent
+        steps.reverse()
+        return steps
+
+    def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
+        machine = self.machine
+        canonical = None
+        if self.kernels.canonical is not None:
+            function = self.kernels.canonical
+            backend = self.backend
+
+            def canonical(words: tuple[int, ...]) -> tuple[int, ...]:
+                packed = backend.array(np.array(words, dtype=np.int64)[:, None])
+                return tuple(int(word) for word in backend.to_numpy(function(packed))[:, 0])
+
+        builder = PathBuilder(machine, self.layout, self.kernels.tuples, canonical)
+        results: list[PropertyResult] = []
+        for position, prop in enumerate(machine.properties):
+            if prop.kind is PropertyKind.LEADS_TO:
+                results.append(PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, "leads-to is checked by --engine bfs", prop.builtin))
+                continue
+            found = self.found.get(position)
+            if found is None:
+                results.append(property_verdict(prop, None, "", complete, bounded))
+                continue
+            path = builder.path(self.chain(found.state), found.extra)
+            builder.confirm(position, path, found.deadlock)
+            detail = "no action is enabled" if found.deadlock else ""
+            if found.extra is not None:
+                last = path.steps[-1]
+                previous = path.steps[-2].state if len(path.steps) > 1 else path.initial
+                leaving = next(t for t in builder.system.transitions(previous) if t.target == last.state and t.out_of_bounds is not None)
+                assert leaving.out_of_bounds is not None
+                detail = bounds_detail(machine, leaving.out_of_bounds, path.final_state)
+            results.append(property_verdict(prop, path, detail, complete, bounded))
+        warnings = [
+            f"action {action.name} was never enabled in the explored states"
+            for position, action in enumerate(machine.actions)
+            if position not in self.fired
+        ]
+        if not self.visited.exact and self.stored > 1:
+            warnings.append(
+                f"--compact: states are told apart by 64-bit fingerprints; the chance that one was omitted is at most "
+                f"{omission_probability(self.stored):.1e}"
+            )
+        return CheckResult(machine, self.engine, results, self.stats, None if stopped == "all-found" else stopped, warnings)
+
+    @property
+    def bytes_per_state(self) -> float:
+        """Memory per stored state: the visited set, plus the parent index and tuple id."""
+        return self.visited.bytes_per_state + 4 + np.dtype(self.via_type).itemsize
+
+
+__all__ = ["VectorSearch", "vectorisable"]

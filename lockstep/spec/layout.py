@@ -1,0 +1,184 @@
+"""The packed-state layout: every state of a ``Machine`` as a fixed number of 63-bit words.
+
+A layout is derived from the machine's sorts alone (no per-model code). Each variable's sort is
+flattened into *leaves*, scalar fields of a fixed bit width: a Bool, bounded Int, Enum or Index
+is one leaf holding ``value - low``; a map is its values in key order; a record its fields in
+order; a bounded sequence is a length leaf followed by ``capacity`` element slots, where a slot
+past the length holds the element's lowest value (all-zero bits), so every sequence value has
+exactly one encoding. Leaves are packed in order into words of at most 63 bits, a leaf never
+straddling two words, so a word is a non-negative int64 for numpy and torch alike and two states
+are equal exactly when their words are.
+
+``encode`` and ``decode`` convert between the engines' tuple states (``lockstep.spec.semantics``)
+and words; the vectorised engines (``lockstep.checkers.vector``) decode and encode whole frontiers
+with the same offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from lockstep.spec.machine import Machine
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+
+WORD_BITS = 63
+
+
+class LayoutError(ValueError):
+    """A sort that has no packed layout (an unbounded integer in a state)."""
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """One scalar field of the packed state: where it lives and how its value is offset."""
+
+    position: int  # index among all leaves
+    path: str  # e.g. "mode[1]", "queue.to_engine[0].kind", "queue.to_engine#length"
+    low: int  # the value stored as 0
+    high: int
+    width: int  # bits
+    word: int
+    shift: int
+    boolean: bool = False  # a Bool leaf (decoded as a truth value)
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.width) - 1
+
+
+def scalar_range(sort: Sort) -> tuple[int, int]:
+    """The ``(low, high)`` values of a scalar sort."""
+    if isinstance(sort, BoolSort):
+        return 0, 1
+    if isinstance(sort, IntSort):
+        if sort.low is None or sort.high is None:
+            raise LayoutError(f"sort {sort.name} is unbounded and has no packed layout")
+        return sort.low, sort.high
+    if isinstance(sort, (EnumSort, IndexSort)):
+        return 0, sort.size - 1
+    raise LayoutError(f"sort {sort.name} is not a scalar sort")
+
+
+def is_scalar(sort: Sort) -> bool:
+    return isinstance(sort, (BoolSort, IntSort, EnumSort, IndexSort))
+
+
+def scalar_leaves(sort: Sort, path: str) -> Iterator[tuple[str, Sort]]:
+    """The scalar parts of ``sort`` in layout order, each with its path."""
+    if is_scalar(sort):
+        yield path, sort
+    elif isinstance(sort, MapSort):
+        for key in sort.keys:
+            yield from scalar_leaves(sort.value, f"{path}[{sort.key.render(key)}]")
+    elif isinstance(sort, RecordSort):
+        for name, field_sort in sort.fields:
+            yield from scalar_leaves(field_sort, f"{path}.{name}")
+    elif isinstance(sort, SequenceSort):
+        yield f"{path}#length", IntSort(0, sort.capacity)
+        for slot in range(sort.capacity):
+            yield from scalar_leaves(sort.element, f"{path}[{slot}]")
+    else:
+        raise LayoutError(f"sort {sort.name} of {path} has no packed layout")
+
+
+class Layout:
+    """The leaves of a machine's variables and their places in the words of a packed state."""
+
+    def __init__(self, machine: Machine) -> None:
+        self.machine = machine
+        self.names = tuple(machine.variables)
+        self.sorts = tuple(variable.sort for variable in machine.variables.values())
+        leaves: list[Leaf] = []
+        self.spans: list[tuple[int, int]] = []  # per variable: its first leaf and one past its last
+        word, used = 0, 0
+        for name, sort in zip(self.names, self.sorts):
+            first = len(leaves)
+            for path, scalar in scalar_leaves(sort, name):
+                low, high = scalar_range(scalar)
+                width = (high - low).bit_length()
+                if width > WORD_BITS:
+                    raise LayoutError(f"{path}: the range {low}..{high} needs {width} bits, more than a word's {WORD_BITS}")
+                if used + width > WORD_BITS:
+                    word, used = word + 1, 0
+                leaves.append(Leaf(len(leaves), path, low, high, width, word, used, isinstance(scalar, BoolSort)))
+                used += width
+            self.spans.append((first, len(leaves)))
+        self.leaves = tuple(leaves)
+        self.words = word + 1
+        self.bits = sum(leaf.width for leaf in leaves)
+
+    # ------------------------------------------------------------------ tuple states <-> leaf values
+    def leaf_values(self, state: Sequence[Value]) -> list[int]:
+        """The integer value of every leaf of a tuple state (sequence padding at the lowest value)."""
+        values: list[int] = []
+        for sort, value in zip(self.sorts, state):
+            _flatten(sort, value, values)
+        return values
+
+    def from_leaf_values(self, values: Sequence[int]) -> tuple[Value, ...]:
+        """The tuple state whose leaves hold ``values``."""
+        cursor = iter(values)
+        return tuple(_rebuild(sort, cursor) for sort in self.sorts)
+
+    # ------------------------------------------------------------------------- words <-> states
+    def encode(self, state: Sequence[Value]) -> tuple[int, ...]:
+        """The packed words of a tuple state; a value outside its sort is a ``LayoutError``."""
+        words = [0] * self.words
+        for leaf, value in zip(self.leaves, self.leaf_values(state)):
+            if not leaf.low <= value <= leaf.high:
+                raise LayoutError(f"{leaf.path} = {value} is outside {leaf.low}..{leaf.high}")
+            words[leaf.word] |= (value - leaf.low) << leaf.shift
+        return tuple(words)
+
+    def decode(self, words: Sequence[int]) -> tuple[Value, ...]:
+        """The tuple state packed in ``words``."""
+        values = [((int(words[leaf.word]) >> leaf.shift) & leaf.mask) + leaf.low for leaf in self.leaves]
+        return self.from_leaf_values(values)
+
+    def describe(self) -> str:
+        return f"{len(self.leaves)} fields, {self.bits} bits in {self.words} word{'s' if self.words != 1 else ''}"
+
+
+def _flatten(sort: Sort, value: Value, out: list[int]) -> None:
+    if is_scalar(sort):
+        out.append(int(value))  # type: ignore[call-overload]
+        return
+    assert isinstance(value, tuple)
+    if isinstance(sort, MapSort):
+        for item in value:
+            _flatten(sort.value, item, out)
+    elif isinstance(sort, RecordSort):
+        for (_, field_sort), item in zip(sort.fields, value):
+            _flatten(field_sort, item, out)
+    elif isinstance(sort, SequenceSort):
+        if len(value) > sort.capacity:
+            raise LayoutError(f"a sequence of {len(value)} elements exceeds its capacity {sort.capacity}")
+        out.append(len(value))
+        for item in value:
+            _flatten(sort.element, item, out)
+        padding = list(_padding(sort.element))
+        out.extend(padding * (sort.capacity - len(value)))
+
+
+def _padding(sort: Sort) -> Iterator[int]:
+    for _, scalar in scalar_leaves(sort, ""):
+        yield scalar_range(scalar)[0]
+
+
+def _rebuild(sort: Sort, cursor: Iterator[int]) -> Value:
+    if isinstance(sort, BoolSort):
+        return bool(next(cursor))
+    if is_scalar(sort):
+        return next(cursor)
+    if isinstance(sort, MapSort):
+        return tuple(_rebuild(sort.value, cursor) for _ in sort.keys)
+    if isinstance(sort, RecordSort):
+        return tuple(_rebuild(field_sort, cursor) for _, field_sort in sort.fields)
+    assert isinstance(sort, SequenceSort)
+    length = next(cursor)
+    items = [_rebuild(sort.element, cursor) for _ in range(sort.capacity)]
+    return tuple(items[:length])
+
+
+__all__ = ["WORD_BITS", "Layout", "LayoutError", "Leaf", "is_scalar", "scalar_leaves", "scalar_range"]
