@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from lockstep.checkers import ENGINES, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
+from lockstep.checkers import AUTO, ENGINES, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
 from lockstep.checkers.report import PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.checkers.symmetry import SymmetryError
@@ -61,7 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
     checker.add_argument("--instance", help="named instance (default: seed)")
     checker.add_argument("--ranks", type=positive(int), help="the model's rank parameter")
     checker.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
-    checker.add_argument("--engine", choices=ENGINES, default="bfs", help="bfs: shortest counterexamples (default); dfs; bmc: Z3 bounded model checking; induction: Z3 k-induction")
+    checker.add_argument(
+        "--engine", choices=ENGINES, default=AUTO,
+        help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, shortest counterexamples; "
+        "dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); bfs-gpu: the same kernels with torch "
+        "(--device); bmc: Z3 bounded model checking; induction: Z3 k-induction",
+    )
+    checker.add_argument("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
+    checker.add_argument("--compact", action="store_true", help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is reported)")
+    checker.add_argument("--stop-at-first", action="store_true", help="explicit engines: stop at the first violation (shortest with the BFS engines)")
+    checker.add_argument("--workers", type=positive(int), default=1, metavar="N", help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)")
     checker.add_argument("--depth", type=non_negative, metavar="K", help="bmc: steps to unroll")
     checker.add_argument("--k", type=positive(int), dest="induction_k", metavar="K", help="induction: the k of k-induction (default: 1..10)")
     checker.add_argument("--solver-timeout", type=positive(float), metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)")
@@ -145,6 +154,10 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             solver_timeout=arguments.solver_timeout,
             induction_k=arguments.induction_k,
             properties=arguments.properties,
+            device=arguments.device,
+            compact=arguments.compact,
+            stop_at_first=arguments.stop_at_first,
+            workers=arguments.workers,
         )
 
 
@@ -167,6 +180,8 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             if value is not None:
                 owner = "--engine induction" if option == "--k" else "--engine bmc"
                 raise UsageError(f"{option} applies to {owner}, not to {engine}")
+        if arguments.interpreted and engine not in ("bfs", "dfs", AUTO):
+            raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
 
 
 def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console) -> Path | None:

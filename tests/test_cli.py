@@ -181,7 +181,7 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, not to bfs"),
+        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, not to auto"),
         (["check", "dp-pause", "--solver-timeout", "5"], "--solver-timeout applies to --engine bmc"),
         (["check", "dp-pause", "--engine", "bmc"], "--engine bmc needs --depth K"),
         (["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--max-depth", "4"], "--max-depth applies to the explicit engines"),

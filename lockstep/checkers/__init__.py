@@ -1,8 +1,12 @@
 """Engines over any model, behind one entry point: ``check(instance_or_machine, engine=...)``.
 
-``check`` returns a ``CheckResult`` and never prints. Engines: ``bfs`` (shortest
-counterexamples) and ``dfs`` (explicit-state search). ``compiled=False`` runs the reference
-interpreter instead of the generated code (slower; used by differential tests and benchmarks).
+``check`` returns a ``CheckResult`` and never prints. Explicit engines: ``bfs`` (the reference:
+shortest counterexamples, generated Python over tuple states) and ``dfs``; ``bfs-vec`` (kernels
+over packed states with numpy on one core) and ``bfs-gpu`` (the same kernels with torch, on
+``device``); ``auto`` picks ``bfs-vec`` where it supports the model (no leads-to property checked,
+every construct compiled) and ``bfs`` otherwise. ``workers`` > 1 partitions ``bfs-vec``/``bfs-gpu``
+across processes with torch.distributed. ``compiled=False`` runs the reference interpreter
+instead of the generated code (slower; used by differential tests and benchmarks).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import dataclasses
 from collections.abc import Collection
 
 from lockstep.checkers.explicit import ExplicitSearch, Progress
+from lockstep.checkers.vector import Unsupported, VectorSearch, vectorisable
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
 from lockstep.spec.compiler import CompiledSystem
@@ -18,9 +23,11 @@ from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 
-EXPLICIT_ENGINES = ("bfs", "dfs")
+VECTOR_ENGINES = ("bfs-vec", "bfs-gpu")
+EXPLICIT_ENGINES = ("bfs", "dfs", *VECTOR_ENGINES)
 SYMBOLIC_ENGINES = ("bmc", "induction")
-ENGINES = EXPLICIT_ENGINES + SYMBOLIC_ENGINES
+AUTO = "auto"
+ENGINES = (AUTO, *EXPLICIT_ENGINES, *SYMBOLIC_ENGINES)
 
 
 def system_for(machine: Machine, compiled: bool = True) -> TransitionSystem:
@@ -40,18 +47,34 @@ def check(
     solver_timeout: float | None = None,
     induction_k: int | None = None,
     properties: Collection[str] | None = None,
+    device: str | None = None,
+    compact: bool = False,
+    stop_at_first: bool = False,
+    workers: int = 1,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
     seconds per Z3 query. ``properties`` restricts the check (and the result) to the named
-    properties; the Z3 engines then skip the others' queries altogether.
-    z3 is imported only when a Z3 engine is asked for."""
+    properties; the Z3 engines then skip the others' queries altogether. ``compact`` (vectorised
+    engines) keeps 64-bit fingerprints instead of full states; ``stop_at_first`` (explicit engines)
+    ends the search at the first violation. z3 is imported only when a Z3 engine is asked for,
+    torch only for ``bfs-gpu`` or ``workers`` > 1."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
     only = _selected(machine, properties)
+    _check_options(engine, device=device, compact=compact, stop_at_first=stop_at_first, workers=workers)
+    if engine == AUTO:
+        engine = "bfs-vec" if compiled and vectorisable(machine, only) is None else "bfs"
+        if engine == "bfs-vec" and workers == 1:
+            try:
+                return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
+            except Unsupported:
+                engine = "bfs"  # a construct the kernels do not compile: the reference engine checks it
+        if workers > 1 and engine == "bfs":
+            raise UsageError(f"--workers: {vectorisable(machine, only) or 'the model cannot be vectorised'}")
     if engine in SYMBOLIC_ENGINES:
         if symmetry:
             raise UsageError("--symmetry applies to the explicit engines only")
@@ -68,11 +91,59 @@ def check(
         timeout = None if limits is None else limits.timeout_seconds
         checker = BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=safety)
         return _with_liveness(checker.run(), liveness & set(only or liveness))
-    search = ExplicitSearch(system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress)
-    result = search.run()
-    if only is not None:
-        result = dataclasses.replace(result, properties=[item for i, item in enumerate(result.properties) if i in only])
-    return result
+    if engine in VECTOR_ENGINES:
+        why = vectorisable(machine, only)
+        if why is not None:
+            raise UsageError(f"--engine {engine}: {why}")
+        if workers > 1:
+            from lockstep.checkers.vector.distributed import check_distributed
+
+            return _restricted(check_distributed(machine, engine, workers, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, device=device), only)
+        try:
+            return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
+        except Unsupported as error:
+            raise UsageError(f"--engine {engine} cannot check {machine.name}: {error}; use --engine bfs") from None
+    search = ExplicitSearch(
+        system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress, stop_at_first=stop_at_first
+    )
+    return _restricted(search.run(), only)
+
+
+def _vector_check(
+    machine: Machine, engine: str, symmetry: bool, limits: Limits | None, progress: Progress | None, device: str | None, compact: bool, stop_at_first: bool
+) -> CheckResult:
+    from lockstep.checkers.vector.backend import make_backend
+
+    try:
+        backend = make_backend(engine, device)
+    except RuntimeError as error:
+        raise UsageError(str(error)) from None
+    search = VectorSearch(machine, backend, engine=engine, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, progress=progress)
+    return search.run()
+
+
+def _check_options(engine: str, *, device: str | None, compact: bool, stop_at_first: bool, workers: int) -> None:
+    """Options that only some engines take are errors elsewhere, not silently ignored."""
+    vector = engine in (AUTO, *VECTOR_ENGINES)
+    if device is not None and engine != "bfs-gpu":
+        raise UsageError("--device applies to --engine bfs-gpu")
+    if device is not None and not (device == "cpu" or device.startswith("cuda")):
+        raise UsageError(f"--device must be cpu or cuda (or cuda:N), not {device!r}")
+    if compact and not vector:
+        raise UsageError(f"--compact applies to --engine bfs-vec and bfs-gpu, not to {engine}")
+    if stop_at_first and engine in SYMBOLIC_ENGINES:
+        raise UsageError(f"--stop-at-first applies to the explicit engines; {engine} already stops at the shortest violation")
+    if workers < 1:
+        raise UsageError(f"--workers must be at least 1, not {workers}")
+    if workers > 1 and not vector:
+        raise UsageError(f"--workers applies to --engine bfs-vec and bfs-gpu, not to {engine}")
+
+
+def _restricted(result: CheckResult, only: frozenset[int] | None) -> CheckResult:
+    """The result limited to the checked properties."""
+    if only is None:
+        return result
+    return dataclasses.replace(result, properties=[item for i, item in enumerate(result.properties) if i in only])
 
 
 def _with_liveness(result: CheckResult, positions: set[int]) -> CheckResult:
@@ -99,7 +170,9 @@ def _selected(machine: Machine, names: Collection[str] | None) -> frozenset[int]
 
 
 __all__ = [
+    "AUTO",
     "ENGINES",
+    "VECTOR_ENGINES",
     "EXPLICIT_ENGINES",
     "SYMBOLIC_ENGINES",
     "CheckResult",

@@ -173,7 +173,7 @@ class _Builder:
         if error.value is not False:
             body.append(f"e = _rows({error.code}, len({rows}))")
             body.append(f"if len(e): errors.append(({tuple_id}, {rows}[e]))")
-        oob = "None" if out_of_bounds.value is False else out_of_bounds.code
+        oob = {False: "None", True: f"({rows} >= 0)"}.get(out_of_bounds.value, out_of_bounds.code)  # type: ignore[call-overload]
         body.append(f"blocks.append(({tuple_id}, {rows}, {parent}, {oob}))")
         lines.extend(_indent(body, 1).splitlines())
         return lines

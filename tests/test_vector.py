@@ -1,0 +1,202 @@
+"""Tests for lockstep.checkers.vector: the compiled kernels agree with the reference engine.
+
+(a) every pinned instance up to 500k states: ``bfs-vec`` and ``bfs-gpu --device cpu`` give exactly
+the states, transitions, depth, verdicts and counterexample lengths of ``bfs``; (b) random
+well-sorted guards, updates and invariants give the same search results, errors and out-of-sort
+steps as the reference; (c) symmetry, ``--stop-at-first``, ``--compact`` and a fingerprint that
+collides on purpose; (d) refusals and the automatic choice of engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from test_compiler import DECLARED, V, expressions, one_action_machine, states
+
+from lockstep.checkers import CheckResult, Limits, check
+from lockstep.checkers.vector.backend import NumpyBackend
+from lockstep.checkers.vector.search import VectorSearch
+from lockstep.cli import pinned_instances
+from lockstep.models import get_protocol
+from lockstep.spec.machine import Machine, Step
+from lockstep.spec.protocol import Instance, UsageError
+from lockstep.spec.semantics import ModelError
+from lockstep.spec.sorts import IndexSort, MapSort, SequenceSort, Value, integers
+from lockstep.spec.terms import Term, if_then_else, lift, map_of
+
+LIMIT = 500_000
+TORCH_LIMIT = 100_000  # the torch kernels on the CPU: the same code, checked on the smaller instances
+
+
+def summary(result: CheckResult) -> tuple[Any, ...]:
+    stats = result.stats
+    verdicts = tuple((item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties)
+    return stats.states, stats.transitions, stats.depth, result.verdict.value, result.stopped, verdicts
+
+
+def _checked_instances() -> list[Instance]:
+    return [instance for instance in pinned_instances() if not any(prop.kind.value == "leads-to" for prop in instance.machine().properties)]
+
+
+INSTANCES = _checked_instances()
+
+
+@pytest.mark.parametrize("instance", INSTANCES, ids=[instance.label for instance in INSTANCES])
+def test_vectorised_engines_equal_the_reference_on_every_pinned_instance(instance: Instance) -> None:
+    reference = check(instance, "bfs", limits=Limits(max_states=LIMIT))
+    if reference.stopped == "max-states":
+        pytest.skip(f"more than {LIMIT:,} states: in the slow tier")
+    assert summary(check(instance, "bfs-vec")) == summary(reference)
+    if reference.stats.states is not None and reference.stats.states <= TORCH_LIMIT:
+        assert summary(check(instance, "bfs-gpu", device="cpu")) == summary(reference)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("instance", INSTANCES, ids=[instance.label for instance in INSTANCES])
+def test_vectorised_engines_equal_the_reference_on_the_large_instances(instance: Instance) -> None:
+    reference = check(instance, "bfs")
+    assert summary(check(instance, "bfs-vec")) == summary(reference)
+    assert summary(check(instance, "bfs-vec", compact=True)) == summary(reference)
+    assert summary(check(instance, "bfs-gpu", device="cpu")) == summary(reference)
+
+
+# --------------------------------------------------------------------------------- (b) random models
+def outcome(machine: Machine, engine: str) -> tuple[str, object]:
+    try:
+        return ("result", summary(check(machine, engine)))
+    except ModelError:
+        return ("model error", None)
+
+
+@settings(max_examples=150, deadline=None)
+@given(expressions("bool", 2), expressions(), expressions("bool", 2), states())
+def test_random_guards_updates_and_invariants_search_alike(
+    guard: tuple[str, Term], update: tuple[str, Term], invariant: tuple[str, Term], state: dict[str, Value]
+) -> None:
+    machine = one_action_machine(state, guard[1], update[0], update[1], invariant[1])
+    assert outcome(machine, "bfs-vec") == outcome(machine, "bfs")
+
+
+@settings(max_examples=25, deadline=None)
+@given(expressions("bool", 2), expressions(), expressions("bool", 2), states())
+def test_random_models_search_alike_with_the_torch_kernels(
+    guard: tuple[str, Term], update: tuple[str, Term], invariant: tuple[str, Term], state: dict[str, Value]
+) -> None:
+    machine = one_action_machine(state, guard[1], update[0], update[1], invariant[1])
+    reference = outcome(machine, "bfs")
+    try:
+        torch = ("result", summary(check(machine, "bfs-gpu", device="cpu")))
+    except ModelError:
+        torch = ("model error", None)
+    assert torch == reference
+
+
+def test_a_step_out_of_its_sort_and_a_failing_store_are_reported_alike() -> None:
+    base = {name: next(iter(sort.values())) for name, sort in DECLARED.values()}
+    leaving = one_action_machine({**base, "n": 3}, lift(True), "int", V["int"] + 1, lift(True))
+    for engine in ("bfs-vec", "bfs"):
+        result = check(leaving, engine)
+        in_bounds = result.property_result("in_bounds")
+        assert in_bounds.verdict.value == "violated" and in_bounds.path is not None and in_bounds.path.length == 1
+        assert "n" in in_bounds.detail
+    failing = one_action_machine({**base, "rank": 2}, lift(True), "table", V["table"].set(V["rank"] + 1, 0), lift(True))
+    for engine in ("bfs", "bfs-vec", "bfs-gpu"):
+        with pytest.raises(ModelError, match=r"action store.*key 3 outside a map of 3 keys"):
+            check(failing, engine, device="cpu" if engine == "bfs-gpu" else None)
+
+
+# ------------------------------------------------------------------------------------ (c) options
+@pytest.mark.parametrize("variant", ["pre-fix", "post-fix"])
+def test_symmetry_gives_the_reference_orbit_counts(variant: str) -> None:
+    instance = get_protocol("dp-pause").instance(variant, overrides={"ranks": 3, "requests": 0})
+    reference = check(instance, "bfs", symmetry=True)
+    assert summary(check(instance, "bfs-vec", symmetry=True)) == summary(reference)
+    assert summary(check(instance, "bfs-gpu", device="cpu", symmetry=True)) == summary(reference)
+    plain = check(instance, "bfs-vec")
+    assert reference.stats.states is not None and plain.stats.states is not None and reference.stats.states < plain.stats.states
+
+
+def test_stop_at_first_stops_at_a_shortest_violation_in_every_explicit_engine() -> None:
+    instance = get_protocol("dp-pause").instance("pre-fix", "seed")
+    full = check(instance, "bfs")
+    shortest = min(item.path.length for item in full.properties if item.verdict.value == "violated" and item.path)
+    for engine in ("bfs", "bfs-vec"):
+        result = check(instance, engine, stop_at_first=True)
+        violated = [item for item in result.properties if item.verdict.value == "violated"]
+        assert result.stopped == "first-violation" and result.exit_code == 1
+        assert violated and all(item.path is not None and item.path.length == shortest for item in violated)
+        assert result.stats.states is not None and full.stats.states is not None and result.stats.states < full.stats.states
+    assert check(instance, "dfs", stop_at_first=True).stopped == "first-violation"
+
+
+def test_compact_mode_keeps_fingerprints_only_and_reports_the_omission_probability() -> None:
+    instance = get_protocol("dp-pause").instance("post-fix", "seed")
+    exact, compact = check(instance, "bfs-vec"), check(instance, "bfs-vec", compact=True)
+    assert summary(compact) == summary(exact)
+    assert any("fingerprints" in warning and "e-" in warning for warning in compact.warnings)
+    search = VectorSearch(instance.machine(), NumpyBackend(), engine="bfs-vec", compact=True)
+    search.run()
+    assert search.bytes_per_state <= 16
+
+
+def test_states_sharing_a_fingerprint_are_told_apart_in_the_exact_mode() -> None:
+    class Colliding(NumpyBackend):
+        def fingerprint(self, words: Any) -> Any:
+            return words[0] % 7  # a deliberately weak fingerprint: many states share one
+
+    instance = get_protocol("async-placeholders").instance("pre-fix", "seed")
+    search = VectorSearch(instance.machine(), Colliding(), engine="bfs-vec")
+    assert summary(search.run()) == summary(check(instance, "bfs"))
+    assert search.visited.collisions
+
+
+# --------------------------------------------------------------------------- (d) refusals and choice
+def test_leads_to_is_refused_with_a_pointer_to_bfs_and_auto_picks_bfs_for_it() -> None:
+    instance = get_protocol("dp-pause").instance("post-fix", "fair-liveness")
+    with pytest.raises(UsageError, match="leads-to.*--engine bfs"):
+        check(instance, "bfs-vec")
+    assert check(instance, "auto").engine == "bfs"
+    safety = check(instance, "bfs-vec", properties=["quiescent_during_rpc"])
+    assert [item.name for item in safety.properties] == ["quiescent_during_rpc"]
+
+
+def test_auto_picks_the_vectorised_engine_and_options_of_other_engines_are_errors() -> None:
+    instance = get_protocol("computed-tokens").instance("post-fix", "seed")
+    assert check(instance, "auto").engine == "bfs-vec"
+    assert check(instance, "auto", compiled=False).engine == "bfs"
+    for options, message in (
+        ({"engine": "bfs", "compact": True}, "--compact applies"),
+        ({"engine": "bfs-vec", "device": "cpu"}, "--device applies"),
+        ({"engine": "bfs-gpu", "device": "tpu"}, "--device must be"),
+        ({"engine": "bmc", "stop_at_first": True, "depth": 3}, "--stop-at-first applies"),
+        ({"engine": "dfs", "workers": 2}, "--workers applies"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            check(instance, **options)
+
+
+def test_a_model_with_sequences_of_nested_maps_runs_on_the_kernels() -> None:
+    """A queue whose elements are maps keyed by an index sort, appended and popped by parameter."""
+    Slot = IndexSort("Slot", 2)
+    Value3 = integers(-1, 2)
+    machine = Machine("nested")
+    queue = machine.variable("queue", SequenceSort(MapSort(Slot, Value3), 2), ())
+    total = machine.variable("total", integers(-4, 8), 0)
+
+    @machine.action(actor="producer", slot=Slot, value=Value3)
+    def push(slot: Term, value: Term) -> Step:
+        cell = map_of(Slot, lambda key: if_then_else(key == slot, value, -1), Value3)
+        return Step(queue.length() < 2, {queue: queue.append(cell)})
+
+    @machine.action(actor="consumer", slot=Slot)
+    def pop(slot: Term) -> Step:
+        return Step(queue.length() > 0, {queue: queue.tail(), total: total + queue[0][slot]})
+
+    machine.always("total_small", total < 6)
+    finished = machine.finish()
+    reference = check(finished, "bfs")
+    assert reference.verdict.value == "violated"
+    assert summary(check(finished, "bfs-vec")) == summary(reference)
+    assert summary(check(finished, "bfs-gpu", device="cpu")) == summary(reference)
