@@ -9,7 +9,19 @@ from hypothesis import strategies as st
 from lockstep.cli import pinned_instances
 from lockstep.spec.layout import WORD_BITS, Layout, LayoutError
 from lockstep.spec.machine import Machine
-from lockstep.spec.sorts import BOOL, BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value, integers
+from lockstep.spec.sorts import (
+    BOOL,
+    BoolSort,
+    EnumSort,
+    IndexSort,
+    IntSort,
+    MapSort,
+    RecordSort,
+    SequenceSort,
+    Sort,
+    Value,
+    integers,
+)
 
 
 def values_of(sort: Sort) -> st.SearchStrategy[Value]:

@@ -15,9 +15,9 @@ import dataclasses
 from collections.abc import Collection
 
 from lockstep.checkers.explicit import ExplicitSearch, Progress
-from lockstep.checkers.vector import Unsupported, VectorSearch, vectorisable
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
+from lockstep.checkers.vector import Unsupported, VectorSearch, vectorisable
 from lockstep.spec.compiler import CompiledSystem
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance, UsageError
@@ -98,7 +98,10 @@ def check(
         if workers > 1:
             from lockstep.checkers.vector.distributed import check_distributed
 
-            return _restricted(check_distributed(machine, engine, workers, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, device=device), only)
+            distributed = check_distributed(
+                machine, engine, workers, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, device=device, progress=progress
+            )
+            return None if distributed is None else _restricted(distributed, only)  # type: ignore[return-value]
         try:
             return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
         except Unsupported as error:

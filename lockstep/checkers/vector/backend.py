@@ -179,7 +179,8 @@ class TorchBackend:
         return self.torch.as_tensor(np.asarray(values, dtype=np.int64), device=self.device)
 
     def to_numpy(self, values: Any) -> np.ndarray:
-        return values.cpu().numpy()
+        converted: np.ndarray = values.cpu().numpy()
+        return converted
 
     def empty_words(self, words: int) -> Any:
         return self.torch.empty((words, 0), dtype=self.torch.int64, device=self.device)

@@ -235,15 +235,15 @@ class _Builder:
         from lockstep.checkers.symmetry import Canonicalizer
 
         Canonicalizer(self.machine)  # validates the declaration, with its messages
-        groups = []
-        for sort, members in self.machine.symmetric:
+        groups: list[list[tuple[IndexSort, tuple[int, ...]]]] = []
+        for symmetric, members in self.machine.symmetric:
             chosen = sorted(members)
             group = []
             for image in itertools.permutations(chosen):
-                mapping = list(range(sort.count))
+                renamed = list(range(symmetric.count))
                 for source, destination in zip(chosen, image):
-                    mapping[source] = destination
-                group.append((sort, tuple(mapping)))
+                    renamed[source] = destination
+                group.append((symmetric, tuple(renamed)))
             groups.append(group)
         scope = Scope("W")
         translator = Translator(self.layout, self.emitter, scope)

@@ -38,6 +38,7 @@ class _Found:
     state: int  # the global index of the violating (or witnessing, or deadlocked) state
     extra: int | None = None  # in_bounds: the tuple id of the step that leaves a sort
     deadlock: bool = False
+    depth: int = 0  # the length of the path it takes (partitioned searches keep the shortest)
 
 
 def vectorisable(machine: Machine, positions: frozenset[int] | None = None) -> str | None:
@@ -83,43 +84,34 @@ class VectorSearch:
         self.progress = progress
         self.chunk = chunk
         self.via_type = np.uint16 if len(self.kernels.tuples) < (1 << 16) else np.uint32
-        self.parents: list[np.ndarray] = []  # per level, the parents' global indices
+        self.parent_type: Any = np.uint32  # 4 bytes per state (one process: fewer than 2**32 states)
+        self.root = ROOT
+        self.depth = 0
+        self.parents: list[np.ndarray] = []  # per level, the parents' global ids
         self.via: list[np.ndarray] = []  # per level, the tuple ids that reached the states
         self.found: dict[int, _Found] = {}
         self.fired: set[int] = set()
         self.stored = 0
         self.stats = Statistics()
+        self._offsets: np.ndarray | None = None
 
     # ----------------------------------------------------------------------------------- the loop
     def run(self) -> CheckResult:
         started = time.monotonic()
         watch = LimitWatch(self.limits, started)
-        backend, kernels = self.backend, self.kernels
         stats = self.stats
         stats.transitions = 0
-        first = backend.array(np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None])
-        if kernels.canonical is not None:
-            first = kernels.canonical(first)
-        self._store(first, backend.fingerprint(first), np.array([ROOT], dtype=np.uint32), np.zeros(1, dtype=self.via_type))
-        frontier, depth = first, 0
+        frontier = self._initial()
+        depth = 0
         stopped: str | None = None
         truncated = False
         try:
-            while int(frontier.shape[1]) and stopped is None:
-                stats.depth = depth
+            while self._live(frontier) and stopped is None:
+                stats.depth = self.depth = depth
                 if self.limits.max_depth is not None and depth >= self.limits.max_depth:
                     truncated = True
                     break
-                base = self.stored - int(frontier.shape[1])
-                following = []
-                for start in range(0, int(frontier.shape[1]), self.chunk):
-                    following.append(self._expand(frontier[:, start : start + self.chunk], base + start))
-                    stopped = self._should_stop(watch)
-                    if stopped is not None:
-                        break
-                    if self.progress is not None:
-                        self.progress(Statistics(self.stored, stats.transitions, depth, time.monotonic() - started))
-                frontier = backend.concatenate(following, axis=1) if following else backend.empty_words(self.layout.words)
+                frontier, stopped = self._level(frontier, watch, started)
                 depth += 1
         except KeyboardInterrupt:
             stopped = "interrupted"
@@ -127,6 +119,36 @@ class VectorSearch:
         stats.seconds = time.monotonic() - started
         complete = stopped is None and not truncated
         return self._result(complete, truncated and stopped is None, stopped)
+
+    def _initial_state(self) -> Any:
+        """The initial state's packed words (its representative, with symmetry), as a frontier."""
+        first = self.backend.array(np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None])
+        return first if self.kernels.canonical is None else self.kernels.canonical(first)
+
+    def _initial(self) -> Any:
+        """Store the initial state; return the first frontier."""
+        first = self._initial_state()
+        self._store(first, self.backend.fingerprint(first), np.array([self.root], dtype=self.parent_type), np.zeros(1, dtype=self.via_type))
+        return first
+
+    def _live(self, frontier: Any) -> bool:
+        """Whether the search goes on (some process has a frontier)."""
+        return bool(int(frontier.shape[1]))
+
+    def _level(self, frontier: Any, watch: LimitWatch, started: float) -> tuple[Any, str | None]:
+        """Expand one level in chunks; return the next frontier and why the search stops, if it does."""
+        base = self.stored - int(frontier.shape[1])
+        following = []
+        stopped = None
+        for start in range(0, int(frontier.shape[1]), self.chunk):
+            following.append(self._expand(frontier[:, start : start + self.chunk], base + start))
+            stopped = self._should_stop(watch)
+            if stopped is not None:
+                break
+            if self.progress is not None:
+                self.progress(Statistics(self.stored, self.stats.transitions, self.depth, time.monotonic() - started))
+        following_frontier = self.backend.concatenate(following, axis=1) if following else self.backend.empty_words(self.layout.words)
+        return following_frontier, stopped
 
     def _should_stop(self, watch: LimitWatch) -> str | None:
         properties = self.machine.properties
@@ -137,7 +159,19 @@ class VectorSearch:
         return watch.exceeded(self.stored)
 
     def _expand(self, frontier: Any, base: int) -> Any:
-        """Expand one chunk of a level (global indices from ``base``); return its new states."""
+        """Expand one chunk of a level (local indices from ``base``); return its new states."""
+        candidates = self._successors(frontier, base)
+        if candidates is None:
+            return self.backend.empty_words(self.layout.words)
+        return self._admit(*candidates)
+
+    def _global(self, local: Any) -> Any:
+        """The global ids of states stored here at local indices ``local`` (one process: the same)."""
+        return local
+
+    def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any, Any] | None:
+        """The distinct successors of a chunk: (states, fingerprints, parents' global ids, tuple ids),
+        fingerprints ascending; deadlocks, steps out of a sort and model errors recorded on the way."""
         backend, kernels = self.backend, self.kernels
         blocks, enabled, errors = kernels.expand(frontier)
         if errors:
@@ -155,25 +189,28 @@ class VectorSearch:
                 leaving = backend.nonzero(out_of_bounds)
                 if len(leaving):
                     if in_bounds not in self.found:
-                        self.found[in_bounds] = _Found(base + int(rows[leaving[0]]), tuple_id)
+                        self.found[in_bounds] = _Found(int(self._global(base + int(rows[leaving[0]]))), tuple_id, depth=self.depth + 1)
                     staying = ~out_of_bounds
                     rows, successors = rows[staying], successors[:, staying]
             children.append(successors)
-            parents.append(rows + base)
+            parents.append(self._global(rows + base))
             via.append(backend.full(int(rows.shape[0]), tuple_id))
         if not children:
-            return backend.empty_words(self.layout.words)
+            return None
         states = backend.concatenate(children, axis=1)
         if kernels.canonical is not None:
             states = kernels.canonical(states)
         keys = backend.fingerprint(states)
         chosen = self.visited.unique(keys, states)
-        keys, states = keys[chosen], states[:, chosen]
+        return states[:, chosen], keys[chosen], backend.concatenate(parents)[chosen], backend.concatenate(via)[chosen]
+
+    def _admit(self, states: Any, keys: Any, parents: Any, via: Any) -> Any:
+        """Store the candidates not seen before (fingerprints ascending, distinct); return them."""
+        backend = self.backend
         fresh = self.visited.absent(keys, states)
-        keys, states = keys[fresh], states[:, fresh]
-        parent = backend.concatenate(parents)[chosen][fresh]
-        tuple_ids = backend.concatenate(via)[chosen][fresh]
-        self._store(states, keys, backend.to_numpy(parent).astype(np.uint32), backend.to_numpy(tuple_ids).astype(self.via_type))
+        states = states[:, fresh]
+        parent = backend.to_numpy(parents[fresh]).astype(self.parent_type)
+        self._store(states, keys[fresh], parent, backend.to_numpy(via[fresh]).astype(self.via_type))
         return states
 
     def _store(self, states: Any, keys: Any, parents: np.ndarray, via: np.ndarray) -> None:
@@ -195,7 +232,7 @@ class VectorSearch:
             wanted = value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
             row = self._first(wanted)
             if row is not None:
-                self.found[position] = _Found(first + row)
+                self.found[position] = _Found(int(self._global(first + row)), depth=self.depth + (1 if self.stored > 1 else 0))
 
     def _deadlocks(self, states: Any, base: int, rows: Any) -> None:
         values, error = self.kernels.deadlocked(states)
@@ -206,7 +243,7 @@ class VectorSearch:
                 continue
             row = self._first(~value if not isinstance(value, bool) else not value)
             if row is not None:
-                self.found[position] = _Found(base + int(rows[row]), deadlock=True)
+                self.found[position] = _Found(int(self._global(base + int(rows[row]))), deadlock=True, depth=self.depth)
 
     def _first(self, mask: Any) -> int | None:
         if isinstance(mask, bool):
@@ -234,16 +271,22 @@ class VectorSearch:
         raise ModelError("internal error: a vectorised property kernel fails where evaluate does not")
 
     # ------------------------------------------------------------------------------------ results
+    def parent_of(self, state: int) -> tuple[int, int]:
+        """The parent's global id and the tuple id that reached stored state ``state``."""
+        if self._offsets is None or self._offsets[-1] != self.stored:
+            self._offsets = np.cumsum([0] + [len(level) for level in self.parents])
+        level = int(np.searchsorted(self._offsets, state, side="right")) - 1
+        local = state - int(self._offsets[level])
+        return int(self.parents[level][local]), int(self.via[level][local])
+
     def chain(self, state: int) -> list[int]:
         """The tuple ids from the initial state to stored state ``state``."""
-        offsets = np.cumsum([0] + [len(level) for level in self.parents])
         steps: list[int] = []
         while True:
-            level = int(np.searchsorted(offsets, state, side="right")) - 1
-            parent = int(self.parents[level][state - offsets[level]])
-            if parent == ROOT:
+            parent, tuple_id = self.parent_of(state)
+            if parent == self.root:
                 break
-            steps.append(int(self.via[level][state - offsets[level]]))
+            steps.append(tuple_id)
             state = parent
         steps.reverse()
         return steps

@@ -16,7 +16,8 @@ actions or parameter values share is computed once per frontier.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence as Sequences
+from collections.abc import Callable, Mapping
+from collections.abc import Sequence as Sequences
 from dataclasses import dataclass, field
 
 from lockstep.spec.compiler import stays_in_sort
@@ -385,8 +386,8 @@ class Translator:
         error = FALSE
         for _, failed in translated:
             error = self.either(error, failed)
-        value, failed = self._apply(expression, values)
-        return value, self.either(error, failed)
+        result, failed = self._apply(expression, values)
+        return result, self.either(error, failed)
 
     def _apply(self, expression: Operation, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:  # noqa: C901
         operator, arguments = expression.operator, expression.arguments
