@@ -1,7 +1,12 @@
-"""Explicit-engine throughput: states/s for dp-pause post-fix, interpreted vs compiled.
+"""Explicit-state throughput: states/s and bytes per visited state for bfs, bfs-vec and bfs-gpu.
 
-Run by hand (``python bench/explicit.py``) or on the device. Each configuration explores the
-seed instance by BFS; ``--max-states`` caps the slow interpreted runs (a rate, not a full check).
+Run by hand (``python bench/explicit.py``) or on the device (``--engines bfs-gpu --device cuda``).
+Each row checks dp-pause post-fix (``seed`` at ``--ranks``), with and without symmetry, and prints
+the states, transitions, seconds, states/s, bytes per visited state and verdict. ``bfs`` runs are
+capped by ``--bfs-max-states`` (a rate, not a full check, where the cap bites). Bytes per visited
+state: for the vectorised engines, what their visited set and parent links keep per state (the
+exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of the resident set
+over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
 Ratios are taken within one run: these machines are shared and noisy.
 """
 
@@ -12,35 +17,84 @@ import platform
 import time
 
 from lockstep.checkers import Limits, check
+from lockstep.checkers.limits import resident_memory_bytes
+from lockstep.checkers.vector.backend import make_backend
+from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
 
 
-def measure(ranks: int, compiled: bool, max_states: int | None) -> tuple[int, float, str]:
-    instance = get_protocol("dp-pause").instance("post-fix", ranks=ranks)
+def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace) -> dict[str, object]:
+    instance = get_protocol("dp-pause").instance("post-fix", "seed", ranks=ranks)
+    machine = instance.machine()
+    limits = Limits(max_states=options.bfs_max_states if engine == "bfs" else options.max_states, timeout_seconds=options.timeout)
+    gpu = engine == "bfs-gpu" and options.device.startswith("cuda")
+    if gpu:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+    before = resident_memory_bytes()
     started = time.perf_counter()
-    result = check(instance, "bfs", compiled=compiled, limits=Limits(max_states=max_states))
+    per_state: float | None = None
+    if engine == "bfs":
+        result = check(machine, "bfs", symmetry=symmetry, limits=limits)
+    else:
+        search = VectorSearch(
+            machine, make_backend(engine, options.device), engine=engine, symmetry=symmetry, compact=options.compact, limits=limits
+        )
+        result = search.run()
+        per_state = search.bytes_per_state
     seconds = time.perf_counter() - started
-    assert result.stats.states is not None
-    return result.stats.states, seconds, result.verdict.value if result.stopped is None else f"partial ({result.stopped})"
+    states = result.stats.states or 0
+    if per_state is None:
+        per_state = max(resident_memory_bytes() - before, 0) / max(states, 1)
+    row: dict[str, object] = {
+        "ranks": ranks,
+        "engine": engine,
+        "symmetry": symmetry,
+        "states": states,
+        "transitions": result.stats.transitions or 0,
+        "seconds": seconds,
+        "rate": states / seconds if seconds else 0.0,
+        "bytes": per_state,
+        "verdict": result.verdict.value if result.stopped is None else f"partial ({result.stopped})",
+    }
+    if gpu:
+        import torch
+
+        row["gpu_bytes"] = torch.cuda.max_memory_allocated() / max(states, 1)
+    return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--interpreted-states", type=int, default=20_000, help="cap for interpreted runs")
-    parser.add_argument("--compiled-states", type=int, default=None, help="cap for compiled runs (default: full check)")
-    arguments = parser.parse_args()
-    print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})")
-    print(f"{'ranks':>5} {'engine':>11} {'states':>10} {'seconds':>9} {'states/s':>10}  verdict")
-    for ranks in arguments.ranks:
-        rates = {}
-        for compiled in (False, True):
-            cap = arguments.compiled_states if compiled else arguments.interpreted_states
-            states, seconds, verdict = measure(ranks, compiled, cap)
-            rates[compiled] = states / seconds
-            label = "compiled" if compiled else "interpreted"
-            print(f"{ranks:>5} {label:>11} {states:>10,} {seconds:>9.2f} {states / seconds:>10,.0f}  {verdict}")
-        print(f"{ranks:>5} {'speed-up':>11} {rates[True] / rates[False]:>41.1f}x")
+    parser.add_argument("--engines", nargs="+", default=["bfs", "bfs-vec"], choices=["bfs", "bfs-vec", "bfs-gpu"])
+    parser.add_argument("--symmetry", choices=["off", "on", "both"], default="both")
+    parser.add_argument("--device", default="cuda", help="bfs-gpu's device (cuda or cpu)")
+    parser.add_argument("--compact", action="store_true", help="the vectorised engines keep fingerprints only")
+    parser.add_argument("--bfs-max-states", type=int, default=2_500_000, help="cap for the reference engine")
+    parser.add_argument("--max-states", type=int, default=None, help="cap for the vectorised engines")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
+    options = parser.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
+    if "bfs-gpu" in options.engines and options.device.startswith("cuda"):
+        import torch
+
+        print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    print(f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'states/s':>11} {'B/state':>8}  verdict", flush=True)
+    symmetries = {"off": [False], "on": [True], "both": [False, True]}[options.symmetry]
+    for ranks in options.ranks:
+        for symmetry in symmetries:
+            if symmetry and ranks < 3:
+                continue  # dp-pause declares ranks 1..n-1 symmetric: nothing to reduce at 2 ranks
+            for engine in options.engines:
+                row = measure(ranks, engine, symmetry, options)
+                extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
+                print(
+                    f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} {row['transitions']:>13,} "
+                    f"{row['seconds']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  {row['verdict']}{extra}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ order; a bounded sequence is a length leaf followed by ``capacity`` element slot
 past the length holds the element's lowest value (all-zero bits), so every sequence value has
 exactly one encoding. Leaves are packed in order into words of at most 63 bits, a leaf never
 straddling two words, so a word is a non-negative int64 for numpy and torch alike and two states
-are equal exactly when their words are.
+are equal exactly when their words are. A sequence's slots that fit in one word are kept together
+in it (``SequenceSlots``), so appending and popping are shifts of that region.
 
 ``encode`` and ``decode`` convert between the engines' tuple states (``lockstep.spec.semantics``)
 and words; the vectorised engines (``lockstep.checkers.vector``) decode and encode whole frontiers
@@ -82,6 +83,21 @@ def scalar_leaves(sort: Sort, path: str) -> Iterator[tuple[str, Sort]]:
         raise LayoutError(f"sort {sort.name} of {path} has no packed layout")
 
 
+@dataclass(frozen=True)
+class SequenceSlots:
+    """Where a sequence's slots live: when they all fit in one word they are placed together
+    (``word`` set), ``stride`` bits apart from bit ``base``, so appending or popping an element is a
+    shift of that region; ``word`` is None when they do not fit."""
+
+    length: int  # the position of the length leaf
+    first: int  # the position of the first slot's first leaf
+    capacity: int
+    per_slot: int  # leaves per slot
+    word: int | None
+    base: int
+    stride: int
+
+
 class Layout:
     """The leaves of a machine's variables and their places in the words of a packed state."""
 
@@ -89,24 +105,49 @@ class Layout:
         self.machine = machine
         self.names = tuple(machine.variables)
         self.sorts = tuple(variable.sort for variable in machine.variables.values())
-        leaves: list[Leaf] = []
+        self._leaves: list[Leaf] = []
+        self.sequences: dict[int, SequenceSlots] = {}  # by the position of the length leaf
         self.spans: list[tuple[int, int]] = []  # per variable: its first leaf and one past its last
-        word, used = 0, 0
+        self._word, self._used = 0, 0
         for name, sort in zip(self.names, self.sorts):
-            first = len(leaves)
-            for path, scalar in scalar_leaves(sort, name):
-                low, high = scalar_range(scalar)
-                width = (high - low).bit_length()
-                if width > WORD_BITS:
-                    raise LayoutError(f"{path}: the range {low}..{high} needs {width} bits, more than a word's {WORD_BITS}")
-                if used + width > WORD_BITS:
-                    word, used = word + 1, 0
-                leaves.append(Leaf(len(leaves), path, low, high, width, word, used, isinstance(scalar, BoolSort)))
-                used += width
-            self.spans.append((first, len(leaves)))
-        self.leaves = tuple(leaves)
-        self.words = word + 1
-        self.bits = sum(leaf.width for leaf in leaves)
+            first = len(self._leaves)
+            self._place(sort, name, inside=False)
+            self.spans.append((first, len(self._leaves)))
+        self.leaves = tuple(self._leaves)
+        self.words = self._word + 1
+        self.bits = sum(leaf.width for leaf in self.leaves)
+
+    def _add(self, path: str, scalar: Sort) -> None:
+        low, high = scalar_range(scalar)
+        width = (high - low).bit_length()
+        if width > WORD_BITS:
+            raise LayoutError(f"{path}: the range {low}..{high} needs {width} bits, more than a word's {WORD_BITS}")
+        if self._used + width > WORD_BITS:
+            self._word, self._used = self._word + 1, 0
+        self._leaves.append(Leaf(len(self._leaves), path, low, high, width, self._word, self._used, isinstance(scalar, BoolSort)))
+        self._used += width
+
+    def _place(self, sort: Sort, path: str, inside: bool) -> None:
+        """Place ``sort``'s leaves; ``inside`` a region already known to fit in the current word."""
+        if not isinstance(sort, SequenceSort):
+            if is_scalar(sort):
+                self._add(path, sort)
+                return
+            for child_path, child in _children(sort, path):
+                self._place(child, child_path, inside)
+            return
+        length = len(self._leaves)
+        self._add(f"{path}#length", IntSort(0, sort.capacity))
+        element_width = sum((high - low).bit_length() for low, high in (scalar_range(leaf) for _, leaf in scalar_leaves(sort.element, "")))
+        region = element_width * sort.capacity
+        packed = not inside and 0 < region <= WORD_BITS
+        if packed and self._used + region > WORD_BITS:
+            self._word, self._used = self._word + 1, 0
+        first, base = len(self._leaves), self._used
+        for slot in range(sort.capacity):
+            self._place(sort.element, f"{path}[{slot}]", inside or packed)
+        per_slot = (len(self._leaves) - first) // sort.capacity if sort.capacity else 0
+        self.sequences[length] = SequenceSlots(length, first, sort.capacity, per_slot, self._word if packed else None, base, element_width)
 
     # ------------------------------------------------------------------ tuple states <-> leaf values
     def leaf_values(self, state: Sequence[Value]) -> list[int]:
@@ -138,6 +179,17 @@ class Layout:
 
     def describe(self) -> str:
         return f"{len(self.leaves)} fields, {self.bits} bits in {self.words} word{'s' if self.words != 1 else ''}"
+
+
+def _children(sort: Sort, path: str) -> Iterator[tuple[str, Sort]]:
+    if isinstance(sort, MapSort):
+        for key in sort.keys:
+            yield f"{path}[{sort.key.render(key)}]", sort.value
+    elif isinstance(sort, RecordSort):
+        for name, field_sort in sort.fields:
+            yield f"{path}.{name}", field_sort
+    else:
+        raise LayoutError(f"sort {sort.name} of {path} has no packed layout")
 
 
 def _flatten(sort: Sort, value: Value, out: list[int]) -> None:
@@ -181,4 +233,4 @@ def _rebuild(sort: Sort, cursor: Iterator[int]) -> Value:
     return tuple(items[:length])
 
 
-__all__ = ["WORD_BITS", "Layout", "LayoutError", "Leaf", "is_scalar", "scalar_leaves", "scalar_range"]
+__all__ = ["WORD_BITS", "Layout", "LayoutError", "Leaf", "SequenceSlots", "is_scalar", "scalar_leaves", "scalar_range"]

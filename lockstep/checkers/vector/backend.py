@@ -1,11 +1,11 @@
 """Array backends of the vectorised engines: numpy on one CPU core, torch on a GPU (or the CPU).
 
 A backend supplies the helpers the generated kernels call (``_where``, ``_int``, ``_rows``,
-``_stack``, ``_less``, ``_minimum``, ``_maximum``) and the few array operations the search loop
+``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array operations the search loop
 needs (sorting, searching, concatenating, fingerprints). Packed states are int64 arrays of shape
 (words, rows); every word is non-negative (63 bits), so both libraries order them alike.
-Fingerprints are the same 64-bit mix (splitmix64's finaliser folded over the words) in both, so a
-state has one fingerprint on every device and in every process. torch is imported only here, and
+Fingerprints are the same 64-bit mix (a multiply and xor-shift per word, splitmix64's finaliser at
+the end) in both, so a state has one fingerprint on every device and in every process. torch is imported only here, and
 only when a torch backend is made.
 """
 
@@ -44,7 +44,16 @@ class NumpyBackend:
         def stack(words: list[Any], count: int) -> Any:
             return np.stack([np.broadcast_to(np.asarray(word, dtype=np.int64), (count,)) for word in words])
 
+        tables: dict[tuple[int, ...], Any] = {}
+
+        def lookup(table: tuple[int, ...], values: Any) -> Any:
+            array = tables.get(table)
+            if array is None:
+                array = tables[table] = np.asarray(table, dtype=np.int64)
+            return array[values]
+
         return {
+            "_lookup": lookup,
             "_where": np.where,
             "_minimum": np.minimum,
             "_maximum": np.maximum,
@@ -67,6 +76,9 @@ class NumpyBackend:
     def empty(self) -> Any:
         return np.empty(0, dtype=np.int64)
 
+    def zeros_words(self, words: int, count: int) -> Any:
+        return np.zeros((words, count), dtype=np.int64)
+
     def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
         return np.concatenate(arrays, axis=axis)
 
@@ -77,7 +89,7 @@ class NumpyBackend:
         return np.arange(start, stop, dtype=np.int64)
 
     def argsort(self, values: Any) -> Any:
-        return np.argsort(values, kind="stable")
+        return np.argsort(values)
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return np.searchsorted(sorted_values, values)
@@ -102,13 +114,12 @@ class NumpyBackend:
         with np.errstate(over="ignore"):
             hashed = np.full(words.shape[1], _SEED, dtype=np.uint64)
             for word in range(words.shape[0]):
-                value = hashed ^ words[word].astype(np.uint64)
-                value ^= value >> np.uint64(30)
-                value *= np.uint64(_MULTIPLY_1)
-                value ^= value >> np.uint64(27)
-                value *= np.uint64(_MULTIPLY_2)
-                value ^= value >> np.uint64(31)
-                hashed = value
+                hashed ^= words[word].view(np.uint64)
+                hashed *= np.uint64(_MULTIPLY_1)
+                hashed ^= hashed >> np.uint64(32)
+            hashed ^= hashed >> np.uint64(29)
+            hashed *= np.uint64(_MULTIPLY_2)
+            hashed ^= hashed >> np.uint64(32)
         return hashed.view(np.int64)
 
     def unique_rows(self, rows: Any) -> tuple[Any, Any]:
@@ -165,7 +176,16 @@ class TorchBackend:
             ]
             return torch.stack(columns)
 
+        tables: dict[tuple[int, ...], Any] = {}
+
+        def lookup(table: tuple[int, ...], values: Any) -> Any:
+            array = tables.get(table)
+            if array is None:
+                array = tables[table] = torch.as_tensor(table, dtype=torch.int64, device=device)
+            return array[values]
+
         return {
+            "_lookup": lookup,
             "_where": where,
             "_minimum": extreme(torch.minimum),
             "_maximum": extreme(torch.maximum),
@@ -187,6 +207,9 @@ class TorchBackend:
 
     def empty(self) -> Any:
         return self.torch.empty(0, dtype=self.torch.int64, device=self.device)
+
+    def zeros_words(self, words: int, count: int) -> Any:
+        return self.torch.zeros((words, count), dtype=self.torch.int64, device=self.device)
 
     def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
         return self.torch.cat(arrays, dim=axis)
@@ -226,14 +249,11 @@ class TorchBackend:
 
         hashed = torch.full((words.shape[1],), _signed(_SEED), dtype=torch.int64, device=words.device)
         for word in range(words.shape[0]):
-            value = hashed ^ words[word]
-            value = value ^ shifted(value, 30)
-            value = value * _signed(_MULTIPLY_1)
-            value = value ^ shifted(value, 27)
-            value = value * _signed(_MULTIPLY_2)
-            value = value ^ shifted(value, 31)
-            hashed = value
-        return hashed
+            hashed = (hashed ^ words[word]) * _signed(_MULTIPLY_1)
+            hashed = hashed ^ shifted(hashed, 32)
+        hashed = hashed ^ shifted(hashed, 29)
+        hashed = hashed * _signed(_MULTIPLY_2)
+        return hashed ^ shifted(hashed, 32)
 
     def unique_rows(self, rows: Any) -> tuple[Any, Any]:
         columns = rows.T.contiguous()

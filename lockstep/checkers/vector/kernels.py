@@ -19,6 +19,7 @@ The tuple ids of ``expand`` index ``Kernels.tuples``: (action position, argument
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,7 @@ from lockstep.checkers.vector.values import (
     Scope,
     Sequence,
     Translator,
+    Origin,
     Unsupported,
     VectorValue,
     leaves_of,
@@ -38,7 +40,7 @@ from lockstep.checkers.vector.values import (
 )
 from lockstep.spec.compiler import stays_in_sort
 from lockstep.spec.expressions import Expression, Operator
-from lockstep.spec.layout import Layout
+from lockstep.spec.layout import Layout, Leaf
 from lockstep.spec.machine import NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import argument_space
 from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort, Value
@@ -70,7 +72,7 @@ def compile_kernels(machine: Machine, layout: Layout, backend_namespace: Mapping
     if symmetry:
         source, permutations = builder.canonical_source()
         sources.append(source)
-    source = "\n\n".join(sources) + "\n"
+    source = eliminate_dead_code("\n\n".join(sources))
     namespace: dict[str, Any] = dict(backend_namespace)
     exec(compile(source, f"<lockstep-vector {machine.name}>", "exec"), namespace)  # noqa: S102 - our own generated code
     return Kernels(
@@ -145,7 +147,7 @@ class _Builder:
         scope = Scope(parent)
         translator = Translator(self.layout, self.emitter, scope, bindings)
         error, out_of_bounds = FALSE, FALSE
-        changed: dict[int, list[tuple[int, Scalar]]] = {}
+        changed: dict[int, list[tuple[int, str | int]]] = {}  # word -> (bits cleared, new bits: code or constant)
         for variable, expression in updates:
             try:
                 value, failed = translator.translate(expression)
@@ -155,17 +157,29 @@ class _Builder:
             position = self.variable_index[variable]
             sort = self.layout.sorts[position]
             first, last = self.layout.spans[position]
-            new = _fit(translator, value, sort)
+            new = _fit(translator, self.layout, value, sort, first)
             old = leaves_of(translator.variable(variable))
             checked = not stays_in_sort(expression, sort)
-            for offset, (leaf_value, old_value) in enumerate(zip(new, old, strict=True)):
-                if leaf_value.code == old_value.code:
+            offset = 0
+            for item in new:
+                if isinstance(item, Origin):
+                    slots = self.layout.sequences[item.length_leaf]
+                    offset += slots.capacity * slots.per_slot
+                    if item.kind == "read":
+                        continue
+                    word_change, leaving = self._packed(translator, parent, item, checked)
+                    out_of_bounds = translator.either(out_of_bounds, leaving)
+                    changed.setdefault(word_change[0], []).append(word_change[1:])  # type: ignore[arg-type]
                     continue
+                old_value = old[offset]
                 leaf = self.layout.leaves[first + offset]
+                offset += 1
+                if item.code == old_value.code:
+                    continue
                 if checked and not leaf.boolean:
-                    out_of_bounds = translator.either(out_of_bounds, _outside(translator, leaf_value, leaf.low, leaf.high))
-                changed.setdefault(leaf.word, []).append((first + offset, leaf_value))
-            assert last - first == len(new)
+                    out_of_bounds = translator.either(out_of_bounds, _outside(translator, item, leaf.low, leaf.high))
+                changed.setdefault(leaf.word, []).append((leaf.mask << leaf.shift, _encoded(item, leaf)))
+            assert offset == last - first == len(old)
         writes = self._writes(translator, parent, changed)
         rows = f"r{tuple_id}"
         lines = [f"{rows} = _rows({guard.code}, N)", f"if len({rows}):", f"    {parent} = W[:, {rows}]"]
@@ -178,23 +192,52 @@ class _Builder:
         lines.extend(_indent(body, 1).splitlines())
         return lines
 
-    def _writes(self, translator: Translator, target: str, changed: Mapping[int, list[tuple[int, Scalar]]]) -> list[str]:
+    def _packed(self, translator: Translator, parent: str, origin: Origin, checked: bool) -> tuple[tuple[int, int, str], Scalar]:
+        """The new bits of a sequence's slot region after an append or a tail (where the origin's
+        condition holds), as (word, bits cleared, code); and the rows whose appended element leaves its sort."""
+        slots = self.layout.sequences[origin.length_leaf]
+        assert slots.word is not None
+        region = ((1 << (slots.capacity * slots.stride)) - 1) << slots.base
+        current = f"({parent}[{slots.word}] & {region})"
+        leaving = FALSE
+        length = translator.column(origin.length_leaf)
+        if origin.kind == "tail":
+            code = f"(({parent}[{slots.word}] >> {slots.base + slots.stride}) & {region >> (slots.base + slots.stride)}) << {slots.base}"
+        else:
+            assert origin.element is not None
+            parts, constant = [], 0
+            element_leaves = _fit(translator, self.layout, origin.element, None, slots.first)
+            for index, value in enumerate(element_leaves):
+                assert isinstance(value, Scalar)
+                leaf = self.layout.leaves[slots.first + index]
+                shift = leaf.shift - slots.base
+                if checked and not leaf.boolean:
+                    leaving = translator.either(leaving, _outside(translator, value, leaf.low, leaf.high))
+                encoded = _encoded(value, leaf, shift=0)
+                if isinstance(encoded, int):
+                    constant |= encoded << shift
+                else:
+                    parts.append(f"({encoded} << {shift})" if shift else encoded)
+            bits = " | ".join([*parts, *([str(constant)] if constant or not parts else [])])
+            offset = f"(({length.code} * {slots.stride}) + {slots.base})" if not length.constant else str(int(length.value) * slots.stride + slots.base)  # type: ignore[call-overload]
+            code = f"{current} | (({bits}) << {offset})"
+        if origin.condition is not None:
+            code = f"_where({origin.condition.code}, {code}, {current})"
+            leaving = translator.both(origin.condition, leaving)
+        return (slots.word, region, f"({code})"), leaving
+
+    def _writes(self, translator: Translator, target: str, changed: Mapping[int, list[tuple[int, str | int]]]) -> list[str]:
         lines = []
         for word, items in sorted(changed.items()):
             clear = 0
             constant_bits = 0
             parts: list[str] = []
-            for leaf_position, value in items:
-                leaf = self.layout.leaves[leaf_position]
-                clear |= leaf.mask << leaf.shift
-                if value.constant:
-                    encoded = int(value.value) - leaf.low  # type: ignore[call-overload]
-                    constant_bits |= (encoded & leaf.mask) << leaf.shift
-                    continue
-                code = f"_int({value.code})" if leaf.boolean else value.code
-                if leaf.low:
-                    code = f"({code} - {leaf.low})"
-                parts.append(f"({code} << {leaf.shift})" if leaf.shift else code)
+            for cleared, bits in items:
+                clear |= cleared
+                if isinstance(bits, int):
+                    constant_bits |= bits
+                else:
+                    parts.append(bits)
             keep = ((1 << 63) - 1) & ~clear
             expression = " | ".join([f"({target}[{word}] & {keep})", *([str(constant_bits)] if constant_bits else []), *parts])
             lines.append(f"{target}[{word}] = {expression}")
@@ -260,7 +303,7 @@ class _Builder:
                     value = _permute(translator, value, sort, symmetric_sort, mapping)
                 images.append(value)
             leaves = [leaf for image in images for leaf in leaves_of(image)]
-            words = self._encode_words(leaves)
+            words = self._encode_words(translator, leaves)
             image_name = f"image{count}"
             scope.lines.append(f"{image_name} = _stack([{', '.join(words)}], N)")
             lines.append(image_name)
@@ -270,46 +313,89 @@ class _Builder:
         body.append("return best")
         return "def canonical(W):\n" + _indent(body, 1), count + 1
 
-    def _encode_words(self, leaves: list[Scalar]) -> list[str]:
+    def _encode_words(self, translator: Translator, leaves: list[Scalar]) -> list[str]:
+        """The words of a state whose leaves hold ``leaves``. A leaf that holds another leaf's value
+        unchanged is a bit move; moves between the same two words by the same distance are one
+        masked shift (a permutation mostly moves whole blocks: a rank's entries of a map)."""
+        reads = {translator.column(position).code: position for position, leaf in enumerate(self.layout.leaves) if leaf.width}
+        moves: dict[tuple[int, int, int], int] = {}  # (target word, source word, shift) -> source bits
         per_word: list[list[str]] = [[] for _ in range(self.layout.words)]
         constants = [0] * self.layout.words
         for leaf, value in zip(self.layout.leaves, leaves, strict=True):
             if leaf.width == 0:
                 continue
-            if value.constant:
-                constants[leaf.word] |= ((int(value.value) - leaf.low) & leaf.mask) << leaf.shift  # type: ignore[call-overload]
+            source = None if value.constant else reads.get(value.code)
+            if source is not None and (self.layout.leaves[source].low, self.layout.leaves[source].width) == (leaf.low, leaf.width):
+                origin = self.layout.leaves[source]
+                key = (leaf.word, origin.word, leaf.shift - origin.shift)
+                moves[key] = moves.get(key, 0) | (origin.mask << origin.shift)
                 continue
-            code = f"_int({value.code})" if leaf.boolean else value.code
-            if leaf.low:
-                code = f"({code} - {leaf.low})"
-            per_word[leaf.word].append(f"({code} << {leaf.shift})" if leaf.shift else code)
+            encoded = _encoded(value, leaf)
+            if isinstance(encoded, int):
+                constants[leaf.word] |= encoded
+            else:
+                per_word[leaf.word].append(encoded)
+        for (target, source, distance), bits in moves.items():
+            moved = f"(W[{source}] & {bits})"
+            per_word[target].append(moved if distance == 0 else f"({moved} << {distance})" if distance > 0 else f"({moved} >> {-distance})")
         return [" | ".join([*parts, *([str(constants[word])] if constants[word] or not parts else [])]) for word, parts in enumerate(per_word)]
 
+def _fit(translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int) -> list[Scalar | Origin]:
+    """The leaves of ``value`` stored at leaf ``position`` (of ``sort``; None: the sort laid out
+    there), sequences cut or padded to capacity, slots past the length reset to the padding when the
+    element sorts differ. A sequence derived from the very sequence stored there, whose slots share
+    one word, comes back as its ``Origin``: all its slot leaves written as one shift."""
+    items: list[Scalar | Origin] = []
+    _fit_into(translator, layout, value, sort, position, items)
+    return items
 
-def _fit(translator: Translator, value: VectorValue, sort: Sort) -> list[Scalar]:
-    """The leaves of ``value`` stored in a variable of ``sort``: sequences cut or padded to capacity,
-    slots past the length reset to the variable's padding when the element sorts differ."""
-    if isinstance(sort, SequenceSort):
-        assert isinstance(value, Sequence)
-        grown = translator.widen(value, sort.capacity)
-        slots = grown.slots[: sort.capacity]
-        result = [value.length]
-        for slot_index, slot in enumerate(slots):
-            slot_leaves = _fit(translator, slot, sort.element)
-            if value.element != sort.element:
-                used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
-                pads = leaves_of(padding(sort.element))
-                slot_leaves = [translator.where(used, leaf, pad) for leaf, pad in zip(slot_leaves, pads)]  # type: ignore[misc]
-            result.extend(slot_leaves)
-        return result
+
+def _fit_into(translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int, items: list[Scalar | Origin]) -> int:
+    if isinstance(value, Scalar):
+        items.append(value)
+        return position + 1
+    if isinstance(value, Compound):
+        children = _child_sorts(sort, len(value.parts))
+        for part, child in zip(value.parts, children):
+            position = _fit_into(translator, layout, part, child, position, items)
+        return position
+    slots = layout.sequences[position]
+    element = sort.element if isinstance(sort, SequenceSort) else value.element
+    items.append(value.length)
+    origin = value.origin
+    if origin is not None and origin.length_leaf == position and slots.word is not None and value.element == element:
+        items.append(origin)
+        return slots.first + slots.capacity * slots.per_slot
+    grown = translator.widen(value, slots.capacity)
+    cursor = slots.first
+    for slot_index, slot in enumerate(grown.slots[: slots.capacity]):
+        slot_items: list[Scalar | Origin] = []
+        cursor = _fit_into(translator, layout, slot, element, cursor, slot_items)
+        if value.element != element:
+            used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
+            pads = leaves_of(padding(element))
+            slot_items = [translator.where(used, leaf, pad) if isinstance(leaf, Scalar) else leaf for leaf, pad in zip(slot_items, pads)]  # type: ignore[misc]
+        items.extend(slot_items)
+    return cursor
+
+
+def _child_sorts(sort: Sort | None, count: int) -> list[Sort | None]:
     if isinstance(sort, MapSort):
-        assert isinstance(value, Compound)
-        return [leaf for part in value.parts for leaf in _fit(translator, part, sort.value)]
+        return [sort.value] * count
     if isinstance(sort, RecordSort):
-        assert isinstance(value, Compound)
-        return [leaf for part, (_, field_sort) in zip(value.parts, sort.fields) for leaf in _fit(translator, part, field_sort)]
-    assert isinstance(value, Scalar)
-    return [value]
+        return [field_sort for _, field_sort in sort.fields]
+    return [None] * count
+
+
+def _encoded(value: Scalar, leaf: Leaf, shift: int | None = None) -> str | int:
+    """The bits of ``value`` in ``leaf``, shifted to its place (or by ``shift``): a constant or code."""
+    places = leaf.shift if shift is None else shift
+    if value.constant:
+        return ((int(value.value) - leaf.low) & leaf.mask) << places  # type: ignore[call-overload]
+    code = f"_int({value.code})" if leaf.boolean else value.code
+    if leaf.low:
+        code = f"({code} - {leaf.low})"
+    return f"({code} << {places})" if places else code
 
 
 def _outside(translator: Translator, value: Scalar, low: int, high: int) -> Scalar:
@@ -325,7 +411,10 @@ def _permute(translator: Translator, value: VectorValue, sort: Sort, target: Ind
     """The image of ``value`` (of ``sort``) when the values of ``target`` are renamed by ``mapping``."""
     if sort == target:
         assert isinstance(value, Scalar)
-        return translator.choose(value, [Scalar(repr(image), image) for image in mapping])
+        if value.constant:
+            image = mapping[int(value.value)]  # type: ignore[call-overload]
+            return Scalar(repr(image), image)
+        return translator.emit(f"_lookup({mapping!r}, {value.code})")
     if isinstance(sort, MapSort):
         assert isinstance(value, Compound)
         parts = [_permute(translator, part, sort.value, target, mapping) for part in value.parts]
@@ -343,12 +432,30 @@ def _permute(translator: Translator, value: VectorValue, sort: Sort, target: Ind
         slots = []
         for slot_index, slot in enumerate(value.slots):
             image = _permute(translator, slot, sort.element, target, mapping)
-            if image is not slot:
+            if image is not slot and mapping[0] != 0:  # an unused slot's padding (value 0) would change
                 used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
                 image = translator.where(used, image, slot)
             slots.append(image)
         return Sequence(value.length, tuple(slots), value.element)
     return value
+
+
+_ASSIGNED = re.compile(r"^\s*(t\d+) = (.*)$")
+_TEMPORARY = re.compile(r"\bt\d+\b")
+
+
+def eliminate_dead_code(source: str) -> str:
+    """Drop the assignments to temporaries that nothing reads (straight-line code, so one backward
+    pass decides): a value decoded or computed only to be compared away costs nothing."""
+    kept: list[str] = []
+    used: set[str] = set()
+    for line in reversed(source.splitlines()):
+        match = _ASSIGNED.match(line)
+        if match is not None and match.group(1) not in used:
+            continue
+        used.update(_TEMPORARY.findall(line if match is None else match.group(2)))
+        kept.append(line)
+    return "\n".join(reversed(kept)) + "\n"
 
 
 def _indent(lines: list[str], depth: int) -> str:

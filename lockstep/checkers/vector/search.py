@@ -198,11 +198,13 @@ class VectorSearch:
         if not children:
             return None
         states = backend.concatenate(children, axis=1)
-        if kernels.canonical is not None:
-            states = kernels.canonical(states)
+        parent, tuple_ids = backend.concatenate(parents), backend.concatenate(via)
+        if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
+            chosen = self.visited.unique(backend.fingerprint(states), states)
+            states, parent, tuple_ids = kernels.canonical(states[:, chosen]), parent[chosen], tuple_ids[chosen]
         keys = backend.fingerprint(states)
         chosen = self.visited.unique(keys, states)
-        return states[:, chosen], keys[chosen], backend.concatenate(parents)[chosen], backend.concatenate(via)[chosen]
+        return states[:, chosen], keys[chosen], parent[chosen], tuple_ids[chosen]
 
     def _admit(self, states: Any, keys: Any, parents: Any, via: Any) -> Any:
         """Store the candidates not seen before (fingerprints ascending, distinct); return them."""

@@ -16,7 +16,7 @@ actions or parameter values share is computed once per frontier.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as Sequences
 from dataclasses import dataclass, field
 
@@ -60,10 +60,22 @@ class Compound:
 
 
 @dataclass(frozen=True)
+class Origin:
+    """How a sequence value came from one in the state (so its slots can be written as one shift):
+    ``read`` unchanged, or ``append``ed ``element`` / ``tail``ed where ``condition`` holds."""
+
+    kind: str  # "read", "append" or "tail"
+    length_leaf: int  # the position of the state sequence's length leaf
+    element: VectorValue | None = None
+    condition: Scalar | None = None  # None: every row
+
+
+@dataclass(frozen=True)
 class Sequence:
     length: Scalar
     slots: tuple[VectorValue, ...]
     element: Sort  # the element sort: unused slots hold its padding
+    origin: Origin | None = None
 
 
 VectorValue = Scalar | Compound | Sequence
@@ -190,14 +202,28 @@ class Translator:
             first, second = self.widen(then, count), self.widen(otherwise, count)
             length = self.where(condition, first.length, second.length)
             assert isinstance(length, Scalar)
-            return Sequence(length, tuple(self.where(condition, a, b) for a, b in zip(first.slots, second.slots)), then.element)
+            slots = tuple(self.where(condition, a, b) for a, b in zip(first.slots, second.slots))
+            return Sequence(length, slots, then.element, self._merged_origin(condition, then.origin, otherwise.origin))
         raise Unsupported("if-then-else over values of different shapes")
+
+    def _merged_origin(self, condition: Scalar, then: Origin | None, otherwise: Origin | None) -> Origin | None:
+        """The origin of ``then if condition else otherwise`` when one side leaves the state's sequence as it is."""
+        if then is None or otherwise is None or then.length_leaf != otherwise.length_leaf:
+            return None
+        if otherwise.kind == "read":
+            if then.kind == "read":
+                return then
+            return Origin(then.kind, then.length_leaf, then.element, condition if then.condition is None else self.both(condition, then.condition))
+        if then.kind == "read":
+            negated = self.negate(condition)
+            return Origin(otherwise.kind, otherwise.length_leaf, otherwise.element, negated if otherwise.condition is None else self.both(negated, otherwise.condition))
+        return None
 
     def widen(self, sequence: Sequence, count: int) -> Sequence:
         if len(sequence.slots) >= count:
             return sequence
         filler = padding(sequence.element)
-        return Sequence(sequence.length, sequence.slots + tuple(filler for _ in range(count - len(sequence.slots))), sequence.element)
+        return Sequence(sequence.length, sequence.slots + tuple(filler for _ in range(count - len(sequence.slots))), sequence.element, sequence.origin)
 
     def negate(self, value: Scalar) -> Scalar:
         if value.constant:
@@ -285,20 +311,20 @@ class Translator:
         return self._operation(expression)
 
     def variable(self, name: str) -> VectorValue:
-        first, _ = self.layout.spans[self._variables[name]]
-        cursor = iter(range(first, self.layout.spans[self._variables[name]][1]))
-        return self._assemble(self.layout.sorts[self._variables[name]], lambda: self.column(next(cursor)))
+        first, last = self.layout.spans[self._variables[name]]
+        return self._assemble(self.layout.sorts[self._variables[name]], iter(range(first, last)))
 
-    def _assemble(self, sort: Sort, next_leaf: Callable[[], Scalar]) -> VectorValue:
+    def _assemble(self, sort: Sort, positions: Iterator[int]) -> VectorValue:
         if is_scalar(sort):
-            return next_leaf()
+            return self.column(next(positions))
         if isinstance(sort, MapSort):
-            return Compound(tuple(self._assemble(sort.value, next_leaf) for _ in sort.keys))
+            return Compound(tuple(self._assemble(sort.value, positions) for _ in sort.keys))
         if isinstance(sort, RecordSort):
-            return Compound(tuple(self._assemble(field_sort, next_leaf) for _, field_sort in sort.fields))
+            return Compound(tuple(self._assemble(field_sort, positions) for _, field_sort in sort.fields))
         assert isinstance(sort, SequenceSort)
-        length = next_leaf()
-        return Sequence(length, tuple(self._assemble(sort.element, next_leaf) for _ in range(sort.capacity)), sort.element)
+        position = next(positions)
+        slots = tuple(self._assemble(sort.element, positions) for _ in range(sort.capacity))
+        return Sequence(self.column(position), slots, sort.element, Origin("read", position))
 
     def scalar(self, expression: Expression) -> tuple[Scalar, Scalar]:
         value, error = self.translate(expression)
@@ -496,14 +522,18 @@ class Translator:
             for index, slot in enumerate((*slots, filler)):
                 here = self.binary(Operator.EQUAL, length, Scalar(repr(index), index))
                 grown.append(self.where(here, element, slot))
-            return Sequence(self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element), FALSE
+            origin = sequence.origin
+            derived = Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
+            return Sequence(self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived), FALSE
         if operator is Operator.TAIL:
             error = self.binary(Operator.LESS_EQUAL, length, Scalar("0", 0))
             if not slots:
                 return sequence, TRUE
             shifted = (*slots[1:], padding(sequence.element))
-            return Sequence(self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element), error
+            origin = sequence.origin
+            derived = Origin("tail", origin.length_leaf) if origin is not None and origin.kind == "read" else None
+            return Sequence(self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived), error
         raise Unsupported(f"operator {operator.value} on a sequence")
 
 
-__all__ = ["FALSE", "TRUE", "Compound", "Emitter", "Scalar", "Scope", "Sequence", "Translator", "Unsupported", "VectorValue", "constant_of", "leaves_of", "padding"]
+__all__ = ["FALSE", "TRUE", "Compound", "Emitter", "Origin", "Scalar", "Scope", "Sequence", "Translator", "Unsupported", "VectorValue", "constant_of", "leaves_of", "padding"]

@@ -1,13 +1,14 @@
-"""The visited set of the vectorised engines: a sorted array of fingerprints, no Python objects.
+"""The visited set of the vectorised engines: sorted arrays of fingerprints, no Python objects.
 
-Keys are 64-bit fingerprints of packed states, kept sorted; membership is ``searchsorted`` and a
-level's new keys are merged in linearly (their final positions computed by ``searchsorted``, the
-rest scattered around them). In the exact mode the full packed words sit beside the keys, in the
-same order, and a fingerprint match counts only when the words match too: two different states
-with one fingerprint are both kept (a slower path that never happens in practice, tested on a
-deliberately weak fingerprint). In the compact mode (``--compact``) only the fingerprints are
-kept: 8 bytes per state, at the price of a small chance that a state is taken for one already
-seen (``omission_probability``).
+Keys are 64-bit fingerprints of packed states, kept in a few sorted runs; membership is
+``searchsorted`` in each run, and a level's new keys become a run that is merged linearly with the
+runs no larger than itself. In the exact mode every state's full packed words are kept too, in the
+order states were stored (an append-only buffer; the runs hold each key's index into it), and a
+fingerprint match counts only when the words match: two different states with one fingerprint
+are both kept (a slower path that never happens in practice, tested with a deliberately weak
+fingerprint). In the compact mode (``--compact``) only the fingerprints are kept: 8 bytes per
+state, at the price of a small chance that a state is taken for one already seen
+(``omission_probability``).
 """
 
 from __future__ import annotations
@@ -24,22 +25,21 @@ def omission_probability(states: int) -> float:
 
 
 class _Run:
-    """One sorted run: keys ascending and, exact, the words of each key's state beside it."""
+    """One sorted run: keys ascending and, exact, each key's index into the words buffer."""
 
-    def __init__(self, keys: Any, words: Any | None) -> None:
+    def __init__(self, keys: Any, indices: Any | None) -> None:
         self.keys = keys
-        self.words = words
+        self.indices = indices
 
     def __len__(self) -> int:
         return int(self.keys.shape[0])
 
 
 class VisitedSet:
-    """Sorted fingerprints (and, exact, the words beside them) of every state stored so far.
+    """Sorted fingerprints (and, exact, the words of every state) of everything stored so far.
 
-    The set is a few sorted runs whose sizes at least double from the newest to the oldest (a
-    log-structured merge): a level's new states become a run, and runs are merged while the newer
-    is at least as large as the older, so a state is copied O(log n) times in all, not once a level.
+    The runs' sizes at least double from the newest to the oldest (a log-structured merge): a
+    state's key is copied O(log n) times in all, not once a level; its words never move.
     """
 
     def __init__(self, backend: Backend, words: int, exact: bool) -> None:
@@ -48,6 +48,7 @@ class VisitedSet:
         self.word_count = words
         self.runs: list[_Run] = []
         self.size = 0
+        self.buffer = backend.empty_words(words) if exact else None  # words of states 0..size-1, then spare room
         self.collisions = False  # whether two stored states may share a fingerprint
 
     def __len__(self) -> int:
@@ -55,7 +56,7 @@ class VisitedSet:
 
     @property
     def bytes_per_state(self) -> int:
-        return 8 + (8 * self.word_count if self.exact else 0)
+        return 8 + (8 * self.word_count + 8 if self.exact else 0)
 
     def unique(self, keys: Any, states: Any) -> Any:
         """Indices (into ``keys``) of one occurrence of every distinct state, in key order."""
@@ -66,11 +67,12 @@ class VisitedSet:
         starts = backend.concatenate([backend.full(1, 1) == 1, first]) if len(sorted_keys) else first
         if not self.exact:
             return order[starts]
-        sorted_states = states[:, order]
-        same_words = (sorted_states[:, 1:] == sorted_states[:, :-1]).all(0)
-        if bool((~first & ~same_words).any()):  # a fingerprint shared by different states
-            _, chosen = backend.unique_rows(backend.concatenate([keys[None, :], states], axis=0))
-            return chosen[backend.argsort(keys[chosen])]
+        repeated = backend.nonzero(~first)  # equal keys side by side: are the states equal too?
+        if len(repeated):
+            later, earlier = order[repeated + 1], order[repeated]
+            if bool((states[:, later] != states[:, earlier]).any()):  # a fingerprint shared by different states
+                _, chosen = backend.unique_rows(backend.concatenate([keys[None, :], states], axis=0))
+                return chosen[backend.argsort(keys[chosen])]
         return order[starts]
 
     def absent(self, keys: Any, states: Any) -> Any:
@@ -83,46 +85,52 @@ class VisitedSet:
     def _in_run(self, run: _Run, keys: Any, states: Any) -> Any:
         backend = self.backend
         positions = backend.searchsorted(run.keys, keys)
-        clipped = positions.clamp(max=len(run) - 1) if hasattr(positions, "clamp") else positions.clip(max=len(run) - 1)
+        clipped = _clip(positions, len(run) - 1)
         found = (positions < len(run)) & (run.keys[clipped] == keys)
         if not self.exact:
             return found
-        assert run.words is not None
-        matched = found & (run.words[:, clipped] == states).all(0)
-        if self.collisions:
-            suspects = backend.nonzero(found & ~matched)
-            for candidate in backend.to_numpy(suspects).tolist():  # rare: scan the run of equal keys
-                matched[candidate] = self._scan(run, keys[candidate], states[:, candidate], int(positions[candidate]))
-        return matched
+        assert run.indices is not None and self.buffer is not None
+        hits = backend.nonzero(found)
+        same = (self.buffer[:, run.indices[clipped[hits]]] == states[:, hits]).all(0)
+        found[hits[~same]] = False
+        if not bool(same.all()):
+            self.collisions = True  # a stored state shares a key with another state
+        if self.collisions and not bool(same.all()):
+            for candidate in backend.to_numpy(hits[~same]).tolist():  # rare: scan the run of equal keys
+                found[candidate] = self._scan(run, keys[candidate], states[:, candidate], int(positions[candidate]))
+        return found
 
     def _scan(self, run: _Run, key: Any, state: Any, position: int) -> bool:
-        assert run.words is not None
+        assert run.indices is not None and self.buffer is not None
         while position < len(run) and bool(run.keys[position] == key):
-            if bool((run.words[:, position] == state).all()):
+            if bool((self.buffer[:, int(run.indices[position])] == state).all()):
                 return True
             position += 1
         return False
 
     def add(self, keys: Any, states: Any) -> None:
-        """Store new distinct states (``keys`` sorted, none stored yet)."""
+        """Store new distinct states (``keys`` sorted, none stored yet), in this order."""
+        backend = self.backend
         count = int(keys.shape[0])
         if count == 0:
             return
-        if self.exact and not self.collisions and (count > 1 and bool((keys[1:] == keys[:-1]).any()) or self._shares_keys(keys)):
-            self.collisions = True
-        self.runs.append(_Run(keys, states if self.exact else None))
+        indices = None
+        if self.exact:
+            if not self.collisions and count > 1 and bool((keys[1:] == keys[:-1]).any()):
+                self.collisions = True  # two new states share a key (``absent`` saw any shared with stored ones)
+            assert self.buffer is not None
+            capacity = int(self.buffer.shape[1])
+            if self.size + count > capacity:  # grow geometrically: each state's words are copied O(1) times
+                grown = backend.zeros_words(self.word_count, max(2 * capacity, self.size + count, 1024))
+                grown[:, : self.size] = self.buffer[:, : self.size]
+                self.buffer = grown
+            self.buffer[:, self.size : self.size + count] = states
+            indices = backend.arange(self.size, self.size + count)
+        self.runs.append(_Run(keys, indices))
         self.size += count
         while len(self.runs) > 1 and len(self.runs[-1]) >= len(self.runs[-2]):
             newer = self.runs.pop()
             self.runs[-1] = self._merge(self.runs[-1], newer)
-
-    def _shares_keys(self, keys: Any) -> bool:
-        for run in self.runs:
-            positions = self.backend.searchsorted(run.keys, keys)
-            clipped = positions.clamp(max=len(run) - 1) if hasattr(positions, "clamp") else positions.clip(max=len(run) - 1)
-            if bool(((positions < len(run)) & (run.keys[clipped] == keys)).any()):
-                return True
-        return False
 
     def _merge(self, older: _Run, newer: _Run) -> _Run:
         backend = self.backend
@@ -133,12 +141,16 @@ class VisitedSet:
         keys = backend.full(total, 0)
         keys[destination] = newer.keys
         keys[keep] = older.keys
-        words = None
-        if older.words is not None and newer.words is not None:
-            words = backend.concatenate([older.words, newer.words], axis=1)  # the right shape and dtype
-            words[:, destination] = newer.words
-            words[:, keep] = older.words
-        return _Run(keys, words)
+        indices = None
+        if older.indices is not None and newer.indices is not None:
+            indices = backend.full(total, 0)
+            indices[destination] = newer.indices
+            indices[keep] = older.indices
+        return _Run(keys, indices)
+
+
+def _clip(positions: Any, highest: int) -> Any:
+    return positions.clamp(max=highest) if hasattr(positions, "clamp") else positions.clip(max=highest)
 
 
 __all__ = ["VisitedSet", "omission_probability"]
