@@ -169,7 +169,8 @@ class _Builder:
                         continue
                     word_change, leaving = self._packed(translator, parent, item, checked)
                     out_of_bounds = translator.either(out_of_bounds, leaving)
-                    changed.setdefault(word_change[0], []).append(word_change[1:])  # type: ignore[arg-type]
+                    word, cleared, bits = word_change
+                    changed.setdefault(word, []).append((cleared, bits))
                     continue
                 old_value = old[offset]
                 leaf = self.layout.leaves[first + offset]
@@ -391,7 +392,8 @@ def _encoded(value: Scalar, leaf: Leaf, shift: int | None = None) -> str | int:
     """The bits of ``value`` in ``leaf``, shifted to its place (or by ``shift``): a constant or code."""
     places = leaf.shift if shift is None else shift
     if value.constant:
-        return ((int(value.value) - leaf.low) & leaf.mask) << places  # type: ignore[call-overload]
+        number: int = int(value.value)  # type: ignore[call-overload]
+        return ((number - leaf.low) & leaf.mask) << places
     code = f"_int({value.code})" if leaf.boolean else value.code
     if leaf.low:
         code = f"({code} - {leaf.low})"
@@ -412,8 +414,8 @@ def _permute(translator: Translator, value: VectorValue, sort: Sort, target: Ind
     if sort == target:
         assert isinstance(value, Scalar)
         if value.constant:
-            image = mapping[int(value.value)]  # type: ignore[call-overload]
-            return Scalar(repr(image), image)
+            renamed = mapping[int(value.value)]  # type: ignore[call-overload]
+            return Scalar(repr(renamed), renamed)
         return translator.emit(f"_lookup({mapping!r}, {value.code})")
     if isinstance(sort, MapSort):
         assert isinstance(value, Compound)
