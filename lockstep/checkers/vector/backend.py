@@ -29,6 +29,7 @@ class NumpyBackend:
 
     name = "numpy"
     device = "cpu"
+    chunk = 1 << 17  # frontier states per kernel call: large enough to amortise the calls, cache-friendly
 
     def namespace(self) -> dict[str, Any]:
         def rows(mask: Any, count: int) -> Any:
@@ -141,6 +142,7 @@ class TorchBackend:
             raise RuntimeError("no CUDA device is available to torch; use --device cpu or --engine bfs-vec")
         self.torch = torch
         self.device = device
+        self.chunk = 1 << 21 if device.startswith("cuda") else 1 << 17  # a GPU needs big arrays to be busy
 
     def namespace(self) -> dict[str, Any]:
         torch = self.torch

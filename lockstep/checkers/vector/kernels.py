@@ -448,7 +448,8 @@ _TEMPORARY = re.compile(r"\bt\d+\b")
 
 def eliminate_dead_code(source: str) -> str:
     """Drop the assignments to temporaries that nothing reads (straight-line code, so one backward
-    pass decides): a value decoded or computed only to be compared away costs nothing."""
+    pass decides): a value decoded or computed only to be compared away costs nothing. Then free
+    each temporary after its last use, so a frontier-sized array lives only as long as it is needed."""
     kept: list[str] = []
     used: set[str] = set()
     for line in reversed(source.splitlines()):
@@ -457,7 +458,54 @@ def eliminate_dead_code(source: str) -> str:
             continue
         used.update(_TEMPORARY.findall(line if match is None else match.group(2)))
         kept.append(line)
-    return "\n".join(reversed(kept)) + "\n"
+    kept.reverse()
+    return "\n".join(_free_temporaries(kept)) + "\n"
+
+
+def _free_temporaries(lines: list[str]) -> list[str]:
+    """Insert ``del`` after the statement (a line, or an ``if`` block with its body) that last reads
+    each temporary assigned at that statement's level; blocks are handled the same way inside."""
+    result: list[str] = []
+    position = 0
+    while position < len(lines):
+        line = lines[position]
+        if not line.startswith("def "):
+            result.append(line)
+            position += 1
+            continue
+        end = position + 1
+        while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+            end += 1
+        result.append(line)
+        result.extend(_free_in_block(lines[position + 1 : end], "    "))
+        position = end
+    return result
+
+
+def _free_in_block(lines: list[str], indent: str) -> list[str]:
+    statements: list[list[str]] = []
+    for line in lines:
+        if line.startswith(indent) and not line.startswith(indent + " "):
+            statements.append([line])
+        elif statements:
+            statements[-1].append(line)
+    last: dict[str, int] = {}
+    for index, statement in enumerate(statements):
+        for name in _TEMPORARY.findall("\n".join(statement)):
+            last[name] = index
+    defined = {match.group(1) for statement in statements if (match := _ASSIGNED.match(statement[0])) is not None}
+    result: list[str] = []
+    for index, statement in enumerate(statements):
+        head, body = statement[0], statement[1:]
+        result.append(head)
+        if body:
+            result.extend(_free_in_block(body, indent + "    ") if head.rstrip().endswith(":") else body)
+        if head.strip().startswith("return "):
+            continue
+        dead = sorted(name for name in defined if last.get(name) == index)
+        if dead:
+            result.append(f"{indent}del {', '.join(dead)}")
+    return result
 
 
 def _indent(lines: list[str], depth: int) -> str:

@@ -68,7 +68,7 @@ class VectorSearch:
         stop_at_first: bool = False,
         limits: Limits | None = None,
         progress: Progress | None = None,
-        chunk: int = 1 << 17,
+        chunk: int | None = None,
     ) -> None:
         self.machine = machine.finish()
         try:
@@ -82,7 +82,7 @@ class VectorSearch:
         self.stop_at_first = stop_at_first
         self.limits = limits or Limits()
         self.progress = progress
-        self.chunk = chunk
+        self.chunk = chunk or backend.chunk  # frontier states expanded at once
         self.via_type = np.uint16 if len(self.kernels.tuples) < (1 << 16) else np.uint32
         self.parent_type: Any = np.uint32  # 4 bytes per state (one process: fewer than 2**32 states)
         self.root = ROOT

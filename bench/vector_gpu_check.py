@@ -1,0 +1,44 @@
+"""The GPU kernels against the CPU kernels: ``bfs-gpu --device cuda`` must give exactly what
+``bfs-vec`` gives (states, transitions, depth, verdicts, counterexample lengths) on every pinned
+instance up to ``--max-states`` (and dp-pause at 3 ranks with symmetry). Run on the device:
+``python bench/vector_gpu_check.py``; prints one line per instance and exits 1 on a difference."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from lockstep.checkers import CheckResult, Limits, check
+from lockstep.cli import pinned_instances
+from lockstep.models import get_protocol
+
+
+def summary(result: CheckResult) -> tuple[object, ...]:
+    verdicts = tuple((item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties)
+    return result.stats.states, result.stats.transitions, result.stats.depth, result.verdict.value, verdicts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--max-states", type=int, default=500_000)
+    options = parser.parse_args()
+    cases = [(instance, False) for instance in pinned_instances() if all(prop.kind.value != "leads-to" for prop in instance.machine().properties)]
+    cases.append((get_protocol("dp-pause").instance("pre-fix", "seed", ranks=3), True))
+    differences = 0
+    for instance, symmetry in cases:
+        cpu = check(instance, "bfs-vec", symmetry=symmetry, limits=Limits(max_states=options.max_states))
+        if cpu.stopped is not None:
+            continue
+        started = time.perf_counter()
+        gpu = check(instance, "bfs-gpu", device="cuda", symmetry=symmetry)
+        same = summary(gpu) == summary(cpu)
+        differences += not same
+        label = instance.label + (" --symmetry" if symmetry else "")
+        print(f"{'OK ' if same else 'BAD'} {label}: {cpu.stats.states:,} states, gpu {time.perf_counter() - started:.2f} s", flush=True)
+    print(f"{differences} differences")
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
