@@ -21,10 +21,12 @@ from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.vector.backend import make_backend
 from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
+from lockstep.spec.protocol import parse_assignment
 
 
 def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace) -> dict[str, object]:
-    instance = get_protocol("dp-pause").instance("post-fix", "seed", ranks=ranks)
+    overrides = dict(parse_assignment(text) for text in options.set)
+    instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
     machine = instance.machine()
     limits = Limits(max_states=options.bfs_max_states if engine == "bfs" else options.max_states, timeout_seconds=options.timeout)
     gpu = engine == "bfs-gpu" and options.device.startswith("cuda")
@@ -39,7 +41,7 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         result = check(machine, "bfs", symmetry=symmetry, limits=limits)
     else:
         search = VectorSearch(
-            machine, make_backend(engine, options.device), engine=engine, symmetry=symmetry, compact=options.compact, limits=limits
+            machine, make_backend(engine, options.device), engine=engine, symmetry=symmetry, compact=options.compact, limits=limits, chunk=options.chunk
         )
         result = search.run()
         per_state = search.bytes_per_state
@@ -75,6 +77,8 @@ def main() -> None:
     parser.add_argument("--bfs-max-states", type=int, default=2_500_000, help="cap for the reference engine")
     parser.add_argument("--max-states", type=int, default=None, help="cap for the vectorised engines")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
+    parser.add_argument("--chunk", type=int, default=None, help="frontier states per kernel call (default: the backend's)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dp-pause parameter (repeatable)")
     options = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
     if "bfs-gpu" in options.engines and options.device.startswith("cuda"):

@@ -32,11 +32,12 @@ class NumpyBackend:
     chunk = 1 << 17  # frontier states per kernel call: large enough to amortise the calls, cache-friendly
 
     def namespace(self) -> dict[str, Any]:
-        def rows(mask: Any, count: int) -> Any:
+        def counts(masks: tuple[Any, ...], total: int) -> list[int]:
+            return [total if mask is True else 0 if mask is False else int(np.count_nonzero(mask)) for mask in masks]
+
+        def rows(mask: Any, total: int, count: int) -> Any:
             if mask is True:
-                return np.arange(count, dtype=np.int64)
-            if mask is False:
-                return np.empty(0, dtype=np.int64)
+                return np.arange(total, dtype=np.int64)
             return np.flatnonzero(mask)
 
         def as_int(value: Any) -> Any:
@@ -59,6 +60,7 @@ class NumpyBackend:
             "_minimum": np.minimum,
             "_maximum": np.maximum,
             "_int": as_int,
+            "_counts": counts,
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
@@ -100,6 +102,10 @@ class NumpyBackend:
 
     def count(self, mask: Any) -> int:
         return int(np.count_nonzero(mask))
+
+    def flags(self, masks: list[Any]) -> list[bool]:
+        """Whether each mask (an array or a Python bool) has a true row."""
+        return [bool(mask) if isinstance(mask, bool) else bool(mask.any()) for mask in masks]
 
     def less(self, first: Any, second: Any) -> Any:
         """Row-wise lexicographic ``first < second`` over (words, rows) arrays."""
@@ -161,12 +167,16 @@ class TorchBackend:
 
             return apply
 
-        def rows(mask: Any, count: int) -> Any:
+        def counts(masks: tuple[Any, ...], total: int) -> list[int]:
+            """Every mask's number of rows, read back from the device at once."""
+            tensors = [mask.sum() for mask in masks if isinstance(mask, torch.Tensor)]
+            read = iter(torch.stack(tensors).tolist() if tensors else [])
+            return [total if mask is True else 0 if mask is False else int(next(read)) for mask in masks]
+
+        def rows(mask: Any, total: int, count: int) -> Any:
             if mask is True:
-                return torch.arange(count, dtype=torch.int64, device=device)
-            if mask is False:
-                return torch.empty(0, dtype=torch.int64, device=device)
-            return torch.nonzero(mask).flatten()
+                return torch.arange(total, dtype=torch.int64, device=device)
+            return torch.nonzero_static(mask, size=count).flatten()  # the count is known: no synchronisation
 
         def as_int(value: Any) -> Any:
             return value.to(torch.int64) if isinstance(value, torch.Tensor) else int(value)
@@ -192,6 +202,7 @@ class TorchBackend:
             "_minimum": extreme(torch.minimum),
             "_maximum": extreme(torch.maximum),
             "_int": as_int,
+            "_counts": counts,
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
@@ -233,6 +244,12 @@ class TorchBackend:
 
     def count(self, mask: Any) -> int:
         return int(mask.sum().item())
+
+    def flags(self, masks: list[Any]) -> list[bool]:
+        """Whether each mask has a true row, read back from the device at once."""
+        tensors = [mask.any() for mask in masks if not isinstance(mask, bool)]
+        read = iter(self.torch.stack(tensors).tolist() if tensors else [])
+        return [mask if isinstance(mask, bool) else bool(next(read)) for mask in masks]
 
     def less(self, first: Any, second: Any) -> Any:
         torch = self.torch

@@ -1,8 +1,8 @@
 """Kernels compiled from a finished ``Machine``: whole-frontier successors, properties, symmetry.
 
 ``compile_kernels`` generates Python source over an array module (numpy or torch; the text is the
-same, the backend supplies ``_where``, ``_minimum``, ``_maximum``, ``_int``, ``_rows`` and
-``_stack``) and returns three functions over a frontier ``W`` of packed states (words x rows):
+same, the backend supplies ``_where``, ``_minimum``, ``_maximum``, ``_int``, ``_counts``, ``_rows``,
+``_lookup``, ``_less`` and ``_stack``) and returns three functions over a frontier ``W`` of packed states (words x rows):
 
 - ``expand(W)``: for every action x parameter tuple whose guard is not false at compile time, the
   rows where its guard holds and their successors (the parent's words with the updated fields
@@ -100,8 +100,12 @@ class _Builder:
 
     # -------------------------------------------------------------------------------- successors
     def expand_source(self) -> str:
+        """``expand(W)``: the guards of every tuple first, then one count of their rows (a single
+        synchronisation on a GPU), then each enabled tuple's successors. Errors are masks, checked
+        by the caller in one reduction."""
         outer = Scope("W")
         blocks: list[str] = []
+        guards: list[str] = []
         enabled = FALSE
         for action_position, action in enumerate(self.machine.actions):
             for arguments in argument_space(action):
@@ -114,14 +118,13 @@ class _Builder:
                 tuple_id = len(self.tuples)
                 self.tuples.append((action_position, arguments))
                 enabled = translator.either(enabled, guard)
-                lines = []
+                guards.append(guard.code)
                 if error.value is not False:
-                    lines.append(f"e = _rows({error.code}, N)")
-                    lines.append(f"if len(e): errors.append(({tuple_id}, e))")
+                    blocks.append(f"errors.append(({tuple_id}, {error.code}, None))")
                 if guard.value is not False:
-                    lines.extend(self._successor_block(tuple_id, action.updates, bindings, guard, action.name))
-                blocks.extend(lines)
-        body = [*outer.lines, *blocks, f"return blocks, {enabled.code}, errors"]
+                    blocks.extend(self._successor_block(tuple_id, action.updates, bindings, guard, action.name))
+        counts = f"counts = _counts(({''.join(f'{guard}, ' for guard in guards)}), N)"
+        body = [*outer.lines, counts, *blocks, f"return blocks, {enabled.code}, errors"]
         return "def expand(W):\n    N = W.shape[1]\n    blocks = []\n    errors = []\n" + _indent(body, 1)
 
     def _guard(self, translator: Translator, conjuncts: tuple[Expression, ...], where: str) -> tuple[Scalar, Scalar]:
@@ -183,13 +186,12 @@ class _Builder:
             assert offset == last - first == len(old)
         writes = self._writes(translator, parent, changed)
         rows = f"r{tuple_id}"
-        lines = [f"{rows} = _rows({guard.code}, N)", f"if len({rows}):", f"    {parent} = W[:, {rows}]"]
+        lines = [f"if counts[{tuple_id}]:", f"    {rows} = _rows({guard.code}, N, counts[{tuple_id}])", f"    {parent} = W[:, {rows}]"]
         body = list(scope.lines) + writes
         if error.value is not False:
-            body.append(f"e = _rows({error.code}, len({rows}))")
-            body.append(f"if len(e): errors.append(({tuple_id}, {rows}[e]))")
+            body.append(f"errors.append(({tuple_id}, {error.code}, {rows}))")
         oob = {False: "None", True: f"({rows} >= 0)"}.get(out_of_bounds.value, out_of_bounds.code)  # type: ignore[call-overload]
-        body.append(f"blocks.append(({tuple_id}, {rows}, {parent}, {oob}))")
+        body.append(f"blocks.append(({tuple_id}, {rows}, {parent}, {oob}, counts[{tuple_id}]))")
         lines.extend(_indent(body, 1).splitlines())
         return lines
 

@@ -175,23 +175,26 @@ class VectorSearch:
         backend, kernels = self.backend, self.kernels
         blocks, enabled, errors = kernels.expand(frontier)
         if errors:
-            self._model_error(frontier, errors)
+            failing = [entry for entry, flagged in zip(errors, backend.flags([mask for _, mask, _ in errors])) if flagged]
+            if failing:
+                self._model_error(frontier, failing)
         if enabled is not True:
             dead = backend.nonzero(~enabled) if enabled is not False else backend.arange(0, int(frontier.shape[1]))
             if len(dead):
                 self._deadlocks(frontier[:, dead], base, dead)
         children, parents, via = [], [], []
         in_bounds = next(i for i, prop in enumerate(self.machine.properties) if prop.name == IN_BOUNDS)
-        for tuple_id, rows, successors, out_of_bounds in blocks:
-            self.stats.transitions = (self.stats.transitions or 0) + int(rows.shape[0])
+        leaving = backend.flags([out_of_bounds for _, _, _, out_of_bounds, _ in blocks if out_of_bounds is not None])
+        flagged = iter(leaving)
+        for tuple_id, rows, successors, out_of_bounds, count in blocks:
+            self.stats.transitions = (self.stats.transitions or 0) + count
             self.fired.add(kernels.tuples[tuple_id][0])
-            if out_of_bounds is not None:
-                leaving = backend.nonzero(out_of_bounds)
-                if len(leaving):
-                    if in_bounds not in self.found:
-                        self.found[in_bounds] = _Found(int(self._global(base + int(rows[leaving[0]]))), tuple_id, depth=self.depth + 1)
-                    staying = ~out_of_bounds
-                    rows, successors = rows[staying], successors[:, staying]
+            if out_of_bounds is not None and next(flagged):
+                if in_bounds not in self.found:
+                    first = int(backend.nonzero(out_of_bounds)[0])
+                    self.found[in_bounds] = _Found(int(self._global(base + int(rows[first]))), tuple_id, depth=self.depth + 1)
+                staying = ~out_of_bounds
+                rows, successors = rows[staying], successors[:, staying]
             children.append(successors)
             parents.append(self._global(rows + base))
             via.append(backend.full(int(rows.shape[0]), tuple_id))
@@ -254,9 +257,14 @@ class VectorSearch:
         return int(hits[0]) if len(hits) else None
 
     # ------------------------------------------------------------------------------- model errors
-    def _model_error(self, frontier: Any, errors: list[tuple[int, Any]]) -> None:
-        tuple_id, rows = errors[0]
-        state = self.layout.decode(self.backend.to_numpy(frontier[:, rows[0]]).tolist())
+    def _model_error(self, frontier: Any, errors: list[tuple[int, Any, Any]]) -> None:
+        """Re-run a state where a kernel's evaluation fails through the reference, which raises the
+        model error; the kernel's rows are frontier rows, or rows of its successor block."""
+        tuple_id, mask, rows = errors[0]
+        row = 0 if isinstance(mask, bool) else int(self.backend.nonzero(mask)[0])
+        if rows is not None:
+            row = int(rows[row])
+        state = self.layout.decode(self.backend.to_numpy(frontier[:, row]).tolist())
         InterpretedSystem(self.machine).transitions(state)  # raises the reference ModelError
         action, arguments = self.kernels.tuples[tuple_id]
         raise ModelError(f"internal error: the vectorised kernel of {self.machine.actions[action].name}{arguments} fails where evaluate does not")
