@@ -157,12 +157,12 @@ class TorchBackend:
         def where(condition: Any, then: Any, otherwise: Any) -> Any:
             return torch.where(condition, then, otherwise)
 
-        def extreme(function: Any) -> Any:
+        def extreme(function: Any, bound: str) -> Any:
             def apply(first: Any, second: Any) -> Any:
                 if not isinstance(first, torch.Tensor):
-                    first = torch.full_like(second, first)
+                    first, second = second, first
                 if not isinstance(second, torch.Tensor):
-                    second = torch.full_like(first, second)
+                    return torch.clamp(first, **{bound: second})  # a tensor and a number: one operation
                 return function(first, second)
 
             return apply
@@ -199,8 +199,8 @@ class TorchBackend:
         return {
             "_lookup": lookup,
             "_where": where,
-            "_minimum": extreme(torch.minimum),
-            "_maximum": extreme(torch.maximum),
+            "_minimum": extreme(torch.minimum, "max"),
+            "_maximum": extreme(torch.maximum, "min"),
             "_int": as_int,
             "_counts": counts,
             "_rows": rows,

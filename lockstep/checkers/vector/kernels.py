@@ -496,6 +496,10 @@ def _free_in_block(lines: list[str], indent: str) -> list[str]:
         for name in _TEMPORARY.findall("\n".join(statement)):
             last[name] = index
     defined = {match.group(1) for statement in statements if (match := _ASSIGNED.match(statement[0])) is not None}
+    dying: dict[int, list[str]] = {}
+    for name in defined:
+        if name in last:
+            dying.setdefault(last[name], []).append(name)
     result: list[str] = []
     for index, statement in enumerate(statements):
         head, body = statement[0], statement[1:]
@@ -504,7 +508,7 @@ def _free_in_block(lines: list[str], indent: str) -> list[str]:
             result.extend(_free_in_block(body, indent + "    ") if head.rstrip().endswith(":") else body)
         if head.strip().startswith("return "):
             continue
-        dead = sorted(name for name in defined if last.get(name) == index)
+        dead = sorted(dying.get(index, ()))
         if dead:
             result.append(f"{indent}del {', '.join(dead)}")
     return result
