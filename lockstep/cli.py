@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -266,6 +267,8 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     result = _run(instance, arguments, console)
+    if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
+        return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0
     trace_file = _write_trace(instance, result, arguments.trace_out, console)
     if arguments.json:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")

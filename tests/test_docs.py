@@ -74,6 +74,14 @@ def test_the_documented_commands(capsys: pytest.CaptureFixture[str], model_file:
     assert code == 0 and markdown.startswith("|") and "early-stop" in markdown  # the tables alone, on stdout
     code, _, err = run(capsys, "check", "dp-pause", "--model-file", str(model_file))
     assert code == 2 and "defines protocol 'early-stop', not 'dp-pause'" in err
+    for engine in ("bfs", "bfs-vec"):  # a model file runs on the vectorised kernels too, with the reference's figures
+        code, out, _ = run(capsys, "check", "--model-file", str(model_file), "--variant", "pre-fix", "--engine", engine, "--ranks", "4", "--json")
+        payload = json.loads(out)
+        figures = (code, payload["engine"], payload["stats"]["states"], payload["stats"]["transitions"], payload["counterexample"]["length"])
+        if engine == "bfs":
+            reference = figures[2:]
+        else:
+            assert figures == (1, "bfs-vec", *reference)
 
 
 @pytest.mark.parametrize(

@@ -20,10 +20,11 @@ from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.search import VectorSearch
 from lockstep.cli import pinned_instances
 from lockstep.models import get_protocol
+from lockstep.spec.expressions import Constant, Operation, Operator
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import ModelError
-from lockstep.spec.sorts import IndexSort, MapSort, SequenceSort, Value, integers
+from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, Value, integers
 from lockstep.spec.terms import Term, if_then_else, lift, map_of
 
 LIMIT = 500_000
@@ -200,3 +201,17 @@ def test_a_model_with_sequences_of_nested_maps_runs_on_the_kernels() -> None:
     assert reference.verdict.value == "violated"
     assert summary(check(finished, "bfs-vec")) == summary(reference)
     assert summary(check(finished, "bfs-gpu", device="cpu")) == summary(reference)
+
+
+def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_bfs() -> None:
+    machine = Machine("shapes")
+    table = machine.variable("table", MapSort(IndexSort("Key", 2), integers(0, 1)), (0, 0))
+    machine.add_action("flip", lambda: Step(table[0] == 0, {table: table.set(0, 1)}), actor="flipper")
+    odd = Operation(Operator.EQUAL, (table.expression, Constant(0, integers(0, 1))), BOOL)  # a map compared with a number
+    machine.always("odd", Term(odd))
+    finished = machine.finish()
+    with pytest.raises(UsageError, match=r"property odd: comparison of values of different shapes; use --engine bfs"):
+        check(finished, "bfs-vec")
+    result = check(finished, "auto")
+    assert result.engine == "bfs" and any("cannot compile" in warning for warning in result.warnings)
+    assert summary(result) == summary(check(finished, "bfs"))

@@ -4,6 +4,9 @@ gives exactly the one-process counts, verdicts and counterexample lengths."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from test_vector import summary
@@ -37,3 +40,13 @@ def test_the_cli_runs_a_partitioned_check(capsys: pytest.CaptureFixture[str]) ->
     code = main(["check", "dp-pause", "--variant", "pre-fix", "--workers", "2", "--json", "--trace-out", "/dev/null"])
     payload = json.loads(capsys.readouterr().out)
     assert code == 1 and payload["engine"] == "bfs-vec" and payload["stats"]["states"] == 33732
+
+
+def test_torchrun_processes_join_one_partitioned_check(tmp_path: Path) -> None:
+    """Under torchrun every process joins the job's group; rank 0 prints the one JSON object."""
+    torchrun = Path(sys.executable).with_name("torchrun")
+    command = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "lockstep.cli", "check", "dp-pause", "--workers", "2", "--json"]
+    finished = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    objects = [json.loads(line) for line in finished.stdout.splitlines() if line.startswith("{")]
+    assert len(objects) == 1 and objects[0]["verdict"] == "holds" and objects[0]["stats"]["states"] == 48918

@@ -71,8 +71,11 @@ def check(
         if engine == "bfs-vec" and workers == 1:
             try:
                 return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
-            except Unsupported:
-                engine = "bfs"  # a construct the kernels do not compile: the reference engine checks it
+            except Unsupported as error:  # a construct the kernels do not compile: the reference engine checks it
+                search = ExplicitSearch(system_for(machine, compiled), order="bfs", symmetry=symmetry, limits=limits, progress=progress, stop_at_first=stop_at_first)
+                fallback = search.run()
+                fallback.warnings.append(f"bfs-vec cannot compile this model ({error}); checked with bfs")
+                return _restricted(fallback, only)
         if workers > 1 and engine == "bfs":
             raise UsageError(f"--workers: {vectorisable(machine, only) or 'the model cannot be vectorised'}")
     if engine in SYMBOLIC_ENGINES:
@@ -101,7 +104,7 @@ def check(
             distributed = check_distributed(
                 machine, engine, workers, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, device=device, progress=progress
             )
-            return None if distributed is None else _restricted(distributed, only)  # type: ignore[return-value]
+            return _restricted(distributed, only)
         try:
             return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
         except Unsupported as error:

@@ -7,11 +7,11 @@ each owner keeps the ones it has not seen: the next level. A state's global id i
 times the number of processes plus the owner's rank, so parent links cross processes. After each
 level the processes agree (one small ``all_gather_object``) on the totals and on whether to stop:
 a limit on any process, the first violation with ``stop_at_first``, or every property decided.
-At the end rank 0 gathers the parent links and the findings and rebuilds the shortest
+At the end the processes share the parent links and the findings, and each rebuilds the shortest
 counterexamples as the one-process engine does; the counts equal the one-process engine's.
 
 ``check_distributed`` starts the processes itself (rank 0 is the caller) or, under ``torchrun``
-(``WORLD_SIZE``/``RANK`` set), joins the job torchrun started; then ranks other than 0 return None.
+(``WORLD_SIZE``/``RANK`` set), joins the job torchrun started; every process returns the result.
 """
 
 from __future__ import annotations
@@ -138,13 +138,18 @@ class PartitionedSearch(VectorSearch):
     def _should_stop(self, watch: LimitWatch) -> str | None:
         return None  # decided once per level, together (``_agree``)
 
-    def gather(self) -> bool:
-        """Collect findings, totals and parent links on rank 0; True there."""
-        local = (self.stored, self.stats.transitions or 0, self.found, sorted(self.fired), np.concatenate(self.parents) if self.parents else np.empty(0, np.int64), np.concatenate(self.via) if self.via else np.empty(0, self.via_type))
-        shared: list[Any] = [None] * self.world if self.rank == 0 else []
-        self.distributed.gather_object(local, shared if self.rank == 0 else None, dst=0)
-        if self.rank != 0:
-            return False
+    def gather(self) -> None:
+        """Share findings, totals and parent links, so that every process can rebuild the result."""
+        local = (
+            self.stored,
+            self.stats.transitions or 0,
+            self.found,
+            sorted(self.fired),
+            np.concatenate(self.parents) if self.parents else np.empty(0, np.int64),
+            np.concatenate(self.via) if self.via else np.empty(0, self.via_type),
+        )
+        shared: list[Any] = [None] * self.world
+        self.distributed.all_gather_object(shared, local)
         self.stored = sum(item[0] for item in shared)
         self.stats.transitions = sum(item[1] for item in shared)
         merged: dict[int, tuple[int, int, _Found]] = {}
@@ -155,7 +160,6 @@ class PartitionedSearch(VectorSearch):
                     merged[position] = (found.depth, rank, found)
         self.found = {position: entry[2] for position, entry in merged.items()}
         self._tables = [(item[4], item[5]) for item in shared]
-        return True
 
     def parent_of(self, state: int) -> tuple[int, int]:
         parents, via = self._tables[state % self.world]
@@ -163,8 +167,7 @@ class PartitionedSearch(VectorSearch):
         return int(parents[local]), int(via[local])
 
     def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
-        if not self.gather():
-            return CheckResult(self.machine, self.engine, [], self.stats, stopped)
+        self.gather()
         self.stats.states = self.stored
         return super()._result(complete, bounded, stopped)
 
@@ -188,7 +191,7 @@ def _worker(rank: int, world: int, address: str, machine: Machine, engine: str, 
     _run_rank(rank, world, address, machine, engine, device, options)
 
 
-def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engine: str, device: str | None, options: dict[str, Any]) -> CheckResult | None:
+def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engine: str, device: str | None, options: dict[str, Any]) -> CheckResult:
     import torch.distributed as distributed
 
     gpu = engine == "bfs-gpu" and (device or "cuda").startswith("cuda")
@@ -208,8 +211,7 @@ def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engi
         distributed.init_process_group(backend_name, init_method=address, rank=rank, world_size=world)
     try:
         search = PartitionedSearch(machine, make_backend(engine, local_device), rank=rank, world=world, engine=engine, **options)
-        result = search.run()
-        return result if rank == 0 else None
+        return search.run()
     finally:
         distributed.destroy_process_group()
 
@@ -225,8 +227,8 @@ def check_distributed(
     limits: Limits | None = None,
     device: str | None = None,
     progress: Progress | None = None,
-) -> CheckResult | None:
-    """Check ``machine`` with ``workers`` processes; the result on rank 0 (None on other torchrun ranks)."""
+) -> CheckResult:
+    """Check ``machine`` with ``workers`` processes; the caller (every process, under torchrun) gets the result."""
     options: dict[str, Any] = {"symmetry": symmetry, "compact": compact, "stop_at_first": stop_at_first, "limits": limits, "progress": progress}
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
