@@ -115,6 +115,10 @@ class VectorSearch:
                 depth += 1
         except KeyboardInterrupt:
             stopped = "interrupted"
+        except (MemoryError, RuntimeError) as error:  # torch.OutOfMemoryError is a RuntimeError
+            if not isinstance(error, MemoryError) and "out of memory" not in str(error).lower():
+                raise
+            stopped = "max-memory"  # the device or host is full: what was explored stands, the rest is unknown
         stats.states = self.stored
         stats.seconds = time.monotonic() - started
         complete = stopped is None and not truncated

@@ -120,8 +120,8 @@ class VisitedSet:
                 self.collisions = True  # two new states share a key (``absent`` saw any shared with stored ones)
             assert self.buffer is not None
             capacity = int(self.buffer.shape[1])
-            if self.size + count > capacity:  # grow geometrically: each state's words are copied O(1) times
-                grown = backend.zeros_words(self.word_count, max(2 * capacity, self.size + count, 1024))
+            if self.size + count > capacity:  # grow geometrically (old and new live together for a moment)
+                grown = backend.zeros_words(self.word_count, max(capacity + capacity // 2, self.size + count, 1024))
                 grown[:, : self.size] = self.buffer[:, : self.size]
                 self.buffer = grown
             self.buffer[:, self.size : self.size + count] = states
