@@ -213,3 +213,16 @@ def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_
     result = check(finished, "auto")
     assert result.engine == "bfs" and any("cannot compile" in warning for warning in result.warnings)
     assert summary(result) == summary(check(finished, "bfs"))
+
+
+def test_running_out_of_memory_stops_the_search_cleanly() -> None:
+    class Full(NumpyBackend):
+        def zeros_words(self, words: int, count: int) -> Any:
+            if count > 2048:
+                raise MemoryError("the machine is full")
+            return super().zeros_words(words, count)
+
+    instance = get_protocol("dp-pause").instance("post-fix", "seed")
+    result = VectorSearch(instance.machine(), Full(), engine="bfs-vec").run()
+    assert result.stopped == "max-memory" and result.exit_code == 3
+    assert result.stats.states is not None and 1024 <= result.stats.states < 48918
