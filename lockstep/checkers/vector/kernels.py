@@ -19,11 +19,12 @@ The tuple ids of ``expand`` index ``Kernels.tuples``: (action position, argument
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.checkers.vector.tidy import tidy
+from lockstep.checkers.vector.translator import Translator
 from lockstep.checkers.vector.values import (
     FALSE,
     Compound,
@@ -32,7 +33,6 @@ from lockstep.checkers.vector.values import (
     Scalar,
     Scope,
     Sequence,
-    Translator,
     Unsupported,
     VectorValue,
     leaves_of,
@@ -72,7 +72,7 @@ def compile_kernels(machine: Machine, layout: Layout, backend_namespace: Mapping
     if symmetry:
         source, permutations = builder.canonical_source()
         sources.append(source)
-    source = eliminate_dead_code("\n\n".join(sources))
+    source = tidy("\n\n".join(sources))
     namespace: dict[str, Any] = dict(backend_namespace)
     exec(compile(source, f"<lockstep-vector {machine.name}>", "exec"), namespace)  # noqa: S102 - our own generated code
     return Kernels(
@@ -442,76 +442,6 @@ def _permute(translator: Translator, value: VectorValue, sort: Sort, target: Ind
             slots.append(image)
         return Sequence(value.length, tuple(slots), value.element)
     return value
-
-
-_ASSIGNED = re.compile(r"^\s*(t\d+) = (.*)$")
-_TEMPORARY = re.compile(r"\bt\d+\b")
-
-
-def eliminate_dead_code(source: str) -> str:
-    """Drop the assignments to temporaries that nothing reads (straight-line code, so one backward
-    pass decides): a value decoded or computed only to be compared away costs nothing. Then free
-    each temporary after its last use, so a frontier-sized array lives only as long as it is needed."""
-    kept: list[str] = []
-    used: set[str] = set()
-    for line in reversed(source.splitlines()):
-        match = _ASSIGNED.match(line)
-        if match is not None and match.group(1) not in used:
-            continue
-        used.update(_TEMPORARY.findall(line if match is None else match.group(2)))
-        kept.append(line)
-    kept.reverse()
-    return "\n".join(_free_temporaries(kept)) + "\n"
-
-
-def _free_temporaries(lines: list[str]) -> list[str]:
-    """Insert ``del`` after the statement (a line, or an ``if`` block with its body) that last reads
-    each temporary assigned at that statement's level; blocks are handled the same way inside."""
-    result: list[str] = []
-    position = 0
-    while position < len(lines):
-        line = lines[position]
-        if not line.startswith("def "):
-            result.append(line)
-            position += 1
-            continue
-        end = position + 1
-        while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
-            end += 1
-        result.append(line)
-        result.extend(_free_in_block(lines[position + 1 : end], "    "))
-        position = end
-    return result
-
-
-def _free_in_block(lines: list[str], indent: str) -> list[str]:
-    statements: list[list[str]] = []
-    for line in lines:
-        if line.startswith(indent) and not line.startswith(indent + " "):
-            statements.append([line])
-        elif statements:
-            statements[-1].append(line)
-    last: dict[str, int] = {}
-    for index, statement in enumerate(statements):
-        for name in _TEMPORARY.findall("\n".join(statement)):
-            last[name] = index
-    defined = {match.group(1) for statement in statements if (match := _ASSIGNED.match(statement[0])) is not None}
-    dying: dict[int, list[str]] = {}
-    for name in defined:
-        if name in last:
-            dying.setdefault(last[name], []).append(name)
-    result: list[str] = []
-    for index, statement in enumerate(statements):
-        head, body = statement[0], statement[1:]
-        result.append(head)
-        if body:
-            result.extend(_free_in_block(body, indent + "    ") if head.rstrip().endswith(":") else body)
-        if head.strip().startswith("return "):
-            continue
-        dead = sorted(dying.get(index, ()))
-        if dead:
-            result.append(f"{indent}del {', '.join(dead)}")
-    return result
 
 
 def _indent(lines: list[str], depth: int) -> str:

@@ -1,0 +1,438 @@
+"""Translates IR expressions to array values, as straight-line code over a whole frontier.
+
+``Translator`` partially evaluates an expression for one binding of the action parameters (and
+of comprehension variables, which it unrolls): what is known at compile time folds to a constant
+through the reference ``apply_operator``; the rest becomes lines of array code (numpy or torch,
+the same text for both) over one column per leaf of the packed state. Every value comes with an
+error mask: the rows where the reference evaluator would raise (division by zero, a key outside
+its map, the tail of an empty sequence), with the short-circuit semantics of ``evaluate`` for
+and/or/implies/if-then-else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from collections.abc import Sequence as Sequences
+
+from lockstep.checkers.vector.values import (
+    FALSE,
+    TRUE,
+    Compound,
+    Emitter,
+    Origin,
+    Scalar,
+    Scope,
+    Sequence,
+    Unsupported,
+    VectorValue,
+    constant_of,
+    padding,
+)
+from lockstep.spec.compiler import stays_in_sort
+from lockstep.spec.evaluation import apply_operator
+from lockstep.spec.expressions import (
+    Bound,
+    Comprehension,
+    Constant,
+    Expression,
+    Operation,
+    Operator,
+    Parameter,
+    Quantifier,
+    Variable,
+)
+from lockstep.spec.layout import Layout, is_scalar
+from lockstep.spec.sorts import MapSort, RecordSort, SequenceSort, Sort, Value
+
+_SYMBOLS = {
+    Operator.EQUAL: "==", Operator.NOT_EQUAL: "!=", Operator.LESS: "<", Operator.LESS_EQUAL: "<=",
+    Operator.GREATER: ">", Operator.GREATER_EQUAL: ">=", Operator.ADD: "+", Operator.SUBTRACT: "-",
+    Operator.MULTIPLY: "*",
+}
+_UNBOUND = object()
+
+
+class Translator:
+    """Translates IR expressions to vector values in one scope, with parameters bound to constants."""
+
+    def __init__(self, layout: Layout, emitter: Emitter, scope: Scope, parameters: Mapping[str, Value] | None = None) -> None:
+        self.layout = layout
+        self.emitter = emitter
+        self.scope = scope
+        self.parameters = dict(parameters or {})
+        self.bound: dict[str, Value] = {}
+        self._variables = {name: position for position, name in enumerate(layout.names)}
+
+    # ----------------------------------------------------------------------------- scalar helpers
+    def emit(self, code: str) -> Scalar:
+        return Scalar(self.emitter.emit(self.scope, code))
+
+    def column(self, leaf_position: int) -> Scalar:
+        leaf = self.layout.leaves[leaf_position]
+        if leaf.width == 0:
+            return Scalar(repr(leaf.low), leaf.low)
+        code = f"{self.scope.words}[{leaf.word}]"
+        if leaf.shift:
+            code = f"({code} >> {leaf.shift})"
+        if leaf.width + leaf.shift < 63:
+            code = f"({code} & {leaf.mask})"
+        if leaf.boolean:
+            return self.emit(f"({code} != 0)")
+        if leaf.low:
+            code = f"({code} + {leaf.low})"
+        return self.emit(code)
+
+    def where(self, condition: Scalar, then: VectorValue, otherwise: VectorValue) -> VectorValue:
+        if condition.constant:
+            return then if condition.value else otherwise
+        if isinstance(then, Scalar) and isinstance(otherwise, Scalar):
+            if then.code == otherwise.code:
+                return then
+            if then.value is True and otherwise.value is False:
+                return condition
+            if then.value is False and otherwise.value is True:
+                return self.negate(condition)
+            return self.emit(f"_where({condition.code}, {then.code}, {otherwise.code})")
+        if isinstance(then, Compound) and isinstance(otherwise, Compound):
+            return Compound(tuple(self.where(condition, a, b) for a, b in zip(then.parts, otherwise.parts, strict=True)))
+        if isinstance(then, Sequence) and isinstance(otherwise, Sequence):
+            count = max(len(then.slots), len(otherwise.slots))
+            first, second = self.widen(then, count), self.widen(otherwise, count)
+            length = self.where(condition, first.length, second.length)
+            assert isinstance(length, Scalar)
+            slots = tuple(self.where(condition, a, b) for a, b in zip(first.slots, second.slots))
+            return Sequence(length, slots, then.element, self._merged_origin(condition, then.origin, otherwise.origin))
+        raise Unsupported("if-then-else over values of different shapes")
+
+    def _merged_origin(self, condition: Scalar, then: Origin | None, otherwise: Origin | None) -> Origin | None:
+        """The origin of ``then if condition else otherwise`` when one side leaves the state's sequence as it is."""
+        if then is None or otherwise is None or then.length_leaf != otherwise.length_leaf:
+            return None
+        if otherwise.kind == "read":
+            if then.kind == "read":
+                return then
+            return Origin(then.kind, then.length_leaf, then.element, condition if then.condition is None else self.both(condition, then.condition))
+        if then.kind == "read":
+            negated = self.negate(condition)
+            return Origin(otherwise.kind, otherwise.length_leaf, otherwise.element, negated if otherwise.condition is None else self.both(negated, otherwise.condition))
+        return None
+
+    def widen(self, sequence: Sequence, count: int) -> Sequence:
+        if len(sequence.slots) >= count:
+            return sequence
+        filler = padding(sequence.element)
+        return Sequence(sequence.length, sequence.slots + tuple(filler for _ in range(count - len(sequence.slots))), sequence.element, sequence.origin)
+
+    def negate(self, value: Scalar) -> Scalar:
+        if value.constant:
+            return TRUE if not value.value else FALSE
+        return self.emit(f"(~{value.code})")
+
+    def both(self, left: Scalar, right: Scalar) -> Scalar:
+        if left.constant:
+            return right if left.value else FALSE
+        if right.constant:
+            return left if right.value else FALSE
+        if left.code == right.code:
+            return left
+        return self.emit(f"({left.code} & {right.code})")
+
+    def either(self, left: Scalar, right: Scalar) -> Scalar:
+        if left.constant:
+            return TRUE if left.value else right
+        if right.constant:
+            return TRUE if right.value else left
+        if left.code == right.code:
+            return left
+        return self.emit(f"({left.code} | {right.code})")
+
+    def binary(self, operator: Operator, left: Scalar, right: Scalar) -> Scalar:
+        if left.constant and right.constant:
+            value = apply_operator(operator, [left.value, right.value])
+            return Scalar(repr(value), value)
+        symbol = _SYMBOLS[operator]
+        return self.emit(f"({left.code} {symbol} {right.code})")
+
+    def equal(self, left: VectorValue, right: VectorValue) -> Scalar:
+        if isinstance(left, Scalar) and isinstance(right, Scalar):
+            if left.code == right.code:
+                return TRUE
+            return self.binary(Operator.EQUAL, left, right)
+        if isinstance(left, Compound) and isinstance(right, Compound):
+            result = TRUE
+            for a, b in zip(left.parts, right.parts, strict=True):
+                result = self.both(result, self.equal(a, b))
+            return result
+        if isinstance(left, Sequence) and isinstance(right, Sequence):
+            result = self.equal(left.length, right.length)
+            count = max(len(left.slots), len(right.slots))
+            first, second = self.widen(left, count), self.widen(right, count)
+            for slot, (a, b) in enumerate(zip(first.slots, second.slots)):
+                unused = self.binary(Operator.LESS_EQUAL, left.length, Scalar(repr(slot), slot))
+                result = self.both(result, self.either(unused, self.equal(a, b)))
+            return result
+        raise Unsupported("comparison of values of different shapes")
+
+    def extreme(self, function: str, values: Sequences[Scalar]) -> Scalar:
+        folded = [value for value in values if not value.constant]
+        constants = [value.value for value in values if value.constant]
+        pick = min if function == "_minimum" else max
+        result: Scalar | None = None
+        if constants:
+            best = pick(constants)  # type: ignore[type-var]
+            result = Scalar(repr(best), best)
+        for value in folded:
+            result = value if result is None else self.emit(f"{function}({result.code}, {value.code})")
+        assert result is not None
+        return result
+
+    def choose(self, key: Scalar, options: Sequences[VectorValue]) -> VectorValue:
+        """``options[key]`` for a key that is not a constant (rows outside the range: the last)."""
+        result = options[-1]
+        for position in range(len(options) - 2, -1, -1):
+            result = self.where(self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), options[position], result)
+        return result
+
+    # ------------------------------------------------------------------------------ translation
+    def translate(self, expression: Expression) -> tuple[VectorValue, Scalar]:
+        """The value of ``expression`` and the mask of rows where evaluating it fails."""
+        if isinstance(expression, Constant):
+            return constant_of(expression.value, expression.sort), FALSE
+        if isinstance(expression, Parameter):
+            return constant_of(self.parameters[expression.name], expression.sort), FALSE
+        if isinstance(expression, Bound):
+            return constant_of(self.bound[expression.name], expression.sort), FALSE
+        if isinstance(expression, Variable):
+            return self.variable(expression.name), FALSE
+        if isinstance(expression, Comprehension):
+            return self._comprehension(expression)
+        return self._operation(expression)
+
+    def variable(self, name: str) -> VectorValue:
+        first, last = self.layout.spans[self._variables[name]]
+        return self._assemble(self.layout.sorts[self._variables[name]], iter(range(first, last)))
+
+    def _assemble(self, sort: Sort, positions: Iterator[int]) -> VectorValue:
+        if is_scalar(sort):
+            return self.column(next(positions))
+        if isinstance(sort, MapSort):
+            return Compound(tuple(self._assemble(sort.value, positions) for _ in sort.keys))
+        if isinstance(sort, RecordSort):
+            return Compound(tuple(self._assemble(field_sort, positions) for _, field_sort in sort.fields))
+        assert isinstance(sort, SequenceSort)
+        position = next(positions)
+        slots = tuple(self._assemble(sort.element, positions) for _ in range(sort.capacity))
+        return Sequence(self.column(position), slots, sort.element, Origin("read", position))
+
+    def scalar(self, expression: Expression) -> tuple[Scalar, Scalar]:
+        value, error = self.translate(expression)
+        if not isinstance(value, Scalar):
+            raise Unsupported(f"expected a scalar value for an expression of sort {expression.sort.name}")
+        return value, error
+
+    def _comprehension(self, expression: Comprehension) -> tuple[VectorValue, Scalar]:
+        variable = expression.variable
+        results: list[VectorValue] = []
+        error = FALSE
+        saved = self.bound.get(variable.name, _UNBOUND)
+        for value in variable.sort.values():
+            self.bound[variable.name] = value
+            result, failed = self.translate(expression.body)
+            results.append(result)
+            error = self.either(error, failed)
+        if saved is _UNBOUND:
+            del self.bound[variable.name]
+        else:
+            self.bound[variable.name] = saved
+        if expression.quantifier is Quantifier.MAP:
+            return Compound(tuple(results)), error
+        scalars = [result for result in results if isinstance(result, Scalar)]
+        if len(scalars) != len(results):
+            raise Unsupported(f"{expression.quantifier.value} over non-scalar values")
+        match expression.quantifier:
+            case Quantifier.ALL:
+                total = TRUE
+                for item in scalars:
+                    total = self.both(total, item)
+                return total, error
+            case Quantifier.ANY:
+                total = FALSE
+                for item in scalars:
+                    total = self.either(total, item)
+                return total, error
+            case Quantifier.SUM | Quantifier.COUNT:
+                summed: Scalar = Scalar("0", 0)
+                for item in scalars:
+                    term = item
+                    if expression.quantifier is Quantifier.COUNT:
+                        term = Scalar(repr(int(bool(item.value))), int(bool(item.value))) if item.constant else self.emit(f"_int({item.code})")
+                    summed = self.binary(Operator.ADD, summed, term)
+                return summed, error
+            case Quantifier.MAXIMUM:
+                return self.extreme("_maximum", scalars), error
+            case Quantifier.MINIMUM:
+                return self.extreme("_minimum", scalars), error
+        raise Unsupported(f"quantifier {expression.quantifier}")  # pragma: no cover
+
+    def _operation(self, expression: Operation) -> tuple[VectorValue, Scalar]:  # noqa: C901 - one branch per operator
+        operator, arguments = expression.operator, expression.arguments
+        if operator in (Operator.AND, Operator.OR):
+            total, error, reached = (TRUE if operator is Operator.AND else FALSE), FALSE, TRUE
+            for argument in arguments:
+                value, failed = self.scalar(argument)
+                error = self.either(error, self.both(reached, failed))
+                if operator is Operator.AND:
+                    total = self.both(total, value)
+                    reached = total
+                else:
+                    total = self.either(total, value)
+                    reached = self.negate(total)
+                if reached.value is False:
+                    break
+            return total, error
+        if operator is Operator.IMPLIES:
+            antecedent, failed = self.scalar(arguments[0])
+            consequent, failed_later = self.scalar(arguments[1]) if antecedent.value is not False else (TRUE, FALSE)
+            return self.either(self.negate(antecedent), consequent), self.either(failed, self.both(antecedent, failed_later))
+        if operator is Operator.IF_THEN_ELSE:
+            condition, failed = self.scalar(arguments[0])
+            then, then_failed = self.translate(arguments[1]) if condition.value is not False else (None, FALSE)
+            otherwise, else_failed = self.translate(arguments[2]) if condition.value is not True else (None, FALSE)
+            if then is None:
+                assert otherwise is not None
+                return otherwise, self.either(failed, else_failed)
+            if otherwise is None:
+                return then, self.either(failed, then_failed)
+            error = self.either(failed, self.either(self.both(condition, then_failed), self.both(self.negate(condition), else_failed)))
+            return self.where(condition, then, otherwise), error
+        translated = [self.translate(argument) for argument in arguments]
+        values = [value for value, _ in translated]
+        error = FALSE
+        for _, failed in translated:
+            error = self.either(error, failed)
+        result, failed = self._apply(expression, values)
+        return result, self.either(error, failed)
+
+    def _apply(self, expression: Operation, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:  # noqa: C901
+        operator, arguments = expression.operator, expression.arguments
+        first = values[0] if values else None
+        if operator in (Operator.RECORD, Operator.MAP):
+            return Compound(tuple(values)), FALSE
+        if operator is Operator.SEQUENCE:
+            assert isinstance(expression.sort, SequenceSort)
+            return Sequence(Scalar(repr(len(values)), len(values)), tuple(values), expression.sort.element), FALSE
+        if operator in (Operator.EQUAL, Operator.NOT_EQUAL):
+            same = self.equal(values[0], values[1])
+            return (same if operator is Operator.EQUAL else self.negate(same)), FALSE
+        if operator in (Operator.FIELD, Operator.WITH_FIELD):
+            assert isinstance(first, Compound) and isinstance(arguments[1], Constant)
+            position = arguments[1].value
+            assert isinstance(position, int)
+            if operator is Operator.FIELD:
+                return first.parts[position], FALSE
+            return Compound(first.parts[:position] + (values[2],) + first.parts[position + 1 :]), FALSE
+        if operator in (Operator.SELECT, Operator.STORE):
+            return self._map_access(expression, values)
+        if isinstance(first, Sequence):
+            return self._sequence(operator, first, values)
+        scalars = [value for value in values if isinstance(value, Scalar)]
+        if len(scalars) != len(values):
+            raise Unsupported(f"operator {operator.value} over non-scalar values")
+        if operator is Operator.NOT:
+            return self.negate(scalars[0]), FALSE
+        if operator is Operator.NEGATE:
+            value = scalars[0]
+            return (Scalar(repr(-value.value), -value.value) if value.constant else self.emit(f"(-{value.code})")), FALSE  # type: ignore[operator]
+        if operator is Operator.MINIMUM:
+            return self.extreme("_minimum", scalars), FALSE
+        if operator is Operator.MAXIMUM:
+            return self.extreme("_maximum", scalars), FALSE
+        if operator in (Operator.FLOOR_DIVIDE, Operator.MODULO):
+            return self._division(operator, scalars[0], scalars[1])
+        if operator in _SYMBOLS:
+            return self.binary(operator, scalars[0], scalars[1]), FALSE
+        raise Unsupported(f"operator {operator.value}")
+
+    def _division(self, operator: Operator, left: Scalar, right: Scalar) -> tuple[Scalar, Scalar]:
+        if right.constant:
+            if right.value == 0:
+                return Scalar("0", 0), TRUE
+            if left.constant:
+                value = apply_operator(operator, [left.value, right.value])
+                return Scalar(repr(value), value), FALSE
+            symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
+            return self.emit(f"({left.code} {symbol} {right.code})"), FALSE
+        zero = self.binary(Operator.EQUAL, right, Scalar("0", 0))
+        safe = self.emit(f"_where({zero.code}, 1, {right.code})")
+        symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
+        return self.emit(f"({left.code} {symbol} {safe.code})"), zero
+
+    def _map_access(self, expression: Operation, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:
+        container, key = values[0], values[1]
+        map_sort = expression.arguments[0].sort
+        assert isinstance(container, Compound) and isinstance(key, Scalar) and isinstance(map_sort, MapSort)
+        size = len(container.parts)
+        if key.constant:
+            assert isinstance(key.value, int)
+            if not 0 <= key.value < size:
+                return (container if expression.operator is Operator.STORE else container.parts[0]), TRUE
+            if expression.operator is Operator.SELECT:
+                return container.parts[key.value], FALSE
+            parts = list(container.parts)
+            parts[key.value] = values[2]
+            return Compound(tuple(parts)), FALSE
+        if stays_in_sort(expression.arguments[1], map_sort.key):
+            error = FALSE
+        else:
+            low = self.binary(Operator.LESS, key, Scalar("0", 0))
+            high = self.binary(Operator.GREATER_EQUAL, key, Scalar(repr(size), size))
+            error = self.either(low, high)
+        if expression.operator is Operator.SELECT:
+            return self.choose(key, container.parts), error
+        stored = tuple(
+            self.where(self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), values[2], part)
+            for position, part in enumerate(container.parts)
+        )
+        return Compound(stored), error
+
+    def _sequence(self, operator: Operator, sequence: Sequence, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:
+        length, slots = sequence.length, sequence.slots
+        if operator is Operator.LENGTH:
+            return length, FALSE
+        if operator is Operator.AT:
+            position = values[1]
+            assert isinstance(position, Scalar)
+            error = self.either(
+                self.binary(Operator.LESS, position, Scalar("0", 0)), self.binary(Operator.GREATER_EQUAL, position, length)
+            )
+            if position.constant:
+                assert isinstance(position.value, int)
+                if not 0 <= position.value < len(slots):
+                    return (slots[0] if slots else Scalar("0", 0)), TRUE
+                return slots[position.value], error
+            if not slots:
+                return Scalar("0", 0), TRUE
+            return self.choose(position, slots), error
+        if operator is Operator.APPEND:
+            element = values[1]
+            filler = padding(sequence.element)
+            grown = []
+            for index, slot in enumerate((*slots, filler)):
+                here = self.binary(Operator.EQUAL, length, Scalar(repr(index), index))
+                grown.append(self.where(here, element, slot))
+            origin = sequence.origin
+            derived = Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
+            return Sequence(self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived), FALSE
+        if operator is Operator.TAIL:
+            error = self.binary(Operator.LESS_EQUAL, length, Scalar("0", 0))
+            if not slots:
+                return sequence, TRUE
+            shifted = (*slots[1:], padding(sequence.element))
+            origin = sequence.origin
+            derived = Origin("tail", origin.length_leaf) if origin is not None and origin.kind == "read" else None
+            return Sequence(self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived), error
+        raise Unsupported(f"operator {operator.value} on a sequence")
+
+
+
+__all__ = ["Translator"]
