@@ -72,12 +72,12 @@ class Translator:
         if leaf.width == 0:
             return Scalar(repr(leaf.low), leaf.low)
         code = f"{self.scope.words}[{leaf.word}]"
+        if leaf.boolean:  # one bit: test it in place
+            return self.emit(f"(({code} & {1 << leaf.shift}) != 0)")
         if leaf.shift:
             code = f"({code} >> {leaf.shift})"
         if leaf.width + leaf.shift < 63:
             code = f"({code} & {leaf.mask})"
-        if leaf.boolean:
-            return self.emit(f"({code} != 0)")
         if leaf.low:
             code = f"({code} + {leaf.low})"
         return self.emit(code)
