@@ -246,7 +246,7 @@ def test_model_errors_surface_from_both_systems(compiled: bool) -> None:
 
 def test_unknown_engine_and_order_are_refused() -> None:
     machine, _, _ = two_counters()
-    with pytest.raises(UsageError, match="unknown engine 'astar'; engines: bfs, dfs"):
+    with pytest.raises(UsageError, match="unknown engine 'astar'; engines: auto, bfs, dfs, bfs-vec, bfs-gpu, bmc, induction"):
         check(machine, engine="astar")
     with pytest.raises(ValueError, match="unknown search order 'random'"):
         ExplicitSearch(system_for(machine.finish()), order="random")

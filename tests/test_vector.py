@@ -37,6 +37,15 @@ def summary(result: CheckResult) -> tuple[Any, ...]:
     return stats.states, stats.transitions, stats.depth, result.verdict.value, result.stopped, verdicts
 
 
+def paths(result: CheckResult) -> tuple[Any, ...]:
+    """Every counterexample and witness, step by step, with the details: what only the same
+    discovery order as the reference's gives."""
+    return tuple(
+        (item.name, item.detail, None if item.path is None else tuple((step.action, tuple(step.arguments.items())) for step in item.path.steps))
+        for item in result.properties
+    )
+
+
 def _checked_instances() -> list[Instance]:
     return [instance for instance in pinned_instances() if not any(prop.kind.value == "leads-to" for prop in instance.machine().properties)]
 
@@ -49,9 +58,12 @@ def test_vectorised_engines_equal_the_reference_on_every_pinned_instance(instanc
     reference = check(instance, "bfs", limits=Limits(max_states=LIMIT))
     if reference.stopped == "max-states":
         pytest.skip(f"more than {LIMIT:,} states: in the slow tier")
-    assert summary(check(instance, "bfs-vec")) == summary(reference)
+    vectorised = check(instance, "bfs-vec")
+    assert summary(vectorised) == summary(reference)
+    assert paths(vectorised) == paths(reference)  # the very same counterexamples, not only as short
     if reference.stats.states is not None and reference.stats.states <= TORCH_LIMIT:
-        assert summary(check(instance, "bfs-gpu", device="cpu")) == summary(reference)
+        torch = check(instance, "bfs-gpu", device="cpu")
+        assert summary(torch) == summary(reference) and paths(torch) == paths(reference)
 
 
 @pytest.mark.slow
@@ -66,7 +78,8 @@ def test_vectorised_engines_equal_the_reference_on_the_large_instances(instance:
 # --------------------------------------------------------------------------------- (b) random models
 def outcome(machine: Machine, engine: str) -> tuple[str, object]:
     try:
-        return ("result", summary(check(machine, engine, device="cpu" if engine == "bfs-gpu" else None)))
+        result = check(machine, engine, device="cpu" if engine == "bfs-gpu" else None)
+        return ("result", (summary(result), paths(result)))
     except ModelError:
         return ("model error", None)
 

@@ -130,10 +130,20 @@ class NumpyBackend:
         return hashed.view(np.int64)
 
     def unique_rows(self, rows: Any) -> tuple[Any, Any]:
-        """(unique columns, index of each one's first occurrence) of a (words, rows) array."""
-        _, first = np.unique(np.ascontiguousarray(rows.T), axis=0, return_index=True)
-        first = np.sort(first)
-        return rows[:, first], first
+        """(index of each distinct column's first occurrence, each column's group: the position of
+        its distinct column among those indices) of a (words, rows) array."""
+        _, first, inverse = np.unique(np.ascontiguousarray(rows.T), axis=0, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+
+    def run_minimum(self, values: Any, starts: Any) -> Any:
+        """The least of ``values`` over each run that begins where ``starts`` is true."""
+        return np.minimum.reduceat(values, np.flatnonzero(starts)) if len(values) else values
+
+    def group_minimum(self, values: Any, groups: Any, count: int) -> Any:
+        """The least of ``values`` in each of ``count`` groups (``groups``: each value's group)."""
+        least = np.full(count, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(least, groups, values)
+        return least
 
 
 class TorchBackend:
@@ -275,14 +285,21 @@ class TorchBackend:
         return hashed ^ shifted(hashed, 32)
 
     def unique_rows(self, rows: Any) -> tuple[Any, Any]:
-        columns = rows.T.contiguous()
-        _, inverse = self.torch.unique(columns, dim=0, return_inverse=True)
-        order = self.torch.argsort(inverse, stable=True)
-        sorted_inverse = inverse[order]
-        starts = self.torch.ones_like(sorted_inverse, dtype=self.torch.bool)
-        starts[1:] = sorted_inverse[1:] != sorted_inverse[:-1]
-        first = self.torch.sort(order[starts]).values
-        return rows[:, first], first
+        torch = self.torch
+        _, inverse = torch.unique(rows.T.contiguous(), dim=0, return_inverse=True)
+        count = int(inverse.max().item()) + 1 if len(inverse) else 0
+        positions = torch.arange(len(inverse), dtype=torch.int64, device=inverse.device)
+        first = torch.full((count,), len(inverse), dtype=torch.int64, device=inverse.device)
+        first.scatter_reduce_(0, inverse, positions, "amin")
+        return first, inverse
+
+    def run_minimum(self, values: Any, starts: Any) -> Any:
+        groups = self.torch.cumsum(starts.to(self.torch.int64), 0) - 1
+        return self.group_minimum(values, groups, int(groups[-1].item()) + 1 if len(groups) else 0)
+
+    def group_minimum(self, values: Any, groups: Any, count: int) -> Any:
+        least = self.torch.full((count,), self.torch.iinfo(self.torch.int64).max, dtype=self.torch.int64, device=values.device)
+        return least.scatter_reduce_(0, groups, values, "amin")
 
 
 Backend = NumpyBackend | TorchBackend

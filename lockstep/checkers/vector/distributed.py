@@ -2,8 +2,8 @@
 
 Every process owns the states whose fingerprint is its rank modulo the number of processes. A
 level is expanded where its states live; the distinct successors are sent to their owners with
-one ``all_to_all_single`` (gloo on CPU, NCCL for ``bfs-gpu`` on GPUs, a tensor per level), and
-each owner keeps the ones it has not seen: the next level. A state's global id is its local index
+one ``all_to_all_single`` (gloo on CPU, NCCL for ``bfs-gpu`` on GPUs, a tensor per level) with
+their discovery keys, and each owner keeps the ones it has not seen: the next level. A state's global id is its local index
 times the number of processes plus the owner's rank, so parent links cross processes. After each
 level the processes agree (one small ``all_gather_object``) on the totals and on whether to stop:
 a limit on any process, the first violation with ``stop_at_first``, or every property decided.
@@ -81,24 +81,24 @@ class PartitionedSearch(VectorSearch):
         if parts:
             states = backend.concatenate([part[0] for part in parts], axis=1)
             keys = backend.concatenate([part[1] for part in parts])
-            parents = backend.concatenate([part[2] for part in parts])
-            via = backend.concatenate([part[3] for part in parts])
+            discovery = backend.concatenate([part[2] for part in parts])
         else:
-            states, keys, parents, via = backend.empty_words(words), backend.empty(), backend.empty(), backend.empty()
-        states, keys, parents, via = self._exchange(states, keys, parents, via)
-        chosen = self.visited.unique(keys, states)
-        following = self._admit(states[:, chosen], keys[chosen], parents[chosen], via[chosen])
+            states, keys, discovery = backend.empty_words(words), backend.empty(), backend.empty()
+        states, keys, discovery = self._exchange(states, keys, discovery)
+        chosen, discovery = self.visited.unique(keys, states, discovery)
+        following = self._admit(states[:, chosen], keys[chosen], discovery)
+        self._commit()
         stopped = self._agree(watch)
         if self.progress is not None and self.rank == 0:
             self.progress(Statistics(self.totals[0], self.totals[1], self.depth, time.monotonic() - started))
         return following, stopped
 
-    def _exchange(self, states: Any, keys: Any, parents: Any, via: Any) -> tuple[Any, Any, Any, Any]:
+    def _exchange(self, states: Any, keys: Any, discovery: Any) -> tuple[Any, Any, Any]:
         """Send every candidate to the process that owns it; return what this process received."""
         backend, torch = self.backend, self.torch
         owners = self._owners(keys)
         order = backend.argsort(owners)
-        rows = backend.concatenate([keys[None, :], parents[None, :], via[None, :], states], axis=0)[:, order]
+        rows = backend.concatenate([keys[None, :], discovery[None, :], states], axis=0)[:, order]
         width = int(rows.shape[0])
         counts = np.bincount(backend.to_numpy(owners).astype(np.int64), minlength=self.world)
         outgoing = torch.as_tensor(rows.T.reshape(-1) if backend.name == "torch" else np.ascontiguousarray(rows.T).reshape(-1), device=self.exchange_device)
@@ -113,7 +113,7 @@ class PartitionedSearch(VectorSearch):
         table = buffer.reshape(-1, width).T
         if backend.name != "torch":
             table = table.numpy()
-        return table[3:], table[0], table[1], table[2]
+        return table[2:], table[0], table[1]
 
     def _agree(self, watch: LimitWatch) -> str | None:
         """Share totals and findings after a level; every process reaches the same decision."""

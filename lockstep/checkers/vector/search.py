@@ -94,6 +94,7 @@ class VectorSearch:
         self.stored = 0
         self.stats = Statistics()
         self._offsets: np.ndarray | None = None
+        self._pending: dict[int, tuple[int, _Found]] = {}  # this chunk's candidate findings, by property
 
     # ----------------------------------------------------------------------------------- the loop
     def run(self) -> CheckResult:
@@ -133,6 +134,7 @@ class VectorSearch:
         """Store the initial state; return the first frontier."""
         first = self._initial_state()
         self._store(first, self.backend.fingerprint(first), np.array([self.root], dtype=self.parent_type), np.zeros(1, dtype=self.via_type))
+        self._commit()
         return first
 
     def _live(self, frontier: Any) -> bool:
@@ -165,17 +167,38 @@ class VectorSearch:
     def _expand(self, frontier: Any, base: int) -> Any:
         """Expand one chunk of a level (local indices from ``base``); return its new states."""
         candidates = self._successors(frontier, base)
-        if candidates is None:
-            return self.backend.empty_words(self.layout.words)
-        return self._admit(*candidates)
+        following = self.backend.empty_words(self.layout.words) if candidates is None else self._admit(*candidates)
+        self._commit()
+        return following
 
     def _global(self, local: Any) -> Any:
         """The global ids of states stored here at local indices ``local`` (one process: the same)."""
         return local
 
-    def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any, Any] | None:
-        """The distinct successors of a chunk: (states, fingerprints, parents' global ids, tuple ids),
-        fingerprints ascending; deadlocks, steps out of a sort and model errors recorded on the way."""
+    # Discovery keys order the events of a chunk as the reference BFS meets them: state i is popped
+    # (its deadlock checked: key i*(T+1)), then its transitions in tuple order t (key i*(T+1)+t+1)
+    # add their successors, each checked when it is new. A successor reached from several parents
+    # takes its least key (the reference's first discoverer), new states are stored in key order, and
+    # each property keeps the event with the least key: the reference's counterexamples, exactly.
+    def _key(self, rows: Any, tuple_id: int) -> Any:
+        return rows * (len(self.kernels.tuples) + 1) + (tuple_id + 1)
+
+    def _offer(self, position: int, key: int, found: _Found) -> None:
+        """A candidate finding of this chunk; the one with the least discovery key is kept."""
+        if position in self.found:
+            return
+        pending = self._pending.get(position)
+        if pending is None or key < pending[0]:
+            self._pending[position] = (key, found)
+
+    def _commit(self) -> None:
+        for position, (_, found) in self._pending.items():
+            self.found.setdefault(position, found)
+        self._pending.clear()
+
+    def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any] | None:
+        """The distinct successors of a chunk: (states, fingerprints, least discovery keys);
+        deadlocks, steps out of a sort and model errors are offered or raised on the way."""
         backend, kernels = self.backend, self.kernels
         blocks, enabled, errors = kernels.expand(frontier)
         if errors:
@@ -186,52 +209,54 @@ class VectorSearch:
             dead = backend.nonzero(~enabled) if enabled is not False else backend.arange(0, int(frontier.shape[1]))
             if len(dead):
                 self._deadlocks(frontier[:, dead], base, dead)
-        children, parents, via = [], [], []
+        children, keys = [], []
         in_bounds = next(i for i, prop in enumerate(self.machine.properties) if prop.name == IN_BOUNDS)
-        leaving = backend.flags([out_of_bounds for _, _, _, out_of_bounds, _ in blocks if out_of_bounds is not None])
-        flagged = iter(leaving)
+        flagged = iter(backend.flags([out_of_bounds for _, _, _, out_of_bounds, _ in blocks if out_of_bounds is not None]))
         for tuple_id, rows, successors, out_of_bounds, count in blocks:
             self.stats.transitions = (self.stats.transitions or 0) + count
             self.fired.add(kernels.tuples[tuple_id][0])
+            parents = self._global(rows + base)
             if out_of_bounds is not None and next(flagged):
-                if in_bounds not in self.found:
-                    first = int(backend.nonzero(out_of_bounds)[0])
-                    self.found[in_bounds] = _Found(int(self._global(base + int(rows[first]))), tuple_id, depth=self.depth + 1)
+                first = int(backend.nonzero(out_of_bounds)[0])
+                parent = int(parents[first])
+                self._offer(in_bounds, int(self._key(parent, tuple_id)), _Found(parent, tuple_id, depth=self.depth + 1))
                 staying = ~out_of_bounds
-                rows, successors = rows[staying], successors[:, staying]
+                parents, successors = parents[staying], successors[:, staying]
             children.append(successors)
-            parents.append(self._global(rows + base))
-            via.append(backend.full(int(rows.shape[0]), tuple_id))
+            keys.append(self._key(parents, tuple_id))
         if not children:
             return None
-        states = backend.concatenate(children, axis=1)
-        parent, tuple_ids = backend.concatenate(parents), backend.concatenate(via)
+        states, discovery = backend.concatenate(children, axis=1), backend.concatenate(keys)
         if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
-            chosen = self.visited.unique(backend.fingerprint(states), states)
-            states, parent, tuple_ids = kernels.canonical(states[:, chosen]), parent[chosen], tuple_ids[chosen]
-        keys = backend.fingerprint(states)
-        chosen = self.visited.unique(keys, states)
-        return states[:, chosen], keys[chosen], parent[chosen], tuple_ids[chosen]
+            chosen, discovery = self.visited.unique(backend.fingerprint(states), states, discovery)
+            states = kernels.canonical(states[:, chosen])
+        fingerprints = backend.fingerprint(states)
+        chosen, discovery = self.visited.unique(fingerprints, states, discovery)
+        return states[:, chosen], fingerprints[chosen], discovery
 
-    def _admit(self, states: Any, keys: Any, parents: Any, via: Any) -> Any:
-        """Store the candidates not seen before (fingerprints ascending, distinct); return them."""
+    def _admit(self, states: Any, fingerprints: Any, discovery: Any) -> Any:
+        """Store the candidates not seen before, in discovery order; return them."""
         backend = self.backend
-        fresh = self.visited.absent(keys, states)
-        states = states[:, fresh]
-        parent = backend.to_numpy(parents[fresh]).astype(self.parent_type)
-        self._store(states, keys[fresh], parent, backend.to_numpy(via[fresh]).astype(self.via_type))
+        fresh = self.visited.absent(fingerprints, states)
+        discovery = discovery[fresh]
+        order = backend.argsort(discovery)
+        states, fingerprints, discovery = states[:, fresh][:, order], fingerprints[fresh][order], discovery[order]
+        width = len(self.kernels.tuples) + 1
+        keys = backend.to_numpy(discovery)
+        self._store(states, fingerprints, (keys // width).astype(self.parent_type), (keys % width - 1).astype(self.via_type), keys)
         return states
 
-    def _store(self, states: Any, keys: Any, parents: np.ndarray, via: np.ndarray) -> None:
+    def _store(self, states: Any, fingerprints: Any, parents: np.ndarray, via: np.ndarray, keys: np.ndarray | None = None) -> None:
         first = self.stored
-        self.visited.add(keys, states)
+        self.visited.add(fingerprints, states)
         self.parents.append(parents)
         self.via.append(via)
-        self.stored += int(keys.shape[0])
-        if int(keys.shape[0]):
-            self._check_states(states, first)
+        self.stored += int(fingerprints.shape[0])
+        if int(fingerprints.shape[0]):
+            self._check_states(states, first, keys)
 
-    def _check_states(self, states: Any, first: int) -> None:
+    def _check_states(self, states: Any, first: int, keys: np.ndarray | None) -> None:
+        """Offer each property's first violation (or witness) among new states stored in discovery order."""
         values, error = self.kernels.predicates(states)
         if error is not False and bool(error.any() if hasattr(error, "any") else error):
             self._predicate_error(states, error)
@@ -241,7 +266,8 @@ class VectorSearch:
             wanted = value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
             row = self._first(wanted)
             if row is not None:
-                self.found[position] = _Found(int(self._global(first + row)), depth=self.depth + (1 if self.stored > 1 else 0))
+                key = -1 if keys is None else int(keys[row])
+                self._offer(position, key, _Found(int(self._global(first + row)), depth=self.depth + (0 if keys is None else 1)))
 
     def _deadlocks(self, states: Any, base: int, rows: Any) -> None:
         values, error = self.kernels.deadlocked(states)
@@ -252,7 +278,8 @@ class VectorSearch:
                 continue
             row = self._first(~value if not isinstance(value, bool) else not value)
             if row is not None:
-                self.found[position] = _Found(int(self._global(base + int(rows[row]))), deadlock=True, depth=self.depth)
+                state = int(self._global(base + int(rows[row])))
+                self._offer(position, state * (len(self.kernels.tuples) + 1), _Found(state, deadlock=True, depth=self.depth))
 
     def _first(self, mask: Any) -> int | None:
         if isinstance(mask, bool):

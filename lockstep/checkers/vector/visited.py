@@ -58,22 +58,24 @@ class VisitedSet:
     def bytes_per_state(self) -> int:
         return 8 + (8 * self.word_count + 8 if self.exact else 0)
 
-    def unique(self, keys: Any, states: Any) -> Any:
-        """Indices (into ``keys``) of one occurrence of every distinct state, in key order."""
+    def unique(self, keys: Any, states: Any, discovery: Any) -> tuple[Any, Any]:
+        """One occurrence of every distinct state: (indices into ``keys``, in key order; each one's
+        least ``discovery`` key among its occurrences)."""
         backend = self.backend
         order = backend.argsort(keys)
         sorted_keys = keys[order]
         first = sorted_keys[1:] != sorted_keys[:-1]
         starts = backend.concatenate([backend.full(1, 1) == 1, first]) if len(sorted_keys) else first
-        if not self.exact:
-            return order[starts]
-        repeated = backend.nonzero(~first)  # equal keys side by side: are the states equal too?
-        if len(repeated):
-            later, earlier = order[repeated + 1], order[repeated]
-            if bool((states[:, later] != states[:, earlier]).any()):  # a fingerprint shared by different states
-                _, chosen = backend.unique_rows(backend.concatenate([keys[None, :], states], axis=0))
-                return chosen[backend.argsort(keys[chosen])]
-        return order[starts]
+        if self.exact:
+            repeated = backend.nonzero(~first)  # equal keys side by side: are the states equal too?
+            if len(repeated):
+                later, earlier = order[repeated + 1], order[repeated]
+                if bool((states[:, later] != states[:, earlier]).any()):  # a fingerprint shared by different states
+                    chosen, groups = backend.unique_rows(backend.concatenate([keys[None, :], states], axis=0))
+                    least = backend.group_minimum(discovery, groups, int(chosen.shape[0]))
+                    by_key = backend.argsort(keys[chosen])
+                    return chosen[by_key], least[by_key]
+        return order[starts], backend.run_minimum(discovery[order], starts)
 
     def absent(self, keys: Any, states: Any) -> Any:
         """A mask over distinct candidate states: those not stored yet."""
@@ -109,11 +111,13 @@ class VisitedSet:
         return False
 
     def add(self, keys: Any, states: Any) -> None:
-        """Store new distinct states (``keys`` sorted, none stored yet), in this order."""
+        """Store new distinct states (none stored yet), in this order."""
         backend = self.backend
         count = int(keys.shape[0])
         if count == 0:
             return
+        order = backend.argsort(keys)
+        keys = keys[order]
         indices = None
         if self.exact:
             if not self.collisions and count > 1 and bool((keys[1:] == keys[:-1]).any()):
@@ -125,7 +129,7 @@ class VisitedSet:
                 grown[:, : self.size] = self.buffer[:, : self.size]
                 self.buffer = grown
             self.buffer[:, self.size : self.size + count] = states
-            indices = backend.arange(self.size, self.size + count)
+            indices = (backend.arange(self.size, self.size + count))[order]
         self.runs.append(_Run(keys, indices))
         self.size += count
         while len(self.runs) > 1 and len(self.runs[-1]) >= len(self.runs[-2]):
