@@ -7,14 +7,17 @@ capped by ``--bfs-max-states`` (a rate, not a full check, where the cap bites). 
 state: for the vectorised engines, what their visited set and parent links keep per state (the
 exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of the resident set
 over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
+Each configuration runs in a fresh process, so one's memory does not hide another's.
 Ratios are taken within one run: these machines are shared and noisy.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import platform
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from lockstep.checkers import Limits, check
 from lockstep.checkers.limits import resident_memory_bytes
@@ -92,7 +95,8 @@ def main() -> None:
             if symmetry and ranks < 3:
                 continue  # dp-pause declares ranks 1..n-1 symmetric: nothing to reduce at 2 ranks
             for engine in options.engines:
-                row = measure(ranks, engine, symmetry, options)
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
+                    row = isolated.submit(measure, ranks, engine, symmetry, options).result()  # a fresh process: its own memory
                 extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
                 print(
                     f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} {row['transitions']:>13,} "
