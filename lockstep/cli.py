@@ -2,8 +2,12 @@
 
 Exit codes (every command): 0 everything asked holds / conforms / is as pinned; 1 a property is
 violated (or, for ``check --all``, a verdict differs from its pin); 2 usage or input error (a
-message, never a traceback); 3 inconclusive (a limit or Ctrl-C stopped the search). A violation
-wins over a limit. Human output goes to stderr; with ``--json`` stdout carries one JSON object.
+message, never a traceback); 3 inconclusive (a limit or Ctrl-C stopped the search, or the
+runtime gave no verdict); 4 a process of a runtime run crashed (died without finishing: not a
+hang, not a verdict); 5 a model error (the model's own code raised while it ran) or an internal
+error: one line naming the file and line, with ``--json`` one JSON object with an ``error`` field
+(``lockstep.cli_failures``); 143 SIGTERM (the run's processes and temporary files removed).
+A violation wins over a limit. Human output goes to stderr; with ``--json`` stdout carries one JSON object.
 """
 
 from __future__ import annotations
@@ -341,9 +345,12 @@ def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lockstep import cli_failures
+
     parser = build_parser()
     arguments = parser.parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    cli_failures.install_termination_handler()
     try:
         if arguments.command == "list":
             return command_list(arguments, console)
@@ -365,6 +372,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] {error.strerror or error}: {error.filename or ''}")
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        return cli_failures.interrupted(console)
+    except cli_failures.Terminated:
+        return cli_failures.terminated(console)
+    except (Exception, SystemExit) as error:  # a model's code or lockstep itself: exit 5, never a traceback
+        return cli_failures.failed(error, arguments, console)
 
 
 if __name__ == "__main__":  # pragma: no cover

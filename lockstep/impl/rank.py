@@ -28,6 +28,7 @@ from pathlib import Path
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
 from lockstep.impl.distributed import CollectiveTimeout, share_object
 from lockstep.impl.launcher import Watchdog
+from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.protocols import runtime_protocol
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
 
@@ -118,6 +119,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent()  # started by the launcher or a pool (or torchrun): it ends with its parent
     code = main(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()

@@ -58,7 +58,7 @@ def load_model_file(path: str | Path) -> Protocol:
         specification.loader.exec_module(module)
     except UsageError:
         raise
-    except Exception as error:  # a user's module: report where it failed, never a traceback
+    except (Exception, SystemExit) as error:  # a user's module: report where it failed, never a traceback
         sys.modules.pop(name, None)
         raise UsageError(f"{_where(error, file)}: loading the model failed: {type(error).__name__}: {error}") from None
     return _protocol_of(module, str(file))
