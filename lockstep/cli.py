@@ -173,15 +173,22 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
                 raise UsageError(f"{option} applies to {owner}, not to {engine}")
 
 
-def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console) -> Path | None:
+def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console,
+                 inputs: Sequence[Path] = ()) -> Path | None:
     """Write the shortest counterexample; a file that cannot be written is reported, and the result
     of the (possibly long) check is still shown rather than lost."""
     shortest = result.counterexample
     if shortest is None or shortest.path is None:
         return None
-    file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}.jsonl"
+    from lockstep.traces.output import OutputError, refuse_inputs, safe_name
+
+    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl")
     try:
+        refuse_inputs(file, inputs)  # never over the model file
         return _write_counterexample(instance, result, file)
+    except OutputError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace: {error}")
+        return None
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
         return None
@@ -255,7 +262,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     result = _run(instance, arguments, console)
-    trace_file = _write_trace(instance, result, arguments.trace_out, console)
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
     if arguments.json:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
