@@ -36,7 +36,12 @@ EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with exit code 2 and a one-line hint, as for every other usage error."""
+    """argparse with exit code 2 and a one-line hint, as for every other usage error; options are
+    never abbreviated (``--max`` is an error, not ``--max-states``), on every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -45,7 +50,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lockstep import __version__
+
     parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
+    parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     lister = commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
     lister.add_argument("--model-file", type=Path, metavar="PATH", help="list the model a Python file defines instead of the built-in ones")
@@ -126,17 +134,23 @@ def _limits(arguments: argparse.Namespace) -> Limits:
     return Limits(arguments.max_states, arguments.max_depth, memory, arguments.timeout)
 
 
+PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on stderr this often
+
+
 def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
+    printed = [0.0]  # the engine's seconds at the last progress line (no terminal: no spinner)
     with console.status(f"checking {instance.label}…") as status:
 
         def progress(stats: Statistics) -> None:
             if stats.states is None:
-                status.update(f"checking {instance.label}: depth {stats.depth} unrolled, {stats.seconds:.1f} s")
-                return
-            status.update(
-                f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
-                f"{stats.states_per_second:,.0f} states/s"
-            )
+                text = f"checking {instance.label}: depth {stats.depth} unrolled"
+            else:
+                text = (f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
+                        f"{stats.states_per_second:,.0f} states/s")
+            status.update(f"{text}, {stats.seconds:.1f} s" if stats.states is None else text)
+            if not console.is_terminal and stats.seconds - printed[0] >= PROGRESS_SECONDS:
+                printed[0] = stats.seconds
+                console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
         return check(
             instance,

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Standalone use (``python -m lockstep.runtime_cli run ...``) until the CLI wires ``run`` in."""
     from rich.console import Console
 
-    parser = argparse.ArgumentParser(prog="lockstep")
+    parser = argparse.ArgumentParser(prog="lockstep", allow_abbrev=False)
     add_run_parser(parser.add_subparsers(dest="command", required=True))
     arguments = parser.parse_args(argv)
     return command_run(arguments, Console(stderr=True, width=160))

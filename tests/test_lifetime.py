@@ -4,7 +4,8 @@
 SIGKILL (or SIGTERM) once their ranks are up; within a generous deadline no process they started
 may remain, no listening socket those processes held may remain, and the run directories are
 gone. While a run is up every listening socket of its processes is on the loopback interface.
-Rank processes started from a directory holding a ``lockstep`` package import the installed one.
+Ctrl-C (SIGINT) stops ``run`` with a message and exit 3. Rank processes started from a directory
+holding a ``lockstep`` package import the installed one.
 A helper process that dies is a crashed run (exit 4), not a hang.
 """
 
@@ -128,7 +129,7 @@ def kill_and_check(process: subprocess.Popen[bytes], runs: Path, number: int) ->
     assert all(address in LOOPBACK for address in sockets.values()), sockets  # nothing listened beyond loopback
 
 
-@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
 def test_run_killed_leaves_no_process_port_or_directory(tmp_path: Path, number: int) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -147,6 +148,8 @@ def test_run_killed_leaves_no_process_port_or_directory(tmp_path: Path, number: 
     process.stderr.close()
     if number == signal.SIGTERM:  # stopped by its handler: a message and 128 + 15, no traceback
         assert process.returncode == 143 and "terminated" in err and "Traceback" not in err, (process.returncode, err)
+    if number == signal.SIGINT:  # Ctrl-C: a message and exit 3 (inconclusive), as check and fuzz
+        assert process.returncode == 3 and "interrupted" in err and "Traceback" not in err, (process.returncode, err)
 
 
 def test_fuzz_impl_killed_leaves_no_pooled_rank(tmp_path: Path) -> None:
