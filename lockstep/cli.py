@@ -27,7 +27,7 @@ from lockstep.checkers.report import PinnedRow, markdown_tables, render, result_
 from lockstep.checkers.symmetry import SymmetryError
 from lockstep.cli_numbers import non_negative, positive
 from lockstep.models import PROTOCOLS, get_protocol
-from lockstep.models.external import load_model_file
+from lockstep.models.external import ModelLoadTimeout, load_model_file
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
@@ -298,7 +298,7 @@ def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instan
 def _protocols(arguments: argparse.Namespace) -> list[Protocol]:
     """The protocols a command works on: the model file's, the named one, or every built-in one."""
     if arguments.model_file is not None:
-        protocol = load_model_file(arguments.model_file)
+        protocol = load_model_file(arguments.model_file, timeout=getattr(arguments, "timeout", None))
         named = getattr(arguments, "protocol", None)
         if named and named != protocol.name:
             raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {named!r}")
@@ -393,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] {error.strerror or error}: {error.filename or ''}")
         return EXIT_USAGE
+    except ModelLoadTimeout as error:  # --timeout covers importing the model file
+        console.print(f"lockstep: inconclusive: {error}", markup=False, highlight=False)
+        return EXIT_INCONCLUSIVE
     except KeyboardInterrupt:
         return cli_failures.interrupted(console)
     except cli_failures.Terminated:

@@ -29,7 +29,7 @@ def test_version_and_python_dash_m() -> None:
     assert completed.returncode == 2 and "max_wave" in completed.stderr
 
 
-@pytest.mark.parametrize("arguments", [["check", "dp-pause", "--max", "5"], ["check", "dp-pause", "--max-st", "5"],
+@pytest.mark.parametrize("arguments", [["check", "dp-pause", "--max-st", "5"],
                                        ["run", "dp-pause", "--time", "5"], ["fuzz", "dp-pause", "--exam", "5"],
                                        ["trace", "merge", "x.jsonl", "--out", "y.jsonl"]])
 def test_abbreviated_options_are_refused(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:

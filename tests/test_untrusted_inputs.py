@@ -7,7 +7,7 @@ truncates an existing output when it fails; ``--trace-out`` never overwrites the
 names from a model go into output file names sanitised; a counterexample's header parameters
 are checked against the model's bounds before anything runs; a model whose code raises (or calls
 ``sys.exit``) while it runs is exit 5 with its file and line (with ``--json``, one JSON object);
-Ctrl-C in commands that read traces is a message and exit 3.
+``--timeout`` also stops a model file whose import does not end (exit 3); Ctrl-C in commands that read traces is a message and exit 3.
 """
 
 from __future__ import annotations
@@ -216,3 +216,11 @@ def test_a_model_calling_sys_exit_is_not_a_silent_success(tmp_path: Path) -> Non
     model = _model(tmp_path, "exiting_at_import.py", "import sys\nsys.exit(0)\n", at_import=True)
     completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2 and "exiting_at_import.py:2: loading the model failed: SystemExit: 0" in completed.stderr
+
+
+def test_timeout_covers_importing_the_model_file(tmp_path: Path) -> None:
+    model = tmp_path / "endless.py"
+    model.write_text("while True:\n    pass\n")
+    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model), "--timeout", "2"],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 3 and "importing the model took longer than --timeout 2 s" in completed.stderr
