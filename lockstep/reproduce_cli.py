@@ -131,17 +131,12 @@ def _check_parameters(file: str, header: dict[str, Any]) -> None:
 
 
 def _check_plan(file: str, protocol: Any, plan: Any) -> None:
-    """The run the plan asks for is one the runtime runs (its rank range, settings' bounds)."""
-    from lockstep.impl.arguments import RUN_BOUNDS
-
+    """The run the plan asks for is one the runtime runs (its rank range, its settings' bounds;
+    the plan's other fields come from parameters the model's bounds already limit)."""
     fewest, most = protocol.ranks
     if not fewest <= plan.ranks <= most:
         raise ReproduceError(f"{file}:1: header parameter ranks={plan.ranks}: the {protocol.name} runtime runs "
                              f"{fewest} to {most} ranks")
-    for name, value in plan.settings.items():
-        low, high = RUN_BOUNDS.get(name, (None, None))
-        if low is not None and (type(value) is not int or not low <= value <= high):
-            raise ReproduceError(f"{file}:1: header parameter {name}={value!r}: the runtime runs {low} to {high}")
     for name, setting in protocol.settings.items():
         value = plan.extra.get(name)
         if value is not None and (type(value) is not int or not setting.low <= value <= setting.high):

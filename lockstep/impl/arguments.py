@@ -14,8 +14,6 @@ from typing import Any
 from lockstep.impl.protocols import RUNTIME_PROTOCOLS, RuntimeProtocol
 from lockstep.impl.runtime import RunConfig
 
-RUN_BOUNDS = {"requests": (1, 3), "sync_interval": (1, 32)}  # RunConfig fields the flags bound
-
 
 def _bounded(kind: type, low: float, high: float | None = None) -> Any:
     def parse(text: str) -> Any:
@@ -38,9 +36,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)")
     parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run PROTOCOL --help` lists them)")
     parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
-    parser.add_argument("--requests", type=_bounded(int, *RUN_BOUNDS["requests"]), default=1,
-                        help="dp-pause: requests the client adds (default 1)")
-    parser.add_argument("--sync-interval", type=_bounded(int, *RUN_BOUNDS["sync_interval"]), default=32,
+    parser.add_argument("--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)")
+    parser.add_argument("--sync-interval", type=_bounded(int, 1, 32), default=32,
                         help="dp-pause: steps between engine all-reduces (vLLM: 32, the default)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
                         help="a protocol setting (repeatable); every protocol's settings: " + _settings_help())

@@ -256,8 +256,8 @@ def start_ranks(arguments: list[str], ranks: int, logs: Path) -> tuple[list[subp
             guardian().release(group=group)
         for process in processes:
             process.wait()
-        for log in files:
-            log.close()
+        for opened in files:
+            opened.close()
         raise
     finally:
         store.close()

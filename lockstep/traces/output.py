@@ -47,7 +47,7 @@ def refuse_inputs(target: str | os.PathLike[str], inputs: Iterable[str | os.Path
             raise OutputError(f"{target}: the output would overwrite the input {item}; name another file")
 
 
-def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], None]) -> Path:
+def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], object]) -> Path:
     """Fill ``target`` through ``write`` (text, UTF-8, '\\n' line ends) all at once; see the module doc."""
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
