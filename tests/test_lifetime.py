@@ -209,3 +209,22 @@ def test_a_killed_client_is_a_crash_not_a_hang(tmp_path: Path) -> None:
     assert payload["outcome"] == "process crashed" and payload["exit_code"] == 4
     assert "client" in payload["message"] and "died" in payload["message"] and "client" not in payload["waits"]
     assert "process crashed" in err and "Traceback" not in err
+
+
+def test_the_next_run_removes_directories_whose_owner_is_gone(tmp_path: Path) -> None:
+    """What a guardian killed together with its parent (``kill -9`` of a whole session) left behind."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    started = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[-1].split()[19]
+    owners = {"lockstep-run-abandoned": f"{finished.pid} 12345", "lockstep-pool-abandoned": f"{finished.pid} 1",
+              "lockstep-run-alive": f"{os.getpid()} {started}"}
+    for name, owner in owners.items():
+        (runs / name / "status").mkdir(parents=True)
+        (runs / name / ".lockstep-owner").write_text(owner)
+    (runs / "lockstep-run-unowned").mkdir()
+    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--timeout", "10"], cwd=tmp_path,
+                               env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)), capture_output=True, text=True, timeout=180)
+    assert completed.returncode == 0, completed.stderr
+    assert sorted(path.name for path in runs.iterdir()) == ["lockstep-run-alive", "lockstep-run-unowned"]

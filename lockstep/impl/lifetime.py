@@ -17,6 +17,11 @@ Three pieces, used by the launcher, the rank pool and every process they start:
   cleaned up itself (``release``). When the pipe reaches end of file (the parent exited, however
   it died: SIGKILL included) the guardian kills every group still registered, waits for them to
   go, removes every directory still registered (unless ``LOCKSTEP_KEEP_RUN_DIR`` is set) and exits.
+- The next run cleans up after a guardian that was killed too: ``protect`` writes the owner
+  (process id and start time) into ``OWNER_FILE`` of each directory, and starting a guardian
+  removes the ``lockstep-*`` directories of the run root (``LOCKSTEP_RUN_ROOT``, else the
+  temporary directory) whose owner is gone (``remove_abandoned``). A directory with no owner file
+  is left alone.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -37,6 +43,8 @@ PARENT_ENVIRONMENT = "LOCKSTEP_PARENT_PID"
 KEEP_ENVIRONMENT = "LOCKSTEP_KEEP_RUN_DIR"
 PR_SET_PDEATHSIG = 1
 GROUP_EXIT_SECONDS = 10.0
+OWNER_FILE = ".lockstep-owner"
+PREFIXES = ("lockstep-run-", "lockstep-pool-", "lockstep-fuzz-runtime-")
 
 
 def python_command(module: str, *arguments: str) -> list[str]:
@@ -66,10 +74,46 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (None: no such process, or no /proc)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[-1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def owner_of_this_process() -> str:
+    return f"{os.getpid()} {_start_time(os.getpid()) or '?'}"
+
+
+def remove_abandoned(root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Remove the ``lockstep-*`` directories under ``root`` whose owner process is gone; their paths."""
+    folder = Path(root if root is not None else os.environ.get("LOCKSTEP_RUN_ROOT") or tempfile.gettempdir())
+    removed: list[str] = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(PREFIXES):
+            continue
+        try:
+            pid_text, _, started = (entry / OWNER_FILE).read_text(encoding="utf-8").strip().partition(" ")
+        except OSError:
+            continue  # not ours to judge: no owner recorded
+        if not pid_text.isdigit() or started == "?":
+            continue
+        if _start_time(int(pid_text)) != started:  # the owner exited (or its pid now names another process)
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(str(entry))
+    return removed
+
+
 class Guardian:
     """The parent's end of the pipe to its guardian process (see the module doc)."""
 
     def __init__(self) -> None:
+        remove_abandoned()
         self._lock = threading.Lock()
         self._process = subprocess.Popen(python_command("lockstep.impl.lifetime"), stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -87,6 +131,10 @@ class Guardian:
     def protect(self, *, directory: str | os.PathLike[str] | None = None, group: int | None = None) -> None:
         """Kill ``group`` / remove ``directory`` if this process dies before ``release``."""
         if directory is not None:
+            try:
+                (Path(directory) / OWNER_FILE).write_text(owner_of_this_process(), encoding="utf-8")
+            except OSError:
+                pass
             self._send("+directory " + str(Path(directory).resolve()))
         if group:
             self._send(f"+group {int(group)}")

@@ -285,8 +285,6 @@ def open_traces(paths: Sequence[str | os.PathLike[str]]) -> TraceInput:
     if len(set(files)) != len(files):
         repeated = next(file for file in files if files.count(file) > 1)
         raise TraceInputError(repeated, 0, "the same file is given twice")
-    if files.count(STDIN) > 1:
-        raise TraceInputError(STDIN, 0, "standard input is given twice")
     trace = TraceInput(files, {})
     for file in files:
         spool = _spool(file)
