@@ -78,7 +78,7 @@ def _protocol(arguments: argparse.Namespace) -> Protocol:
     if arguments.model_file is not None:
         from lockstep.models.external import load_model_file
 
-        protocol = load_model_file(arguments.model_file)
+        protocol = load_model_file(arguments.model_file, timeout=arguments.timeout)  # --timeout covers the import
         if arguments.protocol and arguments.protocol != protocol.name:
             raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {arguments.protocol!r}")
         return protocol
