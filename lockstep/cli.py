@@ -371,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
-    cli_failures.install_termination_handler()
+    previous = cli_failures.install_termination_handler()
     try:
         if arguments.command == "list":
             return command_list(arguments, console)
@@ -402,6 +402,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli_failures.terminated(console)
     except (Exception, SystemExit) as error:  # a model's code or lockstep itself: exit 5, never a traceback
         return cli_failures.failed(error, arguments, console)
+    finally:
+        cli_failures.restore(previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

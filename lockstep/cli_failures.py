@@ -36,12 +36,19 @@ def _terminate(number: int, frame: FrameType | None) -> None:
     raise Terminated()
 
 
-def install_termination_handler() -> None:
-    """Make SIGTERM raise ``Terminated`` in the main thread (no-op elsewhere)."""
+def install_termination_handler() -> Any:
+    """Make SIGTERM raise ``Terminated`` (main thread only); the handler it replaced, for ``restore``."""
     try:
-        signal.signal(signal.SIGTERM, _terminate)
+        return signal.signal(signal.SIGTERM, _terminate)
     except ValueError:  # not the main thread (the CLI called from a thread): keep the default
-        pass
+        return None
+
+
+def restore(previous: Any) -> None:
+    """Put back the SIGTERM handler ``install_termination_handler`` replaced (``main`` called in a
+    test or another program leaves that process's handling as it was)."""
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def interrupted(console: Console) -> int:

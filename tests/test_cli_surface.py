@@ -38,3 +38,11 @@ def test_abbreviated_options_are_refused(capsys: pytest.CaptureFixture[str], arg
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err or "required" in err
+
+
+def test_main_leaves_the_callers_sigterm_handling_as_it_was(capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert main(["check", "dp-pause", "--max-states", "10"]) == 3
+    assert signal.getsignal(signal.SIGTERM) is before
