@@ -21,16 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def torchrun(runs: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """torchrun with the run directory made under ``runs``; it must be gone soon after the run."""
+    """torchrun with the run directory made under ``runs`` (TMPDIR too, where it went before); it
+    must be gone soon after the run."""
     runs.mkdir()
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
                "-m", "lockstep.impl.rank", *arguments]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180,
-                               env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)))
+                               env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs), TMPDIR=str(runs)))
     deadline = time.monotonic() + 30
-    while any(runs.iterdir()) and time.monotonic() < deadline:  # rank 0's guardian removes it once rank 0 ended
+    while any(runs.glob("lockstep-*")) and time.monotonic() < deadline:  # rank 0's guardian removes it once rank 0 ended
         time.sleep(0.05)
-    assert not any(runs.iterdir()), list(runs.iterdir())
+    assert not any(runs.glob("lockstep-*")), list(runs.iterdir())
     return completed
 
 
