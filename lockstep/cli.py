@@ -2,8 +2,12 @@
 
 Exit codes (every command): 0 everything asked holds / conforms / is as pinned; 1 a property is
 violated (or, for ``check --all``, a verdict differs from its pin); 2 usage or input error (a
-message, never a traceback); 3 inconclusive (a limit or Ctrl-C stopped the search). A violation
-wins over a limit. Human output goes to stderr; with ``--json`` stdout carries one JSON object.
+message, never a traceback); 3 inconclusive (a limit or Ctrl-C stopped the search, or the
+runtime gave no verdict); 4 a process of a runtime run crashed (died without finishing: not a
+hang, not a verdict); 5 a model error (the model's own code raised while it ran) or an internal
+error: one line naming the file and line, with ``--json`` one JSON object with an ``error`` field
+(``lockstep.cli_failures``); 143 SIGTERM (the run's processes and temporary files removed).
+A violation wins over a limit. Human output goes to stderr; with ``--json`` stdout carries one JSON object.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from lockstep.checkers.report import PinnedRow, markdown_tables, render, result_
 from lockstep.checkers.symmetry import SymmetryError
 from lockstep.cli_numbers import non_negative, positive
 from lockstep.models import PROTOCOLS, get_protocol
-from lockstep.models.external import load_model_file
+from lockstep.models.external import ModelLoadTimeout, load_model_file
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
@@ -33,7 +37,12 @@ EXIT_OK, EXIT_VIOLATED, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with exit code 2 and a one-line hint, as for every other usage error."""
+    """argparse with exit code 2 and a one-line hint, as for every other usage error; options are
+    never abbreviated (``--max`` is an error, not ``--max-states``), on every subcommand."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -42,7 +51,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lockstep import __version__
+
     parser = _Parser(prog="lockstep", description="Formal checking of LLM inference-engine protocols (vLLM first).")
+    parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     lister = commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
     lister.add_argument("--model-file", type=Path, metavar="PATH", help="list the model a Python file defines instead of the built-in ones")
@@ -132,17 +144,23 @@ def _limits(arguments: argparse.Namespace) -> Limits:
     return Limits(arguments.max_states, arguments.max_depth, memory, arguments.timeout)
 
 
+PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on stderr this often
+
+
 def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
+    printed = [0.0]  # the engine's seconds at the last progress line (no terminal: no spinner)
     with console.status(f"checking {instance.label}…") as status:
 
         def progress(stats: Statistics) -> None:
             if stats.states is None:
-                status.update(f"checking {instance.label}: depth {stats.depth} unrolled, {stats.seconds:.1f} s")
-                return
-            status.update(
-                f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
-                f"{stats.states_per_second:,.0f} states/s"
-            )
+                text = f"checking {instance.label}: depth {stats.depth} unrolled"
+            else:
+                text = (f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
+                        f"{stats.states_per_second:,.0f} states/s")
+            status.update(f"{text}, {stats.seconds:.1f} s" if stats.states is None else text)
+            if not console.is_terminal and stats.seconds - printed[0] >= PROGRESS_SECONDS:
+                printed[0] = stats.seconds
+                console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
         return check(
             instance,
@@ -185,15 +203,22 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
 
 
-def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console) -> Path | None:
+def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console,
+                 inputs: Sequence[Path] = ()) -> Path | None:
     """Write the shortest counterexample; a file that cannot be written is reported, and the result
     of the (possibly long) check is still shown rather than lost."""
     shortest = result.counterexample
     if shortest is None or shortest.path is None:
         return None
-    file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}.jsonl"
+    from lockstep.traces.output import OutputError, refuse_inputs, safe_name
+
+    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl")
     try:
+        refuse_inputs(file, inputs)  # never over the model file
         return _write_counterexample(instance, result, file)
+    except OutputError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace: {error}")
+        return None
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
         return None
@@ -269,7 +294,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     result = _run(instance, arguments, console)
     if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
         return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0
-    trace_file = _write_trace(instance, result, arguments.trace_out, console)
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
     if arguments.json:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
@@ -291,7 +316,7 @@ def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instan
 def _protocols(arguments: argparse.Namespace) -> list[Protocol]:
     """The protocols a command works on: the model file's, the named one, or every built-in one."""
     if arguments.model_file is not None:
-        protocol = load_model_file(arguments.model_file)
+        protocol = load_model_file(arguments.model_file, timeout=getattr(arguments, "timeout", None))
         named = getattr(arguments, "protocol", None)
         if named and named != protocol.name:
             raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {named!r}")
@@ -359,9 +384,12 @@ def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from lockstep import cli_failures
+
     parser = build_parser()
     arguments = parser.parse_args(argv)
     console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    previous = cli_failures.install_termination_handler()
     try:
         if arguments.command == "list":
             return command_list(arguments, console)
@@ -383,6 +411,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] {error.strerror or error}: {error.filename or ''}")
         return EXIT_USAGE
+    except ModelLoadTimeout as error:  # --timeout covers importing the model file
+        console.print(f"lockstep: inconclusive: {error}", markup=False, highlight=False)
+        return EXIT_INCONCLUSIVE
+    except KeyboardInterrupt:
+        return cli_failures.interrupted(console)
+    except cli_failures.Terminated:
+        return cli_failures.terminated(console)
+    except (Exception, SystemExit) as error:  # a model's code or lockstep itself: exit 5, never a traceback
+        return cli_failures.failed(error, arguments, console)
+    finally:
+        cli_failures.restore(previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

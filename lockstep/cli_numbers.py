@@ -1,8 +1,12 @@
-"""Number arguments shared by every ``lockstep`` subcommand: argparse types with one wording."""
+"""Number arguments shared by every ``lockstep`` subcommand: argparse types with one wording.
+
+Every number must be finite: ``nan`` and ``inf`` are refused (``--timeout nan`` is not "no limit").
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 
@@ -14,6 +18,8 @@ def positive(kind: type) -> Callable[[str], object]:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if value <= 0:
             raise argparse.ArgumentTypeError(f"must be positive, got {text}")
         return value

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from lockstep.spec.semantics import InterpretedSystem
 from lockstep.traces.export import to_dot as path_to_dot
 from lockstep.traces.export import to_graphml, to_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
+from lockstep.traces.output import OutputError, refuse_inputs, write_atomically
 from lockstep.traces.reader import Record, TraceInputError
 
 EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
@@ -73,14 +75,16 @@ def _instance(header: dict[str, Any]) -> Instance:
     return protocol.instance(header["variant"], overrides=values)
 
 
-def _write(text: str, output: Path | None) -> None:
+def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None:
+    """``text`` to stdout, or all at once to ``output`` (never over an input; a failure leaves it as it was)."""
     if output is None:
         sys.stdout.write(text)
     else:
-        output.write_text(text)
+        refuse_inputs(output, inputs)
+        write_atomically(output, lambda file: file.write(text))
 
 
-def _failing_event(trace: TraceInput, paths: list[str]) -> tuple[int | None, str]:
+def _failing_event(trace: TraceInput, records: list[Record]) -> tuple[int | None, str]:
     """The event to highlight and why: a counterexample's last event, or replay's finding."""
     header = trace.header
     prop = header.get("parameters", {}).get("property")
@@ -89,7 +93,7 @@ def _failing_event(trace: TraceInput, paths: list[str]) -> tuple[int | None, str
     instance = _instance(header)
     system = system_for(instance.machine())
     options = ReplayOptions(unrecorded=default_unrecorded(system, header["source"]["kind"]))
-    result = replay(system, open_traces(paths).records(), options)
+    result = replay(system, iter(records), options)  # the records read once (an input may be a pipe)
     if result.verdict == "violated":
         return result.event, f"{result.failed_property} is violated after event {result.event}"
     if result.verdict == "diverges":
@@ -141,7 +145,7 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
             return EXIT_OK
     highlight, why = (None, "")
     if not arguments.no_replay and len(records) <= REPLAY_LIMIT:
-        highlight, why = _failing_event(trace, arguments.paths)
+        highlight, why = _failing_event(trace, records)
         if highlight == -1:
             highlight = int(records[-1].event["index"]) if records else None
     actors = _actors(records)
@@ -239,7 +243,7 @@ def command_export(arguments: argparse.Namespace, console: Console) -> int:
     else:
         machine = _instance(header).machine()
         text = json.dumps(itf_document(machine, header, trace.records()), indent=1) + "\n"
-    _write(text, arguments.output)
+    _write(text, arguments.output, trace.files)
     for warning in trace.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if arguments.output is not None:
@@ -264,7 +268,7 @@ def command_graph(arguments: argparse.Namespace, console: Console) -> int:
         text = to_dot(graph)
     else:
         text = "\n".join(nx.generate_graphml(graph)) + "\n"
-    _write(text, arguments.output)
+    _write(text, arguments.output, [arguments.model_file] if arguments.model_file is not None else [])
     console.print(f"{instance.label}: {graph.number_of_nodes():,} states, {graph.number_of_edges():,} edges"
                   + ("" if complete else f" (cut at --max-states {arguments.max_states}: the graph is partial)"))
     return EXIT_OK if complete else EXIT_INCONCLUSIVE
@@ -275,7 +279,7 @@ def run_export_command(arguments: argparse.Namespace, console: Console) -> int:
     commands = {"show": command_show, "export": command_export, "graph": command_graph}
     try:
         return commands[arguments.command](arguments, console)
-    except (TraceInputError, ExportError, UsageError) as error:
+    except (TraceInputError, ExportError, UsageError, OutputError) as error:
         console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
         return EXIT_USAGE
     except OSError as error:

@@ -78,7 +78,7 @@ def _protocol(arguments: argparse.Namespace) -> Protocol:
     if arguments.model_file is not None:
         from lockstep.models.external import load_model_file
 
-        protocol = load_model_file(arguments.model_file)
+        protocol = load_model_file(arguments.model_file, timeout=arguments.timeout)  # --timeout covers the import
         if arguments.protocol and arguments.protocol != protocol.name:
             raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {arguments.protocol!r}")
         return protocol
@@ -111,7 +111,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
     except (ModelError, DefinitionError) as error:
         console.print(f"[bold red]lockstep: model error:[/bold red] {escape(str(error))}")
         return EXIT_USAGE
-    trace_file = _write_trace(instance, result, arguments.trace_out, console)
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
     if arguments.json:
         sys.stdout.write(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
     else:
@@ -177,18 +177,24 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     return result.exit_code
 
 
-def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, console: Console) -> Path | None:
+def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, console: Console,
+                 inputs: Sequence[Path] = ()) -> Path | None:
     if result.path is None or result.property_name is None:
         return None
     from lockstep.checkers.counterexample import write_counterexample
+    from lockstep.traces.output import OutputError, refuse_inputs, safe_name
 
-    file = target or Path("lockstep-out") / f"{instance.protocol.name}-{instance.variant}-{instance.name}-fuzz.jsonl"
+    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name, "fuzz") + ".jsonl")
     try:
+        refuse_inputs(file, inputs)  # never over the model file
         return write_counterexample(
             file, result.machine, result.path, protocol=instance.protocol.name, variant=instance.variant,
             instance=instance.name, parameters=instance.parameters, property_name=result.property_name,
             backend="lockstep-fuzz",
         )
+    except OutputError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace: {escape(str(error))}")
+        return None
     except OSError as error:
         console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
         return None

@@ -9,6 +9,11 @@ replays the runtime's own trace against the model of the counterexample's varian
 whether the failure happened for real: a hang diagnosed (with what every rank waits in), or the
 runtime's trace violating a property (named, with whether it is the counterexample's).
 
+The counterexample is data from outside: before anything starts, every header parameter the
+model declares must be an integer within the model's ``ParameterSpec`` bounds, and the run the
+plan asks for must be within the runtime's (rank range, settings); otherwise exit 2 naming the
+file and the field.
+
 Exit codes: 1 the failure happened for real (reproduced), 0 the run completed and its trace
 conforms (not reproduced), 2 usage or input error (a message naming file and line, never a
 traceback), 3 the run ended otherwise (a runtime error, no outcome in time).
@@ -89,10 +94,12 @@ def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[
     if header["variant"] not in protocol.variants:
         raise ReproduceError(f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
                              f"not variant {header['variant']!r}")
+    _check_parameters(file, header)  # before planning: a plan sizes its tables by them
     try:
         plan = protocol.plan_reproduction(header, events)
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise ReproduceError(f"{file}: {error}") from None
+    _check_plan(file, protocol, plan)
     trace_dir.mkdir(parents=True, exist_ok=True)
     choices = trace_dir / "choices.json"  # not *.jsonl: the trace directory holds only trace files
     choices.write_text("".join(json.dumps(choice.to_json()) + "\n" for choice in plan.choices), encoding="utf-8")
@@ -100,6 +107,41 @@ def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[
                      backend=arguments.backend, seed=arguments.seed, timeout=arguments.timeout,
                      trace_dir=str(trace_dir.resolve()), choices=str(choices.resolve()), extra=dict(plan.extra),
                      **plan.settings)
+
+
+def _check_parameters(file: str, header: dict[str, Any]) -> None:
+    """Every header parameter the model declares is an integer within the model's bounds."""
+    from lockstep.models import get_protocol
+    from lockstep.spec.protocol import UsageError
+
+    try:
+        model = get_protocol(str(header["protocol"]))
+    except UsageError as error:
+        raise ReproduceError(f"{file}:1: header: {error}") from None
+    parameters = header["parameters"]
+    for spec in model.parameters:
+        if spec.name not in parameters:
+            continue
+        value = parameters[spec.name]
+        if type(value) is not int:
+            raise ReproduceError(f"{file}:1: header parameter {spec.name} must be an integer, got {value!r}")
+        if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
+            bound = f"{spec.minimum} to {spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
+            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds ({bound})")
+
+
+def _check_plan(file: str, protocol: Any, plan: Any) -> None:
+    """The run the plan asks for is one the runtime runs (its rank range, its settings' bounds;
+    the plan's other fields come from parameters the model's bounds already limit)."""
+    fewest, most = protocol.ranks
+    if not fewest <= plan.ranks <= most:
+        raise ReproduceError(f"{file}:1: header parameter ranks={plan.ranks}: the {protocol.name} runtime runs "
+                             f"{fewest} to {most} ranks")
+    for name, setting in protocol.settings.items():
+        value = plan.extra.get(name)
+        if value is not None and (type(value) is not int or not setting.low <= value <= setting.high):
+            raise ReproduceError(f"{file}:1: header parameter {name}={value!r}: the runtime runs "
+                                 f"{setting.low} to {setting.high}")
 
 
 def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:

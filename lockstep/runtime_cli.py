@@ -7,7 +7,7 @@ to stderr, or with ``--json`` one JSON object on stdout. With ``--trace-dir`` it
 run's own traces against the model of its variant (``--no-replay`` skips that) and prints the
 verdict. Exit codes: 0 completed (and, when replayed, conforming), 1 hang diagnosed or a completed
 run whose trace does not conform, 2 usage error (a message, never a traceback), 3 inconclusive or
-a runtime error.
+a runtime error, 4 a process of the run crashed (``launcher.CRASHED``: not a hang).
 
 ``add_run_parser(commands)`` adds the subcommand to the CLI's subparsers; ``command_run`` runs
 it. ``add_run_arguments`` is shared with ``python -m lockstep.impl.rank`` under torchrun.
@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Standalone use (``python -m lockstep.runtime_cli run ...``) until the CLI wires ``run`` in."""
     from rich.console import Console
 
-    parser = argparse.ArgumentParser(prog="lockstep")
+    parser = argparse.ArgumentParser(prog="lockstep", allow_abbrev=False)
     add_run_parser(parser.add_subparsers(dest="command", required=True))
     arguments = parser.parse_args(argv)
     return command_run(arguments, Console(stderr=True, width=160))

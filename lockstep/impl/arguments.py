@@ -7,6 +7,7 @@ the ``RunConfig`` (``RunUsageError`` names what is wrong). Imports no torch.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ def _bounded(kind: type, low: float, high: float | None = None) -> Any:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
         if value < low or (high is not None and value > high):
             bound = f"between {low} and {high}" if high is not None else f"at least {low}"
             raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")

@@ -1,7 +1,8 @@
 """torch.distributed for the runtime: torchrun-compatible initialisation and traced collectives.
 
 ``initialize`` joins the ranks with ``env://`` (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, as
-torchrun sets them and as ``lockstep run`` sets them for the processes it spawns). The default
+torchrun sets them); under lockstep's launcher (``LOCKSTEP_STORE`` set) rank 0 serves the
+rendezvous store on the socket the launcher bound to 127.0.0.1 and handed down. The default
 group is gloo (it carries start-up object exchange). ``Groups.create`` makes a named group with
 a backend; every group gets the run's hang timeout. Only APIs present in both torch 2.11 and 2.13
 are used (``init_process_group``, ``new_group(backend=, timeout=)``, ``all_reduce``,
@@ -58,9 +59,23 @@ def initialize(timeout: float, uses_cuda: bool) -> Groups:
         local = int(os.environ.get("LOCAL_RANK", rank))
         torch.cuda.set_device(local)
         device = torch.device("cuda", local)
-    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
+    delta = datetime.timedelta(seconds=timeout)
+    if os.environ.get("LOCKSTEP_STORE"):  # started by lockstep's launcher or pool: our own store
+        dist.init_process_group("gloo", store=_store(rank, world_size), rank=rank, world_size=world_size, timeout=delta)
+    else:  # torchrun (or a user's own environment): env://, as torchrun sets it up
+        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size, timeout=delta)
     return Groups(rank, world_size, timeout, device)
+
+
+def _store(rank: int, world_size: int) -> Any:
+    """The rendezvous store: rank 0 serves it on the socket the launcher bound to MASTER_ADDR (so
+    it listens there only, not on every interface as a store binding its own port does)."""
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    wait = datetime.timedelta(seconds=300)
+    descriptor = os.environ.get("LOCKSTEP_STORE_FD")
+    if rank == 0 and descriptor is not None:
+        return dist.TCPStore(host, port, world_size, True, wait, master_listen_fd=int(descriptor))
+    return dist.TCPStore(host, port, world_size, rank == 0, wait)
 
 
 def share_object(value: Any, source: int = 0) -> Any:

@@ -1,16 +1,26 @@
 """The launcher: spawn a run's processes, watch them, diagnose a hang, kill everything, report.
 
 ``launch(config)`` (what ``lockstep run`` does) starts ``ranks`` rank processes on 127.0.0.1
-with a free port, as torchrun would (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
+(``start_ranks``), as torchrun would (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK),
 all in one new process group; rank 0 starts the coordinator and client processes, which join
-that group. It then polls every process's status board (see ``lockstep.impl.runtime``):
+that group. Every listener is bound to 127.0.0.1: the launcher binds the rendezvous store's
+socket itself and hands it to rank 0 (``STORE_FD_ENVIRONMENT``), and gloo is told to use the
+loopback interface (``GLOO_SOCKET_IFNAME=lo``) unless the environment names another. Every
+process is started with ``lockstep.impl.lifetime``'s ``python -P`` (nothing imported from the
+current directory) and dies with its parent; the process group and the run directory are
+registered with this process's guardian, which removes them if this process is killed.
+It then polls every process's status board (see ``lockstep.impl.runtime``):
 
 - **hang**: a rank has been blocked in the same collective or receive for ``timeout`` seconds
   (or a rank's collective raised its group's timeout). The diagnosis names what every rank and
   helper waits in, with group and per-group sequence number: ``rank 0 in
   all_reduce(worker_world)#1; rank 1 in all_reduce(worker_dp)#1``. Exit code 1.
 - **completed**: every rank exited 0 (they exit once the client shut them down). Exit code 0.
-- **runtime error**: a process failed otherwise; the tail of its log is kept. Exit code 3.
+- **runtime error**: a rank failed otherwise (exited with a failure status); the tail of its
+  log is kept. Exit code 3.
+- **process crashed**: a process of the run died without finishing: a rank killed by a signal,
+  or a helper (coordinator, client, engine) gone while its status board says it was still at
+  work. The ranks still waiting for it are not hung: the run failed. Exit code 4.
 - **inconclusive**: no verdict within ``deadline`` seconds (a run that steps forever). Exit 3.
 
 Every outcome but completion kills the whole process group with SIGKILL before returning.
@@ -34,14 +44,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lockstep.impl.choices import read_choices
+from lockstep.impl.lifetime import child_environment, guardian, python_command
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
 
 COMPLETED, HANG, ERROR, INCONCLUSIVE = "completed", "hang diagnosed", "runtime error", "inconclusive"
-EXIT_CODES = {COMPLETED: 0, HANG: 1, ERROR: 3, INCONCLUSIVE: 3}
+CRASHED = "process crashed"
+EXIT_CODES = {COMPLETED: 0, HANG: 1, ERROR: 3, INCONCLUSIVE: 3, CRASHED: 4}
 BLOCKED = ("collective", "receive", "timed_out")
+STORE_FD_ENVIRONMENT = "LOCKSTEP_STORE_FD"  # rank 0's inherited socket for the rendezvous store
+STORE_ENVIRONMENT = "LOCKSTEP_STORE"  # set: the ranks build their own store (not torchrun's env://)
 
 
 @dataclass
@@ -105,6 +119,43 @@ def hung(statuses: dict[str, dict[str, Any]], ranks: int, timeout: float, now: f
     return False
 
 
+def _process_state(pid: int) -> str | None:
+    """The kernel's one-letter state of process ``pid`` (``Z``: exited, not yet reaped), None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            return "?"
+        return "?"  # no /proc: alive as far as can be told
+    return text.rsplit(")", 1)[-1].split()[0]
+
+
+def crashed_helpers(statuses: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The helper processes (not ranks) that died while their status board says they were at work,
+    by actor, with what they were doing ("while in receive(...)")."""
+    dead: dict[str, str] = {}
+    for actor in sorted(statuses, key=_order):
+        status = statuses[actor]
+        if actor.startswith("rank:") or status.get("state") in ("done", "failed"):
+            continue
+        pid = status.get("pid")
+        if isinstance(pid, int) and _process_state(pid) in (None, "Z", "X"):
+            what = status.get("what")
+            dead[actor] = f"while in {what}" if what else f"while {status.get('state')}"
+    return dead
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def _totals(statuses: dict[str, dict[str, Any]]) -> tuple[int, int]:
     steps = sum(int(status.get("steps", 0)) for status in statuses.values())
     events = sum(int(status.get("events", 0)) for status in statuses.values())
@@ -133,38 +184,91 @@ def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = Fals
     config_path = run_dir / "config.json"
     config.write(config_path)
     (run_dir / "logs").mkdir()
-    environment = dict(os.environ)
-    environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(config.ranks))
-    environment[AUTHKEY_ENVIRONMENT] = secrets.token_hex(16)
-    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parents[2]), environment.get("PYTHONPATH")]))
+    keep = bool(keep_run_dir or os.environ.get("LOCKSTEP_KEEP_RUN_DIR"))
+    if not keep:
+        guardian().protect(directory=run_dir)
     processes: list[subprocess.Popen[bytes]] = []
-    logs = []
+    logs: list[IO[bytes]] = []
     started = time.monotonic()
     group = 0
     try:
-        for rank in range(config.ranks):
-            environment.update(RANK=str(rank), LOCAL_RANK=str(rank))
-            log = open(run_dir / "logs" / f"rank-{rank}.log", "wb")  # noqa: SIM115
-            logs.append(log)
-            process = subprocess.Popen([sys.executable, "-m", "lockstep.impl.rank", "--config", str(config_path)],
-                                       env=environment, stdout=log, stderr=subprocess.STDOUT, process_group=group)
-            group = group or process.pid
-            processes.append(process)
+        processes, logs, group = start_ranks(["--config", str(config_path)], config.ranks, run_dir / "logs")
         outcome = watch_run(config, run_dir, lambda: [process.poll() for process in processes], started, deadline,
                             run_dir / "logs")
     finally:
         if group:
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(group)
         for process in processes:
             process.wait()
         for log in logs:
             log.close()
-        if not keep_run_dir and not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):
+        if group:
+            guardian().release(group=group)
+        if not keep:
             shutil.rmtree(run_dir, ignore_errors=True)
+            guardian().release(directory=run_dir)
     return outcome
+
+
+def _loopback_store() -> socket.socket:
+    """A listening socket on 127.0.0.1 at a free port, for rank 0's rendezvous store."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(128)
+    return listener
+
+
+def start_ranks(arguments: list[str], ranks: int, logs: Path) -> tuple[list[subprocess.Popen[bytes]], list[IO[bytes]], int]:
+    """Start ``python -P -m lockstep.impl.rank ARGUMENTS`` for every rank in one new process group
+    registered with the guardian; each rank's output goes to ``logs/rank-<r>.log``. Returns the
+    processes, their open log files and the group (on an error, what started is killed)."""
+    environment = child_environment()
+    store = _loopback_store()
+    environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.getsockname()[1]), WORLD_SIZE=str(ranks))
+    environment[STORE_ENVIRONMENT] = "1"
+    environment[AUTHKEY_ENVIRONMENT] = secrets.token_hex(16)
+    root = str(Path(__file__).resolve().parents[2])
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [root, environment.get("PYTHONPATH")]))
+    if "GLOO_SOCKET_IFNAME" not in environment and Path("/sys/class/net/lo").exists():
+        environment["GLOO_SOCKET_IFNAME"] = "lo"
+    processes: list[subprocess.Popen[bytes]] = []
+    files: list[IO[bytes]] = []
+    group = 0
+    try:
+        for rank in range(ranks):
+            environment.update(RANK=str(rank), LOCAL_RANK=str(rank))
+            environment.pop(STORE_FD_ENVIRONMENT, None)
+            inherited: tuple[int, ...] = ()
+            if rank == 0:
+                environment[STORE_FD_ENVIRONMENT] = str(store.fileno())
+                inherited = (store.fileno(),)
+            log = open(logs / f"rank-{rank}.log", "wb")  # noqa: SIM115 - the caller closes it
+            files.append(log)
+            process = subprocess.Popen(python_command("lockstep.impl.rank", *arguments), env=environment, stdout=log,
+                                       stderr=subprocess.STDOUT, process_group=group, pass_fds=inherited)
+            if not group:
+                group = process.pid
+                guardian().protect(group=group)
+            processes.append(process)
+    except BaseException:
+        if group:
+            _kill_group(group)
+            guardian().release(group=group)
+        for process in processes:
+            process.wait()
+        for opened in files:
+            opened.close()
+        raise
+    finally:
+        store.close()
+    return processes, files, group
+
+
+def _kill_group(group: int) -> None:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | None]], started: float, deadline: float,
@@ -183,6 +287,7 @@ def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | N
         time.sleep(0.05)
         now = time.time()
         statuses = read_statuses(run_dir)
+        dead = crashed_helpers(statuses)  # before the ranks' codes: a helper dies after its rank
         current = codes()
         if hung(statuses, config.ranks, config.timeout, now):
             waits = waits_of(statuses)
@@ -196,7 +301,14 @@ def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | N
                 return finish(HANG, describe_waits(waits), statuses, waits)
             rank = failed[0]
             tail = _tail(logs / f"rank-{rank}.log")
-            return finish(ERROR, f"rank {rank} exited with status {current[rank]}:\n{tail}", statuses)
+            code = current[rank]
+            if code is not None and code < 0:
+                return finish(CRASHED, f"rank {rank} was killed by {_signal_name(-code)}:\n{tail}".rstrip(), statuses)
+            return finish(ERROR, f"rank {rank} exited with status {code}:\n{tail}", statuses)
+        if dead:  # a helper died on its own (a rank that died is reported above): not a hang
+            waits = {actor: what for actor, what in waits_of(statuses).items() if actor not in dead}
+            message = "; ".join(f"{actor.replace(':', ' ')} (pid {statuses[actor]['pid']}) died {why}" for actor, why in dead.items())
+            return finish(CRASHED, message + (f"; {describe_waits(waits)}" if waits else ""), statuses, waits)
         if all(code == 0 for code in current):
             return finish(COMPLETED, "every rank finished", statuses)
         if time.monotonic() - started > deadline:

@@ -3,7 +3,9 @@
 Starting rank processes (Python, torch, the default group) costs seconds; runtime-against-model
 fuzzing runs many short runs. ``RankPool(protocol, ranks, backend, timeout)`` starts the ranks
 once, as ``python -m lockstep.impl.rank --pool DIR`` (torchrun-style environment, one process
-group), and ``run(config)`` hands them one run at a time:
+group, started by ``launcher.start_ranks``: they die with this process, and its guardian
+removes the pool's directory if this process is killed), and ``run(config)`` hands them one
+run at a time:
 
 - the pool writes the run's ``config.json`` into a fresh run directory and then, atomically,
   ``DIR/<n>.json`` naming it; every rank waits for that file, runs the protocol's ``run_rank``
@@ -23,18 +25,17 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import IO
 
-from lockstep.impl.launcher import COMPLETED, ERROR, Outcome, free_port, watch_run
-from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
+from lockstep.impl.launcher import COMPLETED, ERROR, Outcome, start_ranks, watch_run
+from lockstep.impl.lifetime import guardian
+from lockstep.impl.runtime import RunConfig
 
 START_TIMEOUT = 120.0
 
@@ -58,20 +59,11 @@ class RankPool:
         base = RunConfig(protocol=self.protocol, ranks=self.ranks, backend=self.backend, timeout=self.timeout,
                          monitored=True)
         base.write(self.directory / "pool.json")
-        environment = dict(os.environ)
-        environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(self.ranks))
-        environment[AUTHKEY_ENVIRONMENT] = secrets.token_hex(16)
-        root = str(Path(__file__).resolve().parents[2])
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [root, environment.get("PYTHONPATH")]))
-        self.group, self.number = 0, 0
-        for rank in range(self.ranks):
-            environment.update(RANK=str(rank), LOCAL_RANK=str(rank))
-            log = open(self.directory / "logs" / f"rank-{rank}.log", "wb")  # noqa: SIM115
-            self.logs.append(log)
-            process = subprocess.Popen([sys.executable, "-m", "lockstep.impl.rank", "--pool", str(self.directory)],
-                                       env=environment, stdout=log, stderr=subprocess.STDOUT, process_group=self.group)
-            self.group = self.group or process.pid
-            self.processes.append(process)
+        if not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):
+            guardian().protect(directory=self.directory)
+        self.number = 0
+        self.processes, self.logs, self.group = start_ranks(["--pool", str(self.directory)], self.ranks,
+                                                            self.directory / "logs")
         self.started += 1
 
     def _stop(self, kill: bool) -> None:
@@ -89,8 +81,11 @@ class RankPool:
             process.wait()
         for log in self.logs:
             log.close()
+        if self.group:
+            guardian().release(group=self.group)
         if self.directory is not None and not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):
             shutil.rmtree(self.directory, ignore_errors=True)
+            guardian().release(directory=self.directory)
         self.processes, self.logs, self.group, self.directory = [], [], 0, None
 
     def close(self) -> None:

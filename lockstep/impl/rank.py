@@ -9,7 +9,8 @@ started by torchrun with the run's flags::
 The protocol's package (``lockstep.impl.protocols``) provides ``join`` and ``run_rank``.
 Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,
 shares them over the default group, and starts the protocol's helper processes (dp-pause: the
-coordinator and client) itself, and a watchdog that diagnoses a hang. Exit status: 0 finished, 1 timed out in a collective
+coordinator and client) itself, and a watchdog that diagnoses a hang; rank 0's guardian
+(``lockstep.impl.lifetime``) removes the run directory when rank 0 ends. Exit status: 0 finished, 1 timed out in a collective
 (hung), 3 another failure.
 """
 
@@ -28,6 +29,7 @@ from pathlib import Path
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
 from lockstep.impl.distributed import CollectiveTimeout, share_object
 from lockstep.impl.launcher import Watchdog
+from lockstep.impl.lifetime import die_with_parent, guardian
 from lockstep.impl.protocols import runtime_protocol
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
 
@@ -97,7 +99,9 @@ def main(argv: list[str]) -> int:
         groups = protocol.join(config)
         shared = None
         if groups.rank == 0:
-            run_dir = tempfile.mkdtemp(prefix="lockstep-run-")
+            run_dir = tempfile.mkdtemp(prefix="lockstep-run-", dir=os.environ.get("LOCKSTEP_RUN_ROOT"))
+            if not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):  # no launcher removes it: rank 0's guardian does
+                guardian().protect(directory=run_dir)
             config.run_dir = run_dir
             config.write(Path(run_dir) / "config.json")
             shared = (run_dir, secrets.token_hex(16))
@@ -118,6 +122,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent()  # started by the launcher or a pool (or torchrun): it ends with its parent
     code = main(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()

@@ -4,17 +4,23 @@ A model module is any Python module that defines ``PROTOCOL`` (a ``lockstep.spec
 and optionally ``LEMMAS``. ``load_model_file`` imports one from a path; ``entry_point_protocols``
 collects those that installed packages register under the ``lockstep.models`` entry-point group,
 each entry point naming a module (``pkg.model``) or a ``Protocol`` object (``pkg.model:PROTOCOL``).
-A model that fails to load is reported with its file and the problem, as a ``UsageError``.
+A model that fails to load (an exception, or ``sys.exit``, while importing it) is reported with
+its file and line and the problem, as a ``UsageError``. A model file is code: importing it runs
+it (see the README's trust boundary). ``load_model_file(path, timeout=S)`` stops an import that
+runs longer than ``S`` seconds with ``ModelLoadTimeout`` (in the main thread, with SIGALRM).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
+import threading
 import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from lockstep.spec.protocol import Protocol, UsageError
 
@@ -41,8 +47,37 @@ def _where(error: BaseException, path: Path) -> str:
     return f"{path}:{line}" if line is not None else str(path)
 
 
-def load_model_file(path: str | Path) -> Protocol:
-    """Import the model module at ``path`` and return its ``PROTOCOL``."""
+class ModelLoadTimeout(Exception):
+    """Importing a model file took longer than the timeout given."""
+
+
+class _Alarm:
+    """SIGALRM after ``seconds`` raises ``ModelLoadTimeout`` (a no-op off the main thread or without a limit)."""
+
+    def __init__(self, seconds: float | None, file: Path) -> None:
+        self.seconds, self.file = seconds, file
+        self.armed = False
+        self.previous: Any = None
+
+    def _expire(self, number: int, frame: object) -> None:
+        raise ModelLoadTimeout(f"{self.file}: importing the model took longer than --timeout {self.seconds:g} s")
+
+    def __enter__(self) -> _Alarm:
+        if self.seconds is not None and threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.armed = True
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+
+def load_model_file(path: str | Path, timeout: float | None = None) -> Protocol:
+    """Import the model module at ``path`` and return its ``PROTOCOL`` (``ModelLoadTimeout`` if
+    importing takes longer than ``timeout`` seconds)."""
     file = Path(path)
     if not file.is_file():
         raise UsageError(f"{file}: no such model file")
@@ -55,10 +90,12 @@ def load_model_file(path: str | Path) -> Protocol:
     module = importlib.util.module_from_spec(specification)
     sys.modules[name] = module
     try:
-        specification.loader.exec_module(module)
-    except UsageError:
+        with _Alarm(timeout, file):
+            specification.loader.exec_module(module)
+    except (UsageError, ModelLoadTimeout):
+        sys.modules.pop(name, None)
         raise
-    except Exception as error:  # a user's module: report where it failed, never a traceback
+    except (Exception, SystemExit) as error:  # a user's module: report where it failed, never a traceback
         sys.modules.pop(name, None)
         raise UsageError(f"{_where(error, file)}: loading the model failed: {type(error).__name__}: {error}") from None
     return _protocol_of(module, str(file))

@@ -24,15 +24,23 @@ error names each file's blocked line and what it waits for.
 A merge first reads every file once (memory: a set of actors and communicators per file), so
 all format errors surface before any output, and files whose actors overlap are refused: that
 is a merged trace passed together with its sources, or one actor's file given twice.
+
+An input that is not a regular file (``-`` for standard input, ``/dev/stdin``, a FIFO, a shell's
+``<(...)``) is read once, as a stream, into an anonymous temporary file that every later pass
+reads (so it is never opened twice, which would block on a FIFO or find a pipe drained).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
+import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from lockstep.traces.format import encode_line
 from lockstep.traces.reader import Record, TraceInputError, TraceReader, same_run
@@ -149,6 +157,24 @@ def trace_files(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return files
 
 
+STDIN = "-"
+
+
+def _spool(file: str) -> IO[bytes] | None:
+    """A non-regular input (``-``, a pipe, a FIFO, a device) copied once into a temporary file
+    (positioned at its start); None for a regular file, which is read in place."""
+    if file != STDIN and (not os.path.exists(file) or stat.S_ISREG(os.stat(file).st_mode)):
+        return None
+    spool = tempfile.TemporaryFile()  # noqa: SIM115 - the TraceInput holds it
+    if file == STDIN:
+        shutil.copyfileobj(sys.stdin.buffer, spool)
+    else:
+        with open(file, "rb") as source:
+            shutil.copyfileobj(source, spool)
+    spool.seek(0)
+    return spool
+
+
 @dataclass
 class TraceInput:
     """One run's events from one or more files, in causal order; iterate ``records()`` once."""
@@ -158,6 +184,15 @@ class TraceInput:
     warnings: list[str] = field(default_factory=list)
     _members: dict[str, set[str]] = field(default_factory=dict)
     _actors: set[str] = field(default_factory=set)
+    _spools: dict[str, IO[bytes]] = field(default_factory=dict)
+
+    def reader(self, file: str) -> TraceReader:
+        """A reader of ``file`` from its start (a spooled input is read from its copy)."""
+        spool = self._spools.get(file)
+        if spool is None:
+            return TraceReader(file)
+        spool.seek(0)
+        return TraceReader("<stdin>" if file == STDIN else file, spool)
 
     def records(self) -> Iterator[Record]:
         return self._single() if len(self.files) == 1 else self._merged()
@@ -165,7 +200,7 @@ class TraceInput:
     def _single(self) -> Iterator[Record]:
         order = CausalOrder()
         plain_clocks: set[tuple[str, ...]] = set()  # clock key sets with no send:/recv: key
-        with TraceReader(self.files[0]) as reader:
+        with self.reader(self.files[0]) as reader:
             try:
                 for record in reader.events():
                     event = record.event
@@ -199,7 +234,7 @@ class TraceInput:
 
     def _merged(self) -> Iterator[Record]:
         order = CausalOrder(self._members)
-        readers = [TraceReader(file) for file in self.files]
+        readers = [self.reader(file) for file in self.files]
         try:
             streams = [reader.events() for reader in readers]
             heads: list[Record | None] = [next(stream, None) for stream in streams]
@@ -250,19 +285,24 @@ def open_traces(paths: Sequence[str | os.PathLike[str]]) -> TraceInput:
     if len(set(files)) != len(files):
         repeated = next(file for file in files if files.count(file) > 1)
         raise TraceInputError(repeated, 0, "the same file is given twice")
+    trace = TraceInput(files, {})
+    for file in files:
+        spool = _spool(file)
+        if spool is not None:
+            trace._spools[file] = spool
     headers = []
     for file in files:
-        with TraceReader(file) as reader:
+        with trace.reader(file) as reader:
             headers.append(reader.header)
     for file, header in zip(files[1:], headers[1:]):
         reason = same_run(headers[0], header)
         if reason is not None:
             raise TraceInputError(file, 1, f"not the same run as {files[0]}: {reason}")
-    trace = TraceInput(files, headers[0])
+    trace.header = headers[0]
     if len(files) > 1:
         owner: dict[str, str] = {}
         for file in files:
-            with TraceReader(file) as reader:
+            with trace.reader(file) as reader:
                 for record in reader.events():
                     event = record.event
                     actor = event["actor"]

@@ -9,8 +9,9 @@ falls back to ``event_problems`` for the message) and carry the next index (0, 1
 repeated line is a duplicate and a gap or a step back is out of order.
 
 Every problem raises ``TraceInputError`` naming the file, the line and what is wrong: a binary
-or empty file, malformed JSON, a missing or wrong header, an unsupported version, a missing or
-mistyped field. One exception: a final line with no newline that does not parse is what a run
+or empty file, malformed JSON, JSON nested deeper than ``MAX_NESTING`` levels, a string with a
+lone UTF-16 surrogate escape (``"\\ud800"``: not Unicode text, it could not be written out
+again), a missing or wrong header, an unsupported version, a missing or mistyped field. One exception: a final line with no newline that does not parse is what a run
 killed in the middle of a write leaves, so it is not an error; it is recorded in ``warnings``
 and the events before it are the trace.
 """
@@ -27,6 +28,7 @@ from typing import IO, Any, NamedTuple, Self
 from lockstep.traces.format import TRACE_FORMAT, TRACE_VERSION, event_problems, header_problems
 
 _ABSENT = object()
+MAX_NESTING = 64  # arrays and objects inside one another; a trace needs a handful
 _REQUIRED_FIELDS = ("index", "actor", "action", "args")
 
 
@@ -67,12 +69,43 @@ def parse_line(data: bytes, path: str, line: int) -> object:
     except UnicodeDecodeError as error:
         raise TraceInputError(path, line, f"not UTF-8 text (byte {error.start + 1}): a binary file?") from None
     try:
-        return _DECODER.decode(text)
+        value = _DECODER.decode(text)
+    except RecursionError:
+        raise TraceInputError(path, line, f"JSON nested too deeply (more than {MAX_NESTING} levels)") from None
     except ValueError as error:
         message = getattr(error, "msg", str(error))
         column = getattr(error, "colno", None)
         where = f" at column {column}" if column is not None else ""
         raise TraceInputError(path, line, f"malformed JSON{where}: {message}") from None
+    check_value(value, text, path, line)
+    return value
+
+
+def _nesting_or_surrogate(value: object) -> str | None:
+    """Why ``value`` is refused (too deep, a lone surrogate), walking it without recursion."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return f"a string holds a lone UTF-16 surrogate escape ({item[:40]!r}): not Unicode text"
+        elif isinstance(item, (dict, list)):
+            if depth > MAX_NESTING:
+                return f"JSON nested too deeply (more than {MAX_NESTING} levels)"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def check_value(value: object, text: str, path: str, line: int) -> None:
+    """Refuse a parsed line nested deeper than ``MAX_NESTING`` or holding a lone surrogate
+    (looked for only where the text could hold one: a ``\\u`` escape or many brackets)."""
+    if "\\u" in text or text.count("[") + text.count("{") > MAX_NESTING:
+        problem = _nesting_or_surrogate(value)
+        if problem is not None:
+            raise TraceInputError(path, line, problem)
 
 
 def check_header(obj: object, path: str, line: int = 1) -> dict[str, Any]:
@@ -136,16 +169,19 @@ class TraceReader:
     """Reads one trace file: ``header`` at once, then ``events()`` one validated ``Record`` at a time.
 
     Use as a context manager or call ``close``. ``warnings`` collects the truncated-final-line
-    warning (at most one); ``events_read`` counts the events yielded so far."""
+    warning (at most one); ``events_read`` counts the events yielded so far. With ``stream``
+    the bytes come from it (from where it stands; ``close`` leaves it open) and ``path`` only
+    names it in messages."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], stream: IO[bytes] | None = None) -> None:
         self.path = str(path)
         self.warnings: list[str] = []
         self.events_read = 0
         self._line = 1
-        if Path(path).is_dir():
+        self._owned = stream is None
+        if stream is None and Path(path).is_dir():
             raise TraceInputError(self.path, 0, "is a directory, not a trace file")
-        self._file: IO[bytes] | None = open(path, "rb")  # noqa: SIM115 - closed by close()
+        self._file: IO[bytes] | None = open(path, "rb") if stream is None else stream  # noqa: SIM115 - closed by close()
         try:
             first = self._file.readline()
             if not first:
@@ -177,7 +213,10 @@ class TraceReader:
                     obj, end = None, -1
                 if end != len(text) - 1 or text[end] != "\n":
                     obj = decode(text)  # anything else: the decoder's own checks and messages
-            except (ValueError, UnicodeDecodeError):
+                check_value(obj, text, path, line)
+            except TraceInputError:
+                raise
+            except (ValueError, UnicodeDecodeError, RecursionError):
                 if not data.endswith(b"\n") and b"\x00" not in data:
                     self.warnings.append(
                         f"{path}:{line}: the final line is cut short (no newline) and does not parse, as a killed "
@@ -205,7 +244,8 @@ class TraceReader:
 
     def close(self) -> None:
         if self._file is not None:
-            self._file.close()
+            if self._owned:
+                self._file.close()
             self._file = None
 
     def __enter__(self) -> Self:

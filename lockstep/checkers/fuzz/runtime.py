@@ -19,11 +19,14 @@ variant does (a pre-fix hang, a finding): it is counted (``observed_violations``
 The first failing example is the result (Hypothesis's shrinking is off: each example is a real
 multi-process run of seconds). A ``runner`` runs one configuration: ``launch`` (fresh processes
 per example) or a ``RankPool``'s ``run`` (long-lived rank processes reset per example).
+Its working directory (under ``LOCKSTEP_RUN_ROOT`` when set) is registered with the guardian
+(``lockstep.impl.lifetime``), which removes it if this process is killed.
 Imports Hypothesis and the runtime lazily; engines return values and never print.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -137,6 +140,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
 
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import launch
+    from lockstep.impl.lifetime import guardian
     from lockstep.impl.pool import RankPool
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
@@ -163,7 +167,8 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
     result = RuntimeFuzzResult(protocol, variant, chosen_scenario, rank_count, examples, seed)
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-"))
+    work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
+    guardian().protect(directory=work)  # removed even if this process is killed
     pool = RankPool(protocol, rank_count, "gloo", hang_timeout) if runner is None and pooled else None
     run = runner or (pool.run if pool is not None else lambda config: launch(config, deadline=max(60.0, 6 * hang_timeout)))
 
@@ -219,6 +224,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
         elif result.failing is not None:
             result.failing.trace_dir = None
         shutil.rmtree(work, ignore_errors=True)
+        guardian().release(directory=work)
         if pool is not None:
             pool.close()
             result.pool_starts = pool.started

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from lockstep.impl.dp_pause.parameters import instrument, open_process
+from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.runtime import RunConfig, accept, announce, listen, ready, receive
 from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
 
@@ -116,4 +117,5 @@ def main(config_path: str) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent()  # a child of rank 0: it ends with it
     sys.exit(main(sys.argv[1]))

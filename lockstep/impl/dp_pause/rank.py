@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from multiprocessing.connection import Connection
 
 from lockstep.impl.choices import ChoiceSource
@@ -21,19 +20,20 @@ from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_
 from lockstep.impl.dp_pause.engine import DPEngineCoreProc
 from lockstep.impl.dp_pause.parameters import instrument, open_process
 from lockstep.impl.dp_pause.scenario import arrivals_for
+from lockstep.impl.lifetime import child_environment, python_command
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, connect
 
 
 def start_helpers(config_path: str) -> tuple[list[subprocess.Popen[str]], tuple[str, int], tuple[str, int]]:
     """Start the coordinator, then the client; their addresses come as their first stdout line."""
-    coordinator = subprocess.Popen([sys.executable, "-m", "lockstep.impl.dp_pause.coordinator", config_path],
-                                   stdout=subprocess.PIPE, text=True)
+    coordinator = subprocess.Popen(python_command("lockstep.impl.dp_pause.coordinator", config_path),
+                                   stdout=subprocess.PIPE, text=True, env=child_environment())
     assert coordinator.stdout is not None
     coordinator_address = coordinator.stdout.readline().strip()
     if not coordinator_address:
         raise RuntimeError(f"the coordinator process did not start (exit status {coordinator.wait()})")
-    client = subprocess.Popen([sys.executable, "-m", "lockstep.impl.dp_pause.client", config_path, coordinator_address],
-                              stdout=subprocess.PIPE, text=True)
+    client = subprocess.Popen(python_command("lockstep.impl.dp_pause.client", config_path, coordinator_address),
+                              stdout=subprocess.PIPE, text=True, env=child_environment())
     assert client.stdout is not None
     client_address = client.stdout.readline().strip()
     if not client_address:

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
+from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.pp_broadcast.parameters import open_process
 from lockstep.impl.pp_broadcast.scenario import VOCABULARY, setting, workload
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, accept, announce, listen, receive
@@ -154,4 +155,5 @@ def main(config_path: str) -> int:
 
 
 if __name__ == "__main__":
+    die_with_parent()  # a child of rank 0: it ends with it
     sys.exit(main(sys.argv[1]))

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import torch
 
 from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, share_object, shutdown
+from lockstep.impl.lifetime import child_environment, python_command
 from lockstep.impl.pp_broadcast.parameters import open_process
 from lockstep.impl.pp_broadcast.worker import Worker
 from lockstep.impl.runtime import RunConfig, connect
@@ -28,8 +28,8 @@ def join(config: RunConfig) -> Groups:
 
 
 def start_engine(config_path: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:
-    engine = subprocess.Popen([sys.executable, "-m", "lockstep.impl.pp_broadcast.engine", config_path],
-                              stdout=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(python_command("lockstep.impl.pp_broadcast.engine", config_path),
+                              stdout=subprocess.PIPE, text=True, env=child_environment())
     assert engine.stdout is not None
     line = engine.stdout.readline().strip()
     if not line:

@@ -1,0 +1,68 @@
+"""Where lockstep writes its outputs and how: safe file names, and whole-file writes that never
+leave a half-written or truncated file and never overwrite an input.
+
+- ``safe_name(*parts)``: names from a model or a trace header joined into one file name with
+  only letters, digits, ``_``, ``.``, ``-`` and ``+`` (``../../x`` becomes ``..-..-x``), so an
+  output named after them stays in the folder it is meant for.
+- ``refuse_inputs(target, inputs)``: an ``OutputError`` when ``target`` is one of the inputs.
+- ``write_atomically(target, write)``: ``write(file)`` fills a temporary file next to
+  ``target``, which is renamed over ``target`` only when complete; on any failure ``target`` is
+  untouched (an existing file keeps its content) and the temporary file is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO
+
+SAFE_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-+")
+
+
+class OutputError(ValueError):
+    """An output that must not be written (it is an input); the message names it."""
+
+
+def safe_name(*parts: str) -> str:
+    """``parts`` joined with ``-``, every other character replaced by ``-``; never starts with ``.``."""
+    text = "-".join(parts)
+    name = "".join(character if character in SAFE_CHARACTERS else "-" for character in text)
+    return "-" + name[1:] if name.startswith(".") else (name or "-")
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return first.exists() and second.exists() and os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
+def refuse_inputs(target: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]]) -> None:
+    """An ``OutputError`` if ``target`` names one of ``inputs`` (the same file, by any path)."""
+    path = Path(target)
+    for item in inputs:
+        if str(item) != "-" and (_same_file(path, Path(item)) or path.resolve() == Path(item).resolve()):
+            raise OutputError(f"{target}: the output would overwrite the input {item}; name another file")
+
+
+def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], object]) -> Path:
+    """Fill ``target`` through ``write`` (text, UTF-8, '\\n' line ends) all at once; see the module doc."""
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
+            write(file)
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(temporary, 0o666 & ~umask)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
