@@ -5,8 +5,8 @@ Each row checks dp-pause post-fix (``seed`` at ``--ranks``), with and without sy
 the states, transitions, seconds, states/s, bytes per visited state and verdict. ``bfs`` runs are
 capped by ``--bfs-max-states`` (a rate, not a full check, where the cap bites). Bytes per visited
 state: for the vectorised engines, what their visited set and parent links keep per state (the
-exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of the resident set
-over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
+exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of the peak resident
+set over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
 Each configuration runs in a fresh process, so one's memory does not hide another's.
 Ratios are taken within one run: these machines are shared and noisy.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import platform
+import resource
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -50,8 +51,8 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         per_state = search.bytes_per_state
     seconds = time.perf_counter() - started
     states = result.stats.states or 0
-    if per_state is None:
-        per_state = max(resident_memory_bytes() - before, 0) / max(states, 1)
+    if per_state is None:  # the peak of the resident set over the run (this process runs nothing else)
+        per_state = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before, 0) / max(states, 1)
     row: dict[str, object] = {
         "ranks": ranks,
         "engine": engine,
