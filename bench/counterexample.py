@@ -26,13 +26,14 @@ def main() -> None:
     parser.add_argument("--device")
     parser.add_argument("--stop-at-first", action="store_true")
     parser.add_argument("--symmetry", action="store_true")
+    parser.add_argument("--compact", action="store_true")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--out", type=Path, default=Path("lockstep-out"))
     options = parser.parse_args()
     overrides = dict(parse_assignment(text) for text in options.set)
     instance = get_protocol(options.protocol).instance(options.variant, options.instance, overrides, ranks=options.ranks)
     started = time.perf_counter()
-    result = check(instance, options.engine, device=options.device, stop_at_first=options.stop_at_first, symmetry=options.symmetry)
+    result = check(instance, options.engine, device=options.device, stop_at_first=options.stop_at_first, symmetry=options.symmetry, compact=options.compact)
     print(f"{instance.label}: {result.verdict.value}, {result.stats.states:,} states, {time.perf_counter() - started:.1f} s, stopped: {result.stopped}")
     machine = result.machine
     for item in result.properties:
