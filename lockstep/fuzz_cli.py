@@ -150,8 +150,8 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0
     console.print(Text.assemble((label, "bold"), f" (scenario {result.scenario}, {result.ranks} ranks)  ",
                                 (outcome, OUTCOME_STYLES[outcome]),
-                                f"  ({len(result.runs)} runs, {result.seconds:.1f} s, {per_run:.2f} s/run, "
-                                f"{result.pool_starts} pool start(s))"))
+                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), {result.seconds:.1f} s, "
+                                f"{per_run:.2f} s/run, {result.pool_starts} pool start(s))"))
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
     observed = [run for run in result.runs if run.observed_violation is not None]
@@ -206,7 +206,7 @@ def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Pa
     from lockstep.checkers.report import swimlanes
 
     outcome = result.outcome.value
-    seed = "random seed" if result.seed is None else f"seed {result.seed}"
+    seed = f"seed {result.seed} (--seed re-runs it)"
     summary = (
         f"  (fuzz: {result.runs:,} runs of ≤{result.steps} steps, {seed}, {result.seconds:.2f} s, "
         f"{result.seconds_per_example * 1000:.1f} ms/example)"

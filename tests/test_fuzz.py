@@ -17,6 +17,7 @@ from lockstep.checkers import check
 from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.fuzz import FuzzOutcome, PropertyViolation, Recorder, fuzz, minimise, state_machine_for
 from lockstep.checkers.fuzz.state_machine import END_OF_RUN
+from lockstep.cli import main
 from lockstep.fuzz_cli import main as fuzz_main
 from lockstep.models import PROTOCOLS
 from lockstep.models.dp_pause import PROTOCOL as DP_PAUSE
@@ -245,3 +246,19 @@ def test_hypothesis_profiles() -> None:
     assert not long.derandomize and long.max_examples >= 1000
     assert profile_name({}) == "ci" and profile_name({"CI": "true"}) == "ci"
     assert profile_name({"LOCKSTEP_HYPOTHESIS_PROFILE": "long"}) == "long"
+
+
+def test_a_session_without_a_seed_reports_one_that_re_runs_it_and_leaves_no_hypothesis_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
+    arguments = ["fuzz", "computed-tokens", "--variant", "pre-fix", "--examples", "5", "--json", "--trace-out", str(tmp_path / "t.jsonl")]
+    assert main(arguments) == 1
+    first = json.loads(capsys.readouterr().out)
+    assert isinstance(first["seed"], int)
+    assert main([*arguments, "--seed", str(first["seed"])]) == 1
+    again = json.loads(capsys.readouterr().out)
+    assert again["seed"] == first["seed"] and again["counterexample"] == first["counterexample"]
+    assert again["stats"]["runs"] == first["stats"]["runs"]
+    assert not (tmp_path / ".hypothesis").exists()

@@ -26,6 +26,7 @@ from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from lockstep.checkers.fuzz.minimise import minimise
+from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
 from lockstep.checkers.fuzz.state_machine import OutOfTime, PropertyViolation, Recorder, state_machine_for
 from lockstep.checkers.result import Path
 from lockstep.spec.compiler import CompiledSystem
@@ -99,7 +100,7 @@ def fuzz(
 ) -> FuzzResult:
     """Fuzz every safety property of ``target`` with Hypothesis; see the module doc.
 
-    ``seed`` fixes Hypothesis's random choices (None: fresh ones each call). ``timeout`` bounds
+    ``seed`` fixes Hypothesis's random choices (None: a fresh seed, reported in the result). ``timeout`` bounds
     the whole session in seconds (a session cut short with nothing found is inconclusive);
     ``shrink_seconds`` bounds shrinking (then the shortest failing run so far is shrunk's
     result); ``shrink=False`` skips Hypothesis's shrinker (the BFS re-minimisation, up to
@@ -113,8 +114,8 @@ def fuzz(
     burst = 1 if steps <= RULE_CALLS else -(-steps // BURST_DIVISOR)
     recorder = Recorder(None if timeout is None else started + timeout, shrink_seconds, steps, burst)
     state_machine = state_machine_for(system, recorder)
-    if seed is not None:
-        state_machine = hypothesis_seed(seed)(state_machine)
+    seed = chosen_seed(seed)
+    state_machine = hypothesis_seed(seed)(state_machine)
     options = settings(
         max_examples=examples,
         stateful_step_count=min(steps, 4 * RULE_CALLS),
@@ -131,7 +132,7 @@ def fuzz(
     violation: PropertyViolation | None = None
     stopped: str | None = None
     try:
-        with with_reporter(lambda text: program.append(str(text))):
+        with hypothesis_storage(), with_reporter(lambda text: program.append(str(text))):
             run_state_machine_as_test(state_machine, settings=options)
     except PropertyViolation as error:
         violation = error

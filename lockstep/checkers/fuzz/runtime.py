@@ -138,6 +138,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
+    from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import launch
     from lockstep.impl.lifetime import guardian
@@ -165,6 +166,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
             raise ValueError(f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})")
         values[name] = int(value)
     actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
+    seed = chosen_seed(seed)
     result = RuntimeFuzzResult(protocol, variant, chosen_scenario, rank_count, examples, seed)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
@@ -206,10 +208,10 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
         if sample.failure is not None:
             result.failing = sample
 
-    if seed is not None:
-        example = hypothesis_seed(seed)(example)
+    example = hypothesis_seed(seed)(example)
     try:
-        example()
+        with hypothesis_storage():
+            example()
     except KeyboardInterrupt:
         result.stopped = "interrupted"
     finally:
