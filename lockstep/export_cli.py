@@ -29,7 +29,7 @@ from lockstep.checkers import system_for
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.checkers.export import ExportError, itf_document, state_graph, to_dot
 from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
-from lockstep.checkers.report import swimlanes
+from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
 from lockstep.checkers.result import Step
 from lockstep.checkers.trace_values import decode
@@ -141,7 +141,8 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
             if blocked:
                 console.print(f"at the end: {escape(blocked)}")
             if isinstance(prop, str):
-                console.print(f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]")
+                sentence = described(machine, prop)
+                console.print(f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]" + (f": {escape(sentence)}" if sentence else ""))
             return EXIT_OK
     highlight, why = (None, "")
     if not arguments.no_replay and len(records) <= REPLAY_LIMIT:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.cli import main, pinned_instances
+from lockstep.models import get_protocol
 
 
 def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
@@ -35,7 +36,11 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
     assert out.count("\n") == 1
     assert payload["verdict"] == "violated" and payload["expected"] == "violated"
     steps = payload["counterexample"].pop("steps")
-    assert payload["counterexample"] == {"property": "quiescent_during_rpc", "length": 17, "loop_start": None, "trace_file": str(trace)}
+    sentence = get_protocol("dp-pause").instance("pre-fix").machine().property_named("quiescent_during_rpc").description
+    assert sentence and payload["counterexample"] == {
+        "property": "quiescent_during_rpc", "description": sentence, "length": 17, "loop_start": None, "trace_file": str(trace)
+    }
+    assert {item["name"]: item["description"] for item in payload["properties"]}["quiescent_during_rpc"] == sentence
     assert len(steps) == 17 and steps[0]["index"] == 1 and steps[-1]["actor"] == "rank:1"
     assert steps[-1]["action"] == "handle_collective_rpc" and steps[-1]["arguments"] == "rank=1"
     assert "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in [step["mirrors"] for step in steps]
@@ -57,6 +62,8 @@ def test_human_report_shows_swimlanes_and_blocked_collectives(capsys: pytest.Cap
     assert "counterexample: quiescent_during_rpc (17 steps)" in err and "mirrors (source)" in err
     assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in err
     assert "expected violated: as pinned" in err
+    sentence = get_protocol("dp-pause").instance("pre-fix").machine().property_named("quiescent_during_rpc").description
+    assert f"quiescent_during_rpc is violated: {' '.join(sentence.split())}" in " ".join(err.split())  # its sentence
 
 
 def test_post_fix_holds(capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,6 +134,9 @@ def render(
     if shortest is not None and shortest.path is not None:
         console.print(swimlanes(result.machine, shortest.path, f"counterexample: {shortest.name} ({shortest.path.length} steps)"))
         blocked = blocked_summary(result.machine, shortest.path)
+        description = described(result.machine, shortest.name)
+        if description:
+            console.print(Text.assemble((shortest.name, "red"), f" is violated: {description}"))
         if shortest.detail:
             console.print(f"[red]{shortest.name}[/red]: {shortest.detail}")
         if blocked:
@@ -141,7 +144,10 @@ def render(
         for other in result.properties:
             if other is not shortest and other.verdict is Verdict.VIOLATED and other.path is not None:
                 extra = blocked_summary(result.machine, other.path)
-                console.print(f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else ""))
+                sentence = described(result.machine, other.name)
+                console.print(
+                    f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else "") + (f": {sentence}" if sentence else "")
+                )
     for other in result.properties:  # k-induction: a failed step, shown as its states and actions
         if other.verdict is Verdict.INCONCLUSIVE and other.path is not None:
             console.print(state_table(result.machine, other.path.initial, f"{other.name}: the failed induction step starts in"))
@@ -155,11 +161,20 @@ def render(
         console.print(Text(f"expected {expected}: {'as pinned' if match else 'DIFFERS from the pinned verdict'}", style=style))
 
 
-def property_json(item: PropertyResult) -> dict[str, Any]:
+def described(machine: Machine, name: str) -> str:
+    """The sentence a property was declared with ("" for none)."""
+    try:
+        return machine.property_named(name).description
+    except KeyError:
+        return ""
+
+
+def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]:
     counterexample = item.counterexample
     witness = item.path if item.kind is PropertyKind.SOMETIMES and item.verdict is Verdict.HOLDS else None
     return {
         "name": item.name,
+        "description": description,
         "kind": item.kind.value,
         "verdict": item.verdict.value,
         "counterexample": None
@@ -183,7 +198,7 @@ def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | 
         "engine": result.engine,
         "verdict": result.verdict.value,
         "expected": instance.expected,
-        "properties": [property_json(item) for item in result.properties],
+        "properties": [property_json(item, described(result.machine, item.name)) for item in result.properties],
         "stats": {
             "states": result.stats.states,
             "transitions": result.stats.transitions,
@@ -196,6 +211,7 @@ def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | 
         if shortest is None or shortest.path is None
         else {
             "property": shortest.name,
+            "description": described(result.machine, shortest.name),
             "length": shortest.path.length,
             "loop_start": shortest.path.loop_start,
             "trace_file": None if trace_file is None else str(trace_file),
