@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     lister = commands.add_parser("list", help="protocols, variants (with the vLLM release each stands for) and instances")
     lister.add_argument("--model-file", type=Path, metavar="PATH", help="list the model a Python file defines instead of the built-in ones")
+    lister.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     lemmas = commands.add_parser("prove-lemmas", help="prove the built-in lemmas for all sizes with Z3")
     lemmas.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     lemmas.add_argument("--solver-timeout", type=positive(float), default=30.0, metavar="SECONDS", help="limit per Z3 query")
@@ -240,12 +241,17 @@ def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -
 
 
 def command_list(arguments: argparse.Namespace, console: Console) -> int:
+    """The models, on stdout (a listing is a result: ``lockstep list | grep dp-pause``)."""
     from rich.table import Table
 
+    protocols = _protocols(arguments)
+    if arguments.json:
+        sys.stdout.write(json.dumps({"protocols": [_protocol_json(protocol) for protocol in protocols]}) + "\n")
+        return EXIT_OK
+    console = Console(width=None if sys.stdout.isatty() else 160)
     table = Table(title="lockstep models", title_justify="left")
     for column in ("protocol", "change", "variant", "stands for", "instances (default *)", "parameters"):
         table.add_column(column)
-    protocols = _protocols(arguments)
     for protocol in protocols:
         instances = ", ".join(
             f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}" for instance in protocol.instances
@@ -272,6 +278,25 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
             pins.add_row(protocol.name, instance.name, expected, instance.description)
     console.print(pins)
     return EXIT_OK
+
+
+def _protocol_json(protocol: Protocol) -> dict[str, Any]:
+    return {
+        "name": protocol.name,
+        "title": protocol.title,
+        "change": protocol.change,
+        "default_variant": protocol.default_variant,
+        "default_instance": protocol.default_instance,
+        "variants": [{"name": variant.name, "release": variant.release, "description": variant.description} for variant in protocol.variants],
+        "parameters": [
+            {"name": parameter.name, "default": parameter.default, "minimum": parameter.minimum, "maximum": parameter.maximum, "description": parameter.description}
+            for parameter in protocol.parameters
+        ],
+        "instances": [
+            {"name": instance.name, "description": instance.description, "parameters": dict(instance.parameters), "expected": dict(instance.expected)}
+            for instance in protocol.instances
+        ],
+    }
 
 
 def command_check(arguments: argparse.Namespace, console: Console) -> int:

@@ -21,11 +21,15 @@ def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, 
 
 def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "list")
-    assert code == 0
-    assert "dp-pause" in err and "v0.20.0" in err and "v0.21.0" in err and "seed*" in err
-    flat = " ".join(err.split())
+    assert code == 0 and err == ""  # a listing is a result: on stdout, so `lockstep list | grep` works
+    assert "dp-pause" in out and "v0.20.0" in out and "v0.21.0" in out and "seed*" in out
+    flat = " ".join(out.split())
     assert "pre-fix: violated, post-fix: holds" in flat and "#36608/#38009" in flat
-    assert out == ""
+    code, out, _ = run(capsys, "list", "--json")
+    listing = {protocol["name"]: protocol for protocol in json.loads(out)["protocols"]}
+    assert code == 0 and set(listing) == {"pp-broadcast", "dp-pause", "async-placeholders", "computed-tokens", "cudagraph-pp"}
+    seed = next(instance for instance in listing["dp-pause"]["instances"] if instance["name"] == "seed")
+    assert (seed["expected"]["pre-fix"], seed["expected"]["post-fix"]) == ("violated", "holds") and listing["dp-pause"]["default_variant"] == "post-fix"
 
 
 def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

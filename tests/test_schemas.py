@@ -77,7 +77,11 @@ def test_traces_the_tool_writes_follow_the_trace_schema(tmp_path: Path, capsys: 
 def test_every_json_command_has_a_schema() -> None:
     published = {path.name for path in SCHEMAS.glob("*.schema.json")}
     assert published == {f"{name}.schema.json" for name in
-                         ("trace", "check", "replay", "prove-lemmas", "run", "fuzz", "reproduce")}
+                         ("trace", "check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list")}
+
+
+def test_list_output_follows_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    validator("list.schema.json").validate(output(capsys, "list", "--json"))
 
 
 def test_run_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
