@@ -162,15 +162,15 @@ def test_state_graph_of_a_small_model(capsys: pytest.CaptureFixture[str], tmp_pa
 
 
 def test_show_draws_swimlanes_and_highlights_the_failure(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "show", str(COUNTEREXAMPLE))
-    assert code == 0
-    assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in err
-    assert "quiescent_during_rpc is violated at step 17" in err
+    code, out, err = run(capsys, "show", str(COUNTEREXAMPLE))
+    assert code == 0 and err == ""  # the picture is the result: on stdout
+    assert "rank 0 in forward(worker_dp)#1; rank 1 in rpc(worker_world)#1" in out
+    assert "quiescent_during_rpc is violated at step 17" in out
     sentence = get_protocol("dp-pause").instance("pre-fix").machine().property_named("quiescent_during_rpc").description
-    assert " ".join(sentence.split())[:60] in " ".join(err.split())  # the property's sentence
-    assert "mirrors (source)" in err and "DPEngineCoreProc" in err  # the vLLM functions of each step
-    code, _, err = run(capsys, "show", str(RUNTIME))
-    assert code == 0 and "→ forward(worker_dp)#1" in err and "rank:0" in err and "rank:1" in err
+    assert " ".join(sentence.split())[:60] in " ".join(out.split())  # the property's sentence
+    assert "mirrors (source)" in out and "DPEngineCoreProc" in out  # the vLLM functions of each step
+    code, out, _ = run(capsys, "show", str(RUNTIME))
+    assert code == 0 and "→ forward(worker_dp)#1" in out and "rank:0" in out and "rank:1" in out
 
 
 @pytest.mark.parametrize("command", ["show", "export"])

@@ -198,7 +198,7 @@ def test_cli_violation_json_trace_replay_and_show(capsys: pytest.CaptureFixture[
     replayed = json.loads(capsys.readouterr().out)
     assert replayed["verdict"] == "violated" and replayed["property"] == counterexample["property"]
     assert lockstep_main(["show", str(trace)]) == 0
-    shown = capsys.readouterr().err
+    shown = capsys.readouterr().out
     assert f"counterexample of {counterexample['property']}" in shown
 
 

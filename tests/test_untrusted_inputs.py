@@ -145,7 +145,7 @@ def test_stdin_and_pipes_are_read_once(tmp_path: Path, counterexample: Path) -> 
     writer.start()
     completed = subprocess.run([str(LOCKSTEP), "show", str(fifo)], capture_output=True, timeout=60)
     writer.join()
-    assert completed.returncode == 0 and b"quiescent_during_rpc is violated" in completed.stderr, completed.stderr
+    assert completed.returncode == 0 and b"quiescent_during_rpc is violated" in completed.stdout, completed.stderr
 
 
 @pytest.mark.parametrize("command", [("trace", "merge", "{fifo}", "-o", "{out}"), ("show", "{fifo}"),
