@@ -46,7 +46,8 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
     }
     assert {item["name"]: item["description"] for item in payload["properties"]}["quiescent_during_rpc"] == sentence
     assert len(steps) == 17 and steps[0]["index"] == 1 and steps[-1]["actor"] == "rank:1"
-    assert steps[-1]["action"] == "handle_collective_rpc" and steps[-1]["arguments"] == "rank=1"
+    assert steps[-1]["action"] == "handle_collective_rpc" and steps[-1]["arguments"] == {"rank": 1}
+    assert payload["schema_version"] == 2 and payload["versions"]["z3-solver"] and payload["versions"]["torch"]
     assert "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in [step["mirrors"] for step in steps]
     verdicts = {item["name"]: item["verdict"] for item in payload["properties"]}
     assert verdicts["no_hang"] == "violated" and verdicts["no_deadlock"] == "violated"

@@ -191,6 +191,8 @@ def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]
 def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | None) -> dict[str, Any]:
     shortest = result.counterexample
     return {
+        "schema_version": SCHEMA_VERSION,
+        "versions": tool_versions(),
         "protocol": instance.protocol.name,
         "variant": instance.variant,
         "instance": instance.name,
@@ -221,11 +223,32 @@ def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | 
 
 
 def steps_json(machine: Machine, path: Path) -> list[dict[str, Any]]:
-    """A counterexample's steps for programs: index, actor, action, arguments, mirrored functions."""
-    return [
-        {"index": row.index, "actor": row.actor, "action": row.action, "arguments": row.arguments, "mirrors": row.mirrors}
-        for row in rows(machine, path)
-    ]
+    """A counterexample's steps for programs: index, actor, action, arguments (an object of JSON
+    values, enum members by name), mirrored functions."""
+    result = []
+    for row, step in zip(rows(machine, path), path.steps, strict=True):
+        action = machine.action_named(step.action)
+        arguments = {parameter.name: parameter.sort.to_json(step.arguments[parameter.name]) for parameter in action.parameters}
+        result.append({"index": row.index, "actor": row.actor, "action": row.action, "arguments": arguments, "mirrors": row.mirrors})
+    return result
+
+
+SCHEMA_VERSION = 2  # of check's --json object: 2 added the versions, descriptions and argument objects
+
+
+def tool_versions() -> dict[str, str | None]:
+    """The versions of lockstep and of what it runs on (None: not installed), without importing them."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"lockstep": version("lockstep"), "python": platform.python_version(), "numpy": version("numpy"),
+            "z3-solver": version("z3-solver"), "torch": version("torch")}
 
 
 @dataclass(frozen=True)
