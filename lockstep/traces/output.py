@@ -5,6 +5,7 @@ leave a half-written or truncated file and never overwrite an input.
   only letters, digits, ``_``, ``.``, ``-`` and ``+`` (``../../x`` becomes ``..-..-x``), so an
   output named after them stays in the folder it is meant for.
 - ``refuse_inputs(target, inputs)``: an ``OutputError`` when ``target`` is one of the inputs.
+- ``replacing(target)``: the temporary file behind every such write (the trace writer's too).
 - ``write_atomically(target, write)``: ``write(file)`` fills a temporary file next to
   ``target``, which is renamed over ``target`` only when complete; on any failure ``target`` is
   untouched (an existing file keeps its content) and the temporary file is removed.
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -47,14 +49,16 @@ def refuse_inputs(target: str | os.PathLike[str], inputs: Iterable[str | os.Path
             raise OutputError(f"{target}: the output would overwrite the input {item}; name another file")
 
 
-def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], object]) -> Path:
-    """Fill ``target`` through ``write`` (text, UTF-8, '\\n' line ends) all at once; see the module doc."""
+@contextmanager
+def replacing(target: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary file next to ``target`` to fill; renamed over ``target`` when the block ends
+    normally (with ``target``'s permissions if it exists, else the umask's), removed otherwise."""
     path = Path(target)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+    os.close(descriptor)
     try:
-        with os.fdopen(descriptor, "w", encoding="utf-8", newline="\n") as file:
-            write(file)
+        yield temporary
         if path.exists():
             os.chmod(temporary, path.stat().st_mode & 0o777)
         else:
@@ -65,4 +69,10 @@ def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], 
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], object]) -> Path:
+    """Fill ``target`` through ``write`` (text, UTF-8, '\\n' line ends) all at once; see the module doc."""
+    with replacing(target) as temporary, open(temporary, "w", encoding="utf-8", newline="\n") as file:
+        write(file)
+    return Path(target)

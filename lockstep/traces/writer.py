@@ -12,7 +12,6 @@ assigns indices atomically.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from io import FileIO
@@ -29,6 +28,7 @@ from lockstep.traces.format import (
     event_problems,
     header_problems,
 )
+from lockstep.traces.output import replacing
 
 
 class TraceWriter:
@@ -161,19 +161,7 @@ def write_trace(
 ) -> Path:
     """Write a whole trace file and return its path: into a temporary file next to it, renamed
     over ``path`` only when complete (a failure leaves an existing file as it was)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
-    os.close(descriptor)
-    try:
-        with TraceWriter(temporary, header, fsync=fsync) as writer:
-            for event in events:
-                writer.write(event)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return target
+    with replacing(path) as temporary, TraceWriter(temporary, header, fsync=fsync) as writer:
+        for event in events:
+            writer.write(event)
+    return Path(path)
