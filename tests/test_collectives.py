@@ -35,8 +35,7 @@ def poster(group: Communicator, op: str) -> Callable[[Term, Term], Step]:
 
 def toy_machine(interleaved: bool = False) -> tuple[Machine, Communicator]:
     """Three ranks that may post any op of ``group``, any payload, or send/recv to any other rank."""
-    machine = Machine("collectives")
-    machine.hang_bound = 3  # type: ignore[attr-defined]
+    machine = Machine("collectives", hang_bound=3)
     group = Communicator(machine, "group", Rank, OPERATIONS, payload=Payload, point_to_point=True,
                          interleaved_point_to_point=interleaved)
     for op in OPERATIONS:
@@ -194,8 +193,7 @@ def test_builtin_properties_are_added_once() -> None:
 
 def hang_machine(*, tick: bool, second_rank_posts: bool, hang_bound: int) -> Machine:
     """Two ranks post one SUM each; an optional clock ticks independently up to 5."""
-    machine = Machine("hang")
-    machine.hang_bound = hang_bound  # type: ignore[attr-defined]
+    machine = Machine("hang", hang_bound=hang_bound)
     Pair = IndexSort("Rank", 2)
     posted = machine.variable("posted", MapSort(Pair, BOOL), (False, False))
     group = Communicator(machine, "group", Pair, {"sum": all_reduce_sum()}, payload=integers(0, 0))

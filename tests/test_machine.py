@@ -129,7 +129,7 @@ def test_nothing_can_be_added_after_finish(addition: Callable[[Machine, Term], o
 def test_a_communicator_needs_a_hang_bound() -> None:
     machine = Machine("group")
     Communicator(machine, "dp", Rank, {"sum": all_reduce_sum()})
-    with pytest.raises(DefinitionError, match=r"machine group has communicators: set machine.hang_bound .* before finish\(\)"):
+    with pytest.raises(DefinitionError, match=r"machine group has communicators: declare Machine\(\.\.\., hang_bound=N\)"):
         machine.finish()
 
 

@@ -150,8 +150,7 @@ def test_z3_successor_sets_equal_the_explicit_ones(protocol: str, variant: str, 
 # ------------------------------------------------------------------------------------------------ BMC
 def small_machine(fixed: bool) -> Machine:
     """Two ranks; each posts a SUM then may post a barrier; the unfixed one lets rank 1 skip to it."""
-    machine = Machine("small")
-    machine.hang_bound = 4  # type: ignore[attr-defined]
+    machine = Machine("small", hang_bound=4)
     Rank = IndexSort("Rank", 2)
     stage = machine.variable("stage", MapSort(Rank, integers(0, 3)), (0, 0))
     total = machine.variable("total", integers(0, 4 if fixed else 2), 0)  # too small when not fixed

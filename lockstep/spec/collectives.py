@@ -306,11 +306,11 @@ class Communicator:
         communicators = [c for c in machine.communicators if isinstance(c, Communicator)]
         if communicators[0] is not self:
             return
-        hang_bound = getattr(machine, "hang_bound", None)
+        hang_bound = machine.hang_bound
         if hang_bound is None:
             raise DefinitionError(
-                f"machine {machine.name} has communicators: set machine.hang_bound (the steps within which "
-                "every posted op must complete) before finish()"
+                f"machine {machine.name} has communicators: declare Machine(..., hang_bound=N) (the steps "
+                "within which every posted op must complete)"
             )
         machine.add_builtin(
             Property(

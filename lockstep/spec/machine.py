@@ -98,8 +98,13 @@ class _Response:
 class Machine:
     """A protocol's transition system, built by a model module and frozen by ``finish()``."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, hang_bound: int | None = None) -> None:
+        """``hang_bound``: the steps within which every posted collective op must complete (the
+        ``no_hang`` property); a machine with communicators needs it."""
+        if hang_bound is not None and (isinstance(hang_bound, bool) or not isinstance(hang_bound, int) or hang_bound < 1):
+            raise DefinitionError(f"machine {name}: hang_bound must be a positive integer, not {hang_bound!r}")
         self.name = name
+        self.hang_bound = hang_bound
         self.variables: dict[str, StateVariable] = {}
         self.actions: list[Action] = []
         self.properties: list[Property] = []

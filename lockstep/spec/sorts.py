@@ -13,6 +13,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lockstep.spec.terms import Term
 
 Value = object
 """A concrete value: bool, int, or a (nested) tuple of values."""
@@ -134,7 +138,7 @@ class EnumSort(Sort):
     def to_json(self, value: Value) -> object:
         return self.render(value)
 
-    def __getattr__(self, member: str) -> object:
+    def __getattr__(self, member: str) -> Term:
         # Enum members as attributes give Terms: ``PauseState.UNPAUSED``.
         if member.startswith("_") or member not in self.__dict__.get("members", ()):
             raise AttributeError(member)

@@ -117,8 +117,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     size, request_count = parameters["ranks"], parameters["requests"] + parameters["late_requests"]
     sync_interval, max_wave = parameters["sync_interval"], parameters["max_wave"]
     two_step, with_barrier = parameters["request_steps"] == 2, parameters["rpc"] == 1
-    machine = Machine(f"dp-pause/{variant}")
-    machine.hang_bound = parameters["hang_bound"]  # type: ignore[attr-defined]
+    machine = Machine(f"dp-pause/{variant}", hang_bound=parameters["hang_bound"])
     Rank = IndexSort("Rank", size)
     Wave = integers(0, max_wave)
     # START_DP_WAVE(wave, exclude): `excluding` is false on the FIRST_REQ path (exclusion ineffective).

@@ -121,8 +121,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     lengths = [prompt + decodes for prompt in prompts]
     step_count = max(lengths) + gaps  # every step is non-empty; each gap delays one request one step
     last = size - 1
-    machine = Machine(f"pp-broadcast/{variant}")
-    machine.hang_bound = parameters["hang_bound"]  # type: ignore[attr-defined]
+    machine = Machine(f"pp-broadcast/{variant}", hang_bound=parameters["hang_bound"])
 
     Rank = IndexSort("Rank", size)
     Request = IndexSort("Request", request_count)
