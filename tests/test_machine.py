@@ -12,7 +12,7 @@ from lockstep.spec.expressions import Constant, Operation, Operator
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind, Step
 from lockstep.spec.semantics import InterpretedSystem, State, unpack
 from lockstep.spec.sorts import BOOL, INTEGER, IndexSort, MapSort, enum, integers
-from lockstep.spec.terms import DefinitionError, Term
+from lockstep.spec.terms import DefinitionError, Term, lift
 
 Color = enum("Color", ["RED", "GREEN", "BLUE"])
 Rank = IndexSort("Rank", 2)
@@ -207,3 +207,32 @@ def test_actions_name_the_source_functions_they_mirror() -> None:
     assert any(name == "monitor.reset_soon" for name, _ in machine.action_named("bump").updates)
     with pytest.raises(DefinitionError, match="after finish"):
         machine.mirror({"bump": "x"})
+
+
+def test_a_module_level_action_binds_with_its_context_and_stays_callable() -> None:
+    from dataclasses import dataclass
+
+    from lockstep.spec.actions import action
+    from lockstep.spec.evaluation import Environment, evaluate
+
+    @dataclass(frozen=True)
+    class Counters:
+        count: Term
+        limit: int
+
+    @action(actor="rank:{rank}", mirrors="Worker.bump")
+    def bump(model: Counters, rank: Term) -> Step:
+        """Add one to a rank's counter."""
+        return Step(model.count[rank] < model.limit, {model.count: model.count.set(rank, model.count[rank] + 1)})
+
+    Rank = IndexSort("Rank", 2)
+    machine = Machine("counters")
+    model = Counters(machine.variable("count", MapSort(Rank, integers(0, 3)), (0, 0)), 3)
+    bound = machine.add(bump, model, rank=Rank)
+    assert (bound.name, bound.actor, bound.description, bound.mirrors) == ("bump", "rank:{rank}", "Add one to a rank's counter.", "Worker.bump")
+    renamed = machine.add(bump, model, name="bump_first", actor="rank:0", rank=Rank)
+    assert (renamed.name, renamed.actor) == ("bump_first", "rank:0")
+    step = bump(model, lift(1, Rank))  # the definition runs on its own, as a plain function
+    assert evaluate(lift(step.guard).expression, Environment({"count": (3, 2)})) is True
+    with pytest.raises(DefinitionError, match="parameters declared"):
+        machine.add(bump, model, name="bump_without_sorts")

@@ -11,10 +11,12 @@ over a monitor counter that every action updates, so every engine checks them th
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from lockstep.spec.actions import ActionDefinition
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.expressions import (
     Constant,
@@ -156,6 +158,19 @@ class Machine:
             return function
 
         return register
+
+    def add(
+        self, definition: ActionDefinition[...], *context: object, name: str | None = None, actor: str | None = None,
+        **parameters: Sort,
+    ) -> Action:
+        """Bind a module-level action (``lockstep.spec.actions.action``): ``context`` fills the
+        function's leading arguments (the model's state, its variant), ``parameters`` give the sort of
+        each remaining one. ``name`` and ``actor`` override the definition's for this machine."""
+        function = functools.partial(definition.function, *context) if context else definition.function
+        return self.add_action(
+            name or definition.name, function, actor=actor or definition.actor, description=definition.description,
+            mirrors=definition.mirrors, **parameters,
+        )
 
     def add_action(
         self, name: str, function: Callable[..., Step], *, actor: str, description: str = "", mirrors: str = "", **parameters: Sort
