@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from lockstep.models import get_protocol
 from lockstep.spec.compiler import CompiledSystem, stays_in_sort
-from lockstep.spec.evaluation import Environment, evaluate
+from lockstep.spec.evaluation import Environment, EvaluationError, evaluate
 from lockstep.spec.expressions import (
     NODE_CLASSES,
     Bound,
@@ -316,8 +316,11 @@ def test_a_store_at_a_key_outside_the_map_is_a_model_error_in_both() -> None:
     state = {**{name: next(iter(sort.values())) for name, sort in DECLARED.values()}, "rank": 2}
     machine = one_action_machine(state, lift(True), "table", V["table"].set(rank + 1, 0), lift(True))
     for system in (InterpretedSystem(machine), CompiledSystem(machine)):
-        with pytest.raises(ModelError, match="store"):
+        with pytest.raises(ModelError, match="store") as raised:
             system.transitions(system.initial())
+        # One bounds check, one error type: both engines fail through lockstep.spec.evaluation.store.
+        assert isinstance(raised.value.__cause__, EvaluationError)
+        assert "key 3 outside a map of 3 keys" in str(raised.value.__cause__)
 
 
 # ------------------------------------------------------------------------------------------- (c) dp-pause

@@ -10,8 +10,8 @@ The result must agree with ``InterpretedSystem`` exactly (tests/test_compiler.py
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
+from lockstep.spec.evaluation import EvaluationError, element_at, select, store, tail
 from lockstep.spec.expressions import (
     Bound,
     Comprehension,
@@ -43,28 +43,9 @@ _BINARY = {
 }
 
 
-def _store(mapping: tuple[Any, ...], key: int, value: Any) -> tuple[Any, ...]:
-    if not 0 <= key < len(mapping):
-        raise IndexError(f"key {key} outside a map of {len(mapping)} keys")
-    return mapping[:key] + (value,) + mapping[key + 1 :]
-
-
-def _head_check(sequence: tuple[Any, ...], position: int) -> Any:
-    if not 0 <= position < len(sequence):
-        raise IndexError(f"position {position} outside a sequence of length {len(sequence)}")
-    return sequence[position]
-
-
-def _select_check(mapping: tuple[Any, ...], key: int) -> Any:
-    if not 0 <= key < len(mapping):
-        raise IndexError(f"key {key} outside a map of {len(mapping)} keys")
-    return mapping[key]
-
-
-def _tail(sequence: tuple[Any, ...]) -> tuple[Any, ...]:
-    if not sequence:
-        raise IndexError("tail of an empty sequence")
-    return sequence[1:]
+# A compiled successor fails as the evaluator does (an EvaluationError from the shared bounds checks),
+# or with the IndexError of a constant position read directly, or an arithmetic error.
+_FAILURES = (EvaluationError, IndexError, ZeroDivisionError, TypeError)
 
 
 class _Emitter:
@@ -267,7 +248,7 @@ class CompiledSystem:
         self._final = self._compile_predicate(machine.final)
 
     def _namespace(self) -> dict[str, object]:
-        return {"_store": _store, "_select": _select_check, "_at": _head_check, "_tail": _tail, "Transition": Transition, **self._emitter.constants}
+        return {"_store": store, "_select": select, "_at": element_at, "_tail": tail, "Transition": Transition, **self._emitter.constants}
 
     def _compile_predicate(self, expression: Expression) -> Callable[[State], bool]:
         source = f"def predicate(s):\n    return bool({self._emitter.source(expression)})\n"
@@ -369,13 +350,13 @@ class CompiledSystem:
     def transitions(self, state: State) -> list[Transition]:
         try:
             return self._all_transitions(state)
-        except (IndexError, ZeroDivisionError, TypeError):
+        except _FAILURES:
             pass  # find the action that failed, one by one
         result: list[Transition] = []
         for position, function in enumerate(self._transitions):
             try:
                 result.extend(function(state))
-            except (IndexError, ZeroDivisionError, TypeError) as error:
+            except _FAILURES as error:
                 action = self.machine.actions[position]
                 raise ModelError(f"action {action.name} failed in a reachable state: {error}") from error
         raise ModelError("the fused transition function failed where no single action does")  # pragma: no cover
@@ -384,7 +365,7 @@ class CompiledSystem:
         """Every property's predicate in ``state``, in declaration order."""
         try:
             return self._property_values(state)
-        except (IndexError, ZeroDivisionError, TypeError):
+        except _FAILURES:
             return tuple(self.holds(position, state) for position in range(len(self.machine.properties)))
 
     def holds(self, predicate: int, state: State) -> bool:
@@ -403,7 +384,7 @@ def _predicate_value(function: Callable[[State], bool], state: State, where: str
     """A compiled predicate's value; a failure is a ``ModelError``, as in ``InterpretedSystem``."""
     try:
         return function(state)
-    except (IndexError, ZeroDivisionError, TypeError) as error:
+    except _FAILURES as error:
         raise ModelError(f"{where} failed in a reachable state: {error}") from error
 
 

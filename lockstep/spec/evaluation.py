@@ -52,25 +52,29 @@ def _modulo(left: int, right: int) -> int:
     return left % right
 
 
-def _at(sequence: tuple[Value, ...], position: int) -> Value:
+# The bounds checks of maps and sequences, shared by the evaluator and the compiled successors
+# (lockstep.spec.compiler): an index out of range is an EvaluationError in both.
+
+
+def element_at(sequence: tuple[Value, ...], position: int) -> Value:
     if not 0 <= position < len(sequence):
         raise EvaluationError(f"position {position} outside a sequence of length {len(sequence)}")
     return sequence[position]
 
 
-def _tail(sequence: tuple[Value, ...]) -> tuple[Value, ...]:
+def tail(sequence: tuple[Value, ...]) -> tuple[Value, ...]:
     if not sequence:
         raise EvaluationError("tail of an empty sequence")
     return sequence[1:]
 
 
-def _store(mapping: tuple[Value, ...], key: int, value: Value) -> tuple[Value, ...]:
+def store(mapping: tuple[Value, ...], key: int, value: Value) -> tuple[Value, ...]:
     if not 0 <= key < len(mapping):
         raise EvaluationError(f"key {key} outside a map of {len(mapping)} keys")
     return mapping[:key] + (value,) + mapping[key + 1 :]
 
 
-def _select(mapping: tuple[Value, ...], key: int) -> Value:
+def select(mapping: tuple[Value, ...], key: int) -> Value:
     if not 0 <= key < len(mapping):
         raise EvaluationError(f"key {key} outside a map of {len(mapping)} keys")
     return mapping[key]
@@ -114,21 +118,21 @@ def apply_operator(operator: Operator, values: list[Value]) -> Value:  # noqa: C
         case Operator.MAXIMUM:
             return max(values)  # type: ignore[type-var]
         case Operator.SELECT:
-            return _select(a, b)  # type: ignore[arg-type]
+            return select(a, b)  # type: ignore[arg-type]
         case Operator.STORE:
-            return _store(a, b, values[2])  # type: ignore[arg-type]
+            return store(a, b, values[2])  # type: ignore[arg-type]
         case Operator.LENGTH:
             return len(a)  # type: ignore[arg-type]
         case Operator.AT:
-            return _at(a, b)  # type: ignore[arg-type]
+            return element_at(a, b)  # type: ignore[arg-type]
         case Operator.APPEND:
             return a + (b,)  # type: ignore[operator]
         case Operator.TAIL:
-            return _tail(a)  # type: ignore[arg-type]
+            return tail(a)  # type: ignore[arg-type]
         case Operator.FIELD:
             return a[b]  # type: ignore[index]
         case Operator.WITH_FIELD:
-            return _store(a, b, values[2])  # type: ignore[arg-type]
+            return store(a, b, values[2])  # type: ignore[arg-type]
         case Operator.RECORD | Operator.SEQUENCE | Operator.MAP:
             return tuple(values)
     raise EvaluationError(f"the evaluator does not know operator {operator}")
