@@ -28,25 +28,17 @@ The events each protocol expects, and the vLLM functions that should emit them, 
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import functools
 import os
 import platform
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lockstep.traces import JSONValue, MessageClocks, TraceEvent, TraceHeader, TraceSource, TraceWriter
+from lockstep.traces import JSONValue, TraceHeader, TraceSource
+from lockstep.traces.recorder import EventRecorder, trace_file_name
 
 TRACE_DIRECTORY_ENVIRONMENT = "LOCKSTEP_TRACE_DIR"
-
-
-def file_name(actor: str) -> str:
-    """An actor's trace file name: ``rank:0`` → ``rank-0.jsonl``."""
-    safe = "".join(character if character.isalnum() or character in "_." else "-" for character in actor)
-    return safe + ".jsonl"
 
 
 def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
@@ -67,56 +59,28 @@ def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
     return result
 
 
-class TraceRecorder(MessageClocks):
-    """The trace file of one actor (one process); safe to share between threads."""
+class TraceRecorder(EventRecorder):
+    """The trace file of one actor (one process); safe to share between threads.
+
+    The one recorder core (``lockstep.traces.recorder.EventRecorder``) with every event checked
+    against the format (instrumented code's events may vary in shape from call to call)."""
 
     def __init__(self, directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
                  parameters: Mapping[str, JSONValue], instance: str = "recorded",
                  source: TraceSource | None = None, fsync: bool = False) -> None:
-        folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.actor = actor
-        self.path = folder / file_name(actor)
         header = TraceHeader(protocol, variant, instance, dict(parameters),
                              source or TraceSource("runtime", host=platform.node()))
-        self._writer = TraceWriter(self.path, header, fsync=fsync)
-        self._lock = threading.Lock()
-        super().__init__()
-        self._sequence: collections.Counter[str] = collections.Counter()
-
-    @property
-    def events(self) -> int:
-        return self._writer.events_written
+        super().__init__(actor, Path(directory) / trace_file_name(actor), header, fsync=fsync, check_every_event=True)
 
     def event(self, action: str, args: Mapping[str, JSONValue] | None = None,
               observed: Mapping[str, JSONValue] | None = None, clock: Mapping[str, int] | None = None,
               actor: str | None = None) -> None:
-        """Write one event (on disk, as far as the OS goes, when this returns)."""
-        with self._lock:
-            self._writer.write(TraceEvent(self._writer.events_written, actor or self.actor, action,
-                                          dict(args or {}), None if observed is None else dict(observed),
-                                          None if clock is None else dict(clock)))
-
-    @contextlib.contextmanager
-    def collective(self, communicator: str, op: str) -> Iterator[int]:
-        """One member's op on ``communicator``: ``enter`` before the block, ``complete`` after it
-        (not written if the block raises: the op did not complete). Yields the sequence number."""
-        with self._lock:
-            self._sequence[communicator] += 1
-            number = self._sequence[communicator]
-        args: dict[str, JSONValue] = {"communicator": communicator, "op": op}
-        self.event("enter", args, clock={communicator: number})
-        yield number
-        self.event("complete", args, clock={communicator: number})
-
-    def close(self) -> None:
-        self._writer.close()
+        """Write one event (on disk, as far as the OS goes, when this returns); a malformed one
+        raises ``TraceFormatError`` and writes nothing."""
+        self.record(action, args, observed, clock, actor)
 
     def __enter__(self) -> TraceRecorder:
         return self
-
-    def __exit__(self, *exception: object) -> None:
-        self.close()
 
 
 def open_trace(directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,

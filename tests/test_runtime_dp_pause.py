@@ -20,8 +20,9 @@ import pytest
 from runtime_traces import validate_lines
 
 from lockstep.impl.choices import Choice, ChoiceDivergence, ScriptedChoices, SeededChoices
-from lockstep.impl.runtime import file_name, read_statuses
+from lockstep.impl.runtime import read_statuses
 from lockstep.runtime_cli import main as run_main
+from lockstep.traces.output import safe_name
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 3.0
@@ -91,7 +92,7 @@ def test_post_fix_completes_with_one_valid_trace_per_process(post_fix_run: tuple
             assert bound in header["parameters"], bound
         assert header["parameters"]["ranks"] == 2 and header["parameters"]["sync_interval"] == 32
         actor = path.stem.replace("-", ":") if path.stem.startswith("rank") else path.stem
-        assert {event["actor"] for event in events} == {actor} and file_name(actor) == path.stem
+        assert {event["actor"] for event in events} == {actor} and safe_name(actor) == path.stem
     assert total == payload["events"]
     assert_gone(payload["pids"])
 

@@ -110,7 +110,8 @@ def shutdown() -> None:
 
 
 class Collective:
-    """Traced all-reduces of one rank on one named group."""
+    """Traced collective ops of one rank on one named group (enter/complete through the recorder core,
+    ``lockstep.traces.recorder.EventRecorder.enter``/``complete``, which numbers them)."""
 
     OPERATIONS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 
@@ -121,22 +122,17 @@ class Collective:
         self.timeout = groups.timeout
         self.recorder = recorder
         self.status = status
-        self.sequence = 0
         self._links: dict[str, int] = {}  # point-to-point messages per channel (send/recv)
         self._acks: list[tuple[Any, torch.Tensor]] = []  # ack sends in flight (recv)
 
     def all_reduce(self, op: str, values: list[int], reduce: str, shape: tuple[int, ...] | None = None) -> list[int]:
         """All-reduce ``values`` (a 1-D int tensor, or ``shape`` filled from them) with ``reduce``;
         ``op`` is the model's name for the op (``forward``, ``sync_sum``, ...)."""
-        self.sequence += 1
-        number = self.sequence
-        what = f"all_reduce({self.name})#{number}"
-        clock = {self.name: number}
-        args = {"communicator": self.name, "op": op}
         tensor = torch.tensor(values, dtype=torch.int64, device=self.device)
         if shape is not None:
             tensor = tensor.reshape(shape)
-        self.recorder.record("enter", args, clock=clock)
+        number = self.recorder.enter(self.name, op)
+        what = f"all_reduce({self.name})#{number}"
         self.status.update("collective", what)
         started = time.monotonic()
         try:
@@ -148,7 +144,7 @@ class Collective:
                 raise CollectiveTimeout(f"{self.status.actor} timed out in {what}: {error}") from error
             raise
         self.status.update("running", "")
-        self.recorder.record("complete", args, clock=clock, flush=False)  # written with the caller's next event
+        self.recorder.complete(self.name, op, number, flush=False)  # written with the caller's next event
         return [int(value) for value in result]
 
     # ------------------------------------------------------------------ broadcast and point-to-point
@@ -162,14 +158,10 @@ class Collective:
         Traced like ``all_reduce``: ``enter`` (``clock[name]`` = this member's collective sequence
         number) written before blocking, ``complete`` after. ``posted`` / ``completed``, when given,
         are the caller's model events written right before ``enter`` / right after ``complete``."""
-        self.sequence += 1
-        number = self.sequence
-        what = f"broadcast({self.name})#{number}"
-        clock = {self.name: number}
-        args = {"communicator": self.name, "op": op}
         if posted is not None:
             self._write(posted, {}, flush=False)  # goes out in one write with the enter
-        self.recorder.record("enter", args, clock=clock)
+        number = self.recorder.enter(self.name, op)
+        what = f"broadcast({self.name})#{number}"
         self.status.update("collective", what)
         started = time.monotonic()
         try:
@@ -179,7 +171,7 @@ class Collective:
             self._raise_timeout(error, what, started)
             raise
         self.status.update("running", "")
-        self.recorder.record("complete", args, clock=clock, flush=completed is None)
+        self.recorder.complete(self.name, op, number, flush=completed is None)
         if completed is not None:
             self._write(completed, {})
         return tensor

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.impl.choices import ChoiceSource, choice_source, read_choices
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, file_name
+from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
 from lockstep.traces import TraceSource
+from lockstep.traces.output import safe_name
 
 
 def open_process(config: RunConfig, actor: str, parameters: Mapping[str, Any]) -> tuple[Recorder, StatusBoard, ChoiceSource]:
@@ -27,7 +28,7 @@ def open_process(config: RunConfig, actor: str, parameters: Mapping[str, Any]) -
     status = StatusBoard(config.run_dir, actor)
     status.count(events=0)
     recorder.status = status
-    log = Path(config.run_dir) / "choices" / (file_name(actor) + ".choices")
+    log = Path(config.run_dir) / "choices" / (safe_name(actor) + ".choices")
     log.parent.mkdir(parents=True, exist_ok=True)
     script = None if config.choices is None else read_choices(config.choices)
     return recorder, status, choice_source(config.seed, script, log)

@@ -7,9 +7,10 @@ input queue and socket endpoints. Imports no torch (the coordinator and client p
   ``pwrite`` on every change: what the process is blocked in (``all_reduce(worker_dp)#41``,
   ``receive(input_queue)``), since when, and its step and event counts. The launcher reads
   these to name what each rank waits in when it diagnoses a hang.
-- ``Recorder``: the process's trace file (``<actor>.jsonl``, ``rank:0`` written ``rank-0``) over
-  ``lockstep.traces.TraceWriter``, plus per-channel send/receive numbers and per-communicator
-  sequence numbers for the events' ``clock``; with no trace directory it only counts.
+- ``Recorder``: the process's trace file (``<actor>.jsonl``, ``rank:0`` written ``rank-0``): the
+  one recorder core, ``lockstep.traces.recorder.EventRecorder`` (message clocks and collective
+  sequence numbers included), with its counts on the status board; with no trace directory it
+  only counts.
 - ``InputQueue``: an engine's input queue; a batch of messages is appended atomically.
 - ``listen``/``connect``: ``multiprocessing.connection`` sockets (FIFO per connection) with a
   hello message naming the connecting actor.
@@ -29,15 +30,9 @@ from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
 from typing import Any
 
-from lockstep.traces import (
-    JSONValue,
-    MessageClocks,
-    TraceFormatError,
-    TraceHeader,
-    TraceSource,
-    TraceWriter,
-    event_problems,
-)
+from lockstep.traces import JSONValue, TraceHeader, TraceSource
+from lockstep.traces.output import safe_name
+from lockstep.traces.recorder import EventRecorder, RawObject, trace_file_name
 
 STATUS_SIZE = 1024
 AUTHKEY_ENVIRONMENT = "LOCKSTEP_RUN_AUTHKEY"
@@ -77,18 +72,13 @@ class RunConfig:
         return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
-def file_name(actor: str) -> str:
-    """An actor's name made safe for a file name: ``rank:0`` becomes ``rank-0``."""
-    return "".join(character if character.isalnum() or character in "_." else "-" for character in actor)
-
-
 # ------------------------------------------------------------------------------------ status board
 class StatusBoard:
     """This process's status file, rewritten in place (one pwrite per change)."""
 
     def __init__(self, run_dir: str | os.PathLike[str], actor: str) -> None:
         self.actor = actor
-        self.path = Path(run_dir) / "status" / (file_name(actor) + ".json")
+        self.path = Path(run_dir) / "status" / (safe_name(actor) + ".json")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         self._lock = threading.Lock()
@@ -139,106 +129,23 @@ def read_statuses(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------- recorder
-class RawObject(str):
-    """A JSON object already encoded (by code whose values are ints, bools and plain strings)."""
-
-
-_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-
-
-class Recorder(MessageClocks):
-    """Trace events of one actor (one file per process), with channel and communicator clocks.
-
-    The header goes through ``lockstep.traces.TraceWriter`` (validated, one write). Events are
-    encoded here, on the hot path of every step, more cheaply than the writer does: each line is
-    built as one string and handed to the OS in one ``write`` (so a killed process leaves a
-    prefix of complete lines, as with the writer), and the first event of each action is checked
-    with ``event_problems`` (the runtime's events of one action always have the same shape and
-    value types; the tests validate every line against the JSON Schema)."""
+class Recorder(EventRecorder):
+    """Trace events of one runtime process (``lockstep.traces.recorder.EventRecorder``, the one
+    recorder core), its event count and trace-writing time mirrored on its status board; with no
+    trace directory it only counts."""
 
     def __init__(self, config: RunConfig, actor: str, parameters: Mapping[str, JSONValue], source: TraceSource) -> None:
-        self.actor = actor
-        self.events = 0
+        path = None if config.trace_dir is None else Path(config.trace_dir) / trace_file_name(actor)
+        super().__init__(actor, path, TraceHeader(config.protocol, config.variant, config.scenario, parameters, source))
         self.status: StatusBoard | None = None  # gets the event count
-        self.write_nanoseconds = 0  # time spent encoding and writing trace lines
-        super().__init__()  # send / receive: the message clocks
-        self._lock = threading.Lock()
-        self._checked: set[str] = set()
-        self._prefixes: dict[tuple[object, ...], str] = {}  # encoded actor, action and args
-        self._keys: dict[str, str] = {}  # encoded clock keys
-        self._deferred = ""  # complete lines waiting for the next event's write
-        self._descriptor: int | None = None
-        self.path: Path | None = None
-        if config.trace_dir is not None:
-            self.path = Path(config.trace_dir) / (file_name(actor) + ".jsonl")
-            header = TraceHeader(config.protocol, config.variant, config.scenario, parameters, source)
-            TraceWriter(self.path, header).close()
-            self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
 
     def record(self, action: str, args: Mapping[str, JSONValue] | None = None,
                observed: Mapping[str, JSONValue] | RawObject | None = None, clock: Mapping[str, int] | None = None,
                actor: str | None = None, flush: bool = True) -> None:
-        """Write one event (handed to the OS before returning); without a trace directory, only count it.
-
-        ``flush=False`` keeps the line to be written in one ``write`` with the next event's line; only
-        for an event the same thread follows at once with another (never before blocking)."""
-        with self._lock:
-            index = self.events
-            self.events += 1
-            if self.status is not None:
-                self.status.counters["events"] = self.events
-            if self._descriptor is None:
-                return
-            started = time.perf_counter_ns()
-            key = (actor, action, tuple(args.items()) if args else ())
-            cacheable = True
-            try:
-                prefix = self._prefixes.get(key)
-            except TypeError:  # unhashable argument values: encode afresh
-                cacheable, prefix = False, None
-            if prefix is None:
-                prefix = (f',"actor":{_encode(actor or self.actor)},"action":{_encode(action)},"args":{_encode(args or {})}')
-                if cacheable:
-                    self._prefixes[key] = prefix
-            line = f'{{"index":{index}{prefix}'
-            if observed is not None:
-                line += f',"observed":{observed if isinstance(observed, RawObject) else _encode(observed)}'
-            if clock:
-                line += ',"clock":{' + ",".join(f"{self._key(name)}:{int(value)}" for name, value in clock.items()) + "}"
-            line += "}\n"
-            if action not in self._checked:
-                problems = event_problems(json.loads(line))
-                if problems:
-                    raise TraceFormatError(f"bad trace event {index}: " + "; ".join(problems))
-                self._checked.add(action)
-            if not flush:  # written with the next event (the caller records another one at once)
-                self._deferred += line
-                self.write_nanoseconds += time.perf_counter_ns() - started
-                return
-            data = (self._deferred + line).encode("utf-8")
-            self._deferred = ""
-            written = os.write(self._descriptor, data)
-            while written < len(data):  # a regular file takes it all at once; be safe anyway
-                data = data[written:]
-                written = os.write(self._descriptor, data)
-            self.write_nanoseconds += time.perf_counter_ns() - started
-            if self.status is not None:
-                self.status.counters["trace_ns"] = self.write_nanoseconds
-
-    def _key(self, name: str) -> str:
-        encoded = self._keys.get(name)
-        if encoded is None:
-            encoded = self._keys[name] = _encode(name)
-        return encoded
-
-    def close(self) -> None:
-        with self._lock:
-            if self._descriptor is not None:
-                if self._deferred:
-                    os.write(self._descriptor, self._deferred.encode("utf-8"))
-                    self._deferred = ""
-                os.close(self._descriptor)
-                self._descriptor = None
+        super().record(action, args, observed, clock, actor, flush)
+        if self.status is not None:
+            self.status.counters["events"] = self.events
+            self.status.counters["trace_ns"] = self.write_nanoseconds
 
 
 # ------------------------------------------------------------------------------------ input queue

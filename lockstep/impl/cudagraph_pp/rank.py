@@ -18,7 +18,8 @@ import torch
 from lockstep.impl.cudagraph_pp.parameters import open_process
 from lockstep.impl.cudagraph_pp.worker import StageWorker
 from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, shutdown
-from lockstep.impl.runtime import RunConfig, file_name
+from lockstep.impl.runtime import RunConfig
+from lockstep.traces.output import safe_name
 
 
 def join(config: RunConfig) -> Groups:
@@ -48,4 +49,4 @@ def write_comparisons(config: RunConfig, actor: str, worker: StageWorker) -> Non
     folder = Path(config.trace_dir or config.run_dir)
     record = {"actor": actor, "variant": config.variant, "scenario": config.scenario, "steps": worker.comparisons,
               "equal_to_eager": all(comparison["equal_to_eager"] for comparison in worker.comparisons)}
-    (folder / (file_name(actor) + ".outputs.json")).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    (folder / (safe_name(actor) + ".outputs.json")).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -53,8 +53,9 @@ from lockstep.impl.dp_pause.surface import (
     Scheduler,
     coordinate_batch_across_dp,
 )
-from lockstep.impl.runtime import InputQueue, RawObject, Recorder, RunConfig, StatusBoard, ready, receive
+from lockstep.impl.runtime import InputQueue, Recorder, RunConfig, StatusBoard, ready, receive
 from lockstep.models.dp_pause.model import POST_FIX, RUNTIME_ACTIONS
+from lockstep.traces.recorder import RawObject
 
 DELAYS_MS = ("0", "1", "2")
 CALLS = {"pause_scheduler": "PAUSE", "collective_rpc": "RPC", "resume_scheduler": "RESUME"}  # utility → wire kind
