@@ -95,6 +95,21 @@ def describe_torch(config: RunConfig) -> None:
         config.extra.setdefault("device", "cpu")
 
 
+def issued(work: dist.Work | None) -> dist.Work:
+    """The handle of a posted point-to-point op (torch types it optional: None only when this
+    process is not a member of the group, which the runtime never asks for)."""
+    if work is None:
+        raise RuntimeError("a point-to-point op was posted on a group this process is not a member of")
+    return work
+
+
+def join(config: RunConfig) -> Groups:
+    """Join the default group (env://) with the run's timeout, on CUDA when the backend is NCCL:
+    what every protocol's rank does first (a protocol's ``rank`` module may define its own
+    ``join``); the named groups come in its ``run_rank``."""
+    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
+
+
 def leave_together(status: StatusBoard) -> None:
     """Wait for every rank before exiting (a barrier on the default group). vLLM's ranks do not
     exit when a client is done, so a rank must not leave while a peer still waits for it in a
@@ -199,8 +214,8 @@ class Collective:
         started = time.monotonic()
         ack = torch.zeros(1, dtype=torch.int32, device=tensor.device)
         try:
-            work = dist.isend(tensor.contiguous(), destination, group=self.group)
-            dist.irecv(ack, destination, group=self.group).wait(self._delta())
+            work = issued(dist.isend(tensor.contiguous(), destination, group=self.group))
+            issued(dist.irecv(ack, destination, group=self.group)).wait(self._delta())
             work.wait(self._delta())
             _settle(ack)
         except Exception as error:
@@ -220,7 +235,7 @@ class Collective:
         self.status.update("collective", what)
         started = time.monotonic()
         try:
-            dist.irecv(tensor, source, group=self.group).wait(self._delta())
+            issued(dist.irecv(tensor, source, group=self.group)).wait(self._delta())
             _settle(tensor)
         except Exception as error:
             self._raise_timeout(error, what, started)

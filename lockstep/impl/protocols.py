@@ -4,13 +4,16 @@ Each protocol is a package under ``lockstep.impl`` whose ``__init__`` (which imp
 defines ``RUNTIME = RuntimeProtocol(...)``; ``RUNTIME_PROTOCOLS`` finds them all. The package's
 ``rank`` module provides
 
-- ``join(config: RunConfig) -> Groups``: join the default group (``distributed.initialize``);
+- optionally ``join(config: RunConfig) -> Groups`` (default: ``distributed.join``, the default
+  group with the run's timeout);
 - ``run_rank(config: RunConfig, config_path: str, groups: Groups) -> int``: the rank's whole run
   (create the named groups in the same order on every rank, open the process's recorder, status
   board and choice source, run, close), its exit status 0 when the protocol finished;
 
 and the variants, scenarios (the first is the default), rank range and protocol settings
-(``--set NAME=VALUE``, kept in ``RunConfig.extra``) that ``lockstep run`` accepts for it.
+(``--set NAME=VALUE``, kept in ``RunConfig.extra``) that ``lockstep run`` accepts for it. Its
+``parameters`` module provides ``model_parameters(config)``, the trace header's parameters that
+``lockstep.impl.process.open_process`` records.
 ``validate`` checks a combination the flags alone cannot (it returns a message, or None).
 ``reproduction`` names a torch-free module whose ``plan(header, events)`` turns a model
 counterexample into a ``Reproduction`` for ``lockstep reproduce``.

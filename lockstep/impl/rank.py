@@ -6,7 +6,7 @@ started by torchrun with the run's flags::
 
     torchrun --nproc-per-node 2 -m lockstep.impl.rank dp-pause --variant pre-fix --timeout 5
 
-The protocol's package (``lockstep.impl.protocols``) provides ``join`` and ``run_rank``.
+The protocol's package (``lockstep.impl.protocols``) provides ``run_rank`` (and may provide ``join``).
 Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,
 shares them over the default group, and starts the protocol's helper processes (dp-pause: the
 coordinator and client) itself, and a watchdog that diagnoses a hang; rank 0's guardian
@@ -25,13 +25,21 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from types import ModuleType
 
+from lockstep.impl import distributed
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
-from lockstep.impl.distributed import CollectiveTimeout, share_object
+from lockstep.impl.distributed import CollectiveTimeout, Groups, share_object
 from lockstep.impl.launcher import Watchdog
 from lockstep.impl.lifetime import die_with_parent, guardian
 from lockstep.impl.protocols import runtime_protocol
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
+
+
+def _join(protocol: ModuleType, config: RunConfig) -> Groups:
+    """The protocol's ``join``, or the default one (``distributed.join``)."""
+    joined: Groups = getattr(protocol, "join", distributed.join)(config)
+    return joined
 
 
 def _torchrun_config(argv: list[str]) -> RunConfig:
@@ -56,7 +64,7 @@ def pool_main(directory: Path) -> int:
     distributed.shutdown = lambda: None
     base = RunConfig.read(directory / "pool.json")
     protocol = runtime_protocol(base.protocol).rank_module()
-    groups = protocol.join(base)
+    groups = _join(protocol, base)
     number = 0
     while True:
         number += 1
@@ -92,11 +100,11 @@ def main(argv: list[str]) -> int:
         config_path = argv[1]
         config = RunConfig.read(config_path)
         protocol = runtime_protocol(config.protocol).rank_module()
-        groups = protocol.join(config)
+        groups = _join(protocol, config)
     else:
         config = _torchrun_config(argv)
         protocol = runtime_protocol(config.protocol).rank_module()
-        groups = protocol.join(config)
+        groups = _join(protocol, config)
         shared = None
         if groups.rank == 0:
             run_dir = tempfile.mkdtemp(prefix="lockstep-run-", dir=os.environ.get("LOCKSTEP_RUN_ROOT"))

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockstep.impl import process
 from lockstep.impl.async_placeholders.scheduler import ScenarioBounds
-from lockstep.impl.choices import ChoiceSource
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.impl.runtime import RunConfig
 from lockstep.models.async_placeholders.model import PROTOCOL
 
 
@@ -42,7 +40,3 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
                   interruptions=int(config.extra.get("interruptions", 2)), batch_queue=2)
     return values
 
-
-def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
-    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
-    return process.open_process(config, actor, model_parameters(config))

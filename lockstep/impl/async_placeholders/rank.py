@@ -12,14 +12,10 @@ from __future__ import annotations
 import torch
 
 from lockstep.impl.async_placeholders.engine import Engine
-from lockstep.impl.async_placeholders.parameters import bounds_of, open_process
-from lockstep.impl.distributed import Groups, describe_torch, initialize, shutdown
+from lockstep.impl.async_placeholders.parameters import bounds_of
+from lockstep.impl.distributed import Groups, describe_torch, shutdown
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig
-
-
-def join(config: RunConfig) -> Groups:
-    """Join the default group (env://)."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:

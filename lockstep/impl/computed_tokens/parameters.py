@@ -14,10 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockstep.impl import process
-from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.computed_tokens.scheduler import Bounds
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.impl.runtime import RunConfig
 from lockstep.models.computed_tokens.model import PROTOCOL
 
 OVERRIDABLE = ("requests", "prefill_len", "budget", "max_tokens")
@@ -42,8 +40,4 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
     values.update(scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout)
     return values
 
-
-def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
-    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
-    return process.open_process(config, actor, model_parameters(config))
 

@@ -15,14 +15,10 @@ import os
 import torch
 
 from lockstep.impl.computed_tokens.engine import EngineCore, Worker
-from lockstep.impl.computed_tokens.parameters import bounds_of, open_process
-from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, share_object, shutdown
+from lockstep.impl.computed_tokens.parameters import bounds_of
+from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig, connect, listen
-
-
-def join(config: RunConfig) -> Groups:
-    """Join the default group (env://); the named groups come in ``run_rank``."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockstep.impl import process
-from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.cudagraph_pp import SCENARIOS
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.impl.runtime import RunConfig
 from lockstep.models.cudagraph_pp.model import PROTOCOL
 
 RUNTIME_SETTINGS = ("steps", "largest_capture_size", "max_num_reqs", "decode_query_len")
@@ -43,7 +41,3 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
                   hidden_size=int(config.extra.get("hidden_size", 16)), graphs=graph_kind(config))
     return values
 
-
-def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
-    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
-    return process.open_process(config, actor, model_parameters(config))

@@ -15,16 +15,11 @@ from pathlib import Path
 
 import torch
 
-from lockstep.impl.cudagraph_pp.parameters import open_process
 from lockstep.impl.cudagraph_pp.worker import StageWorker
-from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, shutdown
+from lockstep.impl.distributed import Groups, describe_torch, leave_together, shutdown
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig
 from lockstep.traces.output import safe_name
-
-
-def join(config: RunConfig) -> Groups:
-    """Join the default group (env://); the ``pp`` group comes in ``run_rank``."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:

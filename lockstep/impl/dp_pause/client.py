@@ -31,9 +31,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import instrument, open_process
+from lockstep.impl.dp_pause.parameters import instrument
 from lockstep.impl.dp_pause.scenario import paces_pause_after_wave, placement_options
 from lockstep.impl.dp_pause.surface import EngineCoreRequestType
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig, accept, announce, connect, listen, ready, receive
 from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
 

@@ -19,8 +19,9 @@ import collections
 import sys
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import instrument, open_process
+from lockstep.impl.dp_pause.parameters import instrument
 from lockstep.impl.lifetime import die_with_parent
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig, accept, announce, listen, ready, receive
 from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
 

@@ -17,9 +17,7 @@ import importlib
 import os
 from typing import Any
 
-from lockstep.impl import process
-from lockstep.impl.choices import ChoiceSource
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.impl.runtime import RunConfig
 from lockstep.models.dp_pause.model import PROTOCOL
 
 INSTRUMENT_ENVIRONMENT = "LOCKSTEP_INSTRUMENT"
@@ -40,10 +38,6 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
     )
     return values
 
-
-def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
-    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
-    return process.open_process(config, actor, model_parameters(config))
 
 
 def instrument(role: str) -> None:

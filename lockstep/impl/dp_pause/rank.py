@@ -16,11 +16,12 @@ import subprocess
 from multiprocessing.connection import Connection
 
 from lockstep.impl.choices import ChoiceSource
-from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, share_object, shutdown
+from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
 from lockstep.impl.dp_pause.engine import DPEngineCoreProc
-from lockstep.impl.dp_pause.parameters import instrument, open_process
+from lockstep.impl.dp_pause.parameters import instrument
 from lockstep.impl.dp_pause.scenario import arrivals_for
 from lockstep.impl.lifetime import child_environment, python_command
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, connect
 
 
@@ -41,10 +42,6 @@ def start_helpers(config_path: str) -> tuple[list[subprocess.Popen[str]], tuple[
     first, second = json.loads(coordinator_address), json.loads(client_address)
     return [coordinator, client], (str(first[0]), int(first[1])), (str(second[0]), int(second[1]))
 
-
-def join(config: RunConfig) -> Groups:
-    """Join the default group (env://); the named groups come in ``run_rank``."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:

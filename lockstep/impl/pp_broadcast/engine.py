@@ -30,8 +30,8 @@ from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.lifetime import die_with_parent
-from lockstep.impl.pp_broadcast.parameters import open_process
 from lockstep.impl.pp_broadcast.scenario import VOCABULARY, setting, workload
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, accept, announce, listen, receive
 from lockstep.models.pp_broadcast.model import RUNTIME_ACTIONS
 

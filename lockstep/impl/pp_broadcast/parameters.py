@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockstep.impl import process
-from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.pp_broadcast.scenario import setting, workload
-from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
+from lockstep.impl.runtime import RunConfig
 from lockstep.models.pp_broadcast.model import PROTOCOL
 
 
@@ -26,7 +24,3 @@ def model_parameters(config: RunConfig) -> dict[str, Any]:
                   **{name: setting(config, name) for name in ("chunk_tokens", "hidden", "layers")})
     return values
 
-
-def open_process(config: RunConfig, actor: str) -> tuple[Recorder, StatusBoard, ChoiceSource]:
-    """The process's recorder (its header: ``model_parameters``), status board and choice source."""
-    return process.open_process(config, actor, model_parameters(config))

@@ -15,16 +15,11 @@ import subprocess
 
 import torch
 
-from lockstep.impl.distributed import Groups, describe_torch, initialize, leave_together, share_object, shutdown
+from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
 from lockstep.impl.lifetime import child_environment, python_command
-from lockstep.impl.pp_broadcast.parameters import open_process
 from lockstep.impl.pp_broadcast.worker import Worker
+from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig, connect
-
-
-def join(config: RunConfig) -> Groups:
-    """Join the default group (env://); the named groups come in ``run_rank``."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
 
 
 def start_engine(config_path: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:

@@ -23,7 +23,8 @@ class Stage:
         scale = hidden ** -0.5
 
         def weights(*shape: int) -> torch.Tensor:
-            return (torch.randn(*shape, generator=generator) * scale).to(device)
+            weight: torch.Tensor = (torch.randn(*shape, generator=generator) * scale).to(device)
+            return weight
 
         self.hidden, self.device = hidden, device
         self.embedding = weights(VOCABULARY, hidden) if rank == 0 else None

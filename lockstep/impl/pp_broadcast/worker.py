@@ -42,7 +42,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lockstep.impl.distributed import Collective, CollectiveTimeout, Event, Groups
+from lockstep.impl.distributed import Collective, CollectiveTimeout, Event, Groups, issued
 from lockstep.impl.pp_broadcast.scenario import (
     POST_FIX,
     PRE_FIX,
@@ -148,7 +148,7 @@ class Worker:
             what = f"recv<-{self.rank - 1}(pp_cpu)#{number + 1}"
             self.status.update("receive", what)
             try:
-                dist.irecv(metadata, self.rank - 1, group=self.cpu_group).wait(_delta(self.timeout))
+                issued(dist.irecv(metadata, self.rank - 1, group=self.cpu_group)).wait(_delta(self.timeout))
             except Exception as error:
                 self.status.update("timed_out", what)
                 raise CollectiveTimeout(f"{self.actor} timed out in {what}: {error}") from error
