@@ -116,18 +116,18 @@ RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     """The cudagraph-pp machine for ``variant`` at the given parameter values."""
-    which = Variant(variant)
+    flags = Variant(variant)
     machine = Machine(f"cudagraph-pp/{variant}")
-    state = declare(machine, parameters, which)
+    state = declare(machine, parameters, flags)
     if state.plan.order:  # v0.18.0 with PP captures nothing
-        machine.add(capture.capture, state, which, rank=state.Rank)
+        machine.add(capture.capture, state, flags, rank=state.Rank)
     machine.add(engine.schedule, state, tokens=state.BatchTokens, requests=state.BatchRequests, decode=BOOL)
-    machine.add(rank.first_forward, state, which)
-    machine.add(rank.receive, state, which, rank=state.Rank)
-    machine.add(rank.prepare_inputs, state, which, rank=state.Rank)
-    machine.add(rank.forward, state, which, rank=state.Rank)
+    machine.add(rank.first_forward, state, flags)
+    machine.add(rank.receive, state, flags, rank=state.Rank)
+    machine.add(rank.prepare_inputs, state, flags, rank=state.Rank)
+    machine.add(rank.forward, state, flags, rank=state.Rank)
     machine.add(rank.send, state, rank=state.Rank)
-    add_properties(machine, state, which)
+    add_properties(machine, state, flags)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
     return machine

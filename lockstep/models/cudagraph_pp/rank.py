@@ -47,7 +47,7 @@ def waited(state: State, variant: Variant, rank: Term) -> Term:
     return ~state.send_pending[rank] if variant.waits_on_sends else lift(True)
 
 
-def read(state: State, rank: Term, where: Term, key: Term) -> Term:
+def data_at(state: State, rank: Term, where: Term, key: Term) -> Term:
     """The data at ``where`` for ``key`` on ``rank``."""
     received = (where == state.fresh[state.step[rank]]) & state.received_keys[rank][key]
     return if_then_else(where == state.Address.PERSISTENT, state.persistent[rank][key],
@@ -109,7 +109,7 @@ def forward(state: State, variant: Variant, rank: Term) -> Step:
     chosen = state.descriptor[rank]
     given = state.Address.PERSISTENT if variant.persistent_buffer else state.fresh[at]
     source = if_then_else(state.mode_of[chosen] == GraphMode.NONE, given, state.graph_input[rank][chosen])
-    data = map_of(Key, lambda key: read(state, rank, source, key), state.Data)
+    data = map_of(Key, lambda key: data_at(state, rank, source, key), state.Data)
     last = state.sizes.last
     updates: dict[Term, TermLike] = {
         state.forward_step: state.forward_step.set(rank, at),

@@ -167,7 +167,7 @@ def declare(machine: Machine, parameters: Mapping[str, int], variant: Variant) -
         batch_requests=step_map("batch.requests", Requests, 0),
         batch_decode=step_map("batch.decode", BOOL, False,
                               "every request has decode_query_len tokens (uniform decode)"),
-        phase=rank_map("phase", Phase, 0 if order else 1, "where each rank is"),  # CAPTURING, or IDLE
+        phase=rank_map("phase", Phase, 0 if order else 1, "where each rank is"),  # CAPTURING (0), or IDLE (1)
         step=rank_map("step", Steps, 0, "the step each rank works on"),
         captured=rank_map("captured", integers(0, len(order)), 0, "descriptors captured"),
         graph_input=rank_map("graph.input", MapSort(Desc, Address), per_descriptor,

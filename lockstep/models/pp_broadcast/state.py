@@ -123,7 +123,7 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
                              "the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised"),
         gpu_step=rank_map("gpu.step", Steps, 0, "the step (0-based) of the stream's front"),
         gpu_phase=machine.variable("gpu.phase", MapSort(Rank, Phase), tuple(1 if r == 0 else 0 for r in range(size)),
-                                   "the op of the stream's front (rank 0 has no RECV)"),
+                                   "the op of the stream's front (rank 0 has no RECV)"),  # FORWARD (1), RECV (0)
         posted=rank_map("gpu.posted", BOOL, False, "the front op is posted on pp"),
         pp=Communicator(machine, "pp", Rank, {"broadcast": broadcast(sizes.last)}, payload=integers(0, 0),
                         point_to_point=True, interleaved_point_to_point=True,
