@@ -1,7 +1,9 @@
 """pp-broadcast: the PP sampled-token broadcast skipped on all-chunked-prefill steps, vLLM PR #38726.
 
 The model (``model.py``) mirrors vLLM v0.19.0 (``pre-fix``) and v0.20.0 (``post-fix``) and opens
-with the story of the stuck chunked pipeline; two mutants show why the fix has its shape.
+with the story of the stuck chunked pipeline; two mutants show why the fix has its shape. Its
+state is declared once in ``state.py``; the actions live with their actor (``engine.py``,
+``worker.py``, ``stream.py``) and the properties in ``properties.py``.
 """
 
 from lockstep.models.pp_broadcast.model import POST_FIX, PRE_FIX, PROTOCOL, build

@@ -1,0 +1,77 @@
+"""The engine of pp-broadcast: ``schedule`` and ``process_output``, and what a scheduled step holds.
+
+Mirrors ``vllm/v1/engine/core.py`` (``EngineCore.step_with_batch_queue``: at most P steps in
+flight, the exec and sample RPCs of a step sent to every worker in the same order) and
+``vllm/v1/core/sched/scheduler.py`` / ``async_scheduler.py`` (``Scheduler.schedule``;
+``_update_after_schedule``: ``num_computed_tokens`` advances at schedule time, so the next chunk or
+decode of a request may be scheduled while its previous step is in flight).
+
+The queries below read the plan the scheduler wrote (``scheduler.steps``): the scheduler's truth
+about each step, which every rank also derives from its own state (``worker.py``).
+"""
+
+from __future__ import annotations
+
+from lockstep.models.pp_broadcast.state import State
+from lockstep.spec.actions import action
+from lockstep.spec.machine import Step
+from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, map_of, minimum
+
+
+def clamp(state: State, step: Term) -> Term:
+    """``step`` as an index of the plan (the step after the last one reads the last)."""
+    return minimum(step, state.sizes.steps - 1)
+
+
+def present(state: State, step: Term, request: Term) -> Term:
+    return state.plan[clamp(state, step)][request] > 0
+
+
+def computed_before(state: State, step: Term, request: Term) -> Term:
+    return state.plan[clamp(state, step)][request] - 1
+
+
+def non_final_chunk(state: State, step: Term, request: Term) -> Term:
+    """The scheduler's truth: this row does not reach the end of the prompt."""
+    return present(state, step, request) & (computed_before(state, step, request) + 1 < state.prompt_of[request])
+
+
+def all_chunked(state: State, step: Term) -> Term:
+    return all_of(state.Request, lambda q: present(state, step, q).implies(non_final_chunk(state, step, q)))
+
+
+@action(actor="engine")
+def schedule(state: State, leave_out: Term) -> Step:
+    """schedule() and the exec/sample RPCs of one step, while the batch queue has room.
+
+        ``leave_out`` names a request the token budget leaves out of the step (-1: nobody)."""
+    # (the docstring is the action's description, indented as when it was nested in ``build``)
+    computed, scheduled, gaps_left = state.computed, state.scheduled, state.gaps_left
+
+    def unfinished(q: Term) -> Term:
+        return computed[q] < state.length_of[q]
+
+    def included(q: Term) -> Term:
+        return unfinished(q) & (leave_out != q)
+
+    nobody = leave_out < 0
+    row = map_of(state.Request, lambda q: if_then_else(included(q), computed[q] + 1, 0), state.Planned)
+    return Step(conjunction(
+        scheduled - state.processed < state.sizes.ranks, scheduled < state.sizes.steps,
+        any_of(state.Request, included),
+        nobody | ((gaps_left > 0) & any_of(state.Request, lambda q: (q == leave_out) & unfinished(q))),
+    ), {
+        state.plan: state.plan.set(clamp(state, scheduled), row),
+        computed: map_of(state.Request, lambda q: if_then_else(included(q), computed[q] + 1, computed[q]),
+                         state.Pieces),
+        scheduled: scheduled + 1,
+        gaps_left: if_then_else(nobody, gaps_left, gaps_left - 1),
+    })
+
+
+@action(actor="engine")
+def process_output(state: State) -> Step:
+    """The oldest step's reply arrived (its GPU work, broadcast included, finished on the output rank)."""
+    processed = state.processed
+    return Step((processed < state.scheduled) & (state.gpu_step[state.sizes.last] > processed),
+                {processed: processed + 1})

@@ -1,0 +1,85 @@
+"""The GPU stream of a rank: ``gpu_compute``, ``gpu_post``, ``gpu_complete``, and the stream's position.
+
+Per step the stream of rank r runs [recv (r > 0)] forward [send (r < P-1)] [sample (last)]
+[broadcast (if this rank issued it)]; an op behind a pending collective waits for it. These
+actions are not Python functions: they name the kernel or NCCL call the stream runs
+(``GPUModelRunner._model_forward`` / ``_sample``, ``isend_tensor_dict`` / ``irecv_tensor_dict`` and
+``torch.distributed.broadcast`` on ``pp.device_group``). Why one FIFO stream per rank is faithful
+is the first of the faithfulness notes in ``model.py``.
+"""
+
+from __future__ import annotations
+
+from lockstep.models.pp_broadcast.engine import clamp
+from lockstep.models.pp_broadcast.state import Phase, State
+from lockstep.spec.actions import action
+from lockstep.spec.machine import Step
+from lockstep.spec.terms import Term, TermLike, conjunction, disjunction, if_then_else, minimum
+
+
+def first_phase(rank: Term) -> Term:
+    """The first op of a step on ``rank``'s stream (rank 0 has no RECV)."""
+    return if_then_else(rank > 0, Phase.RECV, Phase.FORWARD)
+
+
+def front_is(state: State, rank: TermLike, *phases: Term) -> Term:
+    return disjunction(*[state.gpu_phase[rank] == phase for phase in phases])
+
+
+def advanced(state: State, rank: Term, skip_known: Term) -> tuple[Term, Term]:
+    """The stream position after its front op; a broadcast the CPU left out is passed at once."""
+    step, phase = state.gpu_step[rank], state.gpu_phase[rank]
+    after_forward = if_then_else(rank == state.sizes.last, Phase.SAMPLE, Phase.SEND)
+    next_phase = if_then_else(phase == Phase.RECV, Phase.FORWARD,
+                              if_then_else(phase == Phase.FORWARD, after_forward, Phase.BROADCAST))
+    wrapped = phase == Phase.BROADCAST
+    passes = ~wrapped & (next_phase == Phase.BROADCAST) & skip_known
+    to_next = wrapped | passes
+    return if_then_else(to_next, step + 1, step), if_then_else(to_next, first_phase(rank), next_phase)
+
+
+def left_out(state: State, rank: Term, step: Term) -> Term:
+    """The CPU has run sample_tokens(step) and issued no broadcast."""
+    return (state.rpc[rank] >= 2 * step + 2) & ~state.issued[rank][clamp(state, step)]
+
+
+def enqueued(state: State, rank: Term) -> Term:
+    """The CPU has enqueued the stream's front op."""
+    step, phase, rpc = state.gpu_step[rank], state.gpu_phase[rank], state.rpc
+    by_exec = disjunction(phase == Phase.RECV, phase == Phase.FORWARD, phase == Phase.SEND)
+    return if_then_else(by_exec, rpc[rank] >= 2 * step + 1, rpc[rank] >= 2 * step + 2)
+
+
+def moved(state: State, rank: Term) -> dict[Term, Term]:
+    """The updates that move ``rank``'s stream past its front op."""
+    step, phase = advanced(state, rank, left_out(state, rank, state.gpu_step[rank]))
+    return {state.gpu_step: state.gpu_step.set(rank, step), state.gpu_phase: state.gpu_phase.set(rank, phase)}
+
+
+@action(actor="rank:{rank}")
+def gpu_compute(state: State, rank: Term) -> Step:
+    """The stream runs its front kernel: forward(N) or (last rank) sampling(N)."""
+    return Step(front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), moved(state, rank))
+
+
+@action(actor="rank:{rank}")
+def gpu_post(state: State, rank: Term) -> Step:
+    """The stream reaches its front NCCL op and posts it on the PP group."""
+    step, phase, pp = state.gpu_step[rank], state.gpu_phase[rank], state.pp
+    is_send, is_recv = phase == Phase.SEND, phase == Phase.RECV
+    send = pp.send(rank, minimum(rank + 1, state.sizes.last))[pp.queue]
+    recv = pp.recv(rank, state.previous_rank[rank])[pp.queue]
+    bcast = pp.post(rank, "broadcast")[pp.queue]
+    wanted = ~front_is(state, rank, Phase.BROADCAST) | state.issued[rank][clamp(state, step)]
+    front_is_nccl = front_is(state, rank, Phase.RECV, Phase.SEND, Phase.BROADCAST)
+    return Step(conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank]), {
+        state.posted: state.posted.set(rank, True),
+        pp.queue: if_then_else(is_send, send, if_then_else(is_recv, recv, bcast)),
+    })
+
+
+@action(actor="rank:{rank}")
+def gpu_complete(state: State, rank: Term) -> Step:
+    """The posted op completed; the stream moves on."""
+    posted = state.posted
+    return Step(posted[rank] & state.pp.done(rank), {posted: posted.set(rank, False), **moved(state, rank)})

@@ -1,0 +1,84 @@
+"""The CPU thread of a rank: ``execute_model`` and ``sample_tokens``, and the rank's own discard mask.
+
+Mirrors ``vllm/v1/worker/gpu_worker.py`` (``Worker.execute_model``: wait ``_pp_send_work``,
+``irecv_tensor_dict`` wrapped in ``AsyncIntermediateTensors``, ``isend_tensor_dict``) and
+``vllm/v1/worker/gpu_model_runner.py`` (``_prepare_inputs`` computing ``discard_request_mask``,
+``sample_tokens``, ``_bookkeeping_sync``, ``_is_all_reqs_chunked_prefill`` (v0.20.0 only),
+``_pp_broadcast_prev_sampled_token_ids`` and ``_pp_receive_prev_sampled_token_ids_to_input_batch``).
+
+Each rank handles the RPCs in the order the executor sends them: exec(N), sample(N), exec(N+1)...
+``sample_tokens`` is where the variants differ (``variants.py``); the faithfulness notes of
+``model.py`` say how the buffered gloo metadata and the recomputed mask are modelled.
+"""
+
+from __future__ import annotations
+
+from lockstep.models.pp_broadcast.engine import clamp, computed_before, present
+from lockstep.models.pp_broadcast.state import Phase, State
+from lockstep.models.pp_broadcast.stream import first_phase
+from lockstep.models.pp_broadcast.variants import PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
+from lockstep.spec.actions import action
+from lockstep.spec.machine import Step
+from lockstep.spec.sorts import BOOL
+from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, lift, map_of
+
+
+def discarded(state: State, rank: Term, step: Term, request: Term) -> Term:
+    """discard_request_mask from the rank's own state: num_computed + num_scheduled < num_tokens."""
+    return present(state, step, request) & (
+        computed_before(state, step, request) + 1 < state.prompt_of[request] + state.output_length[rank][request])
+
+
+def kept(state: State, rank: Term, step: Term, request: Term) -> Term:
+    return present(state, step, request) & ~discarded(state, rank, step, request)
+
+
+def every_row_discarded(state: State, rank: Term, step: Term) -> Term:
+    """_is_all_reqs_chunked_prefill() on this rank."""
+    return all_of(state.Request, lambda q: present(state, step, q).implies(discarded(state, rank, step, q)))
+
+
+def skips(state: State, variant: str, rank: Term, step: Term) -> Term:
+    """Whether this rank's sample_tokens(step) leaves out the broadcast."""
+    if variant == PRE_FIX:
+        return lift(False)
+    if variant == SKIP_DISAGREE:
+        no_decode = all_of(state.Request, lambda q: present(state, step, q).implies(
+            computed_before(state, step, q) < state.prompt_of[q]))
+        return if_then_else(rank == state.sizes.last, every_row_discarded(state, rank, step), no_decode)
+    return every_row_discarded(state, rank, step)
+
+
+@action(actor="rank:{rank}")
+def execute_model(state: State, rank: Term) -> Step:
+    """Worker.execute_model(N): wait the sends of N-1, irecv (r > 0), prepare inputs, forward, isend (r < P-1)."""
+    rpc = state.rpc
+    step = rpc[rank] // 2
+    metadata = (rank == 0) | (rpc[state.previous_rank[rank]] >= 2 * step + 1)
+    return Step(conjunction(rpc[rank] % 2 == 0, step < state.scheduled, metadata), {rpc: rpc.set(rank, rpc[rank] + 1)})
+
+
+@action(actor="rank:{rank}")
+def sample_tokens(state: State, variant: str, rank: Term) -> Step:
+    """sample_tokens(N): the last rank samples and broadcasts, the others receive; both rebuild state."""
+    rpc, output_length, mapped, Request = state.rpc, state.output_length, state.mapped, state.Request
+    step = rpc[rank] // 2
+    skip = skips(state, variant, rank, step)
+    frozen = lift(variant == SKIP_WHOLE_RECEIVE) & skip & (rank != state.sizes.last)  # the mutant returns early
+    any_kept = any_of(Request, lambda q: kept(state, rank, step, q))
+    at_broadcast = (state.gpu_step[rank] == step) & (state.gpu_phase[rank] == Phase.BROADCAST)
+    return Step(rpc[rank] % 2 == 1, {
+        rpc: rpc.set(rank, rpc[rank] + 1),
+        state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), ~skip)),
+        output_length: output_length.set(rank, map_of(Request, lambda q: if_then_else(
+            kept(state, rank, step, q) & ~frozen, output_length[rank][q] + 1, output_length[rank][q]), state.Pieces)),
+        mapped: mapped.set(rank, map_of(Request, lambda q: if_then_else(
+            frozen, mapped[rank][q], kept(state, rank, step, q)), BOOL)),
+        state.map_step: state.map_step.set(rank, if_then_else(
+            frozen, state.map_step[rank], if_then_else(any_kept, step + 1, 0))),
+        state.buffer_step: state.buffer_step.set(rank, if_then_else(
+            frozen, state.buffer_step[rank], if_then_else((rank == state.sizes.last) | ~skip, step + 1, 0))),
+        state.gpu_step: state.gpu_step.set(rank, if_then_else(at_broadcast & skip, step + 1, state.gpu_step[rank])),
+        state.gpu_phase: state.gpu_phase.set(rank, if_then_else(
+            at_broadcast & skip, first_phase(rank), state.gpu_phase[rank])),
+    })
