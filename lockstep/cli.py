@@ -248,7 +248,7 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.json:
         sys.stdout.write(json.dumps({"protocols": [_protocol_json(protocol) for protocol in protocols]}) + "\n")
         return EXIT_OK
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     table = Table(title="lockstep models", title_justify="left")
     for column in ("protocol", "change", "variant", "stands for", "instances (default *)", "parameters"):
         table.add_column(column)
@@ -413,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     arguments = parser.parse_args(argv)
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
     previous = cli_failures.install_termination_handler()
     try:
         if arguments.command == "list":

@@ -127,7 +127,7 @@ def _model_path(instance: Instance, records: list[Record], loop_start: object) -
 def command_show(arguments: argparse.Namespace, console: Console) -> int:
     """The swimlanes of a trace, on stdout (a picture is the command's result); errors stay on stderr."""
     trace = open_traces(arguments.paths)
-    console = Console(width=None if sys.stdout.isatty() else 160)
+    console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     records = list(trace.records())
     header = trace.header
     if header["source"]["kind"] == "model":  # the same swimlanes as `lockstep check`, with what each rank waits in

@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lockstep")
     add_fuzz_parser(parser.add_subparsers(dest="command", required=True))
     arguments = parser.parse_args(["fuzz", *(sys.argv[1:] if argv is None else argv)])
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
     return command_fuzz(arguments, console)
 
 

@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lockstep", allow_abbrev=False)
     add_run_parser(parser.add_subparsers(dest="command", required=True))
     arguments = parser.parse_args(argv)
-    return command_run(arguments, Console(stderr=True, width=160))
+    return command_run(arguments, Console(stderr=True, width=160, emoji=False))
 
 
 if __name__ == "__main__":

@@ -33,3 +33,13 @@ def test_mypy_strict_on_spec_traces_and_checkers() -> None:
         cwd=ROOT, capture_output=True, text=True,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
+
+
+def test_the_documented_example_model_passes_mypy_strict(tmp_path: Path) -> None:
+    import re
+
+    source = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "adding-a-protocol.md").read_text(), re.S)[0]
+    (tmp_path / "early_stop.py").write_text(source)
+    completed = subprocess.run([*_tool("mypy"), "--strict", str(tmp_path / "early_stop.py")], cwd=ROOT,
+                               capture_output=True, text=True)
+    assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -188,10 +188,13 @@ def test_reproduce_checks_the_header_parameters_before_running(tmp_path: Path, c
 
 def _model(tmp_path: Path, name: str, insert: str, at_import: bool = False) -> Path:
     source = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
-    if at_import:
-        source = insert + source
+    if at_import:  # right after the __future__ import, which must come first
+        future = "from __future__ import annotations\n"
+        source = source.replace(future, future + insert, 1) if future in source else insert + source
     else:
-        source = source.replace("def build(variant, parameters):\n", "def build(variant, parameters):\n" + insert, 1)
+        signature = "def build(variant: str, parameters: Mapping[str, int]) -> Machine:\n"
+        assert signature in source
+        source = source.replace(signature, signature + insert, 1)
     path = tmp_path / name
     path.write_text(source)
     return path
@@ -215,7 +218,7 @@ def test_a_model_calling_sys_exit_is_not_a_silent_success(tmp_path: Path) -> Non
     assert completed.returncode == 5 and "model error: the code called sys.exit(0)" in completed.stderr
     model = _model(tmp_path, "exiting_at_import.py", "import sys\nsys.exit(0)\n", at_import=True)
     completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120)
-    assert completed.returncode == 2 and "exiting_at_import.py:2: loading the model failed: SystemExit: 0" in completed.stderr
+    assert completed.returncode == 2 and "exiting_at_import.py:5: loading the model failed: SystemExit: 0" in completed.stderr
 
 
 def test_timeout_covers_importing_the_model_file(tmp_path: Path) -> None:
