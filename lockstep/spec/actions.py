@@ -15,6 +15,7 @@ run one action on its own.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, ParamSpec
@@ -48,7 +49,7 @@ def action(
 
     def define(function: Callable[Arguments, Step]) -> ActionDefinition[Arguments]:
         return ActionDefinition(
-            name or function.__name__, actor, function, description or (function.__doc__ or "").strip(), mirrors
+            name or function.__name__, actor, function, description or inspect.cleandoc(function.__doc__ or ""), mirrors
         )
 
     return define

@@ -152,7 +152,7 @@ class Machine:
 
         def register(function: Callable[..., Step]) -> Callable[..., Step]:
             self.add_action(
-                name or function.__name__, function, actor=actor, description=description or (function.__doc__ or "").strip(),
+                name or function.__name__, function, actor=actor, description=description or inspect.cleandoc(function.__doc__ or ""),
                 mirrors=mirrors, **parameters,
             )
             return function
