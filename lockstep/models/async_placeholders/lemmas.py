@@ -50,7 +50,8 @@ def _strengthening(accumulators: Accumulators, index: Term) -> Term:
 
 
 def _accumulators() -> dict[str, tuple[Sort, Value]]:
-    return {**FORWARD.accumulators, **BACKWARD.accumulators, "in_form": (BOOL, True), "last_is_placeholder": (BOOL, False)}
+    return {**FORWARD.accumulators, **BACKWARD.accumulators,
+            "in_form": (BOOL, True), "last_is_placeholder": (BOOL, False)}
 
 
 def _conclusion(require_form: bool) -> Callable[[Accumulators, Term], Term]:
