@@ -6,11 +6,7 @@ runner, of that runner (its ``CachedRequestState`` and persistent-batch row) and
 repair. It returns them as a ``State`` that ``scheduler.py``, ``runner.py`` and
 ``properties.py`` share; the helpers below it (the list's slots and last token, the step the
 runner is handling) are the views of that state more than one of them reads.
-
-The list is a bounded array: ``Position -> Token`` plus a length, with unused slots holding -1
-(the scans of ``scans.py`` run over the whole array; padding with -1 changes neither the first
--1 of a list that ends with -1 nor its trailing run). Tokens carry their identity: the output
-token at position p is the value p; ``Sizes.prompt`` stands for a prompt token.
+(``model.py`` explains the list's encoding: a bounded array with -1 in its unused slots.)
 """
 
 from __future__ import annotations
