@@ -18,9 +18,11 @@ read so far is real* (-1)* (no real token after a -1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lockstep.models.async_placeholders.scans import BACKWARD, FORWARD, PLACEHOLDER, Accumulators
 from lockstep.spec.lemma import Lemma, lemma
-from lockstep.spec.sorts import BOOL, integers
+from lockstep.spec.sorts import BOOL, Sort, Value, integers
 from lockstep.spec.terms import Term, conjunction, if_then_else
 
 TOKEN = integers(PLACEHOLDER, 1)
@@ -47,11 +49,12 @@ def _strengthening(accumulators: Accumulators, index: Term) -> Term:
     )
 
 
-def _accumulators() -> dict[str, tuple[object, object]]:
-    return {**FORWARD.accumulators, **BACKWARD.accumulators, "in_form": (BOOL, True), "last_is_placeholder": (BOOL, False)}
+def _accumulators() -> dict[str, tuple[Sort, Value]]:
+    return {**FORWARD.accumulators, **BACKWARD.accumulators,
+            "in_form": (BOOL, True), "last_is_placeholder": (BOOL, False)}
 
 
-def _conclusion(require_form: bool) -> object:
+def _conclusion(require_form: bool) -> Callable[[Accumulators, Term], Term]:
     def conclusion(accumulators: Accumulators, size: Term) -> Term:
         ends_with_placeholder = accumulators["last_is_placeholder"]
         premise = (accumulators["in_form"] & ends_with_placeholder) if require_form else ends_with_placeholder
@@ -74,10 +77,10 @@ def _backward_equals_forward(require_form: bool) -> Lemma:
         statement,
         expected=expected,
         element=TOKEN,
-        accumulators=_accumulators(),  # type: ignore[arg-type]
+        accumulators=_accumulators(),
         step=_step,
         invariant=_strengthening,
-        conclusion=_conclusion(require_form),  # type: ignore[arg-type]
+        conclusion=_conclusion(require_form),
         minimum_size=1,
     )
 

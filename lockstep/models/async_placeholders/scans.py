@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockstep.spec.sorts import BOOL, INTEGER, Sort, Value
-from lockstep.spec.terms import Term, TermLike, if_then_else, lift
+from lockstep.spec.terms import Term, TermLike, constant, if_then_else, lift
 
 PLACEHOLDER = -1
 """The sentinel of a yet-unknown output token (real token ids are >= 0)."""
@@ -46,7 +46,7 @@ class Scan:
     cost: Callable[[Accumulators, Term], Term]  # (final accumulators, length) -> elements read
 
     def initial(self) -> Accumulators:
-        return {name: lift(value, sort) for name, (sort, value) in self.accumulators.items()}  # type: ignore[arg-type]
+        return {name: constant(value, sort) for name, (sort, value) in self.accumulators.items()}
 
 
 def _forward_step(accumulators: Accumulators, element: Term, index: Term) -> dict[str, Term]:

@@ -23,93 +23,118 @@ Per rank r and request q, with p = the records r has sampled and n = the records
 
 from __future__ import annotations
 
-from lockstep.models.computed_tokens.scheduler import RUNNING, WAITING
-from lockstep.models.computed_tokens.state import State
+from lockstep.models.computed_tokens.state import State, Status
 from lockstep.spec.terms import Term, conjunction, disjunction, if_then_else, lift
 
 
 def invariants(state: State) -> list[tuple[str, Term]]:
-    sizes = state.sizes
-    capacity, count = sizes.capacity, sizes.requests
-    n = state.batch.length()
-    known = state.results.length()
-
-    def row(j: int, q: int) -> Term:
-        return state.batch[j][q]
-
-    def inside(j: int) -> Term:
-        return lift(j) < n
-
-    def rejected(j: int, q: int) -> Term:
-        """The rejected drafts of record j for q, where the last rank has sampled it (else 0)."""
-        drafts, sampled = row(j, q).field("drafts"), state.results[j][q]
-        return if_then_else((lift(j) < known) & (drafts > 0) & (sampled > 0), drafts - (sampled - 1), 0)
-
-    def rank_view(r: int, q: int) -> Term:
-        p = state.sampled[r]
-        parts = []
-        base: Term = state.gpu[r][q]
-        unknown: Term = lift(0)
-        for j in range(capacity):
-            pending = inside(j) & (lift(j) >= p)
-            sent, allowed = row(j, q).field("computed"), row(j, q).field("allowed")
-            scheduled = row(j, q).field("scheduled") > 0
-            parts.append((pending & scheduled).implies(conjunction(base <= sent, sent - base + unknown <= allowed)))
-            base = base + if_then_else(pending, row(j, q).field("scheduled") - rejected(j, q), 0)
-            unknown = unknown + if_then_else(pending & (lift(j) >= known), row(j, q).field("drafts"), 0)
-        return conjunction(*parts)
-
-    def scheduler_view(r: int, q: int) -> Term:
-        p, processed = state.sampled[r], state.processed
-        total: Term = state.gpu[r][q]
-        for j in range(capacity):
-            here = inside(j)
-            total = total + if_then_else(here & (lift(j) >= p), row(j, q).field("scheduled"), 0)
-            total = total + if_then_else(here & (lift(j) >= processed) & (lift(j) < p), rejected(j, q), 0)
-            total = total - if_then_else(here & (lift(j) >= p) & (lift(j) < processed), rejected(j, q), 0)
-        return (state.status[q] == RUNNING).implies(state.computed[q] == total)
-
-    def bookkeeping() -> Term:
-        parts = [known <= n, state.processed <= known, state.sampled[sizes.last] == known,
-                 n - state.processed <= sizes.batch_queue,  # the engine schedules only into a free slot
-                 (state.processed >= 1).implies(disjunction(*[state.sampled[r] == 0 for r in range(sizes.ranks)]))]  # retired at once
-        for r in range(sizes.ranks):
-            parts.append(state.sampled[r] <= n)
-            parts.append(state.executed[r].implies(state.sampled[r] < n))
-        for j in range(capacity):
-            for q in range(count):
-                first = row(j, q).field("new")
-                parts.append((inside(j) & (lift(j) < known)).implies(
-                    state.results[j][q] <= if_then_else(row(j, q).field("scheduled") > 0, row(j, q).field("drafts") + 1, 0)))
-                parts.append((inside(j) & first).implies(conjunction(
-                    row(j, q).field("computed") == 0, row(j, q).field("scheduled") > 0,
-                    *[row(i, q).field("scheduled") == 0 for i in range(j)])))
-                parts.append((inside(j) & (state.status[q] == WAITING)).implies(row(j, q).field("scheduled") == 0))
-        for q in range(count):
-            parts.append((state.status[q] == WAITING).implies(state.computed[q] == 0))
-            for r in range(sizes.ranks):
-                p = state.sampled[r]
-                not_added = ~state.added[r][q]
-                parts.append(not_added.implies(conjunction(
-                    state.gpu[r][q] == 0,
-                    *[(inside(j) & (lift(j) < p)).implies(row(j, q).field("scheduled") == 0) for j in range(capacity)])))
-                unrun = p + if_then_else(state.executed[r], 1, 0)
-                parts.append(conjunction(*[
-                    (inside(j) & (lift(j) >= unrun) & row(j, q).field("new")).implies(not_added) for j in range(capacity)]))
-                parts.append((state.status[q] == WAITING).implies(not_added))
-                parts.append((not_added & (state.status[q] != WAITING)).implies(disjunction(  # admitted: its record is ahead
-                    *[inside(j) & (lift(j) >= unrun) & row(j, q).field("new") for j in range(capacity)])))
-                for j in range(capacity):  # an unadded request's first record the rank has not run admits it
-                    cached = inside(j) & (lift(j) >= unrun) & (row(j, q).field("scheduled") > 0) & ~row(j, q).field("new")
-                    admitted = [(lift(i) >= unrun) & row(i, q).field("new") for i in range(j)]
-                    parts.append((cached & not_added).implies(disjunction(lift(False), *admitted)))
-                parts.append(conjunction(*[  # a rank that ran record j has added every request j schedules
-                    (inside(j) & (lift(j) < unrun) & (row(j, q).field("scheduled") > 0)).implies(~not_added) for j in range(capacity)]))
-        return conjunction(*parts)
-
-    named = [("bookkeeping", bookkeeping())]
-    for r in range(sizes.ranks):
-        for q in range(count):
-            named.append((f"rank_view_{r}_{q}", rank_view(r, q)))
-            named.append((f"scheduler_view_{r}_{q}", scheduler_view(r, q)))
+    """Every strengthening invariant, named: ``bookkeeping``, then per rank r and request q
+    ``rank_view_r_q`` and ``scheduler_view_r_q``."""
+    named = [("bookkeeping", bookkeeping(state))]
+    for r in range(state.sizes.ranks):
+        for q in range(state.sizes.requests):
+            named.append((f"rank_view_{r}_{q}", rank_view(state, r, q)))
+            named.append((f"scheduler_view_{r}_{q}", scheduler_view(state, r, q)))
     return named
+
+
+def _row(state: State, j: int, q: int) -> Term:
+    """Request q's row of the record at queue position j."""
+    return state.batch[j][q]
+
+
+def _inside(state: State, j: int) -> Term:
+    """Queue position j holds a record."""
+    return lift(j) < state.batch.length()
+
+
+def _rejected(state: State, j: int, q: int) -> Term:
+    """The rejected drafts of record j for q, where the last rank has sampled it (else 0)."""
+    drafts, sampled = _row(state, j, q).field("drafts"), state.results[j][q]
+    known = state.results.length()
+    return if_then_else((lift(j) < known) & (drafts > 0) & (sampled > 0), drafts - (sampled - 1), 0)
+
+
+def rank_view(state: State, r: int, q: int) -> Term:
+    """What rank r will see for q at each record it has not sampled yet: U1 and U3 hold there."""
+    p, known = state.sampled[r], state.results.length()
+    parts = []
+    base: Term = state.gpu[r][q]
+    unknown: Term = lift(0)
+    for j in range(state.sizes.capacity):
+        row = _row(state, j, q)
+        pending = _inside(state, j) & (lift(j) >= p)
+        sent, allowed = row.field("computed"), row.field("allowed")
+        scheduled = row.field("scheduled") > 0
+        parts.append((pending & scheduled).implies(conjunction(base <= sent, sent - base + unknown <= allowed)))
+        base = base + if_then_else(pending, row.field("scheduled") - _rejected(state, j, q), 0)
+        unknown = unknown + if_then_else(pending & (lift(j) >= known), row.field("drafts"), 0)
+    return conjunction(*parts)
+
+
+def scheduler_view(state: State, r: int, q: int) -> Term:
+    """A running request's num_computed_tokens is rank r's GPU value plus its unsampled records' tokens."""
+    p, processed = state.sampled[r], state.processed
+    total: Term = state.gpu[r][q]
+    for j in range(state.sizes.capacity):
+        here, row = _inside(state, j), _row(state, j, q)
+        total = total + if_then_else(here & (lift(j) >= p), row.field("scheduled"), 0)
+        total = total + if_then_else(here & (lift(j) >= processed) & (lift(j) < p), _rejected(state, j, q), 0)
+        total = total - if_then_else(here & (lift(j) >= p) & (lift(j) < processed), _rejected(state, j, q), 0)
+    return (state.status[q] == Status.RUNNING).implies(state.computed[q] == total)
+
+
+def bookkeeping(state: State) -> Term:
+    """The queue positions agree; sampled counts are bounded; unadded requests are untouched."""
+    sizes = state.sizes
+    n, known = state.batch.length(), state.results.length()
+    parts = [known <= n, state.processed <= known, state.sampled[sizes.last] == known,
+             n - state.processed <= sizes.batch_queue,  # the engine schedules only into a free slot
+             (state.processed >= 1).implies(  # retired at once
+                 disjunction(*[state.sampled[r] == 0 for r in range(sizes.ranks)]))]
+    for r in range(sizes.ranks):
+        parts.append(state.sampled[r] <= n)
+        parts.append(state.executed[r].implies(state.sampled[r] < n))
+    for j in range(sizes.capacity):
+        for q in range(sizes.requests):
+            row, inside = _row(state, j, q), _inside(state, j)
+            parts.append((inside & (lift(j) < known)).implies(
+                state.results[j][q] <= if_then_else(row.field("scheduled") > 0, row.field("drafts") + 1, 0)))
+            parts.append((inside & row.field("new")).implies(conjunction(
+                row.field("computed") == 0, row.field("scheduled") > 0,
+                *[_row(state, i, q).field("scheduled") == 0 for i in range(j)])))
+            parts.append((inside & (state.status[q] == Status.WAITING)).implies(row.field("scheduled") == 0))
+    for q in range(sizes.requests):
+        parts.append((state.status[q] == Status.WAITING).implies(state.computed[q] == 0))
+        for r in range(sizes.ranks):
+            parts.extend(_unadded(state, r, q))
+    return conjunction(*parts)
+
+
+def _unadded(state: State, r: int, q: int) -> list[Term]:
+    """A request rank r has not added has GPU value 0, appears in no record r has sampled, and its
+    first record r has not run is its admission; a rank that ran a record has added its requests."""
+    capacity, p = state.sizes.capacity, state.sampled[r]
+    parts = []
+    not_added = ~state.added[r][q]
+    parts.append(not_added.implies(conjunction(
+        state.gpu[r][q] == 0,
+        *[(_inside(state, j) & (lift(j) < p)).implies(_row(state, j, q).field("scheduled") == 0)
+          for j in range(capacity)])))
+    unrun = p + if_then_else(state.executed[r], 1, 0)
+
+    def ahead(j: int) -> Term:  # record j, not yet run by r, admits q
+        return (lift(j) >= unrun) & _row(state, j, q).field("new")
+
+    parts.append(conjunction(*[(_inside(state, j) & ahead(j)).implies(not_added) for j in range(capacity)]))
+    parts.append((state.status[q] == Status.WAITING).implies(not_added))
+    parts.append((not_added & (state.status[q] != Status.WAITING)).implies(disjunction(  # admitted: its record is ahead
+        *[_inside(state, j) & ahead(j) for j in range(capacity)])))
+    for j in range(capacity):  # an unadded request's first record the rank has not run admits it
+        row = _row(state, j, q)
+        cached = _inside(state, j) & (lift(j) >= unrun) & (row.field("scheduled") > 0) & ~row.field("new")
+        parts.append((cached & not_added).implies(disjunction(lift(False), *[ahead(i) for i in range(j)])))
+    parts.append(conjunction(*[  # a rank that ran record j has added every request j schedules
+        (_inside(state, j) & (lift(j) < unrun) & (_row(state, j, q).field("scheduled") > 0)).implies(~not_added)
+        for j in range(capacity)]))
+    return parts

@@ -50,35 +50,10 @@ What the model has:
   the properties U1-U6 of protocols.md P4(d) read.
 
 Faithfulness notes (read from the v0.21.0/v0.22.0 wheels; where they differ from protocols.md,
-the source wins):
-- U6 ("if a request has no in-flight step, the mirror equals the GPU value") cannot hold at
-  every moment in v0.22.0: the mirror is written only in ``add_requests``/``update_requests``,
-  so between a step's ``postprocess`` and the next ``update_requests`` it holds the pre-step
-  value while the GPU value has moved on (in sync mode without drafts as well). The mirror is
-  read only in ``prepare_inputs``, so the model checks U6 there: a row of a request that had
-  no step unprocessed by the scheduler when this step was scheduled has mirror == GPU value.
-- U5: with FULL graphs ``prepare_attn`` takes ``max_seq_len`` over the *padded* rows
-  (``num_reqs = num_reqs_after_padding``), not over real rows only; padded rows are 0, so it
-  equals the maximum over real rows. The model takes it over every row, as the source does.
-- U3's allowance is read at schedule time: the drafts of the request's steps that were
-  scheduled but not yet updated from when this step was scheduled (``allowed``). The
-  corollary ``upper <= max_model_len + k`` is checked as ``U3_within_max_model_len``.
+the source wins; the notes on the properties U3, U5 and U6 are in ``properties.py``, those on the
+engine's order and on synchronous drafts in ``scheduler.py``, the rank order in ``runner.py``):
 - ``max_concurrent_batches`` is ``MultiprocExecutor``'s in v0.21.0/v0.22.0 (2 if PP = 1 and
   async, else pp_size); protocols.md's "one step in flight" is the PP = 1 case.
-- The engine's order is ``step_with_batch_queue``'s: it schedules whenever the queue has room
-  and ``schedule()`` would return tokens, and updates from the oldest step only when the queue
-  is full or nothing can be scheduled (an empty ``SchedulerOutput`` changes no mirror and is not
-  modelled as a step).
-- Each rank runs ``execute_model(N)``, ``sample_tokens(N)``, ``execute_model(N+1)`` in order,
-  and the GPU value a step's kernels read is the one after the previous step's ``post_update``
-  (stream order); ``pp_receive``'s broadcast is waited before the non-last rank's postprocess.
-- Synchronous drafts (``post_step``): the model gives a request ``k`` drafts when the scheduler
-  updates from one of its steps (none for a prefill chunk or a finished request). In v0.22.0
-  ``take_draft_token_ids`` is queued behind the ``sample_tokens`` RPCs already sent, so it
-  returns [-1]*k for the *last* sampled batch, and ``update_draft_token_ids`` reads the request's
-  *latest* ``is_prefill_chunk``. With PP (batch queue = pp_size) that lets a request be scheduled
-  again while its final prefill chunk is unprocessed: the finding ``sync-pipeline-early-drafts``
-  (U2 violated in v0.22.0 too).
 - k-induction: ``invariants.py`` states how the scheduler's count, the queued records and each
   rank's GPU value hang together; with them U1, U3 and U4 of ``post-fix`` are 1-inductive.
 - Not modelled: preemption and resumption (``prefill_len > prompt_len``), prefix caching and
@@ -92,16 +67,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lockstep.models.computed_tokens.invariants import invariants
-from lockstep.models.computed_tokens.runner import add_runner_actions
-from lockstep.models.computed_tokens.scheduler import FINISHED, add_scheduler_actions
+from lockstep.models.computed_tokens.properties import add_properties, strengthen
+from lockstep.models.computed_tokens.runner import add_sample_tokens, execute_model, pp_receive
+from lockstep.models.computed_tokens.scheduler import schedule, update_from_output
 from lockstep.models.computed_tokens.sources import sources
-from lockstep.models.computed_tokens.state import declare
+from lockstep.models.computed_tokens.state import POST_FIX, PRE_FIX, declare
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
-from lockstep.spec.terms import Term, all_of, any_of, conjunction, disjunction, if_then_else, maximum, minimum
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build"]
 
 RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
     "schedule", "update_from_output", "execute_model", "sample_tokens", "pp_receive",
@@ -114,54 +88,20 @@ def build(variant: str, parameters: Mapping[str, int], *, invariants_as_properti
 
     ``invariants_as_properties`` also declares the post-fix strengthening invariants as
     ``always`` properties (tests check them over every reachable state)."""
-    fixed = variant == POST_FIX
     machine = Machine(f"computed-tokens/{variant}")
     state = declare(machine, parameters)
-    sizes = state.sizes
-    add_scheduler_actions(machine, state)
-    add_runner_actions(machine, state, fixed)
-    Rank, Request, Row = state.Rank, state.Request, state.Row
-    count = sizes.requests
-
-    def rows(body: object) -> Term:
-        """``body(rank, request)`` on every real row of every rank's last metadata."""
-        return all_of(Rank, lambda r: conjunction(*[
-            (state.built[r] & state.real[r][q]).implies(body(r, q)) for q in range(count)]))  # type: ignore[operator]
-
-    def slack(r: Term, q: Term | int) -> Term:
-        return state.upper[r][q] - state.seq_len[r][q]
-
-    machine.always("U1_sound", rows(lambda r, q: state.upper[r][q] >= state.seq_len[r][q]),
-                   "U1: seq_lens_cpu_upper_bound >= the GPU seq_lens on every real row")
-    exact_everywhere = not (sizes.asynchronous and sizes.drafts > 0)
-    machine.always("U2_exact", rows(lambda r, q: (state.prefilling[r][q] | exact_everywhere).implies(
-        state.upper[r][q] == state.seq_len[r][q])),
-        "U2: exact on prefill rows, and on every row outside async spec decode")
-    machine.always("U3_bounded_slack", rows(lambda r, q: slack(r, q) <= state.allowed[r][q]),
-                   "U3: bound - seq_len <= Σ drafts of the request's steps unprocessed when this step was scheduled")
-    machine.always("U3_within_max_model_len", rows(lambda r, q: state.upper[r][q] <= sizes.max_model_len + sizes.drafts),
-                   "U3 (corollary): the bound stays within max_model_len + num_spec")
-    machine.always("U4_prefill_progress", rows(lambda r, q: conjunction(
-        state.seen_prefill_tokens[r][q] == minimum(state.seen_mirror[r][q], state.seen_prefill_len[r][q]),
-        state.prefilling[r][q] == (state.sent[r][q] < state.seen_prefill_len[r][q]))),
-        "U4: num_computed_prefill_tokens = min(mirror, prefill_len); is_prefilling iff the scheduler's pre-step value < prefill_len")
-    machine.always("U5_padding", all_of(Rank, lambda r: state.built[r].implies(conjunction(
-        all_of(Row, lambda row: (row >= count).implies(state.upper[r][row] == 0)),
-        state.max_seq_len[r] == maximum(*[if_then_else(state.real[r][q], state.upper[r][q], 0) for q in range(count)])))),
-        "U5: padded rows have bound 0; max_seq_len equals the maximum over real rows")
-    machine.always("U6_mirror_converges", rows(lambda r, q: state.alone[r][q].implies(state.seen_mirror[r][q] == state.seen_gpu[r][q])),
-                   "U6: a request with no step in flight when scheduled has mirror == GPU num_computed_tokens")
-    finished = all_of(Request, lambda q: state.status[q] == FINISHED)
-    machine.set_final(finished & state.batch.is_empty())
-    machine.sometimes("all_finished", finished, "every request can run to max_tokens")
-    if sizes.asynchronous and sizes.drafts > 0:
-        machine.sometimes("optimistic_bound", any_of(Rank, lambda r: disjunction(*[state.built[r] & state.real[r][q] & (slack(r, q) > 0) for q in range(count)])),
-                          "async spec decode: a bound above the GPU seq_len (drafts of the step in flight)")
-    if fixed:
-        for name, predicate in invariants(state):
-            machine.strengthen(predicate)
-            if invariants_as_properties:
-                machine.always(f"invariant_{name}", predicate, "strengthening invariant for k-induction")
+    # the scheduler and the engine
+    machine.add(schedule, state)
+    machine.add(update_from_output, state)
+    # every rank's V2 runner
+    machine.add(execute_model, state, variant, rank=state.Rank)
+    add_sample_tokens(machine, state, variant)  # the last rank: one parameter per request
+    if state.sizes.ranks > 1:
+        machine.add(pp_receive, state, variant, rank=state.Rank)
+    # properties
+    add_properties(machine, state)
+    if variant == POST_FIX:
+        strengthen(machine, state, invariants_as_properties)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
     return machine
@@ -172,20 +112,23 @@ PROTOCOL = Protocol(
     title="V2 runner CPU mirror of num_computed_tokens and seq_lens_cpu_upper_bound",
     change="vLLM PRs #40654, #42202",
     variants=(
-        VariantSpec(PRE_FIX, "the mirror advances by num_scheduled in postprocess (drifts by every rejected draft)", "vLLM v0.21.0"),
+        VariantSpec(PRE_FIX, "the mirror advances by num_scheduled in postprocess (drifts by every rejected draft)",
+                    "vLLM v0.21.0"),
         VariantSpec(POST_FIX, "update_requests refreshes the mirror from the scheduler each step", "vLLM v0.22.0"),
     ),
     parameters=(
         ParameterSpec("ranks", 1, "pipeline stages, each with its own runner and mirror", minimum=1, maximum=3),
         ParameterSpec("requests", 1, "requests, all waiting at the start", minimum=1, maximum=3),
         ParameterSpec("prefill_len", 1, "prompt tokens of each request", minimum=1, maximum=8),
-        ParameterSpec("budget", 2, "max_num_scheduled_tokens per step (chunked prefill below prefill_len)", minimum=1, maximum=8),
+        ParameterSpec("budget", 2, "max_num_scheduled_tokens per step (chunked prefill below prefill_len)",
+                      minimum=1, maximum=8),
         ParameterSpec("drafts", 1, "num_speculative_tokens (MTP k)", minimum=0, maximum=3),
         ParameterSpec("max_tokens", 4, "output tokens after which a request stops", minimum=1, maximum=8),
         ParameterSpec("max_model_len", 7, "max_model_len (default: prefill_len + max_tokens + drafts + 1, so that the "
                       "context limit does not cut the last drafts)", minimum=2, maximum=32,
                       derived=lambda values: values["prefill_len"] + values["max_tokens"] + values["drafts"] + 1),
-        ParameterSpec("async_scheduling", 1, "1: AsyncScheduler with the batch queue; 0: EngineCore.step", minimum=0, maximum=1),
+        ParameterSpec("async_scheduling", 1, "1: AsyncScheduler with the batch queue; 0: EngineCore.step",
+                      minimum=0, maximum=1),
         ParameterSpec("padded_rows", 0, "rows of FULL CUDA-graph request padding", minimum=0, maximum=2),
     ),
     instances=(
@@ -224,7 +167,8 @@ PROTOCOL = Protocol(
         InstanceSpec(
             "sync-pipeline-early-drafts",
             "sync scheduling with two PP stages (batch queue of 2) and a chunked prompt: after the first chunk is "
-            "updated from, post_step takes the drafts of the *last* sampled batch (the final chunk, still unprocessed), "
+            "updated from, post_step takes the drafts of the *last* sampled batch (the final chunk, still "
+            "unprocessed), "
             "so the next step schedules the request while its final chunk is in flight and the bound is not exact",
             {"async_scheduling": 0, "ranks": 2, "prefill_len": 3, "max_tokens": 2},
             {PRE_FIX: "violated", POST_FIX: "violated"},

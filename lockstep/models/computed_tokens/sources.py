@@ -36,7 +36,8 @@ POST_FIX_SOURCES: dict[str, str] = {
                      "the scheduler's value; num_computed_prefill_tokens = min(…, prefill_len)), prepare_inputs",
     "sample_tokens": "GPUModelRunner.sample_tokens (last rank) → sample (rejection sampler) → pp_broadcast (PP) → "
                      "postprocess (post_update on the GPU only)",
-    "pp_receive": "GPUModelRunner.sample_tokens (non-last rank) → pp_receive → postprocess (post_update on the GPU only)",
+    "pp_receive": "GPUModelRunner.sample_tokens (non-last rank) → pp_receive → postprocess "
+                  "(post_update on the GPU only)",
 }
 
 

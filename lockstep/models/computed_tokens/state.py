@@ -3,8 +3,10 @@
 ``declare`` turns the protocol's parameters into ``Sizes`` (every bound the model uses), builds
 the sorts and declares the state variables of the scheduler, of the engine's batch queue, of
 each rank's V2 runner (its ``RequestState``) and of each rank's last attention metadata. It
-returns them as a ``State`` that ``scheduler.py``, ``runner.py``, ``model.py`` and
-``invariants.py`` share, so each of those modules reads like the vLLM code it mirrors.
+returns them as a ``State`` that ``scheduler.py``, ``runner.py``, ``properties.py`` and
+``invariants.py`` share, so each of those modules reads like the vLLM code it mirrors. The
+variant names live here too, so that the actions can test ``variant == POST_FIX`` where the
+releases differ.
 """
 
 from __future__ import annotations
@@ -13,10 +15,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockstep.spec.machine import Machine
-from lockstep.spec.sorts import BOOL, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, enum, integers, record
+from lockstep.spec.sorts import (
+    BOOL,
+    IndexSort,
+    IntSort,
+    MapSort,
+    RecordSort,
+    SequenceSort,
+    Sort,
+    Value,
+    enum,
+    integers,
+    record,
+)
 from lockstep.spec.terms import Term
 
+PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+"""The variants: vLLM v0.21.0 (the mirror moves in ``postprocess``) and v0.22.0 (PR #42202: in
+``update_requests``)."""
+
 Status = enum("Status", ["WAITING", "RUNNING", "FINISHED"])
+"""A request's ``RequestStatus`` as the scheduler sees it (no preemption)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +94,8 @@ class State:
     Rank: IndexSort
     Row: IndexSort  # rows of the attention metadata: one per request, then the padded rows
     Length: IntSort
+    Drafts: IntSort  # drafts of one request in one step (and those it accepts)
+    Position: IntSort  # a position in the engine's batch queue
     Row_: RecordSort  # one request's part of a step (a row of SchedulerOutput)
     StepRecord: MapSort
     Result: MapSort
@@ -113,64 +134,80 @@ class State:
     seen_prefill_len: Term
 
 
+@dataclass(frozen=True)
+class _Declaration:
+    """Declares the per-request, per-rank and per-row variables of one machine."""
+
+    machine: Machine
+    Request: IndexSort
+    Rank: IndexSort
+    Row: IndexSort
+
+    def per_request(self, name: str, sort: Sort, initial: Value, description: str = "") -> Term:
+        """A scheduler variable: Request -> sort."""
+        return self.machine.variable(name, MapSort(self.Request, sort), self._requests(initial), description)
+
+    def per_rank(self, name: str, sort: Sort, initial: Value, description: str = "") -> Term:
+        """A runner variable: Rank -> Request -> sort."""
+        value = MapSort(self.Request, sort)
+        return self.machine.variable(name, MapSort(self.Rank, value), self._ranks(self._requests(initial)), description)
+
+    def per_row(self, name: str, sort: Sort, description: str = "") -> Term:
+        """A metadata variable: Rank -> Row -> sort, all False or 0."""
+        initial = False if sort is BOOL else 0
+        rows = tuple(initial for _ in range(self.Row.count))
+        return self.machine.variable(name, MapSort(self.Rank, MapSort(self.Row, sort)), self._ranks(rows), description)
+
+    def of_rank(self, name: str, sort: Sort, initial: Value, description: str = "") -> Term:
+        """A per-rank variable: Rank -> sort."""
+        return self.machine.variable(name, MapSort(self.Rank, sort), self._ranks(initial), description)
+
+    def _requests(self, value: Value) -> tuple[Value, ...]:
+        return tuple(value for _ in range(self.Request.count))
+
+    def _ranks(self, value: Value) -> tuple[Value, ...]:
+        return tuple(value for _ in range(self.Rank.count))
+
+
 def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
     sizes = sizes_of(parameters)
-    count, ranks = sizes.requests, sizes.ranks
-    Request = IndexSort("Request", count)
-    Rank = IndexSort("Rank", ranks)
-    Row = IndexSort("Row", count + sizes.padded_rows)
-    Length = integers(0, sizes.length)
-    Prefill = integers(0, sizes.prefill_len)
-    Drafts = integers(0, sizes.drafts)
+    Request, Rank = IndexSort("Request", sizes.requests), IndexSort("Rank", sizes.ranks)
+    Row = IndexSort("Row", sizes.requests + sizes.padded_rows)
+    Length, Prefill, Drafts = integers(0, sizes.length), integers(0, sizes.prefill_len), integers(0, sizes.drafts)
     Row_ = record("Row", scheduled=integers(0, sizes.budget), computed=Length, drafts=Drafts, new=BOOL,
                   allowed=integers(0, sizes.slack), alone=BOOL)
-    StepRecord = MapSort(Request, Row_)
-    Result = MapSort(Request, integers(0, sizes.drafts + 1))
-    Position = integers(0, sizes.capacity)
-
-    def per_request(value: object) -> tuple[object, ...]:
-        return tuple(value for _ in range(count))
-
-    def per_rank(value: object) -> tuple[object, ...]:
-        return tuple(value for _ in range(ranks))
-
-    def request_map(name: str, sort: object, initial: object, description: str = "") -> Term:
-        return machine.variable(name, MapSort(Request, sort), per_request(initial), description)  # type: ignore[arg-type]
-
-    def rank_map(name: str, sort: object, initial: object, description: str = "") -> Term:
-        value = MapSort(Request, sort)  # type: ignore[arg-type]
-        return machine.variable(name, MapSort(Rank, value), per_rank(per_request(initial)), description)
-
-    def row_map(name: str, sort: object, description: str = "") -> Term:
-        value = MapSort(Row, sort)  # type: ignore[arg-type]
-        initial = False if sort is BOOL else 0
-        return machine.variable(name, MapSort(Rank, value), per_rank(tuple(initial for _ in range(Row.count))), description)
-
+    StepRecord, Result = MapSort(Request, Row_), MapSort(Request, integers(0, sizes.drafts + 1))
+    Position, Bound = integers(0, sizes.capacity), integers(0, sizes.length + sizes.budget)
+    declared = _Declaration(machine, Request, Rank, Row)
+    request_map, rank_map, row_map = declared.per_request, declared.per_rank, declared.per_row
     return State(
-        sizes=sizes, Request=Request, Rank=Rank, Row=Row, Length=Length, Row_=Row_, StepRecord=StepRecord, Result=Result,
+        sizes=sizes, Request=Request, Rank=Rank, Row=Row, Length=Length, Drafts=Drafts, Position=Position, Row_=Row_,
+        StepRecord=StepRecord, Result=Result,
         status=request_map("scheduler.status", Status, 0),
         computed=request_map("scheduler.num_computed_tokens", Length, 0),
-        placeholders=request_map("scheduler.num_output_placeholders", integers(0, sizes.slack + sizes.batch_queue + ranks), 0),
+        placeholders=request_map("scheduler.num_output_placeholders",
+                                 integers(0, sizes.slack + sizes.batch_queue + sizes.ranks), 0),
         outputs=request_map("scheduler.num_output_tokens", integers(0, sizes.max_tokens), 0),
         spec=request_map("scheduler.spec_token_ids", Drafts, 0, "len(request.spec_token_ids)"),
         prefill_chunk=request_map("scheduler.is_prefill_chunk", BOOL, False),
-        batch=machine.variable("engine.batch", SequenceSort(StepRecord, sizes.capacity), (),
-                               "scheduler outputs, oldest first, until the scheduler and every rank are done with them"),
+        batch=machine.variable(
+            "engine.batch", SequenceSort(StepRecord, sizes.capacity), (),
+            "scheduler outputs, oldest first, until the scheduler and every rank are done with them"),
         results=machine.variable("engine.results", SequenceSort(Result, sizes.capacity), (),
                                  "num_sampled per request from the last rank, one per sampled record"),
         processed=machine.variable("engine.processed", Position, 0, "records update_from_output has handled"),
-        sampled=machine.variable("runner.sampled", MapSort(Rank, Position), per_rank(0), "records the rank has sampled"),
-        executed=machine.variable("runner.executed", MapSort(Rank, BOOL), per_rank(False), "execute_model ran, sample_tokens not yet"),
+        sampled=declared.of_rank("runner.sampled", Position, 0, "records the rank has sampled"),
+        executed=declared.of_rank("runner.executed", BOOL, False, "execute_model ran, sample_tokens not yet"),
         added=rank_map("runner.added", BOOL, False),
         prefill_len=rank_map("runner.prefill_len", Prefill, 0),
         mirror=rank_map("runner.num_computed_tokens_np", Length, 0, "the CPU mirror"),
         prefill_tokens=rank_map("runner.num_computed_prefill_tokens", Prefill, 0),
         gpu=rank_map("runner.num_computed_tokens", Length, 0, "the GPU tensor"),
-        built=machine.variable("metadata.built", MapSort(Rank, BOOL), per_rank(False), "the rank has built attention metadata"),
+        built=declared.of_rank("metadata.built", BOOL, False, "the rank has built attention metadata"),
         real=row_map("metadata.real", BOOL, "a real row (not padding, request scheduled)"),
-        upper=row_map("metadata.seq_lens_cpu_upper_bound", integers(0, sizes.length + sizes.budget)),
-        seq_len=row_map("metadata.seq_lens", integers(0, sizes.length + sizes.budget)),
-        max_seq_len=machine.variable("metadata.max_seq_len", MapSort(Rank, integers(0, sizes.length + sizes.budget)), per_rank(0)),
+        upper=row_map("metadata.seq_lens_cpu_upper_bound", Bound),
+        seq_len=row_map("metadata.seq_lens", Bound),
+        max_seq_len=declared.of_rank("metadata.max_seq_len", Bound, 0),
         prefilling=rank_map("metadata.is_prefilling", BOOL, False),
         allowed=rank_map("metadata.allowed_slack", integers(0, sizes.slack), 0),
         alone=rank_map("metadata.no_step_in_flight", BOOL, False),

@@ -1,0 +1,75 @@
+"""The scheduler side of async-placeholders: ``schedule``, ``update_from_output`` and a KV-load failure.
+
+Mirrors ``vllm/v1/core/sched/scheduler.py`` (``Scheduler.schedule``, ``_make_cached_request_data``,
+which sends ``num_output_tokens`` = outputs + placeholders; ``_preempt_request``;
+``update_from_output``; ``_handle_invalid_blocks``) and ``vllm/v1/core/sched/async_scheduler.py``
+(``AsyncScheduler._update_after_schedule``: placeholders += 1 + drafts;
+``_update_request_with_output``: placeholders -= new tokens), with ``vllm/v1/engine/core.py``'s
+``step_with_batch_queue`` (a queue of two steps).
+
+KV-load failure (faithfulness note): in v0.22.0 ``update_from_output`` skips the failed request
+before ``_update_request_with_output`` and truncates ``num_computed_tokens``; no line there drops
+output tokens. The model follows the runner's comment in ``_update_states`` ("some output tokens
+were discarded due to a sync-KV-load failure"): between steps the scheduler drops the last
+``discarded`` outputs, so the next ``num_output_tokens`` is below the runner's length.
+"""
+
+from __future__ import annotations
+
+from lockstep.models.async_placeholders.state import Kind, Phase, State
+from lockstep.spec.actions import action
+from lockstep.spec.machine import Step
+from lockstep.spec.terms import Term, conjunction, if_then_else, record_of
+
+
+@action(actor="scheduler")
+def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term) -> Step:
+    """schedule(): RUN sends num_output_tokens = outputs + placeholders, then adds 1 + drafts
+        placeholders unless the step is a non-final prefill chunk (_update_after_schedule)."""
+    sizes = state.sizes
+    outputs, placeholders, prefilling = state.outputs, state.placeholders, state.prefilling
+    run = kind == Kind.RUN
+    produces = run & ~chunk
+    guard = conjunction(
+        state.to_runner.length() + state.to_scheduler.length() < 2,  # the batch queue holds two steps
+        produces.implies(outputs + placeholders + 1 + drafts <= sizes.capacity),
+        chunk.implies(run & prefilling) if sizes.chunked_prefill else ~chunk,
+        (drafts > 0).implies(produces & ~prefilling),
+        history if not sizes.history_toggles else True,
+    )
+    if not sizes.preemptions:
+        guard = conjunction(guard, run)
+    entry = record_of(state.Scheduled, kind=kind, chunk=chunk, drafts=drafts, sent=outputs + placeholders,
+                      outputs=outputs, history=history)
+    return Step(guard, {
+        state.to_runner: state.to_runner.append(entry),
+        placeholders: if_then_else(produces, placeholders + 1 + drafts, placeholders),
+        prefilling: if_then_else(kind == Kind.PREEMPT, True, if_then_else(produces, False, prefilling)),
+    })
+
+
+@action(actor="scheduler")
+def update_from_output(state: State) -> Step:
+    """update_from_output: accepted + 1 new tokens; placeholders lose the rejected drafts and the new tokens."""
+    outputs, placeholders = state.outputs, state.placeholders
+    head = state.to_scheduler.head()
+    produced = (head.field("kind") == Kind.RUN) & ~head.field("chunk")
+    accepted, drafts = head.field("accepted"), head.field("drafts")
+    rejected_taken = if_then_else((drafts > 0) & (placeholders > 0), placeholders - (drafts - accepted), placeholders)
+    return Step(~state.to_scheduler.is_empty(), {
+        state.to_scheduler: state.to_scheduler.tail(),
+        outputs: if_then_else(produced, outputs + accepted + 1, outputs),
+        placeholders: if_then_else(produced, rejected_taken - (accepted + 1), placeholders),
+    })
+
+
+@action(actor="scheduler")
+def kv_load_failure(state: State, discarded: Term) -> Step:
+    """A sync KV-load failure discards the last outputs; the request recomputes (see module doc)."""
+    idle = conjunction(state.to_runner.is_empty(), state.to_scheduler.is_empty(), state.phase == Phase.IDLE)
+    return Step(conjunction(idle, state.kv_failures < state.sizes.kv_load_failures, state.outputs >= discarded), {
+        state.outputs: state.outputs - discarded,
+        state.generated: state.generated - discarded,
+        state.prefilling: True,
+        state.kv_failures: state.kv_failures + 1,
+    })
