@@ -236,3 +236,20 @@ def test_a_module_level_action_binds_with_its_context_and_stays_callable() -> No
     assert evaluate(lift(step.guard).expression, Environment({"count": (3, 2)})) is True
     with pytest.raises(DefinitionError, match="parameters declared"):
         machine.add(bump, model, name="bump_without_sorts")
+
+
+def test_an_action_taking_keywords_gets_every_declared_parameter_in_order() -> None:
+    from lockstep.spec.actions import action
+
+    @action(actor="engine")
+    def take(limit: int, **amounts: Term) -> Step:
+        """Take one amount per slot, the names decided at build time."""
+        assert list(amounts) == ["amount_0", "amount_1"]
+        total = amounts["amount_0"] + amounts["amount_1"]
+        return Step(total <= limit, {})
+
+    machine = Machine("keywords")
+    machine.variable("unused", integers(0, 1), 0)
+    bound = machine.add(take, 2, sorts={f"amount_{slot}": integers(0, 2) for slot in range(2)})
+    assert [parameter.name for parameter in bound.parameters] == ["amount_0", "amount_1"]
+    assert bound.description == "Take one amount per slot, the names decided at build time."

@@ -161,15 +161,16 @@ class Machine:
 
     def add(
         self, definition: ActionDefinition[...], *context: object, name: str | None = None, actor: str | None = None,
-        **parameters: Sort,
+        sorts: Mapping[str, Sort] | None = None, **parameters: Sort,
     ) -> Action:
         """Bind a module-level action (``lockstep.spec.actions.action``): ``context`` fills the
         function's leading arguments (the model's state, its variant), ``parameters`` give the sort of
-        each remaining one. ``name`` and ``actor`` override the definition's for this machine."""
+        each remaining one (``sorts`` too, for names computed at build time, which a function taking
+        ``**keywords`` receives in order). ``name`` and ``actor`` override the definition's."""
         function = functools.partial(definition.function, *context) if context else definition.function
         return self.add_action(
             name or definition.name, function, actor=actor or definition.actor, description=definition.description,
-            mirrors=definition.mirrors, **parameters,
+            mirrors=definition.mirrors, **{**(sorts or {}), **parameters},
         )
 
     def add_action(
@@ -178,8 +179,10 @@ class Machine:
         self._open(f"action {name!r}")
         if any(existing.name == name for existing in self.actions):
             raise DefinitionError(f"machine {self.name} already has an action named {name!r}")
-        signature = list(inspect.signature(function).parameters)
-        if sorted(signature) != sorted(parameters):
+        arguments = inspect.signature(function).parameters.values()
+        signature = [argument.name for argument in arguments if argument.kind is not inspect.Parameter.VAR_KEYWORD]
+        variadic = any(argument.kind is inspect.Parameter.VAR_KEYWORD for argument in arguments)
+        if not set(signature) <= set(parameters) if variadic else sorted(signature) != sorted(parameters):
             raise DefinitionError(
                 f"action {name!r}: the function takes {signature} but the parameters declared are "
                 f"{list(parameters)}; declare one sort per function argument, e.g. @machine.action(actor=..., rank=Rank)"

@@ -25,7 +25,7 @@ from lockstep.spec.terms import Term, conjunction, if_then_else, record_of
 @action(actor="scheduler")
 def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term) -> Step:
     """schedule(): RUN sends num_output_tokens = outputs + placeholders, then adds 1 + drafts
-        placeholders unless the step is a non-final prefill chunk (_update_after_schedule)."""
+    placeholders unless the step is a non-final prefill chunk (_update_after_schedule)."""
     sizes = state.sizes
     outputs, placeholders, prefilling = state.outputs, state.placeholders, state.prefilling
     run = kind == Kind.RUN

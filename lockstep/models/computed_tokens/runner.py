@@ -30,7 +30,6 @@ from lockstep.spec.actions import action
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.sorts import MapSort, Sort
 from lockstep.spec.terms import (
-    DefinitionError,
     Term,
     TermLike,
     conjunction,
@@ -163,38 +162,21 @@ def _sample_last(state: State, variant: str, accepted: list[Term]) -> Step:
     return Step(conjunction(state.executed[last], valid), updates)
 
 
-# sample_tokens has one parameter per request, the drafts the rejection sampler accepts for it:
-# ``accepted`` with one request, ``accepted_0`` ... with more (the protocol allows up to three).
-# One definition per request count keeps every parameter a named, typed argument.
 @action(actor="rank:{last}")  # build names the last rank
-def sample_tokens(state: State, variant: str, accepted: Term) -> Step:
+def sample_tokens(state: State, variant: str, **accepted: Term) -> Step:
     """The last rank samples: rejection sampling accepts ``accepted[q]`` of q's drafts;
-        pp_broadcast sends (num_sampled, num_rejected) to the other ranks; the output goes to the engine."""
-    return _sample_last(state, variant, [accepted])
-
-
-@action(name="sample_tokens", actor="rank:{last}", description=sample_tokens.description)
-def sample_tokens_of_two(state: State, variant: str, accepted_0: Term, accepted_1: Term) -> Step:
-    return _sample_last(state, variant, [accepted_0, accepted_1])
-
-
-@action(name="sample_tokens", actor="rank:{last}", description=sample_tokens.description)
-def sample_tokens_of_three(state: State, variant: str, accepted_0: Term, accepted_1: Term, accepted_2: Term) -> Step:
-    return _sample_last(state, variant, [accepted_0, accepted_1, accepted_2])
+    pp_broadcast sends (num_sampled, num_rejected) to the other ranks; the output goes to the engine."""
+    return _sample_last(state, variant, list(accepted.values()))
 
 
 def add_sample_tokens(machine: Machine, state: State, variant: str) -> None:
-    """Bind ``sample_tokens`` for this machine's request count, as an action of the last rank."""
-    Accepted, actor, count = state.Drafts, f"rank:{state.sizes.last}", state.sizes.requests
-    if count == 1:
-        machine.add(sample_tokens, state, variant, actor=actor, accepted=Accepted)
-    elif count == 2:
-        machine.add(sample_tokens_of_two, state, variant, actor=actor, accepted_0=Accepted, accepted_1=Accepted)
-    elif count == 3:
-        machine.add(sample_tokens_of_three, state, variant, actor=actor, accepted_0=Accepted, accepted_1=Accepted,
-                    accepted_2=Accepted)
-    else:
-        raise DefinitionError(f"computed-tokens: sample_tokens is defined for 1 to 3 requests, not {count}")
+    """Bind ``sample_tokens`` as an action of the last rank with one parameter per request, the
+    drafts the rejection sampler accepts for it: ``accepted`` with one request, ``accepted_0`` ...
+    with more."""
+    count = state.sizes.requests
+    names = ["accepted"] if count == 1 else [f"accepted_{q}" for q in range(count)]
+    machine.add(sample_tokens, state, variant, actor=f"rank:{state.sizes.last}",
+                sorts={name: state.Drafts for name in names})
 
 
 @action(actor="rank:{rank}")

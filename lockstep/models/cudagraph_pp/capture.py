@@ -22,8 +22,7 @@ from lockstep.spec.terms import Term, if_then_else
 @action(actor="rank:{rank}")
 def capture(state: State, variant: Variant, rank: Term) -> Step:
     """ModelCudaGraphManager.capture, one descriptor: warm-up (mode NONE) and capture; non-first
-        ranks take slices of the persistent buffer as inputs (the mutant: a capture-time buffer)."""
-    # (the docstring is the action's description, indented as when it was nested in ``build``)
+    ranks take slices of the persistent buffer as inputs (the mutant: a capture-time buffer)."""
     index = state.captured[rank]
     chosen = state.capture_order[index]
     nominal = state.capture_requests_of[chosen]

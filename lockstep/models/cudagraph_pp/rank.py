@@ -10,9 +10,6 @@ tensor (``FRESH_k`` for step k), ``prepare_inputs`` (dispatch, copy-in), ``forwa
 eager), and ``send``s unless it is the last. A stage's next step begins by waiting on its send
 handles. An eager output is a fresh allocation that ``record_stream`` keeps alive until its send
 completes, so it is never overwritten while sent; a graph's output buffer is.
-
-The multi-line docstrings of the actions are their descriptions, indented as when they were nested
-in ``build`` (the model snapshot pins them).
 """
 
 from __future__ import annotations
@@ -72,7 +69,7 @@ def first_forward(state: State, variant: Variant) -> Step:
 @action(actor="rank:{rank}")
 def receive(state: State, variant: Variant, rank: Term) -> Step:
     """Worker.execute_model on a non-first rank: wait on its own sends, irecv_tensor_dict into a
-        fresh tensor; the lazy wait of AsyncIntermediateTensors completes it (and the sender's isend)."""
+    fresh tensor; the lazy wait of AsyncIntermediateTensors completes it (and the sender's isend)."""
     sender = state.previous[rank]
     at = state.step[rank]
     sent_keys = (True, variant.name != MISSING_KEY)  # (hidden_states, residual): the mutant sends no residual
@@ -89,7 +86,7 @@ def receive(state: State, variant: Variant, rank: Term) -> Step:
 @action(actor="rank:{rank}")
 def prepare_inputs(state: State, variant: Variant, rank: Term) -> Step:
     """Dispatch, then (v0.19.0) copy every key of the persistent buffer from the received
-        tensors, rows [:num_tokens_after_padding]; a missing key is vLLM's KeyError (K1)."""
+    tensors, rows [:num_tokens_after_padding]; a missing key is vLLM's KeyError (K1)."""
     persistent, received_keys = state.persistent, state.received_keys
     updates: dict[Term, TermLike] = {
         state.descriptor: state.descriptor.set(rank, dispatch(state, state.step[rank])),
@@ -104,7 +101,7 @@ def prepare_inputs(state: State, variant: Variant, rank: Term) -> Step:
 @action(actor="rank:{rank}")
 def forward(state: State, variant: Variant, rank: Term) -> Step:
     """The forward of a non-first rank: FULL replays (run_fullgraph), PIECEWISE replays each piece,
-        NONE runs eagerly; a graph reads the address it recorded, eager the tensors it is given."""
+    NONE runs eagerly; a graph reads the address it recorded, eager the tensors it is given."""
     at = state.step[rank]
     chosen = state.descriptor[rank]
     given = state.Address.PERSISTENT if variant.persistent_buffer else state.fresh[at]
@@ -126,7 +123,7 @@ def forward(state: State, variant: Variant, rank: Term) -> Step:
 @action(actor="rank:{rank}")
 def send(state: State, rank: Term) -> Step:
     """isend_tensor_dict of the forward's output (FULL: the manager's buffer [:num_tokens];
-        PIECEWISE: the graph's own output; eager: a fresh tensor); the step ends."""
+    PIECEWISE: the graph's own output; eager: a fresh tensor); the step ends."""
     at, chosen = state.step[rank], state.descriptor[rank]
     ready = state.phase[rank] == Phase.OUTPUT_READY
     return Step(conjunction(rank < state.sizes.last, ready, ~state.send_pending[rank]), {

@@ -44,8 +44,7 @@ def all_chunked(state: State, step: Term) -> Term:
 def schedule(state: State, leave_out: Term) -> Step:
     """schedule() and the exec/sample RPCs of one step, while the batch queue has room.
 
-        ``leave_out`` names a request the token budget leaves out of the step (-1: nobody)."""
-    # (the docstring is the action's description, indented as when it was nested in ``build``)
+    ``leave_out`` names a request the token budget leaves out of the step (-1: nobody)."""
     computed, scheduled, gaps_left = state.computed, state.scheduled, state.gaps_left
 
     def unfinished(q: Term) -> Term:
