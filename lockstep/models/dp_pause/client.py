@@ -38,6 +38,10 @@ coordinator (1255-1264). ``add_request_async`` (1296-1310) stamps the request wi
 
 The utility calls are pairs of actions: ``client_<call>`` sends the call to one engine,
 ``client_<call>_returned`` ends the phase once every engine answered.
+
+An action's docstring is its description verbatim, so a multi-line one keeps the hanging indent its
+description was recorded with (``tests/fixtures/model_snapshot.json``); an action without a
+docstring has no description.
 """
 
 from __future__ import annotations

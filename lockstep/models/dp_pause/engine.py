@@ -9,6 +9,10 @@ the busy loop (``run_busy_loop``: a real or dummy forward, then ``_has_global_un
 with the engine all-reduce every ``sync_interval`` steps). ``mirrors`` names the v0.21.0 source;
 ``sources.py`` has v0.20.0's where it differs. The predicates ``unfinished`` and ``has_work`` are
 shared with the client and the properties; ``sync_dp_state`` with the lemma.
+
+An action's docstring is its description verbatim, so a multi-line one keeps the hanging indent its
+description was recorded with (``tests/fixtures/model_snapshot.json``); an action without a
+docstring has no description.
 """
 
 from __future__ import annotations

@@ -241,7 +241,8 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
         replies=variable("client.replies", integers(0, size), 0, "replies to this phase's call"),
         # superseded publications still on their way to the stats task
         publications=variable("channel.publication", sorts.Publications, (), "publications the coordinator has "
-                              "superseded that the client may still apply, oldest first", options.stale_publications > 0),
+                              "superseded that the client may still apply, oldest first",
+                              options.stale_publications > 0),
         # FIRST_REQ queued on the inproc socket, not yet forwarded by the stats task
         first_request_inproc=variable("channel.first_request_inproc", Requests, 0,
                                       "FIRST_REQs add_request_async queued for the stats task",
