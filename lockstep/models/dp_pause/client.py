@@ -35,186 +35,249 @@ coordinator (1255-1264). ``add_request_async`` (1296-1310) stamps the request wi
   ``engines_running``; ``client_forward_first_request`` (the stats task) sets it and forwards
   FIRST_REQ with the view's wave at that time. Requests added before the stats task runs each
   send a FIRST_REQ. 0: the add does both at once.
+
+The utility calls are pairs of actions: ``client_<call>`` sends the call to one engine,
+``client_<call>_returned`` ends the phase once every engine answered.
+
+An action's docstring is its description verbatim, so a multi-line one keeps the hanging indent its
+description was recorded with (``tests/fixtures/model_snapshot.json``); an action without a
+docstring has no description.
 """
 
 from __future__ import annotations
 
-from lockstep.models.dp_pause.context import Context, machine_map
+from lockstep.models.dp_pause.state import ClientPhase, MessageKind, State, message, pause_modes
+from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.sorts import BOOL, enum, integers
-from lockstep.spec.terms import Term, all_of, disjunction, if_then_else, sequence_of
+from lockstep.spec.sorts import BOOL
+from lockstep.spec.terms import Term, TermLike, all_of, disjunction, if_then_else, map_of, sequence_of
 
-ClientPhase = enum("ClientPhase", ["REQUESTS", "PAUSE", "RPC", "RESUME", "DONE"])
-PauseMode = enum("PauseMode", ["KEEP", "ABORT", "WAIT"])
-PAUSE_KINDS = {"KEEP": "PAUSE", "ABORT": "PAUSE_ABORT", "WAIT": "PAUSE_WAIT"}  # the message of each mode
-WINDOW_PHASES = ("PAUSE", "RPC", "RESUME", "DONE")  # bit i of late_window: late requests in that phase
+# bit i of late_window: late requests may come in that phase (bit 4: see late_allowed)
+WINDOW_PHASES = (ClientPhase.PAUSE, ClientPhase.RPC, ClientPhase.RESUME, ClientPhase.DONE)
 
 
-def allowed_modes(parameters: object) -> list[str]:
-    """The pause modes the ``pause_modes`` bit mask allows, in PauseMode order."""
-    mask = parameters["pause_modes"]  # type: ignore[index]
-    return [name for bit, name in enumerate(PauseMode.members) if mask & (1 << bit)]
+# ---------------------------------------------------------------------------------- the stats task
+def view_still_read(model: State) -> Term:
+    """The view is read to add requests (and, lazily, to forward their FIRST_REQ), so it is not
+    updated once none are left to add or forward."""
+    still = model.requests_sent < model.options.total
+    return (still | (model.first_request_inproc > 0)) if model.options.lazy_first_request else still
 
 
-def add_client(context: Context) -> None:
-    """The client's actions (its variables are declared by ``model.build``)."""
-    machine, parameters, Rank, size = context.machine, context.parameters, context.rank, context.size
-    regular, late = parameters["requests"], parameters["late_requests"]
-    total = regular + late
-    phase, sent = context.read("client.phase"), context.read("client.requests_sent")
-    view_running, view_wave = context.read("client.engines_running"), context.read("client.current_wave")
-    delivered, replies = context.read("client.sent_to"), context.read("client.replies")
-    from_client, first_requests = context.read("channel.client"), context.read("channel.first_request")
-    from_coordinator, reports = context.read("channel.coordinator"), context.read("channel.to_coordinator")
-    coordinator_running = context.read("coordinator.engines_running")
-    coordinator_wave = context.read("coordinator.current_wave")
-
-    stale, lazy = parameters["stale_publications"], parameters["lazy_first_request"]
-    publications = context.read("channel.publication") if stale else None
-    queued = context.read("channel.first_request_inproc") if lazy else None
-    # The view is read to add requests (and, lazily, to forward their FIRST_REQ), so it is not
-    # updated once none are left to add or forward.
-    still_read = (sent < total) if queued is None else ((sent < total) | (queued > 0))
-
-    @machine.action(actor="client")
-    def client_read_publication() -> Step:
-        """The client's stats task applies the coordinator's latest publication (wave, running).
+@action(actor="client", mirrors="DPAsyncMPClient run_engine_stats_update_task (current_wave, engines_running)")
+def client_read_publication(model: State) -> Step:
+    """The client's stats task applies the coordinator's latest publication (wave, running).
 
         The coordinator publishes on every change and the client applies the last one it has, so
         reading the coordinator's current values at an arbitrary later moment is the same thing.
         With stale publications, the older ones still in flight are drained with it."""
-        differs = (view_running != coordinator_running) | (view_wave != coordinator_wave)
-        drained = {} if publications is None else {publications: _emptied(publications)}
-        return Step(differs & still_read, {view_running: coordinator_running, view_wave: coordinator_wave, **drained})
+    running, wave = model.client_running, model.client_wave
+    differs = (running != model.coordinator_running) | (wave != model.coordinator_wave)
+    drained = {model.publications: sequence_of(model.sorts.Publications)} if model.options.stale_publications else {}
+    return Step(differs & view_still_read(model),
+                {running: model.coordinator_running, wave: model.coordinator_wave, **drained})
 
-    if publications is not None:
-        @machine.action(actor="client", index=integers(0, stale - 1))
-        def client_read_stale_publication(index: Term) -> Step:
-            """The stats task's drain ends at a publication the coordinator has since superseded: it
+
+@action(actor="client", mirrors="DPAsyncMPClient run_engine_stats_update_task: the drained publications end at one "
+                                "the coordinator has superseded (current_wave, engines_running)")
+def client_read_stale_publication(model: State, index: Term) -> Step:
+    """The stats task's drain ends at a publication the coordinator has since superseded: it
             applies that one; the older ones are gone (a duplicate of it may still follow)."""
-            chosen = publications[index]
-            differs = (view_running != chosen.field("running")) | (view_wave != chosen.field("wave"))
-            return Step((index < publications.length()) & still_read & differs, {
-                view_running: chosen.field("running"),
-                view_wave: chosen.field("wave"),
-                publications: _dropped(publications, index, stale),
-            })
+    running, wave, publications = model.client_running, model.client_wave, model.publications
+    chosen = publications[index]
+    differs = (running != chosen.field("running")) | (wave != chosen.field("wave"))
+    return Step((index < publications.length()) & view_still_read(model) & differs, {
+        running: chosen.field("running"),
+        wave: chosen.field("wave"),
+        publications: dropped(publications, index, model.options.stale_publications),
+    })
 
-    if queued is not None:
-        @machine.action(actor="client")
-        def client_forward_first_request() -> Step:
-            """The stats task takes a FIRST_REQ from the inproc socket: engines_running = True, and
+
+@action(actor="client", mirrors="DPAsyncMPClient run_engine_stats_update_task (FIRST_REQ from the inproc socket: "
+                                "engines_running = True, forward (engine, current_wave) to the coordinator)")
+def client_forward_first_request(model: State) -> Step:
+    """The stats task takes a FIRST_REQ from the inproc socket: engines_running = True, and
             FIRST_REQ goes to the coordinator with the view's wave now."""
-            return Step(queued > 0, {
-                queued: queued - 1,
-                view_running: True,
-                first_requests: first_requests.append(view_wave),
-            })
+    queued = model.first_request_inproc
+    return Step(queued > 0, {
+        queued: queued - 1,
+        model.client_running: True,
+        model.first_request: model.first_request.append(model.client_wave),
+    })
 
-    rounds = parameters["resumes"]
-    resume_round = machine.variable("client.resume_round", integers(0, rounds - 1), 0,
-                                    "resume calls already answered") if rounds > 1 else None
-    window = [phase == name for bit, name in enumerate(WINDOW_PHASES) if parameters["late_window"] & (1 << bit)]
-    if parameters["late_window"] & 16 and resume_round is not None:  # between the first and the second resume call
-        window.append((phase == ClientPhase.RESUME) & (resume_round == 1) & all_of(Rank, lambda r: ~delivered[r]))
-    late_allowed = disjunction(*window) if late and window else None
 
-    if parameters["abort_request"]:
-        last_rank = machine.variable("client.last_request_rank", Rank, 0, "the engine the last request went to")
-        aborted = machine.variable("client.aborted", BOOL, False, "the client aborted its last request")
+# ------------------------------------------------------------------------------------- requests
+def late_allowed(model: State) -> Term | None:
+    """Whether the client may add a late request now (None: never)."""
+    options, phase = model.options, model.client_phase
+    window = [phase == name for bit, name in enumerate(WINDOW_PHASES) if options.late_window & (1 << bit)]
+    if options.late_window & 16 and options.resumes > 1:  # between the first and the second resume call
+        none_sent = all_of(model.Rank, lambda r: ~model.sent_to[r])
+        window.append((phase == ClientPhase.RESUME) & (model.resume_round == 1) & none_sent)
+    return disjunction(*window) if options.late_requests and window else None
 
-    @machine.action(actor="client", rank=Rank)
-    def client_add_request(rank: Term) -> Step:
-        """add_request_async: ADD stamped with the client's wave; FIRST_REQ if it believes engines idle."""
-        in_order = (phase == ClientPhase.REQUESTS) & (sent < regular)
-        if late_allowed is not None:
-            in_order = in_order | ((sent >= regular) & (sent < total) & late_allowed)
-        last = (phase == ClientPhase.REQUESTS) & (sent + 1 == regular)
-        remembered = {last_rank: rank} if parameters["abort_request"] else {}
-        return Step(in_order, {
-            **remembered,
-            from_client: from_client.set(rank, from_client[rank].append(context.message("ADD", view_wave))),
-            **({first_requests: if_then_else(view_running, first_requests, first_requests.append(view_wave)), view_running: True}
-               if queued is None else {queued: if_then_else(view_running, queued, queued + 1)}),
-            sent: sent + 1,
-            phase: if_then_else(last, ClientPhase.PAUSE, phase),
-        })
 
-    if parameters["abort_request"]:
-        @machine.action(actor="client", rank=Rank)
-        def client_abort_request(rank: Term) -> Step:
-            """AsyncLLM.abort → abort_requests_async: ABORT to the engine the last request went to (once)."""
-            return Step((sent > 0) & (last_rank == rank) & ~aborted, {
-                from_client: from_client.set(rank, from_client[rank].append(context.message("ABORT"))),
-                aborted: True,
-            })
-
-    modes = allowed_modes(parameters)
-    pause_message: Term = context.message(PAUSE_KINDS[modes[0]])
-    if len(modes) > 1:
-        pause_mode = machine.variable("client.pause_mode", PauseMode, modes[0], "the mode of the pause call")
-
-        @machine.action(actor="client", mode=PauseMode)
-        def client_choose_pause_mode(mode: Term) -> Step:
-            """pause_generation(mode=...): the mode is chosen before the first pause is sent."""
-            none_sent = all_of(Rank, lambda r: ~delivered[r])
-            choosable = disjunction(*[mode == name for name in modes[1:]])
-            return Step((phase == ClientPhase.PAUSE) & none_sent & (pause_mode == modes[0]) & choosable, {pause_mode: mode})
-
-        for name in modes[1:]:
-            pause_message = if_then_else(pause_mode == name, context.message(PAUSE_KINDS[name]), pause_message)
-
-    # With settle_before_resume, the client sends resume only once every control message already
-    # sent (FIRST_REQ, START_DP_WAVE, start_wave/wave_complete) has reached its receiver's queue.
-    # With 2, also every message already sent to an engine has been handled (an unhurried client).
-    settle = parameters["settle_before_resume"] >= 1
-    settled = first_requests.is_empty() & all_of(Rank, lambda r: from_coordinator[r].is_empty() & reports[r].is_empty())
-    if queued is not None:  # a FIRST_REQ still on the inproc socket is in flight too
-        settled = settled & (queued == 0)
-    if parameters["settle_before_resume"] == 2:
-        inbox = context.read("input_queue")
-        settled = settled & all_of(Rank, lambda r: from_client[r].is_empty() & inbox[r].is_empty())
-
-    def client_call(name: str, this: str, message: Term, following: str) -> None:
-        def call(rank: Term) -> Step:
-            ready = (phase == this) & ~delivered[rank]
-            if this == "RESUME" and settle:
-                ready = ready & settled
-            return Step(ready, {
-                from_client: from_client.set(rank, from_client[rank].append(message)),
-                delivered: delivered.set(rank, True),
-            })
-
-        def advance() -> Step:
-            updates: dict[Term, object] = {
-                phase: following,
-                delivered: machine_map(Rank, lambda r: False, delivered),
-                replies: 0,
-            }
-            if this == "RESUME" and resume_round is not None:  # call resume_generation again
-                again = resume_round < rounds - 1
-                updates[phase] = if_then_else(again, ClientPhase.RESUME, ClientPhase.DONE)
-                updates[resume_round] = if_then_else(again, resume_round + 1, resume_round)
-            return Step((phase == this) & (replies == size), updates)  # type: ignore[arg-type]
-
-        kind = name.upper() if name != "collective_rpc" else "RPC"
-        machine.add_action(f"client_{name}", call, actor="client", rank=Rank, description=f"send {kind} to one engine")
-        machine.add_action(f"client_{name}_returned", advance, actor="client", description=f"every engine answered {kind}")
-
-    client_call("pause", "PAUSE", pause_message, "RPC")
-    if parameters["rpc"] == 1:
-        client_call("barrier", "RPC", context.message("BARRIER"), "RESUME")
+@action(actor="client",
+        mirrors="AsyncLLM.add_request → DPAsyncMPClient.add_request_async (ADD; FIRST_REQ if not engines_running)")
+def client_add_request(model: State, rank: Term) -> Step:
+    """add_request_async: ADD stamped with the client's wave; FIRST_REQ if it believes engines idle."""
+    options, phase, sent, channel = model.options, model.client_phase, model.requests_sent, model.from_client
+    view_running, view_wave, first_request = model.client_running, model.client_wave, model.first_request
+    in_order = (phase == ClientPhase.REQUESTS) & (sent < options.requests)
+    late = late_allowed(model)
+    if late is not None:
+        in_order = in_order | ((sent >= options.requests) & (sent < options.total) & late)
+    last = (phase == ClientPhase.REQUESTS) & (sent + 1 == options.requests)
+    remembered = {model.last_request_rank: rank} if options.abort_request else {}
+    if options.lazy_first_request:  # only queued for the stats task
+        queued = model.first_request_inproc
+        first: dict[Term, TermLike] = {queued: if_then_else(view_running, queued, queued + 1)}
     else:
-        client_call("collective_rpc", "RPC", context.message("RPC"), "RESUME")
-    client_call("resume", "RESUME", context.message("RESUME"), "DONE")
+        first = {first_request: if_then_else(view_running, first_request, first_request.append(view_wave)),
+                 view_running: True}
+    return Step(in_order, {
+        **remembered,
+        channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ADD, view_wave))),
+        **first,
+        sent: sent + 1,
+        phase: if_then_else(last, ClientPhase.PAUSE, phase),
+    })
 
 
-def _emptied(sequence: Term) -> Term:
-    """The empty sequence of ``sequence``'s sort."""
-    return sequence_of(sequence.sort)  # type: ignore[arg-type]
+@action(actor="client",
+        mirrors="AsyncLLM.abort → DPLBAsyncMPClient.abort_requests_async (ABORT to the request's engine)")
+def client_abort_request(model: State, rank: Term) -> Step:
+    """AsyncLLM.abort → abort_requests_async: ABORT to the engine the last request went to (once)."""
+    channel, aborted = model.from_client, model.aborted
+    return Step((model.requests_sent > 0) & (model.last_request_rank == rank) & ~aborted, {
+        channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ABORT))),
+        aborted: True,
+    })
 
 
-def _dropped(sequence: Term, count: Term, capacity: int) -> Term:
+# -------------------------------------------------------------------------- the utility calls
+@action(actor="client", mirrors="AsyncLLM.pause_generation(mode=...)")
+def client_choose_pause_mode(model: State, mode: Term) -> Step:
+    """pause_generation(mode=...): the mode is chosen before the first pause is sent."""
+    modes = [chosen for chosen, _ in pause_modes(model.options)]
+    none_sent = all_of(model.Rank, lambda r: ~model.sent_to[r])
+    choosable = disjunction(*[mode == name for name in modes[1:]])
+    return Step((model.client_phase == ClientPhase.PAUSE) & none_sent & (model.pause_mode == modes[0]) & choosable,
+                {model.pause_mode: mode})
+
+
+def pause_message(model: State) -> Term:
+    """The message of the pause call: that of the chosen mode."""
+    modes = pause_modes(model.options)
+    result = message(model, modes[0][1])
+    for mode, kind in modes[1:]:
+        result = if_then_else(model.pause_mode == mode, message(model, kind), result)
+    return result
+
+
+def settled(model: State) -> Term:
+    """Every control message already sent (FIRST_REQ, START_DP_WAVE, start_wave/wave_complete)
+    has reached its receiver's queue; with settle_before_resume = 2, every message already sent
+    to an engine has also been handled (an unhurried client)."""
+    Rank = model.Rank
+    result = model.first_request.is_empty() & all_of(
+        Rank, lambda r: model.from_coordinator[r].is_empty() & model.to_coordinator[r].is_empty())
+    if model.options.lazy_first_request:  # a FIRST_REQ still on the inproc socket is in flight too
+        result = result & (model.first_request_inproc == 0)
+    if model.options.settle_before_resume == 2:
+        result = result & all_of(Rank, lambda r: model.from_client[r].is_empty() & model.input_queue[r].is_empty())
+    return result
+
+
+def send(model: State, phase: Term, call: Term, rank: Term, ready: Term | None = None) -> Step:
+    """``call_utility_async`` sends this phase's ``call`` to ``rank`` (once)."""
+    channel, sent_to = model.from_client, model.sent_to
+    guard = (model.client_phase == phase) & ~sent_to[rank]
+    return Step(guard if ready is None else guard & ready, {
+        channel: channel.set(rank, channel[rank].append(call)),
+        sent_to: sent_to.set(rank, True),
+    })
+
+
+def returned(model: State, phase: Term, following: Term) -> Step:
+    """Every engine answered this phase's call: the call returns and the next phase begins."""
+    updates: dict[Term, TermLike] = {
+        model.client_phase: following,
+        model.sent_to: map_of(model.Rank, lambda r: False, BOOL),
+        model.replies: 0,
+    }
+    return Step((model.client_phase == phase) & (model.replies == model.options.ranks), updates)
+
+
+@action(actor="client",
+        mirrors="AsyncLLM.pause_generation → pause_scheduler_async → DPLBAsyncMPClient.call_utility_async (one engine)")
+def client_pause(model: State, rank: Term) -> Step:
+    """send PAUSE to one engine"""
+    return send(model, ClientPhase.PAUSE, pause_message(model), rank)
+
+
+@action(actor="client",
+        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → pause_generation returns")
+def client_pause_returned(model: State) -> Step:
+    """every engine answered PAUSE"""
+    return returned(model, ClientPhase.PAUSE, ClientPhase.RPC)
+
+
+@action(actor="client",
+        mirrors="AsyncLLM.collective_rpc → DPLBAsyncMPClient.call_utility_async (one engine)")
+def client_collective_rpc(model: State, rank: Term) -> Step:
+    """send RPC to one engine"""
+    return send(model, ClientPhase.RPC, message(model, MessageKind.RPC), rank)
+
+
+@action(actor="client",
+        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → collective_rpc returns")
+def client_collective_rpc_returned(model: State) -> Step:
+    """every engine answered RPC"""
+    return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
+
+
+@action(actor="client",
+        mirrors="DPLBAsyncMPClient.call_utility_async('barrier') (one engine; vLLM's test staggers them)")
+def client_barrier(model: State, rank: Term) -> Step:
+    """send BARRIER to one engine"""
+    return send(model, ClientPhase.RPC, message(model, MessageKind.BARRIER), rank)
+
+
+@action(actor="client",
+        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered the barrier")
+def client_barrier_returned(model: State) -> Step:
+    """every engine answered BARRIER"""
+    return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
+
+
+@action(actor="client",
+        mirrors="AsyncLLM.resume_generation → resume_scheduler_async → DPLBAsyncMPClient.call_utility_async "
+                "(one engine)")
+def client_resume(model: State, rank: Term) -> Step:
+    """send RESUME to one engine"""
+    # With settle_before_resume, the client sends resume only once the messages in flight settled.
+    return send(model, ClientPhase.RESUME, message(model, MessageKind.RESUME), rank,
+                settled(model) if model.options.settle_before_resume >= 1 else None)
+
+
+@action(actor="client",
+        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → resume_generation returns")
+def client_resume_returned(model: State) -> Step:
+    """every engine answered RESUME"""
+    base = returned(model, ClientPhase.RESUME, ClientPhase.DONE)
+    if model.options.resumes == 1:
+        return base
+    # call resume_generation again
+    rounds, resume_round = model.options.resumes, model.resume_round
+    again = resume_round < rounds - 1
+    updates = dict(base.updates)
+    updates[model.client_phase] = if_then_else(again, ClientPhase.RESUME, ClientPhase.DONE)
+    updates[resume_round] = if_then_else(again, resume_round + 1, resume_round)
+    return Step(base.guard, updates)
+
+
+def dropped(sequence: Term, count: Term, capacity: int) -> Term:
     """``sequence`` without its first ``count`` elements (``count`` < ``capacity``)."""
     result = sequence
     for known in range(capacity - 1, 0, -1):

@@ -13,57 +13,56 @@ time while they were current), so they are pushed there, the oldest dropped when
 
 from __future__ import annotations
 
-from lockstep.models.dp_pause.context import Context, ReportKind, machine_map
+from lockstep.models.dp_pause.state import MessageKind, ReportKind, State, message
+from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.sorts import RecordSort, SequenceSort
-from lockstep.spec.terms import Term, if_then_else, record_of
+from lockstep.spec.terms import Term, if_then_else, map_of, record_of
 
 
-def add_coordinator(context: Context) -> None:
-    """The coordinator's actions (its variables are declared by ``model.build``)."""
-    machine, Rank, message = context.machine, context.rank, context.message
-    from_coordinator, reports = context.read("channel.coordinator"), context.read("channel.to_coordinator")
-    first_requests = context.read("channel.first_request")
-    coordinator_running, coordinator_wave = context.read("coordinator.engines_running"), context.read("coordinator.current_wave")
-    stale = context.parameters["stale_publications"]
-    publications = context.read("channel.publication") if stale else None
+def superseded(model: State, changes: Term) -> dict[Term, Term]:
+    """With stale publications: the values the coordinator leaves may still reach the client."""
+    stale, publications = model.options.stale_publications, model.publications
+    if not stale:
+        return {}
+    kept = if_then_else(publications.length() == stale, publications.tail(), publications)
+    previous = record_of(model.sorts.Publication, wave=model.coordinator_wave, running=model.coordinator_running)
+    return {publications: if_then_else(changes, kept.append(previous), publications)}
 
-    def superseded(changes: Term) -> dict[Term, Term]:
-        """With stale publications: the values the coordinator leaves may still reach the client."""
-        if publications is None:
-            return {}
-        assert isinstance(publications.sort, SequenceSort) and isinstance(publications.sort.element, RecordSort)
-        kept = if_then_else(publications.length() == stale, publications.tail(), publications)
-        previous = record_of(publications.sort.element, wave=coordinator_wave, running=coordinator_running)
-        return {publications: if_then_else(changes, kept.append(previous), publications)}
 
-    def broadcast(wave_value: Term, exclude: Term | None) -> dict[Term, Term]:
-        return {from_coordinator: machine_map(Rank, lambda r: from_coordinator[r].append(message("START_WAVE", wave_value, exclude)), from_coordinator)}
+def start_wave(model: State, wave: Term, exclude: Term | None) -> Term:
+    """_send_start_wave: START_DP_WAVE(wave, exclude) appended to every engine's channel."""
+    channel = model.from_coordinator
+    started = message(model, MessageKind.START_WAVE, wave, exclude)
+    return map_of(model.Rank, lambda rank: channel[rank].append(started), model.sorts.FromCoordinator)
 
-    @machine.action(actor="coordinator")
-    def coordinator_first_request() -> Step:
-        """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
-        starts = ~coordinator_running
-        started = broadcast(coordinator_wave, None)[from_coordinator]
-        return Step(~first_requests.is_empty(), {
-            first_requests: first_requests.tail(),
-            coordinator_running: True,
-            from_coordinator: if_then_else(starts, started, from_coordinator),
-            **superseded(starts),
-        })
 
-    @machine.action(actor="coordinator", rank=Rank)
-    def coordinator_report(rank: Term) -> Step:
-        """wave_complete(w) ends the wave; start_wave(w) from an engine restarts it, excluding that engine."""
-        head = reports[rank].head()
-        complete = (head.field("kind") == ReportKind.WAVE_COMPLETE) & (coordinator_wave <= head.field("wave"))
-        restart = (head.field("kind") == ReportKind.START_WAVE) & (
-            (head.field("wave") > coordinator_wave) | ((head.field("wave") == coordinator_wave) & ~coordinator_running))
-        started = broadcast(head.field("wave"), rank)[from_coordinator]
-        return Step(~reports[rank].is_empty(), {
-            reports: reports.set(rank, reports[rank].tail()),
-            coordinator_wave: if_then_else(complete, head.field("wave") + 1, if_then_else(restart, head.field("wave"), coordinator_wave)),
-            coordinator_running: if_then_else(complete, False, coordinator_running | restart),
-            from_coordinator: if_then_else(restart, started, from_coordinator),
-            **superseded(complete | restart),
-        })
+@action(actor="coordinator", mirrors="DPCoordinatorProc.process_input_socket (FIRST_REQ) → _send_start_wave")
+def coordinator_first_request(model: State) -> Step:
+    """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
+    running, channel, first_request = model.coordinator_running, model.from_coordinator, model.first_request
+    starts = ~running
+    return Step(~first_request.is_empty(), {
+        first_request: first_request.tail(),
+        running: True,
+        channel: if_then_else(starts, start_wave(model, model.coordinator_wave, None), channel),
+        **superseded(model, starts),
+    })
+
+
+@action(actor="coordinator",
+        mirrors="DPCoordinatorProc.process_input_socket (wave_complete / start_wave) → _send_start_wave")
+def coordinator_report(model: State, rank: Term) -> Step:
+    """wave_complete(w) ends the wave; start_wave(w) from an engine restarts it, excluding that engine."""
+    running, wave = model.coordinator_running, model.coordinator_wave
+    channel, reports = model.from_coordinator, model.to_coordinator
+    head = reports[rank].head()
+    complete = (head.field("kind") == ReportKind.WAVE_COMPLETE) & (wave <= head.field("wave"))
+    restart = (head.field("kind") == ReportKind.START_WAVE) & (
+        (head.field("wave") > wave) | ((head.field("wave") == wave) & ~running))
+    return Step(~reports[rank].is_empty(), {
+        reports: reports.set(rank, reports[rank].tail()),
+        wave: if_then_else(complete, head.field("wave") + 1, if_then_else(restart, head.field("wave"), wave)),
+        running: if_then_else(complete, False, running | restart),
+        channel: if_then_else(restart, start_wave(model, head.field("wave"), rank), channel),
+        **superseded(model, complete | restart),
+    })

@@ -1,5 +1,5 @@
 """The dp-pause lemma for all sizes: the SUM vote of ``sync_dp_state`` (vLLM v0.21.0,
-``vllm/config/parallel.py``), stated with the model's own decision rule (``model.sync_dp_state``).
+``vllm/config/parallel.py``), stated with the model's own decision rule (``engine.sync_dp_state``).
 
 For every dp_size >= 1 and every 0/1 vector of (unfinished, pending_pause) votes: the sum of the
 unfinished flags is positive exactly when some rank has work (the OR), the vote count equals
@@ -10,7 +10,7 @@ after consensus only real work keeps the wave running. Proved by induction on th
 
 from __future__ import annotations
 
-from lockstep.models.dp_pause.model import sync_dp_state
+from lockstep.models.dp_pause.engine import sync_dp_state
 from lockstep.spec.lemma import Lemma, lemma
 from lockstep.spec.sorts import BOOL, INTEGER, integers, record
 from lockstep.spec.terms import Term, conjunction

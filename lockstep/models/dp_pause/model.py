@@ -18,10 +18,12 @@ collective. Each waits for the other: a hang. The fix pauses in two phases: each
 stepping with ``pending_pause`` set until an all-reduce (SUM of [unfinished, pending]) shows that
 every rank has paused; from that consensus on START_DP_WAVE is ignored, and the wave ends.
 
-The model is split by actor: this module declares the variables, the communicators and the
-instances; ``engine.py`` holds the engine cores' actions, ``coordinator.py`` the coordinator's,
-``client.py`` the front-end client's, ``properties.py`` S1–S6, L1 and L2, and ``sources.py`` the
-vLLM functions each action stands for (shown with every counterexample step).
+The model is split by actor: ``state.py`` declares the state once (the variables and the
+communicators, as a typed ``State`` of Terms); ``engine.py`` holds the engine cores' actions,
+``coordinator.py`` the coordinator's, ``client.py`` the front-end client's (each action a
+module-level unit that names the v0.21.0 function it mirrors); ``properties.py`` S1–S6, L1 and L2;
+``sources.py`` the v0.20.0 functions where they differ. This module binds the actions into a
+machine (``build``) and declares the parameters and instances.
 
 Communicators (each its own ordered op sequence per rank):
 - ``engine_dp``: the engine-level stateless gloo ``dp_group`` of the engine cores. It carries the
@@ -76,29 +78,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lockstep.models.dp_pause.client import ClientPhase, add_client
-from lockstep.models.dp_pause.context import (
+from lockstep.models.dp_pause import client, coordinator, engine
+from lockstep.models.dp_pause.engine import sync_dp_state
+from lockstep.models.dp_pause.properties import add_properties
+from lockstep.models.dp_pause.sources import variant_sources
+from lockstep.models.dp_pause.state import (
     IGNORE_WHILE_PAUSED,
     NO_LOCAL_WAKEUP,
     POST_FIX,
     PRE_FIX,
-    Context,
-    MessageKind,
-    Mode,
-    PauseState,
-    ReportKind,
+    PauseMode,
+    Variant,
+    declare,
+    pause_modes,
 )
-from lockstep.models.dp_pause.coordinator import add_coordinator
-from lockstep.models.dp_pause.engine import Groups, add_engine, sync_dp_state
-from lockstep.models.dp_pause.properties import add_properties
-from lockstep.models.dp_pause.sources import sources
-from lockstep.spec.collectives import Communicator, OpSpec, all_reduce_max, all_reduce_sum
-from lockstep.spec.collectives import barrier as barrier_op
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
-from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, integers, record
+from lockstep.spec.sorts import integers
 
-__all__ = ["IGNORE_WHILE_PAUSED", "NO_LOCAL_WAKEUP", "POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build", "sync_dp_state"]
+__all__ = [
+    "IGNORE_WHILE_PAUSED", "NO_LOCAL_WAKEUP", "POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build",
+    "sync_dp_state",
+]
 
 # Runtime trace events (the reference runtime, lockstep/impl/dp_pause) by the model action each
 # records; here the identity: the runtime names its events after the model's actions.
@@ -111,91 +112,63 @@ RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
 )}
 
 
-def build(variant: str, parameters: Mapping[str, int]) -> Machine:
-    """The dp-pause machine for ``variant`` at the given parameter values."""
-    fixed = variant in (POST_FIX, NO_LOCAL_WAKEUP)
-    size, request_count = parameters["ranks"], parameters["requests"] + parameters["late_requests"]
-    sync_interval, max_wave = parameters["sync_interval"], parameters["max_wave"]
-    two_step, with_barrier = parameters["request_steps"] == 2, parameters["rpc"] == 1
-    machine = Machine(f"dp-pause/{variant}", hang_bound=parameters["hang_bound"])
-    Rank = IndexSort("Rank", size)
-    Wave = integers(0, max_wave)
-    # START_DP_WAVE(wave, exclude): `excluding` is false on the FIRST_REQ path (exclusion ineffective).
-    Message = record("Message", kind=MessageKind, wave=Wave, excluding=BOOL, exclude=Rank)
-    Report = record("Report", kind=ReportKind, wave=Wave)
-    # ADD per request, PAUSE, RPC, RESUME per call, the ABORT of a request
-    capacity = request_count + 2 + parameters["resumes"] + parameters["abort_request"]
-    Inbox = SequenceSort(Message, capacity + request_count + 2)
-    FromClient = SequenceSort(Message, capacity)
-    FromCoordinator = SequenceSort(Message, request_count + 2)
-    Reports = SequenceSort(Report, max_wave + 2)
-    Count = integers(0, size)
-    Requests = integers(0, request_count)
+def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
+    """The dp-pause machine for ``variant_name`` at the given parameter values: the state, then
+    every action in the order the machine lists them (per actor: engine cores, coordinator, client),
+    the symmetry, the properties and the variant's sources."""
+    variant = Variant(variant_name)
+    machine = Machine(f"dp-pause/{variant_name}", hang_bound=parameters["hang_bound"])
+    model = declare(machine, variant, parameters)  # every variable and communicator
+    options, Rank = model.options, model.Rank
+    # engine cores: the input path, _handle_client_request, the idle callbacks, the busy loop
+    machine.add(engine.arrive_from_client, model, rank=Rank)
+    machine.add(engine.arrive_from_coordinator, model, rank=Rank)
+    machine.add(engine.handle_add, model, variant, rank=Rank)
+    if options.abort_request:
+        machine.add(engine.handle_abort, model, rank=Rank)
+    machine.add(engine.handle_start_wave, model, variant, rank=Rank)
+    machine.add(engine.handle_pause, model, variant, rank=Rank)
+    machine.add(engine.handle_collective_rpc, model, rank=Rank)
+    machine.add(engine.finish_collective_rpc, model, rank=Rank)
+    if options.barrier:
+        machine.add(engine.handle_barrier, model, rank=Rank)
+        machine.add(engine.finish_barrier, model, rank=Rank)
+    machine.add(engine.handle_resume, model, variant, rank=Rank)
+    if variant.fixed:
+        machine.add(engine.finish_resume, model, rank=Rank)
+    machine.add(engine.notify_idle, model, rank=Rank)
+    machine.add(engine.step, model, rank=Rank)
+    machine.add(engine.finish_forward, model, variant, rank=Rank)
+    machine.add(engine.finish_sync, model, variant, rank=Rank)
+    # the coordinator
+    machine.add(coordinator.coordinator_first_request, model)
+    machine.add(coordinator.coordinator_report, model, rank=Rank)
+    # the client: its stats task, requests, then pause, collective_rpc (or barrier) and resume
+    machine.add(client.client_read_publication, model)
+    if options.stale_publications:
+        machine.add(client.client_read_stale_publication, model, index=integers(0, options.stale_publications - 1))
+    if options.lazy_first_request:
+        machine.add(client.client_forward_first_request, model)
+    machine.add(client.client_add_request, model, rank=Rank)
+    if options.abort_request:
+        machine.add(client.client_abort_request, model, rank=Rank)
+    if len(pause_modes(options)) > 1:
+        machine.add(client.client_choose_pause_mode, model, mode=PauseMode)
+    machine.add(client.client_pause, model, rank=Rank)
+    machine.add(client.client_pause_returned, model)
+    if options.barrier:
+        machine.add(client.client_barrier, model, rank=Rank)
+        machine.add(client.client_barrier_returned, model)
+    else:
+        machine.add(client.client_collective_rpc, model, rank=Rank)
+        machine.add(client.client_collective_rpc_returned, model)
+    machine.add(client.client_resume, model, rank=Rank)
+    machine.add(client.client_resume_returned, model)
 
-    def per_rank(sort: object, value: object) -> tuple[object, ...]:
-        return tuple(value for _ in range(size))
-
-    # ------------------------------------------------------------------ engine cores (one per rank)
-    machine.variable("mode", MapSort(Rank, Mode), per_rank(Mode, 0), "where the core thread is")
-    machine.variable("engines_running", MapSort(Rank, BOOL), per_rank(BOOL, False))
-    machine.variable("current_wave", MapSort(Rank, Wave), per_rank(Wave, 0))
-    machine.variable("step_counter", MapSort(Rank, integers(0, sync_interval - 1)), per_rank(None, 0))
-    machine.variable("pause_state", MapSort(Rank, PauseState), per_rank(PauseState, 0))
-    machine.variable("requests", MapSort(Rank, Requests), per_rank(None, 0), "unfinished local requests")
-    machine.variable("finished_pending", MapSort(Rank, BOOL), per_rank(BOOL, False))
-    machine.variable("pause_future", MapSort(Rank, BOOL), per_rank(BOOL, False), "a deferred pause reply")
-    machine.variable("input_queue", MapSort(Rank, Inbox), per_rank(None, ()))
-    machine.variable("channel.client", MapSort(Rank, FromClient), per_rank(None, ()))
-    machine.variable("channel.coordinator", MapSort(Rank, FromCoordinator), per_rank(None, ()))
-    machine.variable("channel.to_coordinator", MapSort(Rank, Reports), per_rank(None, ()))
-    if fixed:
-        machine.variable("pending_pause", MapSort(Rank, BOOL), per_rank(BOOL, False))
-        machine.variable("ignore_start_dp_wave", MapSort(Rank, BOOL), per_rank(BOOL, False))
-    if two_step:  # scheduler.running: admitted requests, each with its last forward to go
-        machine.variable("running_requests", MapSort(Rank, Requests), per_rank(None, 0), "admitted local requests")
-
-    engine_ops: dict[str, OpSpec] = {"sync_sum": all_reduce_sum(), "resume_max": all_reduce_max()} if fixed else {"sync_max": all_reduce_max()}
-    if with_barrier:  # the test-only barrier utility: dist.barrier on the same dp_group
-        engine_ops["barrier"] = barrier_op()
-    engine_dp = Communicator(machine, "engine_dp", Rank, engine_ops, payload=integers(0, 1), width=2 if fixed else 1,
-                             description="engine-level gloo dp_group")
-    worker_dp = Communicator(machine, "worker_dp", Rank, {"forward": all_reduce_sum()}, payload=integers(0, 0),
-                             description="workers' DP group: coordinate_batch_across_dp in every forward")
-    worker_world = Communicator(machine, "worker_world", Rank, {"rpc": all_reduce_sum()}, payload=integers(0, 0),
-                                description="the group a collective_rpc body uses")
-
-    # ------------------------------------------------------------------------------- coordinator
-    machine.variable("coordinator.engines_running", BOOL, False)
-    machine.variable("coordinator.current_wave", Wave, 0)
-    machine.variable("channel.first_request", SequenceSort(Wave, request_count), ())
-
-    # ------------------------------------------------------------------------------------ client
-    machine.variable("client.phase", ClientPhase, 0 if parameters["requests"] else 1)
-    machine.variable("client.engines_running", BOOL, False)
-    machine.variable("client.current_wave", Wave, 0)
-    machine.variable("client.requests_sent", Requests, 0)
-    machine.variable("client.sent_to", MapSort(Rank, BOOL), per_rank(BOOL, False), "this phase's call sent to rank")
-    machine.variable("client.replies", Count, 0, "replies to this phase's call")
-    if parameters["stale_publications"]:  # superseded publications still on their way to the stats task
-        Publication = record("Publication", wave=Wave, running=BOOL)
-        machine.variable("channel.publication", SequenceSort(Publication, parameters["stale_publications"]), (),
-                         "publications the coordinator has superseded that the client may still apply, oldest first")
-    if parameters["lazy_first_request"]:  # FIRST_REQ queued on the inproc socket, not yet forwarded by the stats task
-        machine.variable("channel.first_request_inproc", Requests, 0, "FIRST_REQs add_request_async queued for the stats task")
-
-    message, has_work = add_engine(machine, parameters, variant, fixed, Rank, Message, Report,
-                                   Groups(engine_dp, worker_dp, worker_world))
-    context = Context(machine, parameters, variant, fixed, Rank, Message, message, has_work)
-    add_coordinator(context)
-    add_client(context)
-
-    if size >= 3:  # rank 0 reports wave_complete; the other ranks are interchangeable
-        machine.declare_symmetric(Rank, tuple(range(1, size)))
-
-    # -------------------------------------------------------------------------------- properties
-    add_properties(context)
-    declared = {action.name for action in machine.actions}
-    machine.mirror({name: text for name, text in sources(fixed, variant).items() if name in declared})
+    if options.ranks >= 3:  # rank 0 reports wave_complete; the other ranks are interchangeable
+        machine.declare_symmetric(Rank, tuple(range(1, options.ranks)))
+    add_properties(machine, model, variant)
+    machine.mirror(variant_sources(variant))
     return machine
 
 
@@ -221,39 +194,50 @@ PROTOCOL = Protocol(
         VariantSpec(POST_FIX, "two-phase pause with the SUM all-reduce vote and ignore_start_dp_wave", "vLLM v0.21.0"),
         VariantSpec(IGNORE_WHILE_PAUSED, "mutant: a paused engine drops START_DP_WAVE (breaks liveness)",
                     "v0.20.0 + PRs #36608/#38009 (closed)"),
-        VariantSpec(NO_LOCAL_WAKEUP, "mutant: add_request's stale-wave branch only tells the coordinator, which excludes the sender",
+        VariantSpec(NO_LOCAL_WAKEUP,
+                    "mutant: add_request's stale-wave branch only tells the coordinator, which excludes the sender",
                     "v0.21.0 without the local engines_running = True (an intermediate #39366, caught in review)"),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "DP engine cores", minimum=2, maximum=8),
         ParameterSpec("requests", 1, "requests the client adds before pausing", minimum=0, maximum=3),
-        ParameterSpec("late_requests", 0, "requests the client may add after it began to pause (see late_window)", minimum=0, maximum=2),
-        ParameterSpec("late_window", 15, "phases late requests may come in: 1 pausing, 2 paused, 4 resuming, 8 resumed, 16 between "
-                      "two resume calls", minimum=1, maximum=31),
-        ParameterSpec("pause_modes", 1, "pause modes the client may use: 1 keep, 2 abort, 4 wait (a bit mask)", minimum=1, maximum=7),
-        ParameterSpec("request_steps", 1, "forwards a request needs (2: a request can be running when pause comes)", minimum=1, maximum=2),
-        ParameterSpec("rpc", 0, "what the client runs while paused: 0 collective_rpc, 1 the test-only barrier", minimum=0, maximum=1),
+        ParameterSpec("late_requests", 0, "requests the client may add after it began to pause (see late_window)",
+                      minimum=0, maximum=2),
+        ParameterSpec("late_window", 15, "phases late requests may come in: 1 pausing, 2 paused, 4 resuming, "
+                      "8 resumed, 16 between two resume calls", minimum=1, maximum=31),
+        ParameterSpec("pause_modes", 1, "pause modes the client may use: 1 keep, 2 abort, 4 wait (a bit mask)",
+                      minimum=1, maximum=7),
+        ParameterSpec("request_steps", 1, "forwards a request needs (2: a request can be running when pause comes)",
+                      minimum=1, maximum=2),
+        ParameterSpec("rpc", 0, "what the client runs while paused: 0 collective_rpc, 1 the test-only barrier",
+                      minimum=0, maximum=1),
         ParameterSpec("resumes", 1, "how many times the client calls resume_generation", minimum=1, maximum=3),
         ParameterSpec("sync_interval", 1, "steps between engine all-reduces (vLLM: 32)", minimum=1, maximum=32),
-        ParameterSpec("max_wave", 4, "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
-                      minimum=1, maximum=10, derived=lambda values: values["requests"] + values["late_requests"] + values["resumes"] + 2),
-        ParameterSpec("settle_before_resume", 1, "1: control messages in flight reach their queues before the client resumes; "
-                      "2: also every message sent to an engine has been handled", minimum=0, maximum=2),
-        ParameterSpec("hang_bound", 24, "steps within which every posted collective must complete", minimum=1, maximum=64),
-        ParameterSpec("bounded_liveness", 0, "1: check L1/L2 as bounded responses (within response_bound steps)", minimum=0, maximum=1),
+        ParameterSpec("max_wave", 4,
+                      "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
+                      minimum=1, maximum=10,
+                      derived=lambda values: values["requests"] + values["late_requests"] + values["resumes"] + 2),
+        ParameterSpec("settle_before_resume", 1, "1: control messages in flight reach their queues before the client "
+                      "resumes; 2: also every message sent to an engine has been handled", minimum=0, maximum=2),
+        ParameterSpec("hang_bound", 24, "steps within which every posted collective must complete",
+                      minimum=1, maximum=64),
+        ParameterSpec("bounded_liveness", 0, "1: check L1/L2 as bounded responses (within response_bound steps)",
+                      minimum=0, maximum=1),
         ParameterSpec("response_bound", 25, "L1/L2 bound in model steps (default: response_bound_default, "
-                      "(2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests))", minimum=1, maximum=4000,
-                      derived=lambda values: response_bound_default(values)),
-        ParameterSpec("abort_request", 0, "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
+                      "(2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests))",
+                      minimum=1, maximum=4000, derived=lambda values: response_bound_default(values)),
+        ParameterSpec("abort_request", 0,
+                      "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
                       minimum=0, maximum=1),
-        ParameterSpec("fair_liveness", 0, "1: also check L1/L2 as leads-to under weak fairness (needs the whole state graph)",
+        ParameterSpec("fair_liveness", 0,
+                      "1: also check L1/L2 as leads-to under weak fairness (needs the whole state graph)",
                       minimum=0, maximum=1),
-        ParameterSpec("stale_publications", 0, "publications the coordinator has superseded that the client's stats task may "
-                      "still apply (in flight on the pub socket); 0: the client reads the coordinator's current wave and running",
-                      minimum=0, maximum=3),
-        ParameterSpec("lazy_first_request", 0, "1: add_request_async queues FIRST_REQ for the stats task, which sets engines_running "
-                      "and forwards it with its current wave later (two requests before it runs send two); 0: both at once",
-                      minimum=0, maximum=1),
+        ParameterSpec("stale_publications", 0, "publications the coordinator has superseded that the client's stats "
+                      "task may still apply (in flight on the pub socket); 0: the client reads the coordinator's "
+                      "current wave and running", minimum=0, maximum=3),
+        ParameterSpec("lazy_first_request", 0, "1: add_request_async queues FIRST_REQ for the stats task, which sets "
+                      "engines_running and forwards it with its current wave later (two requests before it runs send "
+                      "two); 0: both at once", minimum=0, maximum=1),
     ),
     instances=(
         InstanceSpec(
@@ -282,7 +266,8 @@ PROTOCOL = Protocol(
         ),
         InstanceSpec(
             "request-while-paused",
-            "pause(keep) to all, then a request while paused (ADD and FIRST_REQ), collective_rpc, resume; L1/L2 checked",
+            "pause(keep) to all, then a request while paused (ADD and FIRST_REQ), collective_rpc, resume; "
+            "L1/L2 checked",
             {"requests": 0, "late_requests": 1, "late_window": 2, "bounded_liveness": 1},
             {PRE_FIX: "violated", POST_FIX: "holds"},
         ),

@@ -30,127 +30,152 @@ bounded responses, and the final states (the built-ins add no_hang and no_collec
 
 from __future__ import annotations
 
-from lockstep.models.dp_pause.client import ClientPhase
-from lockstep.models.dp_pause.context import Context
+from lockstep.models.dp_pause.engine import has_work
+from lockstep.models.dp_pause.state import ClientPhase, Mode, PauseState, State, Variant
+from lockstep.spec.machine import Machine
 from lockstep.spec.terms import Term, all_of, any_of, conjunction
 
 
-def add_properties(context: Context) -> None:
-    machine, Rank, parameters = context.machine, context.rank, context.parameters
-    mode, inbox, requests = context.read("mode"), context.read("input_queue"), context.read("requests")
-    from_client, from_coordinator = context.read("channel.client"), context.read("channel.coordinator")
-    reports, first_requests = context.read("channel.to_coordinator"), context.read("channel.first_request")
-    phase, counter, pause_state = context.read("client.phase"), context.read("step_counter"), context.read("pause_state")
-    running, worker_queue = context.read("engines_running"), context.read("worker_dp.queue")
-    engine_queue = context.read("engine_dp.queue")
-    total = parameters["requests"] + parameters["late_requests"]
-    no_first_request = first_requests.is_empty()  # none in flight to the coordinator
-    if context.has("channel.first_request_inproc"):  # lazy_first_request: none queued for the stats task either
-        no_first_request = no_first_request & (context.read("channel.first_request_inproc") == 0)
+def add_properties(machine: Machine, model: State, variant: Variant) -> None:
+    """The final states, S1–S6, the witness ``resumed`` and (as the options ask) L1 and L2."""
+    machine.set_final((model.client_phase == ClientPhase.DONE) & no_first_request(model) & quiet(model))
+    add_safety(machine, model, variant)
+    machine.sometimes("resumed", (model.client_phase == ClientPhase.DONE), "the scenario can run to its end")
+    if model.options.bounded_liveness:
+        add_bounded_liveness(machine, model)
+    if model.options.fair_liveness:
+        add_fair_liveness(machine, model)
 
-    def in_forward(rank: Term) -> Term:
-        return (mode[rank] == "FORWARD_REAL") | (mode[rank] == "FORWARD_DUMMY")
 
-    quiet = all_of(Rank, lambda r: conjunction(
-        mode[r] == "TOP", inbox[r].is_empty(), from_client[r].is_empty(), from_coordinator[r].is_empty(),
-        reports[r].is_empty(), ~context.has_work(r)))
-    machine.set_final((phase == ClientPhase.DONE) & no_first_request & quiet)
+def no_first_request(model: State) -> Term:
+    """No FIRST_REQ in flight to the coordinator (lazy_first_request: none queued for the stats task either)."""
+    result = model.first_request.is_empty()
+    if model.options.lazy_first_request:
+        result = result & (model.first_request_inproc == 0)
+    return result
 
-    # S1
+
+def in_forward(model: State, rank: Term) -> Term:
+    return (model.mode[rank] == Mode.FORWARD_REAL) | (model.mode[rank] == Mode.FORWARD_DUMMY)
+
+
+def quiet(model: State) -> Term:
+    """Every engine idle at the top of its loop with no message on its way to or from it."""
+    return all_of(model.Rank, lambda r: conjunction(
+        model.mode[r] == Mode.TOP, model.input_queue[r].is_empty(), model.from_client[r].is_empty(),
+        model.from_coordinator[r].is_empty(), model.to_coordinator[r].is_empty(), ~has_work(model, r)))
+
+
+def add_safety(machine: Machine, model: State, variant: Variant) -> None:
+    """S1–S6 as invariants."""
+    Rank, mode, counter = model.Rank, model.mode, model.step_counter
+    worker_queue, phase = model.worker_dp.queue, model.client_phase
     machine.always(
         "quiescent_during_rpc",
-        all_of(Rank, lambda r: ((mode[r] == "RPC") | (mode[r] == "BARRIER")).implies(all_of(Rank, lambda other: ~in_forward(other)))),
-        "S1: no rank is in a forward while a rank runs the collective_rpc (or barrier) issued after every pause returned",
+        all_of(Rank, lambda r: ((mode[r] == Mode.RPC) | (mode[r] == Mode.BARRIER)).implies(
+            all_of(Rank, lambda other: ~in_forward(model, other)))),
+        "S1: no rank is in a forward while a rank runs the collective_rpc (or barrier) issued after every pause "
+        "returned",
     )
-    # S2
     machine.always(
         "forward_counts_agree",
-        all_of(Rank, lambda r: all_of(Rank, lambda other: (in_forward(r) & in_forward(other) & ~worker_queue[r].is_empty()
-               & ~worker_queue[other].is_empty()).implies(counter[r] == counter[other]))),
+        all_of(Rank, lambda r: all_of(Rank, lambda other: (in_forward(model, r) & in_forward(model, other)
+               & ~worker_queue[r].is_empty() & ~worker_queue[other].is_empty()).implies(counter[r] == counter[other]))),
         "S2: ranks in the same forward all-reduce have run the same forwards since the last engine all-reduce",
     )
-    if context.fixed:
-        ignore, pending = context.read("ignore_start_dp_wave"), context.read("pending_pause")
-        # S3
-        machine.always(
-            "paused_ranks_agree",
-            all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == "TOP") & (mode[other] == "TOP")
-                   & (counter[r] == 0) & (counter[other] == 0) & ~running[r] & ~running[other]).implies(ignore[r] == ignore[other]))),
-            "S3: idle ranks agree on ignore_start_dp_wave",
-        )
-        machine.always(
-            "sync_decisions_agree",
-            all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == "SYNC") & (mode[other] == "SYNC")
-                   & ~engine_queue[r].is_empty() & ~engine_queue[other].is_empty()).implies(ignore[r] == ignore[other]))),
-            "S3: ranks in the same engine all-reduce entered it with the same ignore_start_dp_wave",
-        )
-        # S4
-        machine.always(
-            "resume_after_consensus",
-            all_of(Rank, lambda r: (mode[r] == "RESUME_BARRIER").implies(all_of(Rank, lambda other: ~pending[other]))),
-            "S4: no rank resumes while a pause is still in flight on any rank",
-        )
-    # S5
-    mode_terms = []
-    if context.has("running_requests"):
-        admitted = context.read("running_requests")
-        mode_terms.append((phase == ClientPhase.RPC).implies(all_of(Rank, lambda r: (pause_state[r] != "PAUSED_NEW")
-                          | (admitted[r] == 0))))
-    mode_terms.append(all_of(Rank, lambda r: (mode[r] == "FORWARD_REAL").implies(pause_state[r] != "PAUSED_ALL")))
+    if variant.fixed:
+        add_two_phase_safety(machine, model)
     machine.always(
         "pause_mode_semantics",
-        conjunction(*mode_terms),
+        pause_mode_semantics(model),
         "S5: keep runs no request while paused; abort and wait leave no running request once every pause returned",
     )
-    # S6
     machine.always(
         "coordinator_idle_when_quiet",
-        (quiet & no_first_request & (phase == ClientPhase.DONE) & (context.read("client.requests_sent") < total) & bool(parameters["late_window"] & 8))
-        .implies(~context.read("coordinator.engines_running")),
+        (quiet(model) & no_first_request(model) & (phase == ClientPhase.DONE)
+         & (model.requests_sent < model.options.total) & bool(model.options.late_window & 8))
+        .implies(~model.coordinator_running),
         "S6: once everything has settled, while the client may still add a request, the coordinator does not "
         "believe a wave runs (it would send no START_DP_WAVE for that request)",
     )
-    machine.sometimes("resumed", (phase == ClientPhase.DONE), "the scenario can run to its end")
-
-    bound = parameters["response_bound"]
-    if parameters["bounded_liveness"]:
-        machine.respond_within(
-            "pause_resolves",
-            (phase == ClientPhase.PAUSE) & all_of(Rank, lambda r: pause_state[r] != "UNPAUSED"),
-            phase != ClientPhase.PAUSE,
-            bound,
-            "L1: once every rank has handled pause, every pause future resolves",
-        )
-        machine.respond_within(
-            "resume_serves",
-            ((phase == ClientPhase.RESUME) | (phase == ClientPhase.DONE)) & all_of(Rank, lambda r: pause_state[r] == "UNPAUSED")
-            & any_of(Rank, lambda r: requests[r] > 0),
-            all_of(Rank, lambda r: requests[r] == 0),
-            bound,
-            "L2: once every rank has handled resume, every request an engine holds is served",
-        )
-    if parameters["fair_liveness"]:
-        add_fair_liveness(context)
 
 
-def add_fair_liveness(context: Context) -> None:
+def add_two_phase_safety(machine: Machine, model: State) -> None:
+    """S3 and S4, about the two-phase pause's ignore_start_dp_wave and pending_pause."""
+    Rank, mode, counter, running = model.Rank, model.mode, model.step_counter, model.engines_running
+    ignore, pending, engine_queue = model.ignore_start_dp_wave, model.pending_pause, model.engine_dp.queue
+    machine.always(
+        "paused_ranks_agree",
+        all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == Mode.TOP) & (mode[other] == Mode.TOP)
+               & (counter[r] == 0) & (counter[other] == 0) & ~running[r] & ~running[other])
+               .implies(ignore[r] == ignore[other]))),
+        "S3: idle ranks agree on ignore_start_dp_wave",
+    )
+    machine.always(
+        "sync_decisions_agree",
+        all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == Mode.SYNC) & (mode[other] == Mode.SYNC)
+               & ~engine_queue[r].is_empty() & ~engine_queue[other].is_empty()).implies(ignore[r] == ignore[other]))),
+        "S3: ranks in the same engine all-reduce entered it with the same ignore_start_dp_wave",
+    )
+    machine.always(
+        "resume_after_consensus",
+        all_of(Rank, lambda r: (mode[r] == Mode.RESUME_BARRIER).implies(all_of(Rank, lambda other: ~pending[other]))),
+        "S4: no rank resumes while a pause is still in flight on any rank",
+    )
+
+
+def pause_mode_semantics(model: State) -> Term:
+    """S5: keep never runs a real forward on a PAUSED_ALL rank; once every pause returned, no
+    PAUSED_NEW rank holds a running request (request_steps = 2)."""
+    Rank, pause_state = model.Rank, model.pause_state
+    terms = []
+    if model.options.two_step:
+        admitted = model.running_requests
+        terms.append((model.client_phase == ClientPhase.RPC).implies(
+            all_of(Rank, lambda r: (pause_state[r] != PauseState.PAUSED_NEW) | (admitted[r] == 0))))
+    terms.append(all_of(Rank, lambda r: (model.mode[r] == Mode.FORWARD_REAL)
+                        .implies(pause_state[r] != PauseState.PAUSED_ALL)))
+    return conjunction(*terms)
+
+
+def add_bounded_liveness(machine: Machine, model: State) -> None:
+    """L1 and L2 as responses within ``response_bound`` steps."""
+    Rank, phase, pause_state, requests = model.Rank, model.client_phase, model.pause_state, model.requests
+    bound = model.options.response_bound
+    machine.respond_within(
+        "pause_resolves",
+        (phase == ClientPhase.PAUSE) & all_of(Rank, lambda r: pause_state[r] != PauseState.UNPAUSED),
+        phase != ClientPhase.PAUSE,
+        bound,
+        "L1: once every rank has handled pause, every pause future resolves",
+    )
+    machine.respond_within(
+        "resume_serves",
+        ((phase == ClientPhase.RESUME) | (phase == ClientPhase.DONE))
+        & all_of(Rank, lambda r: pause_state[r] == PauseState.UNPAUSED) & any_of(Rank, lambda r: requests[r] > 0),
+        all_of(Rank, lambda r: requests[r] == 0),
+        bound,
+        "L2: once every rank has handled resume, every request an engine holds is served",
+    )
+
+
+def add_fair_liveness(machine: Machine, model: State) -> None:
     """L1 and L2 as ``leads_to`` under weak fairness of every action but the client's."""
-    machine, Rank, size = context.machine, context.rank, context.size
-    phase, sent_to, replies = context.read("client.phase"), context.read("client.sent_to"), context.read("client.replies")
-    requests = context.read("requests")
+    Rank, phase, sent_to, requests = model.Rank, model.client_phase, model.sent_to, model.requests
     fair = tuple(action.name for action in machine.actions if not action.actor.startswith("client")) + tuple(
         f"{group.name}.complete" for group in machine.communicators if hasattr(group, "name"))
     sent_everywhere = all_of(Rank, lambda r: sent_to[r])
     machine.leads_to(
         "pause_returns",
         (phase == ClientPhase.PAUSE) & sent_everywhere,
-        (phase != ClientPhase.PAUSE) | (replies == size),
+        (phase != ClientPhase.PAUSE) | (model.replies == model.options.ranks),
         "L1 (fair): once pause was sent to every rank, every rank answers it",
         fair=fair,
     )
     machine.leads_to(
         "resume_eventually_serves",
-        (((phase == ClientPhase.RESUME) & sent_everywhere) | (phase == ClientPhase.DONE)) & any_of(Rank, lambda r: requests[r] > 0),
+        (((phase == ClientPhase.RESUME) & sent_everywhere) | (phase == ClientPhase.DONE))
+        & any_of(Rank, lambda r: requests[r] > 0),
         all_of(Rank, lambda r: requests[r] == 0),
         "L2 (fair): once resume was sent to every rank, every request an engine holds is served",
         fair=fair,

@@ -1,0 +1,267 @@
+"""The state of the dp-pause model: its variants, its options, its sorts and every state variable,
+declared once.
+
+``declare`` turns the protocol's parameters into ``Options``, builds the sorts, and declares the
+state variables of the engine cores, the three communicators, the coordinator and the client, in
+that order. It returns them as a ``State`` whose fields are Terms, which ``engine.py``,
+``coordinator.py``, ``client.py`` and ``properties.py`` share: each action reads and writes the
+fields it needs, so no module looks a variable up by name.
+
+A variable that only some variants or parameters have (``pending_pause`` post-fix,
+``running_requests`` with ``request_steps`` = 2, ...) is still a field, a Term of the variable's
+name and sort: the machine rejects (``DefinitionError``) an action that reads or writes a variable
+it does not have, so an action touches one only under the ``if`` that says when it exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from lockstep.spec.collectives import Communicator, OpSpec, all_reduce_max, all_reduce_sum
+from lockstep.spec.collectives import barrier as barrier_op
+from lockstep.spec.expressions import Variable
+from lockstep.spec.machine import Machine
+from lockstep.spec.sorts import BOOL, IndexSort, MapSort, RecordSort, SequenceSort, Sort, enum, integers, record
+from lockstep.spec.terms import Term, TermLike, record_of
+
+PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+# Rejected alternatives of PR #39366's discussion, as mutants (they show why the fix has its shape):
+IGNORE_WHILE_PAUSED = "ignore-wave-while-paused"  # #36608/#38009: v0.20.0 + drop START_DP_WAVE while paused
+NO_LOCAL_WAKEUP = "no-local-wakeup"  # an intermediate #39366: add_request's stale branch without running = True
+
+MessageKind = enum(
+    "MessageKind", ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT"])
+ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
+Mode = enum("Mode", ["TOP", "FORWARD_REAL", "FORWARD_DUMMY", "SYNC", "RPC", "RESUME_BARRIER", "BARRIER"])
+PauseState = enum("PauseState", ["UNPAUSED", "PAUSED_NEW", "PAUSED_ALL"])
+ClientPhase = enum("ClientPhase", ["REQUESTS", "PAUSE", "RPC", "RESUME", "DONE"])
+PauseMode = enum("PauseMode", ["KEEP", "ABORT", "WAIT"])
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The variant being built (``PRE_FIX``, ``POST_FIX`` or a mutant)."""
+
+    name: str
+
+    @property
+    def fixed(self) -> bool:
+        """The two-phase pause of v0.21.0 (post-fix and its mutant no-local-wakeup)."""
+        return self.name in (POST_FIX, NO_LOCAL_WAKEUP)
+
+
+@dataclass(frozen=True)
+class Options:
+    """The protocol's parameters, typed (see ``model.PROTOCOL`` for each one's meaning)."""
+
+    ranks: int
+    requests: int  # added before pausing
+    late_requests: int  # added in the phases late_window names
+    late_window: int  # bit mask: 1 pausing, 2 paused, 4 resuming, 8 resumed, 16 between two resume calls
+    pause_modes: int  # bit mask: 1 keep, 2 abort, 4 wait
+    two_step: bool  # request_steps = 2: a request is admitted in one forward and finishes in the next
+    barrier: bool  # rpc = 1: the client runs the test-only barrier instead of collective_rpc
+    resumes: int
+    sync_interval: int
+    max_wave: int
+    settle_before_resume: int
+    abort_request: bool
+    stale_publications: int
+    lazy_first_request: bool
+    bounded_liveness: bool
+    response_bound: int
+    fair_liveness: bool
+
+    @property
+    def total(self) -> int:
+        """Every request the client may add."""
+        return self.requests + self.late_requests
+
+
+def options_of(parameters: Mapping[str, int]) -> Options:
+    return Options(
+        ranks=parameters["ranks"], requests=parameters["requests"], late_requests=parameters["late_requests"],
+        late_window=parameters["late_window"], pause_modes=parameters["pause_modes"],
+        two_step=parameters["request_steps"] == 2, barrier=parameters["rpc"] == 1, resumes=parameters["resumes"],
+        sync_interval=parameters["sync_interval"], max_wave=parameters["max_wave"],
+        settle_before_resume=parameters["settle_before_resume"], abort_request=bool(parameters["abort_request"]),
+        stale_publications=parameters["stale_publications"], lazy_first_request=bool(parameters["lazy_first_request"]),
+        bounded_liveness=bool(parameters["bounded_liveness"]), response_bound=parameters["response_bound"],
+        fair_liveness=bool(parameters["fair_liveness"]),
+    )
+
+
+def pause_modes(options: Options) -> tuple[tuple[Term, Term], ...]:
+    """The modes ``pause_modes`` allows, in PauseMode order, each with the message it sends."""
+    every = ((PauseMode.KEEP, MessageKind.PAUSE), (PauseMode.ABORT, MessageKind.PAUSE_ABORT),
+             (PauseMode.WAIT, MessageKind.PAUSE_WAIT))
+    return tuple(pair for bit, pair in enumerate(every) if options.pause_modes & (1 << bit))
+
+
+@dataclass(frozen=True)
+class Sorts:
+    """The sorts of the model's values."""
+
+    Rank: IndexSort
+    Wave: Sort
+    # START_DP_WAVE(wave, exclude): `excluding` is false on the FIRST_REQ path (exclusion ineffective).
+    Message: RecordSort
+    Report: RecordSort
+    Publication: RecordSort
+    Inbox: SequenceSort
+    FromClient: SequenceSort
+    FromCoordinator: SequenceSort
+    Reports: SequenceSort
+    Publications: SequenceSort
+    Requests: Sort
+
+
+def sorts_of(options: Options) -> Sorts:
+    Rank, Wave, count = IndexSort("Rank", options.ranks), integers(0, options.max_wave), options.total
+    Message = record("Message", kind=MessageKind, wave=Wave, excluding=BOOL, exclude=Rank)
+    Report = record("Report", kind=ReportKind, wave=Wave)
+    Publication = record("Publication", wave=Wave, running=BOOL)
+    # ADD per request, PAUSE, RPC, RESUME per call, the ABORT of a request
+    capacity = count + 2 + options.resumes + options.abort_request
+    return Sorts(
+        Rank=Rank, Wave=Wave, Message=Message, Report=Report, Publication=Publication,
+        Inbox=SequenceSort(Message, capacity + count + 2), FromClient=SequenceSort(Message, capacity),
+        FromCoordinator=SequenceSort(Message, count + 2), Reports=SequenceSort(Report, options.max_wave + 2),
+        Publications=SequenceSort(Publication, options.stale_publications), Requests=integers(0, count),
+    )
+
+
+@dataclass(frozen=True)
+class State:
+    """The options, sorts, communicators and state variables (Terms) of one built machine; the
+    comment after a field gives its variable's name where it differs, and when it exists."""
+
+    options: Options
+    sorts: Sorts
+    Rank: IndexSort
+    # engine cores (vllm/v1/engine/core.py, DPEngineCoreProc), per rank
+    mode: Term  # where the core thread is
+    engines_running: Term
+    current_wave: Term
+    step_counter: Term
+    pause_state: Term
+    requests: Term  # unfinished local requests
+    finished_pending: Term  # requests finished since the last schedule() (has_requests() still counts them)
+    pause_future: Term  # a deferred pause reply
+    input_queue: Term
+    from_client: Term  # channel.client
+    from_coordinator: Term  # channel.coordinator
+    to_coordinator: Term  # channel.to_coordinator: wave_complete and start_wave reports
+    pending_pause: Term  # two-phase variants only
+    ignore_start_dp_wave: Term  # two-phase variants only
+    running_requests: Term  # request_steps = 2 only: scheduler.running, admitted with their last forward to go
+    # communicators (see model.py)
+    engine_dp: Communicator
+    worker_dp: Communicator
+    worker_world: Communicator
+    # coordinator (vllm/v1/engine/coordinator.py)
+    coordinator_running: Term  # coordinator.engines_running
+    coordinator_wave: Term  # coordinator.current_wave
+    first_request: Term  # channel.first_request: FIRST_REQ with the client's wave
+    # client (vllm/v1/engine/core_client.py, async_llm.py)
+    client_phase: Term  # client.phase
+    client_running: Term  # client.engines_running: the stats task's view
+    client_wave: Term  # client.current_wave: the stats task's view
+    requests_sent: Term  # client.requests_sent
+    sent_to: Term  # client.sent_to: this phase's call sent to rank
+    replies: Term  # client.replies: replies to this phase's call
+    publications: Term  # channel.publication, with stale_publications only
+    first_request_inproc: Term  # channel.first_request_inproc, with lazy_first_request only
+    resume_round: Term  # client.resume_round, with resumes > 1 only
+    last_request_rank: Term  # client.last_request_rank, with abort_request only
+    aborted: Term  # client.aborted, with abort_request only
+    pause_mode: Term  # client.pause_mode, with more than one of pause_modes only
+
+
+def engine_operations(variant: Variant, options: Options) -> dict[str, OpSpec]:
+    """The ops of the engines' dp_group: the engine all-reduce of ``_has_global_unfinished_reqs``
+    (post-fix ``sync_dp_state``, SUM of two lanes; pre-fix ``has_unfinished_dp``, MAX), post-fix
+    the MAX of ``resume_scheduler``'s barrier, and with ``rpc`` = 1 the test-only barrier."""
+    if variant.fixed:
+        operations: dict[str, OpSpec] = {"sync_sum": all_reduce_sum(), "resume_max": all_reduce_max()}
+    else:
+        operations = {"sync_max": all_reduce_max()}
+    if options.barrier:  # the test-only barrier utility: dist.barrier on the same dp_group
+        operations["barrier"] = barrier_op()
+    return operations
+
+
+def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -> State:
+    """Declare every state variable and communicator of the dp-pause machine for ``variant``."""
+    options = options_of(parameters)
+    sorts = sorts_of(options)
+    Rank, Wave, Requests, fixed, size = sorts.Rank, sorts.Wave, sorts.Requests, variant.fixed, options.ranks
+
+    def variable(name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
+        """Declare the variable if it is ``present``; either way the Term that reads it."""
+        return machine.variable(name, sort, initial, description) if present else Term(Variable(name, sort))
+
+    def per_rank(name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
+        return variable(name, MapSort(Rank, sort), tuple(initial for _ in range(size)), description, present)
+
+    modes = pause_modes(options)  # (PauseMode, MessageKind) pairs
+    return State(
+        options=options, sorts=sorts, Rank=Rank,
+        mode=per_rank("mode", Mode, 0, "where the core thread is"),
+        engines_running=per_rank("engines_running", BOOL, False),
+        current_wave=per_rank("current_wave", Wave, 0),
+        step_counter=per_rank("step_counter", integers(0, options.sync_interval - 1), 0),
+        pause_state=per_rank("pause_state", PauseState, 0),
+        requests=per_rank("requests", Requests, 0, "unfinished local requests"),
+        finished_pending=per_rank("finished_pending", BOOL, False),
+        pause_future=per_rank("pause_future", BOOL, False, "a deferred pause reply"),
+        input_queue=per_rank("input_queue", sorts.Inbox, ()),
+        from_client=per_rank("channel.client", sorts.FromClient, ()),
+        from_coordinator=per_rank("channel.coordinator", sorts.FromCoordinator, ()),
+        to_coordinator=per_rank("channel.to_coordinator", sorts.Reports, ()),
+        pending_pause=per_rank("pending_pause", BOOL, False, present=fixed),
+        ignore_start_dp_wave=per_rank("ignore_start_dp_wave", BOOL, False, present=fixed),
+        running_requests=per_rank("running_requests", Requests, 0, "admitted local requests", present=options.two_step),
+        engine_dp=Communicator(machine, "engine_dp", Rank, engine_operations(variant, options), payload=integers(0, 1),
+                               width=2 if fixed else 1, description="engine-level gloo dp_group"),
+        worker_dp=Communicator(machine, "worker_dp", Rank, {"forward": all_reduce_sum()}, payload=integers(0, 0),
+                               description="workers' DP group: coordinate_batch_across_dp in every forward"),
+        worker_world=Communicator(machine, "worker_world", Rank, {"rpc": all_reduce_sum()}, payload=integers(0, 0),
+                                  description="the group a collective_rpc body uses"),
+        coordinator_running=variable("coordinator.engines_running", BOOL, False),
+        coordinator_wave=variable("coordinator.current_wave", Wave, 0),
+        first_request=variable("channel.first_request", SequenceSort(Wave, options.total), ()),
+        client_phase=variable("client.phase", ClientPhase,
+                              ClientPhase.REQUESTS if options.requests else ClientPhase.PAUSE),
+        client_running=variable("client.engines_running", BOOL, False),
+        client_wave=variable("client.current_wave", Wave, 0),
+        requests_sent=variable("client.requests_sent", Requests, 0),
+        sent_to=per_rank("client.sent_to", BOOL, False, "this phase's call sent to rank"),
+        replies=variable("client.replies", integers(0, size), 0, "replies to this phase's call"),
+        # superseded publications still on their way to the stats task
+        publications=variable("channel.publication", sorts.Publications, (), "publications the coordinator has "
+                              "superseded that the client may still apply, oldest first",
+                              options.stale_publications > 0),
+        # FIRST_REQ queued on the inproc socket, not yet forwarded by the stats task
+        first_request_inproc=variable("channel.first_request_inproc", Requests, 0,
+                                      "FIRST_REQs add_request_async queued for the stats task",
+                                      options.lazy_first_request),
+        resume_round=variable("client.resume_round", integers(0, options.resumes - 1), 0,
+                              "resume calls already answered", options.resumes > 1),
+        last_request_rank=variable("client.last_request_rank", Rank, 0, "the engine the last request went to",
+                                   options.abort_request),
+        aborted=variable("client.aborted", BOOL, False, "the client aborted its last request", options.abort_request),
+        pause_mode=variable("client.pause_mode", PauseMode, modes[0][0], "the mode of the pause call", len(modes) > 1),
+    )
+
+
+def message(model: State, kind: Term, wave: TermLike = 0, exclude: Term | None = None) -> Term:
+    """A Message record: ``kind`` with ``wave``; START_DP_WAVE excluding ``exclude`` if given."""
+    return record_of(model.sorts.Message, kind=kind, wave=wave, excluding=exclude is not None,
+                     exclude=0 if exclude is None else exclude)
+
+
+def report(model: State, kind: Term, wave: Term) -> Term:
+    """A Report record an engine sends the coordinator (wave_complete or start_wave)."""
+    return record_of(model.sorts.Report, kind=kind, wave=wave)
