@@ -38,10 +38,6 @@ coordinator (1255-1264). ``add_request_async`` (1296-1310) stamps the request wi
 
 The utility calls are pairs of actions: ``client_<call>`` sends the call to one engine,
 ``client_<call>_returned`` ends the phase once every engine answered.
-
-An action's docstring is its description verbatim, so a multi-line one keeps the hanging indent its
-description was recorded with (``tests/fixtures/model_snapshot.json``); an action without a
-docstring has no description.
 """
 
 from __future__ import annotations
@@ -68,9 +64,9 @@ def view_still_read(model: State) -> Term:
 def client_read_publication(model: State) -> Step:
     """The client's stats task applies the coordinator's latest publication (wave, running).
 
-        The coordinator publishes on every change and the client applies the last one it has, so
-        reading the coordinator's current values at an arbitrary later moment is the same thing.
-        With stale publications, the older ones still in flight are drained with it."""
+    The coordinator publishes on every change and the client applies the last one it has, so
+    reading the coordinator's current values at an arbitrary later moment is the same thing.
+    With stale publications, the older ones still in flight are drained with it."""
     running, wave = model.client_running, model.client_wave
     differs = (running != model.coordinator_running) | (wave != model.coordinator_wave)
     drained = {model.publications: sequence_of(model.sorts.Publications)} if model.options.stale_publications else {}
@@ -82,7 +78,7 @@ def client_read_publication(model: State) -> Step:
                                 "the coordinator has superseded (current_wave, engines_running)")
 def client_read_stale_publication(model: State, index: Term) -> Step:
     """The stats task's drain ends at a publication the coordinator has since superseded: it
-            applies that one; the older ones are gone (a duplicate of it may still follow)."""
+    applies that one; the older ones are gone (a duplicate of it may still follow)."""
     running, wave, publications = model.client_running, model.client_wave, model.publications
     chosen = publications[index]
     differs = (running != chosen.field("running")) | (wave != chosen.field("wave"))
@@ -97,7 +93,7 @@ def client_read_stale_publication(model: State, index: Term) -> Step:
                                 "engines_running = True, forward (engine, current_wave) to the coordinator)")
 def client_forward_first_request(model: State) -> Step:
     """The stats task takes a FIRST_REQ from the inproc socket: engines_running = True, and
-            FIRST_REQ goes to the coordinator with the view's wave now."""
+    FIRST_REQ goes to the coordinator with the view's wave now."""
     queued = model.first_request_inproc
     return Step(queued > 0, {
         queued: queued - 1,

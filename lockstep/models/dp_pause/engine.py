@@ -9,10 +9,6 @@ the busy loop (``run_busy_loop``: a real or dummy forward, then ``_has_global_un
 with the engine all-reduce every ``sync_interval`` steps). ``mirrors`` names the v0.21.0 source;
 ``sources.py`` has v0.20.0's where it differs. The predicates ``unfinished`` and ``has_work`` are
 shared with the client and the properties; ``sync_dp_state`` with the lemma.
-
-An action's docstring is its description verbatim, so a multi-line one keeps the hanging indent its
-description was recorded with (``tests/fixtures/model_snapshot.json``); an action without a
-docstring has no description.
 """
 
 from __future__ import annotations
@@ -136,7 +132,7 @@ def handle_add(model: State, variant: Variant, rank: Term) -> Step:
         mirrors="_handle_client_request(ABORT) → EngineCore.abort_requests (scheduler.finish_requests)")
 def handle_abort(model: State, rank: Term) -> Step:
     """EngineCore.abort_requests: finish the request as aborted if it is still unfinished (its
-            id stays in finished_req_ids, so has_requests() holds until the next schedule)."""
+    id stays in finished_req_ids, so has_requests() holds until the next schedule)."""
     requests, admitted = model.requests, model.running_requests
     held = requests[rank] > 0
     updates = consume(model, rank)
@@ -171,7 +167,7 @@ def handle_start_wave(model: State, variant: Variant, rank: Term) -> Step:
 @action(actor="rank:{rank}", mirrors=UTILITY + "EngineCoreProc.pause_scheduler → DPEngineCoreProc._pause_complete")
 def handle_pause(model: State, variant: Variant, rank: Term) -> Step:
     """pause_scheduler(mode): keep → PAUSED_ALL; abort → finish every request (aborted), then
-        PAUSED_NEW; wait → PAUSED_NEW. Reply now if idle (pre-fix) or defer (post-fix)."""
+    PAUSED_NEW; wait → PAUSED_NEW. Reply now if idle (pre-fix) or defer (post-fix)."""
     inbox, requests, finished_pending = model.input_queue, model.requests, model.finished_pending
     running, pause_future, replies = model.engines_running, model.pause_future, model.replies
     kind = inbox[rank].head().field("kind")
