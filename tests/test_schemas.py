@@ -116,7 +116,7 @@ def test_fuzz_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     reproduce = validator("reproduce.schema.json")
-    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--timeout", "3",
+    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--hang-timeout", "3",
                     "--trace-dir", str(tmp_path / "traces"), "--json")
     reproduce.validate(result)
     assert isinstance(result, dict) and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed"
