@@ -1,4 +1,4 @@
-"""Static checks as tests: ruff on the project, mypy --strict on spec, traces and checkers."""
+"""Static checks as tests: ruff on the project, mypy --strict on spec, traces, checkers and cli."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ def test_ruff_is_clean() -> None:
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 
-def test_mypy_strict_on_spec_traces_and_checkers() -> None:
+def test_mypy_strict_on_spec_traces_checkers_and_cli() -> None:
     completed = subprocess.run(
-        [*_tool("mypy"), "--strict", "lockstep/spec", "lockstep/traces", "lockstep/checkers"],
+        [*_tool("mypy"), "--strict", "lockstep/spec", "lockstep/traces", "lockstep/checkers", "lockstep/cli"],
         cwd=ROOT, capture_output=True, text=True,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr

@@ -80,7 +80,8 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
         for option, value in explicit:
             if value is not None:
                 hint = "--depth" if engine == "bmc" else "--k"
-                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} use {hint}")
+                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} "
+                                 f"use {hint}")
         if engine == "bmc" and arguments.depth is None:
             raise UsageError("--engine bmc needs --depth K")
         if engine == "bmc" and arguments.induction_k is not None:
@@ -88,7 +89,9 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
         if engine == "induction" and arguments.depth is not None:
             raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
     else:
-        for option, value in (("--depth", arguments.depth), ("--k", arguments.induction_k), ("--solver-timeout", arguments.solver_timeout)):
+        symbolic = (("--depth", arguments.depth), ("--k", arguments.induction_k),
+                    ("--solver-timeout", arguments.solver_timeout))
+        for option, value in symbolic:
             if value is not None:
                 owner = "--engine induction" if option == "--k" else "--engine bmc"
                 raise UsageError(f"{option} applies to {owner}, not to {engine}")
@@ -105,7 +108,8 @@ def _write_trace(instance: Instance, result: CheckResult, target: Path | None, c
         return None
     from lockstep.traces.output import OutputError, refuse_inputs, safe_name
 
-    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl")
+    name = safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl"
+    file = target or Path("lockstep-out") / name
     try:
         refuse_inputs(file, inputs)  # never over the model file
         return _write_counterexample(instance, result, file)
@@ -135,10 +139,11 @@ def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -
 def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.all:
         _validate_engine_options(arguments)
-        if arguments.protocol or arguments.variant or arguments.instance or arguments.set or arguments.ranks or arguments.properties:
+        if any((arguments.protocol, arguments.variant, arguments.instance, arguments.set, arguments.ranks,
+                arguments.properties)):
             raise UsageError(
-                "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no protocol, variant, "
-                "instance, --ranks, --set or --property"
+                "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no "
+                "protocol, variant, instance, --ranks, --set or --property"
             )
         return _check_all(arguments, console)
     _validate_engine_options(arguments)
@@ -152,7 +157,8 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     result = _run(instance, arguments, console)
     if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
         return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0
-    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
+    inputs = [arguments.model_file] if arguments.model_file else []
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
@@ -189,7 +195,8 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         sys.stdout.write(markdown_tables(rows))
     if not arguments.json:
         console.print(summary_table(rows))
-        console.print("every verdict is as pinned" if all_as_pinned else "[bold red]some verdicts differ from their pins[/bold red]")
+        differ = "[bold red]some verdicts differ from their pins[/bold red]"
+        console.print("every verdict is as pinned" if all_as_pinned else differ)
     return EXIT_OK if all_as_pinned else EXIT_VIOLATED
 
 

@@ -26,9 +26,10 @@ FILE = click.Path(path_type=Path)
 JSON_HELP = "print exactly one JSON object on stdout"
 
 protocol_argument = click.argument("protocol", required=False, shell_complete=completion.protocols)
-variant_option = click.option("--variant", shell_complete=completion.variants,
+variant_option = click.option("--variant", metavar="NAME", shell_complete=completion.variants,
                               help="pre-fix, post-fix or a mutant (default: post-fix)")
-instance_option = click.option("--instance", shell_complete=completion.instances, help="named instance (default: seed)")
+instance_option = click.option("--instance", metavar="NAME", shell_complete=completion.instances,
+                               help="named instance (default: seed)")
 ranks_option = click.option("--ranks", type=POSITIVE_INTEGER, help="the model's rank parameter")
 set_option = click.option("--set", "set", multiple=True, metavar="NAME=VALUE", shell_complete=completion.assignments,
                           help="override a parameter (repeatable)")
@@ -36,7 +37,8 @@ json_option = click.option("--json", is_flag=True, help=JSON_HELP)
 
 
 @click.command("list")
-@click.option("--model-file", type=FILE, metavar="PATH", help="list the model a Python file defines instead of the built-in ones")
+@click.option("--model-file", type=FILE, metavar="PATH",
+              help="list the model a Python file defines instead of the built-in ones")
 @json_option
 def list_command(**options: Any) -> Invocation:
     """The protocols, their variants (with the vLLM release each stands for) and instances, on stdout."""
@@ -65,12 +67,14 @@ def prove_lemmas(**options: Any) -> Invocation:
 @ranks_option
 @set_option
 @click.option("--engine", type=click.Choice(ENGINES), default="auto",
-              help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, shortest "
-              "counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); bfs-gpu: the "
-              "same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 k-induction")
+              help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
+              "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
+              "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
+              "k-induction")
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
 @click.option("--compact", is_flag=True,
-              help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is reported)")
+              help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is "
+              "reported)")
 @click.option("--stop-at-first", is_flag=True,
               help="explicit engines: stop at the first violation (shortest with the BFS engines)")
 @click.option("--workers", type=POSITIVE_INTEGER, default=1, metavar="N",
@@ -84,7 +88,8 @@ def prove_lemmas(**options: Any) -> Invocation:
 @click.option("--max-states", type=POSITIVE_INTEGER, metavar="N", help="stop after this many states (inconclusive)")
 @click.option("--max-depth", type=POSITIVE_INTEGER, metavar="N",
               help="explore at most this many steps deep (holds-within-bound)")
-@click.option("--max-memory", type=POSITIVE_NUMBER, metavar="GIB", help="stop above this resident memory (default: 75% of RAM)")
+@click.option("--max-memory", type=POSITIVE_NUMBER, metavar="GIB",
+              help="stop above this resident memory (default: 75% of RAM)")
 @click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
               help="wall-clock limit of the whole check (importing a --model-file included)")
 @click.option("--property", "properties", multiple=True, metavar="NAME", shell_complete=completion.properties,
@@ -118,9 +123,9 @@ def check(**options: Any) -> Invocation:
 @click.option("--trace-out", type=FILE, metavar="FILE",
               help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)")
 @click.option("--impl", is_flag=True,
-              help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, the run's "
-              "trace is replayed against the model (a pool of rank processes is reused across runs)")
-@click.option("--scenario", shell_complete=completion.runtime_scenarios,
+              help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, the "
+              "run's trace is replayed against the model (a pool of rank processes is reused across runs)")
+@click.option("--scenario", metavar="NAME", shell_complete=completion.runtime_scenarios,
               help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)")
 @click.option("--hang-timeout", type=POSITIVE_NUMBER, default=5.0, metavar="SECONDS",
               help="with --impl: seconds blocked in one collective that count as a hang (default 5)")
@@ -150,8 +155,10 @@ def reproduce(**options: Any) -> Invocation:
 
 @click.command("replay")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path())
-@click.option("--protocol", shell_complete=completion.protocols, help="replay against this protocol instead of the header's")
-@click.option("--variant", shell_complete=completion.variants, help="replay against this variant instead of the header's")
+@click.option("--protocol", metavar="NAME", shell_complete=completion.protocols,
+              help="replay against this protocol instead of the header's")
+@click.option("--variant", metavar="NAME", shell_complete=completion.variants,
+              help="replay against this variant instead of the header's")
 @click.option("--max-candidates", type=POSITIVE_INTEGER, default=100_000, metavar="K",
               help="stop (exit 3) when more model states than this fit the events (default 100000)")
 @click.option("--closure-depth", type=NON_NEGATIVE, default=16, metavar="N",
@@ -201,9 +208,10 @@ def export(**options: Any) -> Invocation:
 
 @click.command("graph")
 @protocol_argument
-@click.option("--model-file", type=FILE, metavar="PATH", help="the model a Python file defines, instead of a built-in one")
-@click.option("--variant", shell_complete=completion.variants, help="default: post-fix")
-@click.option("--instance", shell_complete=completion.instances, help="default: seed")
+@click.option("--model-file", type=FILE, metavar="PATH",
+              help="the model a Python file defines, instead of a built-in one")
+@click.option("--variant", metavar="NAME", shell_complete=completion.variants, help="default: post-fix")
+@click.option("--instance", metavar="NAME", shell_complete=completion.instances, help="default: seed")
 @click.option("--format", "format", required=True, type=click.Choice(("dot", "graphml")))
 @click.option("--max-states", type=POSITIVE_INTEGER, default=5000, metavar="K",
               help="explore at most K states (default 5000); more: exit 3")

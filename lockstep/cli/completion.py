@@ -13,6 +13,7 @@ gives no candidates, never an error; model files are never imported on a TAB.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -31,14 +32,24 @@ def _matching(names: Iterable[tuple[str, str | None]], incomplete: str) -> list[
     return [CompletionItem(name, help=help) for name, help in names if name.startswith(incomplete)]
 
 
+def _protocol_name(ctx: click.Context) -> str | None:
+    """The protocol the words typed so far name. Completing an option's value, click parses the words
+    before it without that value, which stops the parse there: positional words not yet assigned
+    are then left in ``ctx.args``."""
+    named = ctx.params.get("protocol")
+    if named:
+        return str(named)
+    return next((word for word in ctx.args if not word.startswith("-")), None)
+
+
 def _named_protocol(ctx: click.Context) -> Protocol | None:
     """The built-in protocol the words typed so far name (None: none named, or not a known one)."""
-    name = ctx.params.get("protocol")
-    if not name:
+    name = _protocol_name(ctx)
+    if name is None:
         return None
     from lockstep.models import PROTOCOLS
 
-    return PROTOCOLS.get(str(name))
+    return PROTOCOLS.get(name)
 
 
 def _protocols(ctx: click.Context) -> list[Protocol]:
@@ -99,7 +110,7 @@ def properties(ctx: click.Context, param: click.Parameter, incomplete: str) -> l
 def _runtime(ctx: click.Context) -> list[Any]:
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
 
-    named = RUNTIME_PROTOCOLS.get(str(ctx.params.get("protocol")))
+    named = RUNTIME_PROTOCOLS.get(str(_protocol_name(ctx)))
     return [named] if named is not None else list(RUNTIME_PROTOCOLS.values())
 
 
@@ -144,8 +155,6 @@ def answer(command: click.Command) -> int | None:
 
 def print_script(arguments: Any, console: Any) -> int:
     """``lockstep completion SHELL``: the script on stdout."""
-    import sys
-
     from lockstep.cli.root import lockstep
 
     sys.stdout.write(script(lockstep, arguments.shell))

@@ -1,7 +1,8 @@
 """The ``fuzz`` command of ``lockstep``: random exploration of a model with Hypothesis.
 
-``command_fuzz`` runs it (its options: ``lockstep.cli.commands.fuzz``) and returns the exit code: 0 nothing found (no safety property failed in the examples tried, which
-proves nothing), 1 a property is violated, 2 usage error (one message, never a traceback),
+``command_fuzz`` runs it (its options: ``lockstep.cli.commands.fuzz``) and returns the exit code:
+0 nothing found (no safety property failed in the examples tried, which proves nothing), 1 a
+property is violated, 2 usage error (one message, never a traceback),
 3 inconclusive (``--timeout`` or Ctrl-C stopped the session before it found anything, or
 Hypothesis could not run the examples). Human output goes to stderr: the counterexample as the
 same swimlanes ``lockstep check`` draws, written as a trace that ``lockstep replay`` and
@@ -65,13 +66,14 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         from lockstep.checkers.fuzz import fuzz
 
         with console.status(f"fuzzing {instance.label}…"):
-            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed, timeout=arguments.timeout,
-                          shrink_seconds=arguments.shrink_seconds)
+            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed,
+                          timeout=arguments.timeout, shrink_seconds=arguments.shrink_seconds)
     except UsageError as error:
         return usage_error(console, str(error), arguments)
     except (ModelError, DefinitionError) as error:
         return usage_error(console, str(error), arguments, label="model error")
-    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
+    inputs = [arguments.model_file] if arguments.model_file else []
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
         sys.stdout.write(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
     else:
@@ -108,7 +110,8 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0
     console.print(Text.assemble((label, "bold"), f" (scenario {result.scenario}, {result.ranks} ranks)  ",
                                 (outcome, OUTCOME_STYLES[outcome]),
-                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), {result.seconds:.1f} s, "
+                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), "
+                                f"{result.seconds:.1f} s, "
                                 f"{per_run:.2f} s/run, {result.pool_starts} pool start(s))"))
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
@@ -118,10 +121,12 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                       + ", ".join(sorted({str(run.observed_violation) for run in observed})))
     failing = result.failing
     if failing is not None:
-        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] {escape(str(failing.failure))}")
+        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] "
+                      f"{escape(str(failing.failure))}")
         explanation = (failing.replay or {}).get("explanation") or {}
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
-            console.print(f"  model candidate {number}: " + "; ".join(escape(reason) for reason in candidate.get("why", [])))
+            reasons = "; ".join(escape(reason) for reason in candidate.get("why", []))
+            console.print(f"  model candidate {number}: {reasons}")
             state = ", ".join(f"{name}={value}" for name, value in candidate.get("state", {}).items())
             console.print(f"    model state: {escape(state)}", soft_wrap=True)
         event = explanation.get("event") or {}
@@ -142,7 +147,8 @@ def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, co
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.traces.output import OutputError, refuse_inputs, safe_name
 
-    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name, "fuzz") + ".jsonl")
+    name = safe_name(instance.protocol.name, instance.variant, instance.name, "fuzz") + ".jsonl"
+    file = target or Path("lockstep-out") / name
     try:
         refuse_inputs(file, inputs)  # never over the model file
         return write_counterexample(
@@ -181,7 +187,8 @@ def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Pa
         )
         title = f"counterexample: {result.property_name} ({result.path.length} steps)"
         console.print(swimlanes(result.machine, result.path, title))
-        console.print(f"[red]{escape(result.property_name)}[/red] is violated" + (f": {escape(result.detail)}" if result.detail else ""))
+        detail = f": {escape(result.detail)}" if result.detail else ""
+        console.print(f"[red]{escape(result.property_name)}[/red] is violated{detail}")
         blocked = blocked_summary(result.machine, result.path)
         if blocked:
             console.print(f"at the end: {escape(blocked)}")

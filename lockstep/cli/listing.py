@@ -53,7 +53,8 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
         table.add_column(column)
     for protocol in protocols:
         instances = ", ".join(
-            f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}" for instance in protocol.instances
+            f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}"
+            for instance in protocol.instances
         )
         parameters = ", ".join(f"{parameter.name}={parameter.default}" for parameter in protocol.parameters)
         for position, variant in enumerate(protocol.variants):
@@ -86,13 +87,16 @@ def _protocol_json(protocol: Protocol) -> dict[str, Any]:
         "change": protocol.change,
         "default_variant": protocol.default_variant,
         "default_instance": protocol.default_instance,
-        "variants": [{"name": variant.name, "release": variant.release, "description": variant.description} for variant in protocol.variants],
+        "variants": [{"name": variant.name, "release": variant.release, "description": variant.description}
+                     for variant in protocol.variants],
         "parameters": [
-            {"name": parameter.name, "default": parameter.default, "minimum": parameter.minimum, "maximum": parameter.maximum, "description": parameter.description}
+            {"name": parameter.name, "default": parameter.default, "minimum": parameter.minimum,
+             "maximum": parameter.maximum, "description": parameter.description}
             for parameter in protocol.parameters
         ],
         "instances": [
-            {"name": instance.name, "description": instance.description, "parameters": dict(instance.parameters), "expected": dict(instance.expected)}
+            {"name": instance.name, "description": instance.description, "parameters": dict(instance.parameters),
+             "expected": dict(instance.expected)}
             for instance in protocol.instances
         ],
     }
@@ -126,7 +130,8 @@ def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int
             table.add_column(column)
         for item in outcomes:
             style = "green" if item.as_expected else "bold red"
-            table.add_row(item.lemma.name, item.lemma.expected, f"[{style}]{item.outcome}[/{style}]", f"{item.seconds:.2f}", item.detail)
+            table.add_row(item.lemma.name, item.lemma.expected, f"[{style}]{item.outcome}[/{style}]",
+                          f"{item.seconds:.2f}", item.detail)
         console.print(table)
     if all(item.as_expected for item in outcomes):
         return EXIT_OK

@@ -71,14 +71,16 @@ def _trace_dir(arguments: argparse.Namespace) -> Path:
     return folder
 
 
-def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path) -> Any:
+def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]],
+            trace_dir: Path) -> Any:
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
 
     protocol = RUNTIME_PROTOCOLS.get(str(header["protocol"]))
     file = arguments.counterexample
     if protocol is None:
-        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: "
+                             f"{', '.join(RUNTIME_PROTOCOLS)}")
     if header["variant"] not in protocol.variants:
         raise ReproduceError(f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
                              f"not variant {header['variant']!r}")
@@ -115,7 +117,8 @@ def _check_parameters(file: str, header: dict[str, Any]) -> None:
             raise ReproduceError(f"{file}:1: header parameter {spec.name} must be an integer, got {value!r}")
         if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
             bound = f"{spec.minimum} to {spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
-            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds ({bound})")
+            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds "
+                                 f"({bound})")
 
 
 def _check_plan(file: str, protocol: Any, plan: Any) -> None:
@@ -149,7 +152,8 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
                   f"{header['instance']}: {wanted or 'a violation'} in {len(events)} steps) with real processes, "
                   f"{config.ranks} ranks, {config.backend}", markup=False, highlight=False, soft_wrap=True)
     outcome = launch(config, deadline=deadline(arguments.timeout, config))
-    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False, highlight=False)
+    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False,
+                  highlight=False)
     if outcome.outcome != "completed":
         console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
     replayed = replay_run(config, console)
@@ -171,7 +175,8 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
                   soft_wrap=True, highlight=False)
     console.print(f"traces: {config.trace_dir}", markup=False, highlight=False)
     if arguments.json:
-        payload = {"schema_version": SCHEMA_VERSION, "verdict": verdict, "exit_code": code, "counterexample": arguments.counterexample,
+        payload = {"schema_version": SCHEMA_VERSION, "verdict": verdict, "exit_code": code,
+                   "counterexample": arguments.counterexample,
                    "protocol": config.protocol, "variant": config.variant, "property": wanted,
                    "outcome": outcome.outcome, "message": outcome.message, "waits": outcome.waits,
                    "seconds": round(outcome.seconds, 3), "events": outcome.events, "trace_dir": config.trace_dir,

@@ -74,7 +74,8 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command), entry.target
         return command
 
-    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0]
         if name not in COMMANDS and not ctx.resilient_parsing and not name.startswith("-"):
             close = difflib.get_close_matches(name, COMMANDS)
@@ -89,7 +90,8 @@ class LazyGroup(click.Group):
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         from click.shell_completion import CompletionItem
 
-        found = [CompletionItem(name, help=entry.help) for name, entry in COMMANDS.items() if name.startswith(incomplete)]
+        found = [CompletionItem(name, help=entry.help) for name, entry in COMMANDS.items()
+                 if name.startswith(incomplete)]
         return [*found, *click.Command.shell_complete(self, ctx, incomplete)]
 
 

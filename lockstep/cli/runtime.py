@@ -95,10 +95,12 @@ def _command() -> click.Command:
     extra = [
         click.Option(["--timeout"], type=POSITIVE_NUMBER, metavar="SECONDS",
                      help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)"),
-        click.Option(["--no-replay"], is_flag=True, help="do not replay the recorded traces against the model after the run"),
+        click.Option(["--no-replay"], is_flag=True,
+                     help="do not replay the recorded traces against the model after the run"),
     ]
     return click.Command("run", params=[*click_parameters(parser), *extra], callback=_invoke,
-                         help="Run a protocol (PROTOCOL) in the torch reference runtime: real processes and collectives.")
+                         help="Run a protocol (PROTOCOL) in the torch reference runtime: real processes and "
+                         "collectives.")
 
 
 run = _command()
@@ -126,7 +128,8 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
               "violated": f"{result.get('property')} fails after event {result.get('event')} of {result['model']}",
               "diverges": f"at event {result.get('event')} from {result['model']}: "
                           f"{(result.get('explanation') or {}).get('reason', '')}"}.get(verdict, "")
-    console.print(f"replay against the model: {verdict} {detail}".rstrip(), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"replay against the model: {verdict} {detail}".rstrip(), markup=False, highlight=False,
+                  soft_wrap=True)
     return result
 
 

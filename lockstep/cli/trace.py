@@ -1,12 +1,12 @@
 """The trace commands of ``lockstep``: ``replay`` (conformance against a model) and ``trace merge``.
 
 ``command_replay`` and ``command_trace`` run them (their options: ``lockstep.cli.commands``) and
-return the exit code: 0 conforms (or merged), 1 violated or
-diverges, 2 bad input (one message naming the file, line and problem; never a traceback),
-3 the candidate set outgrew ``--max-candidates``. Human output goes to stderr; with ``--json``
-stdout carries one JSON object ``{schema_version, verdict, event, property, explanation,
-longest_conforming_prefix, candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by a killed run
-is a warning; the events before it decide the exit code.
+return the exit code: 0 conforms (or merged), 1 violated or diverges, 2 bad input (one message
+naming the file, line and problem; never a traceback), 3 the candidate set outgrew
+``--max-candidates``. Human output goes to stderr; with ``--json`` stdout carries one JSON object
+``{schema_version, verdict, event, property, explanation, longest_conforming_prefix,
+candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by
+a killed run is a warning; the events before it decide the exit code.
 
 The model comes from the header: protocol, variant and every parameter it declares (other
 header parameters, such as a counterexample's ``property``, are ignored; ``unrecorded``, a list
@@ -80,7 +80,8 @@ def _instance(trace: TraceInput, protocol_name: str | None, variant_name: str | 
 def _unrecorded(trace: TraceInput, extra: list[str]) -> set[str]:
     listed = trace.header["parameters"].get("unrecorded", [])
     if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
-        raise TraceInputError(trace.files[0], 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
+        raise TraceInputError(trace.files[0], 1,
+                              f"header: parameter unrecorded must be a list of names, got {listed!r}")
     return {*listed, *extra}
 
 
@@ -89,9 +90,11 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
         trace = open_traces(arguments.paths)
         instance, own = _instance(trace, arguments.protocol, arguments.variant)
         system = system_for(instance.machine())
-        unrecorded = default_unrecorded(system, trace.header["source"]["kind"]) | _unrecorded(trace, arguments.unrecorded)
+        unrecorded = (default_unrecorded(system, trace.header["source"]["kind"])
+                      | _unrecorded(trace, arguments.unrecorded))
         try:
-            options = ReplayOptions(arguments.max_candidates, arguments.closure_depth, frozenset(unrecorded), strict=own)
+            options = ReplayOptions(arguments.max_candidates, arguments.closure_depth, frozenset(unrecorded),
+                                    strict=own)
             result = replay(system, trace.records(), options)
         except ValueError as error:
             if isinstance(error, TraceInputError):
@@ -130,7 +133,8 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
         event = explanation.get("event", {})
         where = f"{explanation.get('file')}:{explanation.get('line')}"
         console.print(f"[bold red]diverges[/bold red] at event {result.event} ({escape(where)}) from {model}: "
-                      f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} {escape(json.dumps(event.get('args', {})))}")
+                      f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} "
+                      f"{escape(json.dumps(event.get('args', {})))}")
         console.print(f"  {escape(str(explanation.get('reason', '')))}")
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
             console.print(f"  candidate {number} of {explanation.get('candidate_count')}:")
