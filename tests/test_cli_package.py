@@ -188,3 +188,13 @@ def test_the_wheel_ships_the_schemas_and_py_typed(tmp_path: Path) -> None:
 
     assert {f"lockstep/schemas/{name}.schema.json" for name in NAMES} <= names
     assert {"lockstep/py.typed", "lockstep/cli/__init__.py", "lockstep/traces/trace-schema.json"} <= names
+
+
+@pytest.mark.parametrize("first", ["lockstep.impl.dp_pause", "lockstep.impl.pp_broadcast", "lockstep.impl.arguments"])
+def test_the_runtime_registry_is_whole_whichever_module_a_process_imports_first(first: str) -> None:
+    """The CLI no longer imports the runtime at start, so a process may import a protocol's package first;
+    the registry, discovered on first use, still names every protocol."""
+    probe = f"import {first}\nfrom lockstep.impl.protocols import RUNTIME_PROTOCOLS\nprint(' '.join(RUNTIME_PROTOCOLS))\n"
+    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                               env=environment(), cwd=ROOT)
+    assert completed.stdout.split() == ["async-placeholders", "computed-tokens", "cudagraph-pp", "dp-pause", "pp-broadcast"]
