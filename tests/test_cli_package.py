@@ -198,3 +198,18 @@ def test_the_runtime_registry_is_whole_whichever_module_a_process_imports_first(
     completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                                env=environment(), cwd=ROOT)
     assert completed.stdout.split() == ["async-placeholders", "computed-tokens", "cudagraph-pp", "dp-pause", "pp-broadcast"]
+
+
+def test_help_version_and_no_command(capsys: pytest.CaptureFixture[str]) -> None:
+    for words in (["--help"], ["-h"], ["check", "--help"], ["trace", "merge", "--help"], ["--version"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(words)
+        assert stopped.value.code == 0
+        assert capsys.readouterr().out.startswith("Usage: lockstep" if words != ["--version"] else "lockstep ")
+    with pytest.raises(SystemExit) as stopped:
+        main([])  # nothing to run: what there is, on stderr, and exit 2
+    captured = capsys.readouterr()
+    assert stopped.value.code == 2 and "Commands:" in captured.err and captured.out == ""
+    with pytest.raises(SystemExit) as stopped:
+        main(["trace"])
+    assert stopped.value.code == 2 and "lockstep: error: name a trace command: merge" in capsys.readouterr().err
