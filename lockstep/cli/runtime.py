@@ -76,8 +76,9 @@ def click_parameter(action: argparse.Action) -> click.Parameter | None:
     if isinstance(action, argparse._StoreTrueAction):
         return click.Option([*action.option_strings, action.dest], is_flag=True, help=help)
     multiple = isinstance(action, argparse._AppendAction)
+    metavar = action.metavar or (None if action.choices is not None else action.dest.upper())
     return click.Option([*action.option_strings, action.dest], type=kind, multiple=multiple,
-                        default=() if multiple else action.default, metavar=action.metavar, help=help,
+                        default=() if multiple else action.default, metavar=metavar, help=help,
                         shell_complete=complete)
 
 
@@ -98,9 +99,14 @@ def _command() -> click.Command:
         click.Option(["--no-replay"], is_flag=True,
                      help="do not replay the recorded traces against the model after the run"),
     ]
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+
+    protocols = "\n\n".join(f"{protocol.name}: variants {', '.join(protocol.variants)}; scenarios "
+                            f"{', '.join(protocol.scenarios)}; {protocol.ranks[0]} to {protocol.ranks[1]} ranks"
+                            for protocol in RUNTIME_PROTOCOLS.values())
     return click.Command("run", params=[*click_parameters(parser), *extra], callback=_invoke,
                          help="Run a protocol (PROTOCOL) in the torch reference runtime: real processes and "
-                         "collectives.")
+                         "collectives.", epilog=f"Protocols (the first scenario is the default):\n\n{protocols}")
 
 
 run = _command()

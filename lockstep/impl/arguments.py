@@ -34,7 +34,7 @@ def _bounded(kind: type, low: float, high: float | None = None) -> Any:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("protocol", metavar="PROTOCOL", help=f"the protocol to run ({', '.join(RUNTIME_PROTOCOLS)})")
     parser.add_argument("--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)")
-    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run PROTOCOL --help` lists them)")
+    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run --help` lists them)")
     parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
     parser.add_argument("--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)")
     parser.add_argument("--sync-interval", type=_bounded(int, 1, 32), default=32,
