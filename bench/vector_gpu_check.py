@@ -10,7 +10,7 @@ import sys
 import time
 
 from lockstep.checkers import CheckResult, Limits, check
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.models import get_protocol
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from lockstep.checkers import check
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.spec.protocol import Instance
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "model_snapshot.json"

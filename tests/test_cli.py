@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.cli import main, pinned_instances
+from lockstep.cli import main
+from lockstep.cli.check import pinned_instances
 from lockstep.models import get_protocol
 
 
@@ -159,7 +160,7 @@ def test_dfs_finds_the_pre_fix_violation(capsys: pytest.CaptureFixture[str], tmp
 
 def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.cli", "check", "dp-pause", "--set", "max_wave=0"],
+        [sys.executable, "-m", "lockstep", "check", "dp-pause", "--set", "max_wave=0"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
     )
     assert completed.returncode == 2
@@ -172,7 +173,7 @@ def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path) -> None:
     import time
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "lockstep.cli", "check", "dp-pause", "--ranks", "3", "--json"],
+        [sys.executable, "-m", "lockstep", "check", "dp-pause", "--ranks", "3", "--json"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
     )
     time.sleep(4)

@@ -34,7 +34,7 @@ from functools import cache
 import pytest
 
 from lockstep.checkers import CheckResult, Verdict, check
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.models import PROTOCOLS
 from lockstep.spec.machine import PropertyKind
 

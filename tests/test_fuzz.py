@@ -18,7 +18,6 @@ from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.fuzz import FuzzOutcome, PropertyViolation, Recorder, fuzz, minimise, state_machine_for
 from lockstep.checkers.fuzz.state_machine import END_OF_RUN
 from lockstep.cli import main
-from lockstep.fuzz_cli import main as fuzz_main
 from lockstep.models import PROTOCOLS
 from lockstep.models.dp_pause import PROTOCOL as DP_PAUSE
 from lockstep.spec.compiler import CompiledSystem
@@ -166,7 +165,7 @@ def test_a_large_instance_builds_and_runs_a_few_examples_quickly() -> None:
 
 # ---------------------------------------------------------------------------------------- CLI
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = fuzz_main(list(argv))
+    code = main(["fuzz", *argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -228,7 +227,7 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[
 @pytest.mark.parametrize("argv", [["dp-pause", "--examples", "0"], ["dp-pause", "--steps", "x"], ["dp-pause", "--seed", "-1"]])
 def test_cli_bad_numbers_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
-        fuzz_main(argv)
+        main(["fuzz", *argv])
     assert raised.value.code == 2 and "Traceback" not in capsys.readouterr().err
 
 

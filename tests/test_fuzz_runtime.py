@@ -65,7 +65,7 @@ def test_a_runtime_that_departs_from_its_model_is_caught_with_both_states() -> N
 
 
 def test_cli_impl_json_and_usage_errors(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "lockstep.cli", "fuzz", "dp-pause", "--impl", "--examples", "2", "--seed", "1", "--json"]
+    command = [sys.executable, "-m", "lockstep", "fuzz", "dp-pause", "--impl", "--examples", "2", "--seed", "1", "--json"]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr
     payload = json.loads(completed.stdout)

@@ -175,7 +175,7 @@ def fake(relative: str, source: str) -> list[Import]:
         ("lockstep/checkers/fake.py", "import torch\ndef search():\n    import torch\n",
          ["lockstep/checkers/fake.py:1 imports torch at module level"]),
         ("lockstep/checkers/symbolic/fake.py", "import z3\n", []),
-        ("lockstep/cli.py", "import rich\nfrom lockstep.checkers import check\n", []),
+        ("lockstep/cli/check.py", "import rich\nfrom lockstep.checkers import check\n", []),
     ],
 )
 def test_the_rules_catch_each_kind_of_violation(relative: str, source: str, expected: list[str]) -> None:

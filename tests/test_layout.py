@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.spec.layout import WORD_BITS, Layout, LayoutError
 from lockstep.spec.machine import Machine
 from lockstep.spec.sorts import (

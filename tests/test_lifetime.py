@@ -134,7 +134,7 @@ def test_run_killed_leaves_no_process_port_or_directory(tmp_path: Path, number: 
     runs = tmp_path / "runs"
     runs.mkdir()
     process = subprocess.Popen(
-        [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--timeout", "120"],
+        [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "120"],
         cwd=tmp_path, env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
@@ -173,7 +173,7 @@ def test_ranks_do_not_import_from_the_current_directory(tmp_path: Path) -> None:
     planted = tmp_path / "lockstep"
     planted.mkdir()
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n")
-    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--timeout", "10", "--json"], cwd=tmp_path,
+    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10", "--json"], cwd=tmp_path,
                                capture_output=True, text=True, timeout=180)
     assert not marker.exists(), "a process of the run imported ./lockstep"
     assert completed.returncode == 0, completed.stderr
@@ -184,7 +184,7 @@ def test_a_killed_client_is_a_crash_not_a_hang(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     process = subprocess.Popen(
-        [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--timeout", "120", "--json"],
+        [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "120", "--json"],
         cwd=tmp_path, env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
@@ -224,7 +224,7 @@ def test_the_next_run_removes_directories_whose_owner_is_gone(tmp_path: Path) ->
         (runs / name / "status").mkdir(parents=True)
         (runs / name / ".lockstep-owner").write_text(owner)
     (runs / "lockstep-run-unowned").mkdir()
-    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--timeout", "10"], cwd=tmp_path,
+    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10"], cwd=tmp_path,
                                env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)), capture_output=True, text=True, timeout=180)
     assert completed.returncode == 0, completed.stderr
     assert sorted(path.name for path in runs.iterdir()) == ["lockstep-run-alive", "lockstep-run-unowned"]

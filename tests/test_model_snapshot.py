@@ -10,7 +10,7 @@ import json
 import pytest
 from model_snapshot import FIXTURE, key_of, snapshot_of
 
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.models import PROTOCOLS
 
 RECORDED: dict[str, object] = json.loads(FIXTURE.read_text())

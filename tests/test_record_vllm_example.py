@@ -37,7 +37,7 @@ def run_patched(folder: Path, *arguments: str, variant: str = "post-fix", reques
     if mutant is not None:
         environment["LOCKSTEP_MUTANT"] = mutant
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "dp-pause", "--variant", variant, "--timeout", "2",
+        [sys.executable, "-m", "lockstep", "run", "dp-pause", "--variant", variant, "--hang-timeout", "2",
          "--requests", str(requests), "--json", *arguments],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in completed.stderr, completed.stderr

@@ -46,7 +46,7 @@ def counterexample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``lockstep check dp-pause --variant pre-fix --trace-out F`` as a user runs it."""
     target = tmp_path_factory.mktemp("check") / "pre-fix.jsonl"
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.cli", "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(target), "--json"],
+        [sys.executable, "-m", "lockstep", "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(target), "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert completed.returncode == 1, completed.stderr

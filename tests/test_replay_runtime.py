@@ -72,7 +72,7 @@ def record(tmp_path_factory: pytest.TempPathFactory, protocol: str, *arguments: 
     """A fresh run of the runtime (``lockstep run ... --trace-dir``): real processes, real gloo collectives."""
     folder = tmp_path_factory.mktemp(protocol) / "traces"
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.cli", "run", protocol, *arguments, "--timeout", "10", "--trace-dir", str(folder),
+        [sys.executable, "-m", "lockstep", "run", protocol, *arguments, "--hang-timeout", "10", "--trace-dir", str(folder),
          "--no-replay", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )

@@ -37,7 +37,7 @@ POST_FIX_SCENARIOS = ("seed", "spec-decode", "kv-load-failure", "preemption", "a
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "async-placeholders", "--timeout", "10", "--json",
+        [sys.executable, "-m", "lockstep", "run", "async-placeholders", "--hang-timeout", "10", "--json",
          "--trace-dir", str(folder), *arguments],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )

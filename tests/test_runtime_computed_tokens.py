@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "computed-tokens", "--timeout", "10", "--json",
+        [sys.executable, "-m", "lockstep", "run", "computed-tokens", "--hang-timeout", "10", "--json",
          "--trace-dir", str(folder), *arguments],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
@@ -188,12 +188,12 @@ def test_sync_pipeline_early_drafts_finding_shows_in_a_post_fix_run(tmp_path: Pa
 def test_model_counterexample_reproduces_for_real(tmp_path: Path) -> None:
     """``lockstep reproduce``: the pre-fix seed counterexample's acceptances, run in real processes."""
     counterexample = tmp_path / "counterexample.jsonl"
-    checked = subprocess.run([sys.executable, "-m", "lockstep.cli", "check", "computed-tokens", "--variant", "pre-fix",
+    checked = subprocess.run([sys.executable, "-m", "lockstep", "check", "computed-tokens", "--variant", "pre-fix",
                               "--instance", "seed", "--trace-out", str(counterexample)],
                              cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert checked.returncode == 1, checked.stderr
     model_events = [json.loads(line) for line in counterexample.read_text().splitlines()[1:]]
-    completed = subprocess.run([sys.executable, "-m", "lockstep.cli", "reproduce", str(counterexample), "--json",
+    completed = subprocess.run([sys.executable, "-m", "lockstep", "reproduce", str(counterexample), "--json",
                                 "--trace-dir", str(tmp_path / "traces")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in completed.stderr, completed.stderr
     payload = json.loads(completed.stdout)

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "cudagraph-pp", "--timeout", "10", "--json",
+        [sys.executable, "-m", "lockstep", "run", "cudagraph-pp", "--hang-timeout", "10", "--json",
          "--trace-dir", str(folder), *arguments],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )

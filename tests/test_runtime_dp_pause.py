@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from runtime_traces import validate_lines
 
+from lockstep.cli import main
 from lockstep.impl.choices import Choice, ChoiceDivergence, ScriptedChoices, SeededChoices
 from lockstep.impl.runtime import read_statuses
-from lockstep.runtime_cli import main as run_main
 from lockstep.traces.output import safe_name
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ EXPECTED_FILES = {"client.jsonl", "coordinator.jsonl", "rank-0.jsonl", "rank-1.j
 def run(*arguments: str, timeout: float = 60) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "dp-pause", "--timeout", str(TIMEOUT), "--json", *arguments],
+        [sys.executable, "-m", "lockstep", "run", "dp-pause", "--hang-timeout", str(TIMEOUT), "--json", *arguments],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )
     seconds = time.monotonic() - started
@@ -151,7 +151,7 @@ def test_sigkill_mid_run_leaves_valid_prefixes(tmp_path: Path) -> None:
     runs.mkdir()
     environment = dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs), LOCKSTEP_KEEP_RUN_DIR="1")
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "dp-pause", "--variant", "post-fix", "--timeout", "30",
+        [sys.executable, "-m", "lockstep", "run", "dp-pause", "--variant", "post-fix", "--hang-timeout", "30",
          "--sync-interval", "32", "--trace-dir", str(folder)],
         cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -229,21 +229,21 @@ def test_bad_arguments_exit_2_with_a_message(arguments: list[str], message: str,
 
         if torch.cuda.is_available() and torch.cuda.device_count() >= 2:
             pytest.skip("this machine has the GPUs")
-    assert run_main(["run", *arguments]) == 2
+    assert main(["run", *arguments]) == 2
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arguments", [["dp-pause", "--ranks", "0"], ["dp-pause", "--timeout", "x"], ["dp-pause", "--backend", "mpi"], []])
+@pytest.mark.parametrize("arguments", [["dp-pause", "--ranks", "0"], ["dp-pause", "--hang-timeout", "x"], ["dp-pause", "--timeout", "x"], ["dp-pause", "--backend", "mpi"], []])
 def test_argument_errors_exit_2(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
-        run_main(["run", *arguments])
+        main(["run", *arguments])
     assert stopped.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
 
 
 def test_a_trace_dir_with_traces_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "old.jsonl").write_text("{}\n")
-    assert run_main(["run", "dp-pause", "--trace-dir", str(tmp_path)]) == 2
+    assert main(["run", "dp-pause", "--trace-dir", str(tmp_path)]) == 2
     assert "already holds *.jsonl" in capsys.readouterr().err
 
 

@@ -32,7 +32,7 @@ SMALL = ("--set", "hidden=64", "--set", "chunk_tokens=8", "--set", "layers=2")
 def run(*arguments: str, timeout: float = 90) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.runtime_cli", "run", "pp-broadcast", "--timeout", str(TIMEOUT), "--json",
+        [sys.executable, "-m", "lockstep", "run", "pp-broadcast", "--hang-timeout", str(TIMEOUT), "--json",
          *SMALL, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     seconds = time.monotonic() - started
     assert "Traceback" not in completed.stderr, completed.stderr

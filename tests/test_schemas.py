@@ -1,8 +1,10 @@
-"""The published JSON Schemas (docs/schemas/) describe what the commands really print.
+"""The published JSON Schemas (lockstep/schemas/, shipped in the wheel) describe what the commands print.
 
-Every ``--json`` output has a schema (check, replay, prove-lemmas, run, fuzz with and without
-``--impl``, reproduce) and a test here validates real outputs of the command against it, with the
-real runtime where the command runs one; the schemas refuse fields they do not describe.
+Every ``--json`` output has a schema (check, list, replay, prove-lemmas, run, fuzz with and
+without ``--impl``, reproduce, and the error object of a command that ends without a result) and
+a test here validates real outputs of the command against it, with the real runtime where the
+command runs one; the schemas refuse fields they do not describe, and every object names its
+``schema_version``. The trace format's schema is docs/schemas/trace.schema.json.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ import jsonschema
 import pytest
 
 from lockstep.cli import main
+from lockstep.schemas import NAMES, schema
 from lockstep.traces.format import schema as trace_schema
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "docs" / "schemas"
+SCHEMAS = ROOT / "lockstep" / "schemas"
+DOCUMENTED = ROOT / "docs" / "schemas"
 FIXTURES = ROOT / "tests" / "fixtures" / "traces"
 
 
 def validator(name: str) -> jsonschema.protocols.Validator:
-    document = json.loads((SCHEMAS / name).read_text())
+    document = json.loads(((DOCUMENTED if name == "trace.schema.json" else SCHEMAS) / name).read_text())
     cls = jsonschema.validators.validator_for(document)
     cls.check_schema(document)
     return cls(document)
@@ -34,7 +38,7 @@ def output(capsys: pytest.CaptureFixture[str], *arguments: str) -> object:
 
 
 def test_the_published_trace_schema_is_the_shipped_one() -> None:
-    assert json.loads((SCHEMAS / "trace.schema.json").read_text()) == trace_schema()
+    assert json.loads((DOCUMENTED / "trace.schema.json").read_text()) == trace_schema()
 
 
 def test_check_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +81,13 @@ def test_traces_the_tool_writes_follow_the_trace_schema(tmp_path: Path, capsys: 
 def test_every_json_command_has_a_schema() -> None:
     published = {path.name for path in SCHEMAS.glob("*.schema.json")}
     assert published == {f"{name}.schema.json" for name in
-                         ("trace", "check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list")}
+                         ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list", "error")}
+    assert {f"{name}.schema.json" for name in NAMES} == published
+    assert {path.name for path in DOCUMENTED.glob("*.schema.json")} == {"trace.schema.json"}  # one copy of each
+    for name in NAMES:
+        document = schema(name)
+        assert document == json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+        assert "schema_version" in json.dumps(document), name  # every object names the version of its schema
 
 
 def test_list_output_follows_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
@@ -116,9 +126,42 @@ def test_fuzz_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     reproduce = validator("reproduce.schema.json")
-    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--timeout", "3",
+    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--hang-timeout", "3",
                     "--trace-dir", str(tmp_path / "traces"), "--json")
     reproduce.validate(result)
     assert isinstance(result, dict) and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed"
     with pytest.raises(jsonschema.ValidationError):
         reproduce.validate({**result, "verdict": "maybe"})
+
+
+def test_outputs_name_their_schema_version(capsys: pytest.CaptureFixture[str]) -> None:
+    for name, arguments in (("list", ["list", "--json"]), ("prove-lemmas", ["prove-lemmas", "--json"]),
+                            ("replay", ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--json"])):
+        result = output(capsys, *arguments)
+        version = schema(name)["properties"]["schema_version"]["const"]
+        assert isinstance(result, dict) and result["schema_version"] == version
+
+
+@pytest.mark.parametrize(("arguments", "kind", "code"), [
+    (["check", "dp-pause", "--max-states", "0", "--json"], "usage", 2),  # does not parse
+    (["check", "dp-pause", "--max-st", "5", "--json"], "usage", 2),
+    (["check", "no-such-protocol", "--json"], "usage", 2),  # parses; the command refuses it
+    (["fuzz", "dp-pause", "--scenario", "random", "--json"], "usage", 2),
+    (["replay", "no-such-file.jsonl", "--json"], "usage", 2),
+    (["run", "no-such-protocol", "--json"], "usage", 2),
+    (["reproduce", "no-such-file.jsonl", "--json"], "usage", 2),
+    (["list", "--model-file", "no-such-model.py", "--json"], "usage", 2),
+])
+def test_errors_under_json_are_one_object_following_the_schema(capsys: pytest.CaptureFixture[str], arguments: list[str],
+                                                               kind: str, code: int) -> None:
+    try:
+        returned = main(arguments)
+    except SystemExit as stopped:  # a command line that does not parse
+        returned = int(str(stopped.code))
+    captured = capsys.readouterr()
+    assert returned == code and captured.out.count("\n") == 1, captured
+    error = json.loads(captured.out)
+    validator("error.schema.json").validate(error)
+    assert error["kind"] == kind and error["exit_code"] == code and error["schema_version"] == 1
+    assert error["error"] in " ".join(captured.err.split()) or error["error"].split(":")[0] in captured.err
+    assert "Traceback" not in captured.err

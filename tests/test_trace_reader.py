@@ -6,7 +6,6 @@ functions in-process); a killed run's cut-short final line is only a warning.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import shutil
@@ -15,7 +14,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from lockstep.trace_cli import add_trace_parsers, command_replay, command_trace
+from lockstep.cli.root import parse
+from lockstep.cli.trace import command_replay, command_trace
 from lockstep.traces.merge import open_traces
 from lockstep.traces.reader import TraceInputError, TraceReader
 
@@ -26,9 +26,7 @@ PRE_FIX = FIXTURES / "dp-pause-pre-fix-seed.jsonl"
 
 def run(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run ``lockstep replay`` / ``lockstep trace`` in-process: (exit code, stdout, stderr)."""
-    parser = argparse.ArgumentParser(prog="lockstep")
-    add_trace_parsers(parser.add_subparsers(dest="command"))
-    arguments = parser.parse_args(list(argv))
+    arguments = parse(argv).arguments  # the command line as `lockstep` parses it
     stream = io.StringIO()
     console = Console(file=stream, width=400, no_color=True)
     code = command_replay(arguments, console) if arguments.command == "replay" else command_trace(arguments, console)

@@ -123,7 +123,8 @@ def test_names_from_a_model_stay_inside_the_output_folder(capsys: pytest.Capture
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_refused(capsys: pytest.CaptureFixture[str], text: str) -> None:
     for arguments in (["check", "dp-pause", f"--max-memory={text}"], ["check", "dp-pause", f"--timeout={text}"],
-                      ["run", "dp-pause", f"--timeout={text}"], ["reproduce", "x.jsonl", f"--timeout={text}"]):
+                      ["run", "dp-pause", f"--timeout={text}"], ["run", "dp-pause", f"--hang-timeout={text}"],
+                      ["reproduce", "x.jsonl", f"--timeout={text}"], ["reproduce", "x.jsonl", f"--hang-timeout={text}"]):
         with pytest.raises(SystemExit) as stopped:
             main(arguments)
         assert stopped.value.code == 2

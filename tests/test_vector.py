@@ -18,7 +18,7 @@ from test_compiler import DECLARED, V, expressions, one_action_machine, states
 from lockstep.checkers import CheckResult, Limits, check
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.search import VectorSearch
-from lockstep.cli import pinned_instances
+from lockstep.cli.check import pinned_instances
 from lockstep.models import get_protocol
 from lockstep.spec.expressions import Constant, Operation, Operator
 from lockstep.spec.machine import Machine, Step

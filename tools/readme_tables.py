@@ -18,7 +18,7 @@ END = "<!-- lockstep:tables end -->"
 
 def generated() -> str:
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep.cli", "check", "--all", "--markdown"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "lockstep", "check", "--all", "--markdown"], capture_output=True, text=True, check=False
     )
     if completed.returncode != 0:
         sys.stderr.write(completed.stderr)

@@ -34,7 +34,7 @@ def _bounded(kind: type, low: float, high: float | None = None) -> Any:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("protocol", metavar="PROTOCOL", help=f"the protocol to run ({', '.join(RUNTIME_PROTOCOLS)})")
     parser.add_argument("--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)")
-    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run PROTOCOL --help` lists them)")
+    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run --help` lists them)")
     parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
     parser.add_argument("--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)")
     parser.add_argument("--sync-interval", type=_bounded(int, 1, 32), default=32,
@@ -44,7 +44,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                         help="worker-level groups' backend (the engine-level group is always gloo)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the choice source (default 0)")
-    parser.add_argument("--timeout", type=_bounded(float, 0.5), default=10.0,
+    parser.add_argument("--hang-timeout", type=_bounded(float, 0.5), default=10.0, metavar="SECONDS",
                         help="seconds blocked in one collective or receive that count as a hang (default 10)")
     parser.add_argument("--trace-dir", type=Path, metavar="DIR", help="write one trace file per process here")
     parser.add_argument("--choices", type=Path, metavar="FILE",
@@ -113,7 +113,7 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
         choices = str(Path(arguments.choices).resolve())
     config = RunConfig(protocol=protocol.name, variant=arguments.variant, scenario=scenario,
                        ranks=ranks, requests=arguments.requests, sync_interval=arguments.sync_interval,
-                       backend=arguments.backend, seed=arguments.seed, timeout=arguments.timeout,
+                       backend=arguments.backend, seed=arguments.seed, timeout=arguments.hang_timeout,
                        trace_dir=trace_dir, choices=choices, extra=extra)
     problem = protocol.validate(config) if protocol.validate is not None else None
     if problem is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -99,7 +99,30 @@ def _discover() -> dict[str, RuntimeProtocol]:
     return found
 
 
-RUNTIME_PROTOCOLS: dict[str, RuntimeProtocol] = _discover()
+class _Registry(Mapping[str, RuntimeProtocol]):
+    """``RUNTIME_PROTOCOLS``: discovered on first use, not at import. A protocol package imports this
+    module for ``RuntimeProtocol``; discovering then, with that package half imported (no ``RUNTIME``
+    yet), left its protocol out whenever it was the first of the runtime a process imported."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, RuntimeProtocol] | None = None
+
+    def _protocols(self) -> dict[str, RuntimeProtocol]:
+        if self._found is None:
+            self._found = _discover()
+        return self._found
+
+    def __getitem__(self, name: str) -> RuntimeProtocol:
+        return self._protocols()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._protocols())
+
+    def __len__(self) -> int:
+        return len(self._protocols())
+
+
+RUNTIME_PROTOCOLS: Mapping[str, RuntimeProtocol] = _Registry()
 
 
 def runtime_protocol(name: str) -> RuntimeProtocol:

@@ -4,7 +4,7 @@ Spawned by ``lockstep run`` as ``python -m lockstep.impl.rank --config RUN_DIR/c
 a ``RankPool`` as ``python -m lockstep.impl.rank --pool DIR`` (one run after another), or
 started by torchrun with the run's flags::
 
-    torchrun --nproc-per-node 2 -m lockstep.impl.rank dp-pause --variant pre-fix --timeout 5
+    torchrun --nproc-per-node 2 -m lockstep.impl.rank dp-pause --variant pre-fix --hang-timeout 5
 
 The protocol's package (``lockstep.impl.protocols``) provides ``run_rank`` (and may provide ``join``).
 Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,

@@ -1,7 +1,7 @@
 """The ``reproduce`` command of ``lockstep``: run a model counterexample for real in the runtime.
 
-``lockstep reproduce COUNTEREXAMPLE.jsonl [--backend gloo|nccl] [--timeout S] [--seed S]
-[--trace-dir DIR] [--json]`` reads a counterexample that ``lockstep check`` (or ``fuzz``) wrote,
+``lockstep reproduce COUNTEREXAMPLE.jsonl [--backend gloo|nccl] [--hang-timeout S] [--timeout S]
+[--seed S] [--trace-dir DIR] [--json]`` reads a counterexample that ``lockstep check`` (or ``fuzz``) wrote,
 asks the protocol's runtime for a plan (``RuntimeProtocol.plan_reproduction``: the scenario that
 holds the run to the counterexample's order, and the scripted choices: message arrival order,
 request placement, accepted drafts, chunking), runs it with real processes and collectives, and
@@ -16,7 +16,9 @@ file and the field.
 
 Exit codes: 1 the failure happened for real (reproduced), 0 the run completed and its trace
 conforms (not reproduced), 2 usage or input error (a message naming file and line, never a
-traceback), 3 the run ended otherwise (a runtime error, no outcome in time).
+traceback), 3 the run ended otherwise (a runtime error, no outcome within ``--timeout``, the
+whole run's wall clock; ``--hang-timeout`` is how long a blocked collective takes to count as a
+hang). With ``--json`` stdout carries one object (``lockstep/schemas/reproduce.schema.json``).
 """
 
 from __future__ import annotations
@@ -27,24 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lockstep.cli_numbers import positive
+from lockstep.cli.failures import usage_error
 
-EXIT_REPRODUCED, EXIT_CLEAN, EXIT_USAGE, EXIT_OTHER = 1, 0, 2, 3
-
-
-def add_reproduce_parser(commands: Any) -> argparse.ArgumentParser:
-    """Add ``reproduce`` to the CLI's subparsers object and return its parser."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "reproduce", help="run a model counterexample's choices in the torch reference runtime")
-    parser.add_argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", help="a counterexample trace (lockstep-out/...)")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="worker-level groups' backend")
-    parser.add_argument("--timeout", type=positive(float), default=10.0,
-                        help="seconds blocked in one collective or receive that count as a hang (default 10)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the choices past the counterexample's end")
-    parser.add_argument("--trace-dir", type=Path, metavar="DIR",
-                        help="where the run's traces go (default: lockstep-out/<counterexample>-reproduced/)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    return parser
+EXIT_REPRODUCED, EXIT_CLEAN, EXIT_OTHER = 1, 0, 3
+SCHEMA_VERSION = 1  # of reproduce's --json object
 
 
 class ReproduceError(ValueError):
@@ -83,14 +71,16 @@ def _trace_dir(arguments: argparse.Namespace) -> Path:
     return folder
 
 
-def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path) -> Any:
+def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]],
+            trace_dir: Path) -> Any:
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
 
     protocol = RUNTIME_PROTOCOLS.get(str(header["protocol"]))
     file = arguments.counterexample
     if protocol is None:
-        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: "
+                             f"{', '.join(RUNTIME_PROTOCOLS)}")
     if header["variant"] not in protocol.variants:
         raise ReproduceError(f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
                              f"not variant {header['variant']!r}")
@@ -104,7 +94,7 @@ def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[
     choices = trace_dir / "choices.json"  # not *.jsonl: the trace directory holds only trace files
     choices.write_text("".join(json.dumps(choice.to_json()) + "\n" for choice in plan.choices), encoding="utf-8")
     return RunConfig(protocol=protocol.name, variant=str(header["variant"]), scenario=plan.scenario, ranks=plan.ranks,
-                     backend=arguments.backend, seed=arguments.seed, timeout=arguments.timeout,
+                     backend=arguments.backend, seed=arguments.seed, timeout=arguments.hang_timeout,
                      trace_dir=str(trace_dir.resolve()), choices=str(choices.resolve()), extra=dict(plan.extra),
                      **plan.settings)
 
@@ -127,7 +117,8 @@ def _check_parameters(file: str, header: dict[str, Any]) -> None:
             raise ReproduceError(f"{file}:1: header parameter {spec.name} must be an integer, got {value!r}")
         if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
             bound = f"{spec.minimum} to {spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
-            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds ({bound})")
+            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds "
+                                 f"({bound})")
 
 
 def _check_plan(file: str, protocol: Any, plan: Any) -> None:
@@ -146,26 +137,26 @@ def _check_plan(file: str, protocol: Any, plan: Any) -> None:
 
 def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     """Reproduce the counterexample; the exit code (see the module doc)."""
+    from lockstep.cli.runtime import check_backend, deadline, replay_run
     from lockstep.impl.launcher import launch
-    from lockstep.runtime_cli import _check_backend, _replay
 
     try:
         header, events = _read(arguments.counterexample)
         trace_dir = _trace_dir(arguments)
         config = _config(arguments, header, events, trace_dir)
-        _check_backend(config)
+        check_backend(config)
     except ValueError as error:  # ReproduceError, RunUsageError
-        console.print(f"[bold red]lockstep: error:[/bold red] {error}", soft_wrap=True, highlight=False)
-        return EXIT_USAGE
+        return usage_error(console, str(error), arguments)
     wanted = header["parameters"].get("property")
     console.print(f"reproducing {arguments.counterexample} ({header['protocol']} {header['variant']} "
                   f"{header['instance']}: {wanted or 'a violation'} in {len(events)} steps) with real processes, "
                   f"{config.ranks} ranks, {config.backend}", markup=False, highlight=False, soft_wrap=True)
-    outcome = launch(config, deadline=max(60.0, 6 * config.timeout))
-    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False, highlight=False)
+    outcome = launch(config, deadline=deadline(arguments.timeout, config))
+    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False,
+                  highlight=False)
     if outcome.outcome != "completed":
         console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
-    replayed = _replay(config, console)
+    replayed = replay_run(config, console)
     violated = replayed is not None and replayed.get("verdict") == "violated"
     if outcome.outcome == "hang diagnosed" or violated:
         code, verdict = EXIT_REPRODUCED, "reproduced"
@@ -184,7 +175,8 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
                   soft_wrap=True, highlight=False)
     console.print(f"traces: {config.trace_dir}", markup=False, highlight=False)
     if arguments.json:
-        payload = {"verdict": verdict, "exit_code": code, "counterexample": arguments.counterexample,
+        payload = {"schema_version": SCHEMA_VERSION, "verdict": verdict, "exit_code": code,
+                   "counterexample": arguments.counterexample,
                    "protocol": config.protocol, "variant": config.variant, "property": wanted,
                    "outcome": outcome.outcome, "message": outcome.message, "waits": outcome.waits,
                    "seconds": round(outcome.seconds, 3), "events": outcome.events, "trace_dir": config.trace_dir,

@@ -1,12 +1,13 @@
 """The ``fuzz`` command of ``lockstep``: random exploration of a model with Hypothesis.
 
-``add_fuzz_parser`` adds the subcommand to the CLI's subparsers; ``command_fuzz`` runs it and
-returns the exit code: 0 nothing found (no safety property failed in the examples tried, which
-proves nothing), 1 a property is violated, 2 usage error (one message, never a traceback),
+``command_fuzz`` runs it (its options: ``lockstep.cli.commands.fuzz``) and returns the exit code:
+0 nothing found (no safety property failed in the examples tried, which proves nothing), 1 a
+property is violated, 2 usage error (one message, never a traceback),
 3 inconclusive (``--timeout`` or Ctrl-C stopped the session before it found anything, or
 Hypothesis could not run the examples). Human output goes to stderr: the counterexample as the
 same swimlanes ``lockstep check`` draws, written as a trace that ``lockstep replay`` and
-``lockstep show`` read. With ``--json`` stdout carries one JSON object (``fuzz_json``).
+``lockstep show`` read. With ``--json`` stdout carries one JSON object (``fuzz_json``; with
+``--impl`` the runtime session's; both ``lockstep/schemas/fuzz.schema.json``).
 Hypothesis is imported only when the command runs.
 """
 
@@ -23,7 +24,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from lockstep.cli_numbers import non_negative, positive
+from lockstep.cli.commands import DEFAULT_EXAMPLES, DEFAULT_RUNTIME_EXAMPLES
+from lockstep.cli.failures import usage_error
 from lockstep.models import get_protocol
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
 from lockstep.spec.semantics import ModelError
@@ -32,46 +34,8 @@ from lockstep.spec.terms import DefinitionError
 if TYPE_CHECKING:
     from lockstep.checkers.fuzz import FuzzResult
 
-EXIT_USAGE = 2
-# as lockstep.checkers.fuzz (not imported here: it imports Hypothesis, which the other commands do not need)
-DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS = 100, 1000, 30.0
-DEFAULT_RUNTIME_EXAMPLES = 20
+SCHEMA_VERSION = 1  # of fuzz's --json object (model and runtime sessions)
 OUTCOME_STYLES = {"violated": "bold red", "nothing-found": "green", "inconclusive": "yellow"}
-
-
-def add_fuzz_parser(commands: Any) -> None:
-    """Add ``fuzz`` to an argparse subparsers object."""
-    fuzzer = commands.add_parser(
-        "fuzz",
-        help="random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)",
-        description="Run random bounded interleavings of a protocol instance with Hypothesis, checking every safety "
-        "property after each step; a failure is shrunk, re-minimised by BFS around it, shown and written as a trace.",
-    )
-    fuzzer.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
-    fuzzer.add_argument("--model-file", type=Path, metavar="PATH", help="fuzz the model a Python file defines (its PROTOCOL)")
-    fuzzer.add_argument("--variant", help="pre-fix, post-fix or a mutant (default: post-fix)")
-    fuzzer.add_argument("--instance", help="named instance (default: seed)")
-    fuzzer.add_argument("--ranks", type=positive(int), help="the model's rank parameter")
-    fuzzer.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="override a parameter (repeatable)")
-    fuzzer.add_argument("--steps", type=positive(int), default=DEFAULT_STEPS, metavar="S",
-                        help=f"the most steps an example takes (default {DEFAULT_STEPS})")
-    fuzzer.add_argument("--examples", type=positive(int), metavar="N",
-                        help=f"examples to run (default {DEFAULT_EXAMPLES}; with --impl {DEFAULT_RUNTIME_EXAMPLES})")
-    fuzzer.add_argument("--seed", type=non_negative, metavar="S", help="fix Hypothesis's seed (default: a fresh one each run)")
-    fuzzer.add_argument("--timeout", type=positive(float), metavar="SECONDS",
-                        help="stop the session after this long (nothing found by then: exit 3)")
-    fuzzer.add_argument("--shrink-seconds", type=positive(float), default=DEFAULT_SHRINK_SECONDS, metavar="SECONDS",
-                        help=f"stop Hypothesis's shrinking after this long (default {DEFAULT_SHRINK_SECONDS:g}); the shortest "
-                        "failing run so far is then re-minimised")
-    fuzzer.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    fuzzer.add_argument("--trace-out", type=Path, metavar="FILE",
-                        help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)")
-    fuzzer.add_argument("--impl", action="store_true",
-                        help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, "
-                        "the run's trace is replayed against the model (a pool of rank processes is reused across runs)")
-    fuzzer.add_argument("--scenario", help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)")
-    fuzzer.add_argument("--hang-timeout", type=positive(float), default=5.0, metavar="SECONDS",
-                        help="with --impl: seconds blocked in one collective that count as a hang (default 5)")
 
 
 def _protocol(arguments: argparse.Namespace) -> Protocol:
@@ -92,8 +56,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.impl:
         return command_fuzz_runtime(arguments, console)
     if arguments.scenario is not None:
-        console.print("[bold red]lockstep: error:[/bold red] --scenario is for --impl (the runtime's scenarios)")
-        return EXIT_USAGE
+        return usage_error(console, "--scenario is for --impl (the runtime's scenarios)", arguments)
     if arguments.examples is None:
         arguments.examples = DEFAULT_EXAMPLES
     try:
@@ -103,15 +66,14 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         from lockstep.checkers.fuzz import fuzz
 
         with console.status(f"fuzzing {instance.label}…"):
-            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed, timeout=arguments.timeout,
-                          shrink_seconds=arguments.shrink_seconds)
+            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed,
+                          timeout=arguments.timeout, shrink_seconds=arguments.shrink_seconds)
     except UsageError as error:
-        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
-        return EXIT_USAGE
+        return usage_error(console, str(error), arguments)
     except (ModelError, DefinitionError) as error:
-        console.print(f"[bold red]lockstep: model error:[/bold red] {escape(str(error))}")
-        return EXIT_USAGE
-    trace_file = _write_trace(instance, result, arguments.trace_out, console, [arguments.model_file] if arguments.model_file else [])
+        return usage_error(console, str(error), arguments, label="model error")
+    inputs = [arguments.model_file] if arguments.model_file else []
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
         sys.stdout.write(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
     else:
@@ -123,9 +85,8 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     """``lockstep fuzz PROTOCOL --impl``: the runtime against the model (``checkers.fuzz.runtime``)."""
     for option in ("model_file", "instance"):
         if getattr(arguments, option) is not None:
-            console.print(f"[bold red]lockstep: error:[/bold red] --{option.replace('_', '-')} does not apply to --impl "
-                          "(the runtime runs the built-in protocols' scenarios)")
-            return EXIT_USAGE
+            return usage_error(console, f"--{option.replace('_', '-')} does not apply to --impl (the runtime runs the "
+                               "built-in protocols' scenarios)", arguments)
     from lockstep.checkers.fuzz.runtime import fuzz_runtime
 
     try:
@@ -141,16 +102,16 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                                   hang_timeout=arguments.hang_timeout, timeout=arguments.timeout,
                                   keep_traces=None if arguments.trace_out is None else str(arguments.trace_out))
     except (ValueError, UsageError) as error:
-        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
-        return EXIT_USAGE
+        return usage_error(console, str(error), arguments)
     if arguments.json:
-        sys.stdout.write(json.dumps(result.to_json()) + "\n")
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
         return result.exit_code
     outcome = result.outcome
     per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0
     console.print(Text.assemble((label, "bold"), f" (scenario {result.scenario}, {result.ranks} ranks)  ",
                                 (outcome, OUTCOME_STYLES[outcome]),
-                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), {result.seconds:.1f} s, "
+                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), "
+                                f"{result.seconds:.1f} s, "
                                 f"{per_run:.2f} s/run, {result.pool_starts} pool start(s))"))
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
@@ -160,10 +121,12 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                       + ", ".join(sorted({str(run.observed_violation) for run in observed})))
     failing = result.failing
     if failing is not None:
-        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] {escape(str(failing.failure))}")
+        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] "
+                      f"{escape(str(failing.failure))}")
         explanation = (failing.replay or {}).get("explanation") or {}
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
-            console.print(f"  model candidate {number}: " + "; ".join(escape(reason) for reason in candidate.get("why", [])))
+            reasons = "; ".join(escape(reason) for reason in candidate.get("why", []))
+            console.print(f"  model candidate {number}: {reasons}")
             state = ", ".join(f"{name}={value}" for name, value in candidate.get("state", {}).items())
             console.print(f"    model state: {escape(state)}", soft_wrap=True)
         event = explanation.get("event") or {}
@@ -184,7 +147,8 @@ def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, co
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.traces.output import OutputError, refuse_inputs, safe_name
 
-    file = target or Path("lockstep-out") / (safe_name(instance.protocol.name, instance.variant, instance.name, "fuzz") + ".jsonl")
+    name = safe_name(instance.protocol.name, instance.variant, instance.name, "fuzz") + ".jsonl"
+    file = target or Path("lockstep-out") / name
     try:
         refuse_inputs(file, inputs)  # never over the model file
         return write_counterexample(
@@ -223,7 +187,8 @@ def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Pa
         )
         title = f"counterexample: {result.property_name} ({result.path.length} steps)"
         console.print(swimlanes(result.machine, result.path, title))
-        console.print(f"[red]{escape(result.property_name)}[/red] is violated" + (f": {escape(result.detail)}" if result.detail else ""))
+        detail = f": {escape(result.detail)}" if result.detail else ""
+        console.print(f"[red]{escape(result.property_name)}[/red] is violated{detail}")
         blocked = blocked_summary(result.machine, result.path)
         if blocked:
             console.print(f"at the end: {escape(blocked)}")
@@ -255,6 +220,7 @@ def fuzz_json(result: FuzzResult, instance: Instance, trace_file: Path | None) -
             "trace_file": None if trace_file is None else str(trace_file),
         }
     return {
+        "schema_version": SCHEMA_VERSION,
         "protocol": instance.protocol.name,
         "variant": instance.variant,
         "instance": instance.name,
@@ -279,16 +245,3 @@ def fuzz_json(result: FuzzResult, instance: Instance, trace_file: Path | None) -
         "witnessed": list(result.witnessed),
         "unchecked": list(result.unchecked),
     }
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``lockstep fuzz`` on its own (``python -m lockstep.fuzz_cli PROTOCOL ...``)."""
-    parser = argparse.ArgumentParser(prog="lockstep")
-    add_fuzz_parser(parser.add_subparsers(dest="command", required=True))
-    arguments = parser.parse_args(["fuzz", *(sys.argv[1:] if argv is None else argv)])
-    console = Console(stderr=True, width=None if sys.stderr.isatty() else 160, emoji=False)
-    return command_fuzz(arguments, console)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

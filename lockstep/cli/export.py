@@ -45,27 +45,7 @@ from lockstep.traces.output import OutputError, refuse_inputs, write_atomically
 from lockstep.traces.reader import Record, TraceInputError
 
 EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
-TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
 REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find the failing event
-
-
-def add_export_parsers(commands: Any) -> None:
-    """Add ``show``, ``export`` and ``graph`` to an argparse subparsers object."""
-    show = commands.add_parser("show", help="draw a trace as per-actor swimlanes in the terminal")
-    show.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or a trace directory")
-    show.add_argument("--no-replay", action="store_true", help="do not replay a recording to find its failing event")
-    exporter = commands.add_parser("export", help="write a trace as Perfetto trace events, ITF, DOT or GraphML")
-    exporter.add_argument("paths", nargs="+", metavar="TRACE", help="trace files or a trace directory")
-    exporter.add_argument("--format", required=True, choices=TRACE_FORMATS, help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)")
-    exporter.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout)")
-    grapher = commands.add_parser("graph", help="export an instance's reachable state graph (DOT or GraphML)")
-    grapher.add_argument("protocol", nargs="?", help="protocol name (see `lockstep list`)")
-    grapher.add_argument("--model-file", type=Path, metavar="PATH", help="the model a Python file defines, instead of a built-in one")
-    grapher.add_argument("--variant", help="default: post-fix")
-    grapher.add_argument("--instance", help="default: seed")
-    grapher.add_argument("--format", required=True, choices=("dot", "graphml"))
-    grapher.add_argument("--max-states", type=int, default=5000, metavar="K", help="explore at most K states (default 5000); more: exit 3")
-    grapher.add_argument("-o", "--output", type=Path, metavar="FILE", help="where to write (default: stdout)")
 
 
 def _instance(header: dict[str, Any]) -> Instance:

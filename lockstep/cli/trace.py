@@ -1,12 +1,12 @@
 """The trace commands of ``lockstep``: ``replay`` (conformance against a model) and ``trace merge``.
 
-``add_trace_parsers`` adds both to the CLI's subcommands; ``command_replay`` and
-``command_trace`` run them and return the exit code: 0 conforms (or merged), 1 violated or
-diverges, 2 bad input (one message naming the file, line and problem; never a traceback),
-3 the candidate set outgrew ``--max-candidates``. Human output goes to stderr; with ``--json``
-stdout carries one JSON object ``{verdict, event, property, explanation,
-longest_conforming_prefix, candidate_states_max, ...}``. A final line cut short by a killed run
-is a warning; the events before it decide the exit code.
+``command_replay`` and ``command_trace`` run them (their options: ``lockstep.cli.commands``) and
+return the exit code: 0 conforms (or merged), 1 violated or diverges, 2 bad input (one message
+naming the file, line and problem; never a traceback), 3 the candidate set outgrew
+``--max-candidates``. Human output goes to stderr; with ``--json`` stdout carries one JSON object
+``{schema_version, verdict, event, property, explanation, longest_conforming_prefix,
+candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by
+a killed run is a warning; the events before it decide the exit code.
 
 The model comes from the header: protocol, variant and every parameter it declares (other
 header parameters, such as a counterexample's ``property``, are ignored; ``unrecorded``, a list
@@ -20,49 +20,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
 from lockstep.checkers import system_for
 from lockstep.checkers.replay import ReplayOptions, ReplayResult, default_unrecorded, replay
-from lockstep.cli_numbers import non_negative, positive
+from lockstep.cli.failures import usage_error
 from lockstep.models import get_protocol
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
 from lockstep.traces.reader import TraceInputError
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK = 0
+SCHEMA_VERSION = 1  # of replay's --json object
 
 
-def add_trace_parsers(commands: Any) -> None:
-    """Add ``replay`` and ``trace merge`` to an argparse subparsers object."""
-    replayer = commands.add_parser(
-        "replay",
-        help="check that recorded traces follow a model (protocol, variant and bounds from the header)",
-        description="Replay trace files (or a directory of per-actor files, merged in causal order) against the model.",
-    )
-    replayer.add_argument("paths", nargs="+", metavar="PATH", help="trace files, or a directory of *.jsonl files")
-    replayer.add_argument("--protocol", help="replay against this protocol instead of the header's")
-    replayer.add_argument("--variant", help="replay against this variant instead of the header's")
-    replayer.add_argument("--max-candidates", type=positive(int), default=100_000, metavar="K",
-                          help="stop (exit 3) when more model states than this fit the events (default 100000)")
-    replayer.add_argument("--closure-depth", type=non_negative, default=16, metavar="N",
-                          help="unrecorded steps allowed between two recorded events (default 16)")
-    replayer.add_argument("--unrecorded", action="append", default=[], metavar="NAME",
-                          help="an action, actor or actor kind ('group:*') the trace does not record (repeatable)")
-    replayer.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    trace = commands.add_parser("trace", help="trace file tools (merge)")
-    tools = trace.add_subparsers(dest="trace_command", metavar="TRACE_COMMAND", parser_class=type(trace))
-    merger = tools.add_parser("merge", help="merge per-actor trace files into one file in causal order")
-    merger.add_argument("paths", nargs="+", metavar="PATH", help="a directory of per-actor *.jsonl files, or the files")
-    merger.add_argument("-o", "--output", required=True, metavar="FILE", help="the merged trace to write")
-
-
-def _error(console: Console, message: str) -> int:
-    console.print(f"[bold red]lockstep: error:[/bold red] {escape(message)}", soft_wrap=True)
-    return EXIT_USAGE
+def _error(console: Console, message: str, arguments: argparse.Namespace) -> int:
+    return usage_error(console, message, arguments)
 
 
 def _warn(console: Console, warnings: list[str]) -> None:
@@ -105,7 +80,8 @@ def _instance(trace: TraceInput, protocol_name: str | None, variant_name: str | 
 def _unrecorded(trace: TraceInput, extra: list[str]) -> set[str]:
     listed = trace.header["parameters"].get("unrecorded", [])
     if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
-        raise TraceInputError(trace.files[0], 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
+        raise TraceInputError(trace.files[0], 1,
+                              f"header: parameter unrecorded must be a list of names, got {listed!r}")
     return {*listed, *extra}
 
 
@@ -114,21 +90,23 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
         trace = open_traces(arguments.paths)
         instance, own = _instance(trace, arguments.protocol, arguments.variant)
         system = system_for(instance.machine())
-        unrecorded = default_unrecorded(system, trace.header["source"]["kind"]) | _unrecorded(trace, arguments.unrecorded)
+        unrecorded = (default_unrecorded(system, trace.header["source"]["kind"])
+                      | _unrecorded(trace, arguments.unrecorded))
         try:
-            options = ReplayOptions(arguments.max_candidates, arguments.closure_depth, frozenset(unrecorded), strict=own)
+            options = ReplayOptions(arguments.max_candidates, arguments.closure_depth, frozenset(unrecorded),
+                                    strict=own)
             result = replay(system, trace.records(), options)
         except ValueError as error:
             if isinstance(error, TraceInputError):
                 raise
             raise UsageError(str(error)) from None
     except (TraceInputError, UsageError) as error:
-        return _error(console, str(error))
+        return _error(console, str(error), arguments)
     except OSError as error:
-        return _error(console, f"{error.filename or ''}:0: cannot read: {error.strerror or error}")
+        return _error(console, f"{error.filename or ''}:0: cannot read: {error.strerror or error}", arguments)
     _warn(console, trace.warnings)
     if arguments.json:
-        payload = result.to_json()
+        payload = {"schema_version": SCHEMA_VERSION, **result.to_json()}
         payload["warnings"] = trace.warnings
         payload["model"] = instance.label
         sys.stdout.write(json.dumps(payload) + "\n")
@@ -155,7 +133,8 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
         event = explanation.get("event", {})
         where = f"{explanation.get('file')}:{explanation.get('line')}"
         console.print(f"[bold red]diverges[/bold red] at event {result.event} ({escape(where)}) from {model}: "
-                      f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} {escape(json.dumps(event.get('args', {})))}")
+                      f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} "
+                      f"{escape(json.dumps(event.get('args', {})))}")
         console.print(f"  {escape(str(explanation.get('reason', '')))}")
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
             console.print(f"  candidate {number} of {explanation.get('candidate_count')}:")
@@ -173,13 +152,14 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
 
 def command_trace(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.trace_command != "merge":
-        return _error(console, "name a trace command: merge")
+        return _error(console, "name a trace command: merge", arguments)
     try:
         count, warnings = merge_to_file(arguments.paths, arguments.output)
     except TraceInputError as error:
-        return _error(console, str(error))
+        return _error(console, str(error), arguments)
     except OSError as error:
-        return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}")
+        return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}",
+                      arguments)
     _warn(console, warnings)
     console.print(f"merged {count} events into {escape(str(arguments.output))}")
     return EXIT_OK

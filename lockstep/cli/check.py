@@ -1,0 +1,202 @@
+"""The ``check`` command: model-check a protocol instance, or every pinned one (``--all``).
+
+``command_check`` runs it and returns the exit code: 0 every property holds (or, with ``--all``,
+every verdict is as pinned), 1 a property is violated (``--all``: a verdict differs from its
+pin), 3 inconclusive (a limit or Ctrl-C stopped the search). Usage errors are raised
+(``UsageError``) for the root to report (exit 2). Human output goes to stderr; with ``--json``
+stdout carries one JSON object (``lockstep/schemas/check.schema.json``). Without a terminal a
+progress line goes to stderr every ``PROGRESS_SECONDS``. ``pinned_instances`` lists every
+instance × variant with a pinned verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
+from lockstep.checkers.counterexample import write_counterexample
+from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
+from lockstep.cli.listing import selected_protocols
+from lockstep.models import PROTOCOLS
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
+
+EXIT_OK, EXIT_VIOLATED = 0, 1
+
+
+def _limits(arguments: argparse.Namespace) -> Limits:
+    memory = None if arguments.max_memory is None else int(arguments.max_memory * 1024**3)
+    return Limits(arguments.max_states, arguments.max_depth, memory, arguments.timeout)
+
+
+PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on stderr this often
+
+
+def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
+    printed = [0.0]  # the engine's seconds at the last progress line (no terminal: no spinner)
+    with console.status(f"checking {instance.label}…") as status:
+
+        def progress(stats: Statistics) -> None:
+            if stats.states is None:
+                text = f"checking {instance.label}: depth {stats.depth} unrolled"
+            else:
+                text = (f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
+                        f"{stats.states_per_second:,.0f} states/s")
+            status.update(f"{text}, {stats.seconds:.1f} s" if stats.states is None else text)
+            if not console.is_terminal and stats.seconds - printed[0] >= PROGRESS_SECONDS:
+                printed[0] = stats.seconds
+                console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
+
+        return check(
+            instance,
+            arguments.engine,
+            symmetry=arguments.symmetry,
+            limits=_limits(arguments),
+            compiled=not arguments.interpreted,
+            progress=progress,
+            depth=arguments.depth,
+            solver_timeout=arguments.solver_timeout,
+            induction_k=arguments.induction_k,
+            properties=arguments.properties or None,  # none named: every property
+            device=arguments.device,
+            compact=arguments.compact,
+            stop_at_first=arguments.stop_at_first,
+            workers=arguments.workers,
+        )
+
+
+def _validate_engine_options(arguments: argparse.Namespace) -> None:
+    """Options that belong to the other family of engines are errors, not silently ignored."""
+    engine = arguments.engine
+    if engine in SYMBOLIC_ENGINES:
+        explicit = (("--max-depth", arguments.max_depth), ("--max-states", arguments.max_states),
+                    ("--symmetry", arguments.symmetry or None))
+        for option, value in explicit:
+            if value is not None:
+                hint = "--depth" if engine == "bmc" else "--k"
+                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} "
+                                 f"use {hint}")
+        if engine == "bmc" and arguments.depth is None:
+            raise UsageError("--engine bmc needs --depth K")
+        if engine == "bmc" and arguments.induction_k is not None:
+            raise UsageError("--k applies to --engine induction, not to bmc (use --depth)")
+        if engine == "induction" and arguments.depth is not None:
+            raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
+    else:
+        symbolic = (("--depth", arguments.depth), ("--k", arguments.induction_k),
+                    ("--solver-timeout", arguments.solver_timeout))
+        for option, value in symbolic:
+            if value is not None:
+                owner = "--engine induction" if option == "--k" else "--engine bmc"
+                raise UsageError(f"{option} applies to {owner}, not to {engine}")
+        if arguments.interpreted and engine not in ("bfs", "dfs", AUTO):
+            raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
+
+
+def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console,
+                 inputs: Sequence[Path] = ()) -> Path | None:
+    """Write the shortest counterexample; a file that cannot be written is reported, and the result
+    of the (possibly long) check is still shown rather than lost."""
+    shortest = result.counterexample
+    if shortest is None or shortest.path is None:
+        return None
+    from lockstep.traces.output import OutputError, refuse_inputs, safe_name
+
+    name = safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl"
+    file = target or Path("lockstep-out") / name
+    try:
+        refuse_inputs(file, inputs)  # never over the model file
+        return _write_counterexample(instance, result, file)
+    except OutputError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace: {error}")
+        return None
+    except OSError as error:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot write the trace {file}: {error.strerror or error}")
+        return None
+
+
+def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -> Path:
+    shortest = result.counterexample
+    assert shortest is not None and shortest.path is not None
+    return write_counterexample(
+        file,
+        result.machine,
+        shortest.path,
+        protocol=instance.protocol.name,
+        variant=instance.variant,
+        instance=instance.name,
+        parameters=instance.parameters,
+        property_name=shortest.name,
+    )
+
+
+def command_check(arguments: argparse.Namespace, console: Console) -> int:
+    if arguments.all:
+        _validate_engine_options(arguments)
+        if any((arguments.protocol, arguments.variant, arguments.instance, arguments.set, arguments.ranks,
+                arguments.properties)):
+            raise UsageError(
+                "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no "
+                "protocol, variant, instance, --ranks, --set or --property"
+            )
+        return _check_all(arguments, console)
+    _validate_engine_options(arguments)
+    if arguments.markdown:
+        raise UsageError("--markdown applies to check --all")
+    if not arguments.protocol and arguments.model_file is None:
+        raise UsageError("name a protocol (see `lockstep list`), give --model-file PATH, or use --all")
+    (protocol,) = selected_protocols(arguments)
+    overrides = dict(parse_assignment(text) for text in arguments.set)
+    instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
+    result = _run(instance, arguments, console)
+    if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
+        return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0
+    inputs = [arguments.model_file] if arguments.model_file else []
+    trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
+    if arguments.json:
+        sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
+    else:
+        render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
+    return result.exit_code
+
+
+def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instance]:
+    """Every instance × variant that carries a pinned verdict (default: the built-in models), in order."""
+    return [
+        protocol.instance(variant.name, spec.name)
+        for protocol in (PROTOCOLS.values() if protocols is None else protocols)
+        for spec in protocol.instances
+        for variant in protocol.variants
+        if variant.name in spec.expected
+    ]
+
+
+def _check_all(arguments: argparse.Namespace, console: Console) -> int:
+    rows: list[PinnedRow] = []
+    payloads = []
+    for instance in pinned_instances(selected_protocols(arguments)):
+        result = _run(instance, arguments, console)
+        trace_file = _write_trace(instance, result, None, console)
+        rows.append(PinnedRow.of(instance, result))
+        payloads.append(result_json(result, instance, trace_file))
+    all_as_pinned = all(row.as_pinned for row in rows)
+    if arguments.json:
+        summary: dict[str, object] = {"schema_version": SCHEMA_VERSION, "as_pinned": all_as_pinned, "checks": payloads}
+        if arguments.markdown:  # both: the tables ride along in the JSON
+            summary["markdown"] = markdown_tables(rows)
+        sys.stdout.write(json.dumps(summary) + "\n")
+    elif arguments.markdown:
+        sys.stdout.write(markdown_tables(rows))
+    if not arguments.json:
+        console.print(summary_table(rows))
+        differ = "[bold red]some verdicts differ from their pins[/bold red]"
+        console.print("every verdict is as pinned" if all_as_pinned else differ)
+    return EXIT_OK if all_as_pinned else EXIT_VIOLATED
+
+

@@ -1,0 +1,229 @@
+"""The options of every ``lockstep`` command but ``run``, declared with click.
+
+This module imports only click and the completion functions: ``lockstep COMMAND --help`` and a
+shell's completion requests load it, never a command's body. Each callback returns the
+``Invocation`` of the body (``lockstep.cli.check:command_check``, ...), which the root runs.
+``run``'s options are the runtime's own (``lockstep.cli.runtime``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockstep.cli import completion
+from lockstep.cli.invocation import Invocation, call
+from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER, POSITIVE_NUMBER
+
+# as lockstep.checkers.ENGINES (not imported here: it loads numpy; tests/test_cli_package.py holds them equal)
+ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction")
+# as lockstep.checkers.fuzz (which imports Hypothesis)
+DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS, DEFAULT_RUNTIME_EXAMPLES = 100, 1000, 30.0, 20
+TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
+FILE = click.Path(path_type=Path)
+JSON_HELP = "print exactly one JSON object on stdout"
+
+protocol_argument = click.argument("protocol", required=False, shell_complete=completion.protocols)
+variant_option = click.option("--variant", metavar="NAME", shell_complete=completion.variants,
+                              help="pre-fix, post-fix or a mutant (default: post-fix)")
+instance_option = click.option("--instance", metavar="NAME", shell_complete=completion.instances,
+                               help="named instance (default: seed)")
+ranks_option = click.option("--ranks", type=POSITIVE_INTEGER, help="the model's rank parameter")
+set_option = click.option("--set", "set", multiple=True, metavar="NAME=VALUE", shell_complete=completion.assignments,
+                          help="override a parameter (repeatable)")
+json_option = click.option("--json", is_flag=True, help=JSON_HELP)
+
+
+@click.command("list")
+@click.option("--model-file", type=FILE, metavar="PATH",
+              help="list the model a Python file defines instead of the built-in ones")
+@json_option
+def list_command(**options: Any) -> Invocation:
+    """The protocols, their variants (with the vLLM release each stands for) and instances, on stdout."""
+    return call("lockstep.cli.listing:command_list", "list", options)
+
+
+@click.command("prove-lemmas")
+@json_option
+@click.option("--solver-timeout", type=POSITIVE_NUMBER, default=30.0, show_default=True, metavar="SECONDS",
+              help="limit per Z3 query")
+def prove_lemmas(**options: Any) -> Invocation:
+    """Prove the built-in lemmas for all sizes with Z3."""
+    return call("lockstep.cli.listing:command_prove_lemmas", "prove-lemmas", options)
+
+
+@click.command("check")
+@protocol_argument
+@click.option("--all", "all", is_flag=True, help="every built-in instance × variant against its pinned verdict")
+@click.option("--markdown", is_flag=True,
+              help="with --all: print the README's generated tables (markdown) on stdout; with --json too, as its "
+              "'markdown' field")
+@click.option("--model-file", type=FILE, metavar="PATH",
+              help="check the model a Python file defines (its PROTOCOL) instead of a built-in one")
+@variant_option
+@instance_option
+@ranks_option
+@set_option
+@click.option("--engine", type=click.Choice(ENGINES), default="auto",
+              help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
+              "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
+              "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
+              "k-induction")
+@click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
+@click.option("--compact", is_flag=True,
+              help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is "
+              "reported)")
+@click.option("--stop-at-first", is_flag=True,
+              help="explicit engines: stop at the first violation (shortest with the BFS engines)")
+@click.option("--workers", type=POSITIVE_INTEGER, default=1, metavar="N",
+              help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)")
+@click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll")
+@click.option("--k", "induction_k", type=POSITIVE_INTEGER, metavar="K",
+              help="induction: the k of k-induction (default: 1..10)")
+@click.option("--solver-timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
+              help="bmc: limit per Z3 query (unknown = inconclusive)")
+@click.option("--symmetry", is_flag=True, help="reduce by the model's declared symmetry")
+@click.option("--max-states", type=POSITIVE_INTEGER, metavar="N", help="stop after this many states (inconclusive)")
+@click.option("--max-depth", type=POSITIVE_INTEGER, metavar="N",
+              help="explore at most this many steps deep (holds-within-bound)")
+@click.option("--max-memory", type=POSITIVE_NUMBER, metavar="GIB",
+              help="stop above this resident memory (default: 75% of RAM)")
+@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
+              help="wall-clock limit of the whole check (importing a --model-file included)")
+@click.option("--property", "properties", multiple=True, metavar="NAME", shell_complete=completion.properties,
+              help="check only this property (repeatable)")
+@json_option
+@click.option("--trace-out", type=FILE, metavar="FILE", help="where to write the counterexample trace")
+@click.option("--interpreted", is_flag=True, help="use the reference interpreter instead of compiled code")
+def check(**options: Any) -> Invocation:
+    """Explore every interleaving of a protocol instance (PROTOCOL: see `lockstep list`) and check its properties."""
+    return call("lockstep.cli.check:command_check", "check", options)
+
+
+@click.command("fuzz")
+@protocol_argument
+@click.option("--model-file", type=FILE, metavar="PATH", help="fuzz the model a Python file defines (its PROTOCOL)")
+@variant_option
+@instance_option
+@ranks_option
+@set_option
+@click.option("--steps", type=POSITIVE_INTEGER, default=DEFAULT_STEPS, metavar="S",
+              help=f"the most steps an example takes (default {DEFAULT_STEPS})")
+@click.option("--examples", type=POSITIVE_INTEGER, metavar="N",
+              help=f"examples to run (default {DEFAULT_EXAMPLES}; with --impl {DEFAULT_RUNTIME_EXAMPLES})")
+@click.option("--seed", type=NON_NEGATIVE, metavar="S", help="fix Hypothesis's seed (default: a fresh one each run)")
+@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
+              help="wall-clock limit of the whole session (nothing found by then: exit 3)")
+@click.option("--shrink-seconds", type=POSITIVE_NUMBER, default=DEFAULT_SHRINK_SECONDS, metavar="SECONDS",
+              help=f"stop Hypothesis's shrinking after this long (default {DEFAULT_SHRINK_SECONDS:g}); the shortest "
+              "failing run so far is then re-minimised")
+@json_option
+@click.option("--trace-out", type=FILE, metavar="FILE",
+              help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)")
+@click.option("--impl", is_flag=True,
+              help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, the "
+              "run's trace is replayed against the model (a pool of rank processes is reused across runs)")
+@click.option("--scenario", metavar="NAME", shell_complete=completion.runtime_scenarios,
+              help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)")
+@click.option("--hang-timeout", type=POSITIVE_NUMBER, default=5.0, metavar="SECONDS",
+              help="with --impl: seconds blocked in one collective that count as a hang (default 5)")
+def fuzz(**options: Any) -> Invocation:
+    """Run random bounded interleavings of a protocol instance with Hypothesis, checking every safety property
+    after each step; a failure is shrunk, re-minimised by BFS around it, shown and written as a trace."""
+    return call("lockstep.cli.fuzz:command_fuzz", "fuzz", options)
+
+
+@click.command("reproduce")
+@click.argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", type=click.Path())
+@click.option("--backend", type=click.Choice(("gloo", "nccl")), default="gloo", show_default=True,
+              help="worker-level groups' backend")
+@click.option("--hang-timeout", type=POSITIVE_NUMBER, default=10.0, metavar="SECONDS",
+              help="seconds blocked in one collective or receive that count as a hang (default 10)")
+@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
+              help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)")
+@click.option("--seed", type=int, default=0, help="seed for the choices past the counterexample's end (default 0)")
+@click.option("--trace-dir", type=FILE, metavar="DIR",
+              help="where the run's traces go (default: lockstep-out/<counterexample>-reproduced/)")
+@json_option
+def reproduce(**options: Any) -> Invocation:
+    """Run a model counterexample (COUNTEREXAMPLE.jsonl, from `lockstep check` or `fuzz`) for real in the torch
+    reference runtime."""
+    return call("lockstep.cli.reproduce:command_reproduce", "reproduce", options)
+
+
+@click.command("replay")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path())
+@click.option("--protocol", metavar="NAME", shell_complete=completion.protocols,
+              help="replay against this protocol instead of the header's")
+@click.option("--variant", metavar="NAME", shell_complete=completion.variants,
+              help="replay against this variant instead of the header's")
+@click.option("--max-candidates", type=POSITIVE_INTEGER, default=100_000, metavar="K",
+              help="stop (exit 3) when more model states than this fit the events (default 100000)")
+@click.option("--closure-depth", type=NON_NEGATIVE, default=16, metavar="N",
+              help="unrecorded steps allowed between two recorded events (default 16)")
+@click.option("--unrecorded", multiple=True, metavar="NAME",
+              help="an action, actor or actor kind ('group:*') the trace does not record (repeatable)")
+@json_option
+def replay(**options: Any) -> Invocation:
+    """Replay trace files (PATH: files, or a directory of per-actor files, merged in causal order) against the
+    model their header names."""
+    return call("lockstep.cli.trace:command_replay", "replay", options)
+
+
+@click.group("trace", invoke_without_command=True)
+@click.pass_context
+def trace(ctx: click.Context) -> None:
+    """Trace file tools (merge)."""
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("name a trace command: merge", ctx)
+
+
+@trace.command("merge")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path())
+@click.option("-o", "--output", required=True, metavar="FILE", type=click.Path(), help="the merged trace to write")
+def merge(**options: Any) -> Invocation:
+    """Merge per-actor trace files (PATH: a directory of *.jsonl files, or the files) into one file in causal order."""
+    return call("lockstep.cli.trace:command_trace", "trace", options, trace_command="merge")
+
+
+@click.command("show")
+@click.argument("paths", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
+@click.option("--no-replay", is_flag=True, help="do not replay a recording to find its failing event")
+def show(**options: Any) -> Invocation:
+    """Draw a trace (TRACE: trace files or a trace directory) as per-actor swimlanes on stdout."""
+    return call("lockstep.cli.export:run_export_command", "show", options)
+
+
+@click.command("export")
+@click.argument("paths", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
+@click.option("--format", "format", required=True, type=click.Choice(TRACE_FORMATS),
+              help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)")
+@click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
+def export(**options: Any) -> Invocation:
+    """Write a trace (TRACE: trace files or a trace directory) as Perfetto trace events, ITF, DOT or GraphML."""
+    return call("lockstep.cli.export:run_export_command", "export", options)
+
+
+@click.command("graph")
+@protocol_argument
+@click.option("--model-file", type=FILE, metavar="PATH",
+              help="the model a Python file defines, instead of a built-in one")
+@click.option("--variant", metavar="NAME", shell_complete=completion.variants, help="default: post-fix")
+@click.option("--instance", metavar="NAME", shell_complete=completion.instances, help="default: seed")
+@click.option("--format", "format", required=True, type=click.Choice(("dot", "graphml")))
+@click.option("--max-states", type=POSITIVE_INTEGER, default=5000, metavar="K",
+              help="explore at most K states (default 5000); more: exit 3")
+@click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
+def graph(**options: Any) -> Invocation:
+    """Export a protocol instance's reachable state graph (DOT or GraphML)."""
+    return call("lockstep.cli.export:run_export_command", "graph", options)
+
+
+@click.command("completion")
+@click.argument("shell", type=click.Choice(completion.SHELLS))
+def completion_command(**options: Any) -> Invocation:
+    """Print the completion script of SHELL (bash, zsh or fish); source it from the shell's startup file:
+    `eval "$(lockstep completion bash)"`."""
+    return call("lockstep.cli.completion:print_script", "completion", options)

@@ -1,0 +1,162 @@
+"""How the ``lockstep`` command ends when no verdict does: usage errors, Ctrl-C, SIGTERM, exceptions.
+
+- A usage or input error: one message on stderr, exit 2 (``EXIT_USAGE``).
+- Ctrl-C (``KeyboardInterrupt`` reaching the command): one message, exit 3 (inconclusive), as
+  ``check`` and ``fuzz`` report an interrupted search.
+- SIGTERM: ``install_termination_handler`` turns it into ``Terminated``, so every ``finally``
+  runs (the runtime kills its processes and removes its run directory); one message, exit 143
+  (128 + SIGTERM, as a shell reports it).
+- An exception no command turned into a message, or ``SystemExit`` raised by a model's code
+  while it runs: a **model error** when the deepest frame in a user's model file (``--model-file``)
+  is where it happened, else an **internal error**. Both are exit 5 (``EXIT_ERROR``, a code no
+  verdict uses) with one line naming the file and line and the exception.
+
+With ``--json``, each of these also prints one JSON object on stdout (``error_json``; schema
+``lockstep/schemas/error.schema.json``): ``{"schema_version", "error", "kind", "file", "line",
+"exit_code"}``, so a program reading stdout always gets one object.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import traceback
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_ERROR, EXIT_TERMINATED = 2, 3, 5, 128 + signal.SIGTERM
+ERROR_SCHEMA_VERSION = 1  # of the error object (error.schema.json)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind (running every ``finally``) and exit 143."""
+
+
+def _terminate(number: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def install_termination_handler() -> Any:
+    """Make SIGTERM raise ``Terminated`` (main thread only); the handler it replaced, for ``restore``."""
+    try:
+        return signal.signal(signal.SIGTERM, _terminate)
+    except ValueError:  # not the main thread (the CLI called from a thread): keep the default
+        return None
+
+
+def restore(previous: Any) -> None:
+    """Put back the SIGTERM handler ``install_termination_handler`` replaced (``main`` called in a
+    test or another program leaves that process's handling as it was)."""
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def error_json(message: str, kind: str, exit_code: int, file: str | None = None, line: int | None = None) -> str:
+    """The one JSON line a ``--json`` command prints on stdout when it ends without a result."""
+    return json.dumps({"schema_version": ERROR_SCHEMA_VERSION, "error": message, "kind": kind, "file": file,
+                       "line": line, "exit_code": exit_code}) + "\n"
+
+
+def wants_json(arguments: Any) -> bool:
+    return bool(getattr(arguments, "json", False))
+
+
+def print_json(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def usage_error(console: Console, message: str, arguments: Any, label: str = "error") -> int:
+    """Report a usage or input error (``lockstep: error: ...``; with ``--json`` the error object too)."""
+    console.print(f"[bold red]lockstep: {label}:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
+    if wants_json(arguments):
+        print_json(error_json(message, "model" if label == "model error" else "usage", EXIT_USAGE))
+    return EXIT_USAGE
+
+
+def inconclusive(console: Console, message: str, arguments: Any) -> int:
+    """A limit stopped the command before it had a result (exit 3)."""
+    console.print(f"lockstep: inconclusive: {message}", markup=False, highlight=False, soft_wrap=True)
+    if wants_json(arguments):
+        print_json(error_json(message, "inconclusive", EXIT_INCONCLUSIVE))
+    return EXIT_INCONCLUSIVE
+
+
+def interrupted(console: Console, arguments: Any = None) -> int:
+    console.print("[yellow]lockstep: interrupted (Ctrl-C)[/yellow]")
+    if wants_json(arguments):
+        print_json(error_json("interrupted (Ctrl-C)", "interrupted", EXIT_INCONCLUSIVE))
+    return EXIT_INCONCLUSIVE
+
+
+def terminated(console: Console, arguments: Any = None) -> int:
+    console.print("[yellow]lockstep: terminated (SIGTERM)[/yellow]")
+    if wants_json(arguments):
+        print_json(error_json("terminated (SIGTERM)", "terminated", EXIT_TERMINATED))
+    return EXIT_TERMINATED
+
+
+def _loaded(module: str, name: str) -> type[BaseException] | None:
+    """The exception class ``module.name`` if that module was imported (an error of a module not
+    imported cannot have been raised, and importing it only to ask would slow every command)."""
+    found = sys.modules.get(module)
+    kind = getattr(found, name, None)
+    return kind if isinstance(kind, type) and issubclass(kind, BaseException) else None
+
+
+def _is(error: BaseException, *names: tuple[str, str]) -> bool:
+    return any(kind is not None and isinstance(error, kind) for kind in (_loaded(*name) for name in names))
+
+
+def handle(error: BaseException, arguments: Any, console: Console) -> int:
+    """The exit code of a command that raised ``error`` (see the module doc); the message printed."""
+    if isinstance(error, KeyboardInterrupt):
+        return interrupted(console, arguments)
+    if isinstance(error, Terminated):
+        return terminated(console, arguments)
+    if _is(error, ("lockstep.spec.protocol", "UsageError"), ("lockstep.checkers.symmetry", "SymmetryError")):
+        return usage_error(console, str(error), arguments)
+    if _is(error, ("lockstep.spec.semantics", "ModelError"), ("lockstep.spec.terms", "DefinitionError")):
+        return usage_error(console, str(error), arguments, label="model error")
+    if _is(error, ("lockstep.models.external", "ModelLoadTimeout")):  # --timeout covers importing the model file
+        return inconclusive(console, str(error), arguments)
+    if isinstance(error, OSError):
+        return usage_error(console, f"{error.strerror or error}: {error.filename or ''}", arguments)
+    return failed(error, arguments, console)
+
+
+def where(error: BaseException, model_file: Path | None) -> tuple[str, str | None, int | None]:
+    """("model" or "internal", file, line): the deepest frame in the model file, else the deepest."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if model_file is not None:
+        target = model_file.resolve()
+        inside = [frame for frame in frames if Path(frame.filename).resolve() == target]
+        if inside:
+            return "model", str(model_file), inside[-1].lineno
+    if frames:
+        return "internal", frames[-1].filename, frames[-1].lineno
+    return "internal", None, None
+
+
+def failed(error: BaseException, arguments: Any, console: Console) -> int:
+    """Report ``error`` (a model error or an internal error, see the module doc) and return ``EXIT_ERROR``."""
+    model_file = getattr(arguments, "model_file", None)
+    kind, file, line = where(error, Path(model_file) if model_file is not None else None)
+    if isinstance(error, SystemExit):
+        problem = f"the code called sys.exit({error.code!r})"
+    else:
+        problem = f"{type(error).__name__}: {error}"
+    location = f"{file}:{line}" if file is not None else "lockstep"
+    if kind == "model":
+        message = f"{location}: model error: {problem}"
+    else:
+        message = f"internal error: {problem} (at {location}; please report it)"
+    console.print(f"[bold red]lockstep:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
+    if wants_json(arguments):
+        print_json(error_json(message, kind, EXIT_ERROR, file, line))
+    return EXIT_ERROR

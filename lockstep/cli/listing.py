@@ -1,0 +1,140 @@
+"""The ``list`` and ``prove-lemmas`` commands, and the models a command works on.
+
+``command_list`` writes the protocols, their variants and instances to stdout (a listing is a
+result: ``lockstep list | grep dp-pause``), or with ``--json`` one object
+(``lockstep/schemas/list.schema.json``). ``command_prove_lemmas`` proves the built-in lemmas with
+Z3: exit 0 iff every outcome is the expected one, 3 if any is unknown, 1 otherwise (``--json``:
+``prove-lemmas.schema.json``). ``selected_protocols`` is the model file's protocol, the named
+one, or every built-in one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from lockstep.models import PROTOCOLS, get_protocol
+from lockstep.models.external import load_model_file
+from lockstep.spec.protocol import Protocol, UsageError
+
+EXIT_OK, EXIT_VIOLATED, EXIT_INCONCLUSIVE = 0, 1, 3
+LIST_SCHEMA_VERSION = 1  # of list's --json object
+LEMMAS_SCHEMA_VERSION = 1  # of prove-lemmas' --json object
+
+
+def selected_protocols(arguments: argparse.Namespace) -> list[Protocol]:
+    """The protocols a command works on: the model file's, the named one, or every built-in one."""
+    if arguments.model_file is not None:
+        protocol = load_model_file(arguments.model_file, timeout=getattr(arguments, "timeout", None))
+        named = getattr(arguments, "protocol", None)
+        if named and named != protocol.name:
+            raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {named!r}")
+        return [protocol]
+    named = getattr(arguments, "protocol", None)
+    return [get_protocol(named)] if named else list(PROTOCOLS.values())
+
+
+def command_list(arguments: argparse.Namespace, console: Console) -> int:
+    """The models, on stdout (a listing is a result: ``lockstep list | grep dp-pause``)."""
+    from rich.table import Table
+
+    protocols = selected_protocols(arguments)
+    if arguments.json:
+        sys.stdout.write(json.dumps({"schema_version": LIST_SCHEMA_VERSION,
+                                     "protocols": [_protocol_json(protocol) for protocol in protocols]}) + "\n")
+        return EXIT_OK
+    console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+    table = Table(title="lockstep models", title_justify="left")
+    for column in ("protocol", "change", "variant", "stands for", "instances (default *)", "parameters"):
+        table.add_column(column)
+    for protocol in protocols:
+        instances = ", ".join(
+            f"{instance.name}{'*' if instance.name == protocol.default_instance else ''}"
+            for instance in protocol.instances
+        )
+        parameters = ", ".join(f"{parameter.name}={parameter.default}" for parameter in protocol.parameters)
+        for position, variant in enumerate(protocol.variants):
+            default = "*" if variant.name == protocol.default_variant else ""
+            first = position == 0
+            table.add_row(
+                protocol.name if first else "",
+                protocol.change if first else "",
+                f"{variant.name}{default}",
+                f"{variant.release}: {variant.description}",
+                instances if first else "",
+                parameters if first else "",
+            )
+    console.print(table)
+    pins = Table(title="instances and their pinned verdicts", title_justify="left")
+    for column in ("protocol", "instance", "expected", "scenario"):
+        pins.add_column(column)
+    for protocol in protocols:
+        for instance in protocol.instances:
+            expected = ", ".join(f"{variant}: {verdict}" for variant, verdict in instance.expected.items())
+            pins.add_row(protocol.name, instance.name, expected, instance.description)
+    console.print(pins)
+    return EXIT_OK
+
+
+def _protocol_json(protocol: Protocol) -> dict[str, Any]:
+    return {
+        "name": protocol.name,
+        "title": protocol.title,
+        "change": protocol.change,
+        "default_variant": protocol.default_variant,
+        "default_instance": protocol.default_instance,
+        "variants": [{"name": variant.name, "release": variant.release, "description": variant.description}
+                     for variant in protocol.variants],
+        "parameters": [
+            {"name": parameter.name, "default": parameter.default, "minimum": parameter.minimum,
+             "maximum": parameter.maximum, "description": parameter.description}
+            for parameter in protocol.parameters
+        ],
+        "instances": [
+            {"name": instance.name, "description": instance.description, "parameters": dict(instance.parameters),
+             "expected": dict(instance.expected)}
+            for instance in protocol.instances
+        ],
+    }
+
+
+def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int:
+    """Exit 0 iff every lemma's outcome is its expected one; 3 if any is unknown; 1 otherwise."""
+    from rich.table import Table
+
+    from lockstep.checkers.symbolic.lemmas import prove
+    from lockstep.models import LEMMAS
+
+    outcomes = [prove(lemma, solver_timeout=arguments.solver_timeout) for lemma in LEMMAS]
+    if arguments.json:
+        rows = [
+            {
+                "lemma": item.lemma.name,
+                "expected": item.lemma.expected,
+                "outcome": item.outcome,
+                "seconds": round(item.seconds, 3),
+                "detail": item.detail,
+                "counterexample": None if item.counterexample is None else repr(item.counterexample),
+            }
+            for item in outcomes
+        ]
+        sys.stdout.write(json.dumps({"schema_version": LEMMAS_SCHEMA_VERSION, "lemmas": rows,
+                                     "as_expected": all(item.as_expected for item in outcomes)}) + "\n")
+    else:
+        table = Table(title="lockstep prove-lemmas", title_justify="left")
+        for column in ("lemma", "expected", "outcome", "seconds", "detail"):
+            table.add_column(column)
+        for item in outcomes:
+            style = "green" if item.as_expected else "bold red"
+            table.add_row(item.lemma.name, item.lemma.expected, f"[{style}]{item.outcome}[/{style}]",
+                          f"{item.seconds:.2f}", item.detail)
+        console.print(table)
+    if all(item.as_expected for item in outcomes):
+        return EXIT_OK
+    if any(item.outcome == "unknown" for item in outcomes):
+        return EXIT_INCONCLUSIVE
+    return EXIT_VIOLATED
