@@ -66,10 +66,13 @@ def stateless_gloo_group(rank: int, world_size: int, port: int) -> Any:
 
 
 def dump(directory: Path, rank: int) -> None:
+    import torch.distributed
     from torch._C import _distributed_c10d as c10d
 
-    pickled = getattr(c10d, "_dump_fr_trace", None) or c10d._dump_nccl_trace
-    as_json = getattr(c10d, "_dump_fr_trace_json", None) or c10d._dump_nccl_trace_json
+    # NCCL work is in the NCCL flight recorder (_dump_nccl_trace); gloo work in the CPU one (_dump_fr_trace).
+    nccl = torch.distributed.is_nccl_available() and torch.distributed.get_backend() == "nccl"
+    pickled = getattr(c10d, "_dump_nccl_trace" if nccl else "_dump_fr_trace")
+    as_json = getattr(c10d, "_dump_nccl_trace_json" if nccl else "_dump_fr_trace_json")
     (directory / "pickle").mkdir(parents=True, exist_ok=True)
     (directory / "json").mkdir(parents=True, exist_ok=True)
     (directory / "pickle" / f"nccl_trace_rank_{rank}").write_bytes(pickled())

@@ -225,8 +225,8 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
     if disagreement is not None:
         waits = [Wait(item.rank, key, label, item) for item in disagreement.posted]
     elif tracks_completion:
-        for rank, by_sequence in collectives.items():
-            pending = [item for _, item in sorted(by_sequence.items()) if item.state != "completed"]
+        for rank, posted_by_sequence in collectives.items():
+            pending = [item for _, item in sorted(posted_by_sequence.items()) if item.state != "completed"]
             if pending:
                 waits.append(Wait(rank, key, label, pending[0]))
     verdict: Verdict = "consistent"
@@ -303,7 +303,9 @@ def _position(dump: RankDump, groups: tuple[GroupDiagnosis, ...]) -> RankPositio
 def _summary(positions: tuple[RankPosition, ...]) -> str:
     places: dict[str, list[int]] = {}
     for position in positions:
-        place = position.wait.describe() if position.wait else "nothing pending"
+        if position.wait is None:
+            place = ": nothing pending"
+        else:
+            place = (" in " if position.known else " last posted ") + position.wait.describe()
         places.setdefault(place, []).append(position.rank)
-    return "; ".join(f"{ranks_text(ranks)} in {place}" if place != "nothing pending" else f"{ranks_text(ranks)}: {place}"
-                     for place, ranks in places.items())
+    return "; ".join(f"{ranks_text(ranks)}{place}" for place, ranks in places.items())

@@ -201,6 +201,8 @@ def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
             document = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
             raise FlightRecorderError(path, f"truncated or corrupt JSON ({error})") from None
+    elif stripped[:1] in (b"(", b"}", b"]", b"c"):  # protocols 0 and 1 have no PROTO: MARK, dict, list or GLOBAL
+        encoding, document = "pickle", restricted_loads(data, path)
     else:
         raise FlightRecorderError(path, "neither a pickle nor a JSON flight-recorder dump")
     return _dump_from_document(path, rank, encoding, document)
