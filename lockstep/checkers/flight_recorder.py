@@ -1,0 +1,311 @@
+"""Diagnosing a hung job from its flight-recorder dumps, without a model.
+
+``diagnose`` takes every rank's dump (read by ``lockstep.traces.flight_recorder``) and, per process
+group, lines up the collectives each rank posted by their per-group sequence ids: the first position
+where the ranks disagree (a different op, different sizes or dtypes, an op a member never posted),
+who waits where, and the Python frames of each waiting rank. Groups are keyed by name; a group torch
+did not register (vLLM's DP group) has no name and is keyed by its ``pg_id`` and labelled by its
+members and op pattern. Members come from ``pg_config`` (NCCL records them) or else from the dumps
+that posted on the group (gloo records none).
+
+What a dump can say about completion depends on the backend: NCCL entries move from "scheduled"
+to "completed", so an op not completed is pending; gloo entries stay "scheduled" (torch 2.11 to 2.13),
+so only order and sequence ids are usable, and a gloo rank's last entry is taken as where it waits.
+P2P ops are listed but not matched. Values only: ``render`` in ``flight_recorder_report`` makes text.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lockstep.traces.flight_recorder import (
+    FlightRecorderDirectory,
+    FlightRecorderEntry,
+    Frame,
+    RankDump,
+    read_directory,
+)
+
+Verdict = Literal["consistent", "hang", "desync"]
+# Ops whose members must all pass equal input sizes (output sizes for the reduce-scatters).
+EQUAL_INPUT_OPERATIONS = frozenset({
+    "all_reduce", "allreduce", "allreduce_coalesced", "all_reduce_barrier", "broadcast", "_broadcast_oop", "reduce",
+    "_reduce_oop", "all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced",
+    "barrier",
+})
+EQUAL_OUTPUT_OPERATIONS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"})
+
+
+@dataclass(frozen=True)
+class PostedOperation:
+    """One op one rank posted on one group: one entry, or several sharing a sequence id (coalesced)."""
+
+    rank: int
+    sequence: int  # collective_seq_id, or p2p_seq_id for a p2p op
+    entries: tuple[FlightRecorderEntry, ...]
+
+    @property
+    def operation(self) -> str:
+        names = [entry.operation for entry in self.entries]
+        return names[0] if len(set(names)) == 1 and len(names) == 1 else "coalesced(" + "+".join(names) + ")"
+
+    @property
+    def is_p2p(self) -> bool:
+        return self.entries[0].is_p2p
+
+    @property
+    def state(self) -> str:
+        states = {entry.state for entry in self.entries}
+        return "completed" if states == {"completed"} else "started" if "started" in states else "scheduled"
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        return self.entries[0].frames
+
+    def describe(self) -> str:
+        entry = self.entries[0]
+        sizes = " ".join(str([list(shape) for shape in entry.input_sizes]).split()) if entry.input_sizes else ""
+        dtypes = ",".join(entry.input_dtypes)
+        return " ".join(part for part in (f"{self.operation}#{self.sequence}", sizes, dtypes) if part)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """The first position of a group where its members' posted ops differ."""
+
+    sequence: int
+    reason: Literal["different operations", "different sizes", "different dtypes", "missing operation"]
+    posted: tuple[PostedOperation, ...]
+    absent: tuple[int, ...]  # members with a dump that posted nothing at this position
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Where one rank is blocked: an op it posted that cannot complete (or has not)."""
+
+    rank: int
+    group_key: str
+    group_label: str
+    posted: PostedOperation
+
+    def describe(self) -> str:
+        return f"{self.posted.operation}#{self.posted.sequence} of {self.group_label}"
+
+
+@dataclass(frozen=True)
+class GroupDiagnosis:
+    """One process group across the ranks that dumped."""
+
+    key: str  # the group name, or "pg_id N" for an unnamed group
+    label: str
+    description: str
+    members: tuple[int, ...]
+    members_source: Literal["pg_config", "dumps"]
+    backend: str
+    pattern: str  # the op pattern: "all_reduce×3 barrier×1"
+    operations: dict[int, tuple[PostedOperation, ...]]  # per rank, in sequence order, p2p included
+    disagreement: Disagreement | None
+    waits: tuple[Wait, ...]
+    verdict: Verdict
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RankPosition:
+    """Where one rank is, over all its groups: the op it waits in, or None when all it posted completed."""
+
+    rank: int
+    wait: Wait | None
+    known: bool  # False for gloo: taken from the rank's last entry, completion is not recorded
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything the dumps of one directory say, with no model: per group, per rank, and a verdict."""
+
+    directory: Path
+    ranks: tuple[int, ...]
+    versions: tuple[str, ...]
+    encodings: tuple[str, ...]
+    groups: tuple[GroupDiagnosis, ...]
+    positions: tuple[RankPosition, ...]
+    verdict: Verdict
+    summary: str  # "ranks 0,2 in all_reduce#3 of ...; rank 1 in barrier#3 of ..."
+    warnings: tuple[str, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "consistent" else 1
+
+
+def diagnose_directory(path: str | Path) -> Diagnosis:
+    """Read every rank's dump in ``path`` and diagnose them (raises ``FlightRecorderError`` if unreadable)."""
+    return diagnose(read_directory(path))
+
+
+def diagnose(directory: FlightRecorderDirectory) -> Diagnosis:
+    """Line up every group's ops across the ranks and say who waits where."""
+    keyed: dict[str, list[FlightRecorderEntry]] = {}
+    for dump in directory.dumps:
+        for entry in dump.entries:
+            keyed.setdefault(group_key(entry), []).append(entry)
+    groups = tuple(_diagnose_group(key, directory.dumps) for key in sorted(keyed, key=_group_order(directory)))
+    positions = tuple(_position(dump, groups) for dump in directory.dumps)
+    verdict: Verdict = ("desync" if any(group.verdict == "desync" for group in groups)
+                        else "hang" if any(group.verdict == "hang" for group in groups) else "consistent")
+    return Diagnosis(directory.path, directory.ranks, tuple(sorted({dump.version for dump in directory.dumps})),
+                     tuple(sorted({dump.encoding for dump in directory.dumps})), groups, positions, verdict,
+                     _summary(positions) if verdict != "consistent" else "", directory.warnings)
+
+
+def group_key(entry: FlightRecorderEntry) -> str:
+    return entry.group_name if entry.group_name else f"pg_id {entry.group_index}"
+
+
+def _group_order(directory: FlightRecorderDirectory) -> Callable[[str], tuple[int, str]]:
+    first_seen: dict[str, int] = {}
+    for dump in directory.dumps:
+        for entry in dump.entries:
+            first_seen.setdefault(group_key(entry), entry.group_index)
+    return lambda key: (first_seen[key], key)
+
+
+def ranks_text(ranks: Iterable[int]) -> str:
+    ranks = sorted(ranks)
+    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(rank) for rank in ranks)
+
+
+def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
+    entries = {dump.rank: [entry for entry in dump.entries if group_key(entry) == key] for dump in dumps}
+    entries = {rank: found for rank, found in entries.items() if found}
+    first = next(iter(entries.values()))[0]
+    configured = next((dump.members_of(first.group_name) for dump in dumps if dump.members_of(first.group_name)), ())
+    members = configured or tuple(sorted(entries))
+    backend = first.backend or "unknown"
+    counts: Counter[str] = Counter()
+    for found in entries.values():  # the most any one rank posted of each op, in order of first appearance
+        counts |= Counter(entry.operation for entry in found)
+    pattern = " ".join(f"{name}×{count}" for name, count in counts.items())
+    if first.group_name:
+        described = first.group_description not in ("", "undefined")
+        label = f"group {first.group_name}" + (f" ({first.group_description})" if described else "")
+    else:
+        label = f"unnamed group (pg_id {first.group_index})"
+    notes = []
+    if not configured:
+        notes.append(f"{backend} records no members: taken from the dumps that posted on it ({ranks_text(members)})")
+    without_dump = sorted(set(members) - {dump.rank for dump in dumps})
+    if without_dump:
+        notes.append(f"no dump for {ranks_text(without_dump)}: where they are is unknown")
+    silent = sorted(set(members) - set(entries) - set(without_dump))
+    if silent:
+        notes.append(f"{ranks_text(silent)} posted nothing on it (or the ring buffer lost it)")
+    operations: dict[int, tuple[PostedOperation, ...]] = {}
+    collectives: dict[int, dict[int, PostedOperation]] = {}
+    for rank, found in entries.items():
+        by_sequence: dict[tuple[bool, int], list[FlightRecorderEntry]] = {}
+        for entry in found:
+            sequence = entry.p2p_sequence if entry.is_p2p else entry.collective_sequence
+            by_sequence.setdefault((entry.is_p2p, sequence), []).append(entry)
+        posted = [PostedOperation(rank, sequence, tuple(group)) for (_, sequence), group in by_sequence.items()]
+        operations[rank] = tuple(posted)
+        collectives[rank] = {item.sequence: item for item in posted if not item.is_p2p}
+        notes.extend(_losses(rank, sorted(collectives[rank])))
+    if any(item.is_p2p for posted in operations.values() for item in posted):
+        notes.append("p2p ops (send/recv) are listed but not matched")
+    tracks_completion = backend != "gloo"
+    if not tracks_completion:
+        notes.append("gloo records no completion (entries stay \"scheduled\"): only order and sequence ids are used")
+    disagreement = _first_disagreement(collectives, [rank for rank in members if rank in {d.rank for d in dumps}])
+    waits: list[Wait] = []
+    if disagreement is not None:
+        waits = [Wait(item.rank, key, label, item) for item in disagreement.posted]
+    elif tracks_completion:
+        for rank, posted_by_sequence in collectives.items():
+            pending = [item for _, item in sorted(posted_by_sequence.items()) if item.state != "completed"]
+            if pending:
+                waits.append(Wait(rank, key, label, pending[0]))
+    verdict: Verdict = "consistent"
+    if disagreement is not None:
+        verdict = "hang" if disagreement.reason == "missing operation" else "desync"
+    elif waits:
+        verdict = "hang"
+        notes.append("every member posted the pending op; it did not complete")
+    return GroupDiagnosis(key, label, first.group_description, tuple(members), "pg_config" if configured else "dumps",
+                          backend, pattern, operations, disagreement, tuple(waits), verdict, tuple(notes))
+
+
+def _losses(rank: int, sequences: list[int]) -> list[str]:
+    notes = []
+    if sequences and sequences[0] > 1:
+        notes.append(f"rank {rank}'s entries start at #{sequences[0]}: #1 to #{sequences[0] - 1} were lost "
+                     "from the ring buffer (it wrapped)")
+    gaps = [(before, after) for before, after in zip(sequences, sequences[1:]) if after > before + 1]
+    for before, after in gaps:
+        notes.append(f"rank {rank} has no entries from #{before + 1} to #{after - 1}")
+    return notes
+
+
+def _signature(item: PostedOperation) -> tuple[tuple[str, tuple[object, ...], tuple[str, ...]], ...]:
+    signature = []
+    for entry in item.entries:
+        sizes: tuple[object, ...] = ()
+        if entry.operation in EQUAL_INPUT_OPERATIONS:
+            sizes = entry.input_sizes
+        elif entry.operation in EQUAL_OUTPUT_OPERATIONS:
+            sizes = entry.output_sizes
+        signature.append((entry.operation, sizes, entry.input_dtypes))
+    return tuple(signature)
+
+
+def _first_disagreement(collectives: dict[int, dict[int, PostedOperation]], members: list[int]) -> Disagreement | None:
+    known = {rank: collectives.get(rank, {}) for rank in members}
+    starts = [min(by_sequence) for by_sequence in known.values() if by_sequence]
+    if not starts:
+        return None
+    last = max(max(by_sequence) for by_sequence in known.values() if by_sequence)
+    for sequence in range(max(starts), last + 1):
+        posted = tuple(known[rank][sequence] for rank in members if sequence in known[rank])
+        absent = tuple(rank for rank in members if sequence not in known[rank]
+                       and (not known[rank] or sequence > max(known[rank])))
+        if not posted:
+            continue
+        signatures = [_signature(item) for item in posted]
+        if len({tuple(name for name, _, _ in signature) for signature in signatures}) > 1:
+            return Disagreement(sequence, "different operations", posted, absent)
+        if len({tuple(sizes for _, sizes, _ in signature) for signature in signatures}) > 1:
+            return Disagreement(sequence, "different sizes", posted, absent)
+        if len({tuple(dtypes for _, _, dtypes in signature) for signature in signatures}) > 1:
+            return Disagreement(sequence, "different dtypes", posted, absent)
+        if absent:
+            return Disagreement(sequence, "missing operation", posted, absent)
+    return None
+
+
+def _position(dump: RankDump, groups: tuple[GroupDiagnosis, ...]) -> RankPosition:
+    waits = [wait for group in groups for wait in group.waits if wait.rank == dump.rank]
+    if waits:
+        return RankPosition(dump.rank, min(waits, key=lambda wait: wait.posted.entries[0].record_id), True)
+    if not dump.entries:
+        return RankPosition(dump.rank, None, True)
+    last = dump.entries[-1]
+    if last.backend == "gloo":  # completion unknown: the last op posted is where a blocked rank sits
+        group = next(group for group in groups if group.key == group_key(last))
+        posted = next(item for item in group.operations[dump.rank] if last in item.entries)
+        return RankPosition(dump.rank, Wait(dump.rank, group.key, group.label, posted), False)
+    return RankPosition(dump.rank, None, True)
+
+
+def _summary(positions: tuple[RankPosition, ...]) -> str:
+    places: dict[str, list[int]] = {}
+    for position in positions:
+        if position.wait is None:
+            place = ": nothing pending"
+        else:
+            place = (" in " if position.known else " last posted ") + position.wait.describe()
+        places.setdefault(place, []).append(position.rank)
+    return "; ".join(f"{ranks_text(ranks)}{place}" for place, ranks in places.items())

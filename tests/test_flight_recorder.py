@@ -1,0 +1,212 @@
+"""Flight-recorder dumps: reading real pickle and JSON dumps safely, and diagnosing them without a model.
+
+The fixtures under tests/data/flight-recorder were recorded for real (tools/record_flight_recorder.py):
+gloo on torch 2.13 (CPU) and 2.11 (CUDA build), NCCL on torch 2.11 with one H100 (live and on a watchdog timeout).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lockstep.checkers.flight_recorder import diagnose, diagnose_directory
+from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
+from lockstep.traces.flight_recorder import FlightRecorderError, read_directory, read_dump, restricted_loads
+
+FIXTURES = Path(__file__).resolve().parent / "data" / "flight-recorder"
+DESYNC = "ranks 0,2 in all_reduce#3 of unnamed group (pg_id 2); rank 1 in barrier#3 of unnamed group (pg_id 2)"
+CROSS = "ranks 0,1 in all_reduce#2 of group 0 (default_pg); rank 2 last posted broadcast#1 of group 1"
+EXPECTED = {
+    "gloo-desync": ("desync", DESYNC),
+    "gloo-cross": ("hang", CROSS),
+    "gloo-wrapped": ("hang", "rank 0 in all_reduce#11 of group 0 (default_pg); "
+                             "rank 1 last posted all_reduce#10 of group 0 (default_pg)"),
+    "gloo-desync-torch2.11": ("desync", "rank 0 in all_reduce#3 of group 0 (default_pg); "
+                                        "rank 1 in barrier#3 of group 0 (default_pg)"),
+    "nccl-live-torch2.11": ("consistent", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+@pytest.mark.parametrize("encoding", ["pickle", "json"])
+def test_every_recorded_fixture_is_read_and_diagnosed(name: str, encoding: str) -> None:
+    diagnosis = diagnose_directory(FIXTURES / name / encoding)
+    verdict, summary = EXPECTED[name]
+    assert (diagnosis.verdict, diagnosis.summary) == (verdict, summary)
+    assert diagnosis.exit_code == (0 if verdict == "consistent" else 1)
+    assert diagnosis.encodings == (encoding,)
+    json.dumps(diagnosis_to_json(diagnosis))
+
+
+def test_every_fixture_folder_names_its_versions() -> None:
+    folders = [folder for folder in FIXTURES.iterdir() if folder.is_dir()]
+    assert len(folders) >= 6
+    for folder in folders:
+        readme = (folder / "README.md").read_text()
+        assert "torch 2.1" in readme and ("CUDA" in readme or "CPU only" in readme), folder
+
+
+def test_the_nccl_watchdog_dump_shows_the_op_that_timed_out() -> None:
+    diagnosis = diagnose_directory(FIXTURES / "nccl-timeout-torch2.11")
+    assert diagnosis.verdict == "hang"
+    assert diagnosis.summary == "rank 0 in all_reduce#3 of group 0 (default_pg)"
+    (group, tensor_parallel) = diagnosis.groups
+    assert group.members_source == "pg_config" and group.backend == "nccl"
+    assert [item.state for item in group.operations[0]] == ["completed", "completed", "scheduled"]
+    assert tensor_parallel.label == "group 1 (tp)" and tensor_parallel.verdict == "consistent"
+    assert "only one rank's dump" in diagnosis.warnings[0]
+    assert read_dump(FIXTURES / "nccl-timeout-torch2.11" / "nccl_trace_rank_0").communication_library_version == "2.28.9"
+
+
+def test_the_desync_names_the_first_disagreement_and_the_frames_of_each_waiting_rank() -> None:
+    diagnosis = diagnose_directory(FIXTURES / "gloo-desync" / "pickle")
+    unnamed = diagnosis.groups[-1]
+    assert unnamed.key == "pg_id 2" and unnamed.pattern == "all_reduce×3 barrier×1"
+    assert unnamed.disagreement is not None
+    assert (unnamed.disagreement.sequence, unnamed.disagreement.reason) == (3, "different operations")
+    assert [group.verdict for group in diagnosis.groups] == ["consistent", "consistent", "desync"]
+    text = render(diagnosis)
+    assert "first disagreement at #3: different operations" in text
+    assert "rank 1 in barrier#3 (scheduled)" in text
+    assert "record_flight_recorder.py:" in text and "in expect_timeout" in text
+    assert "/torch/distributed/" not in text  # torch's own frames are left out of the text
+
+
+def test_a_wrapped_ring_buffer_is_said_and_only_the_common_window_is_compared() -> None:
+    diagnosis = diagnose_directory(FIXTURES / "gloo-wrapped" / "json")
+    assert any("ring buffer wrapped; the oldest 5 entries are lost" in warning for warning in diagnosis.warnings)
+    (group,) = diagnosis.groups
+    assert group.disagreement is not None and group.disagreement.absent == (1,)
+    assert any("start at #6: #1 to #5 were lost" in note for note in group.notes)
+
+
+def _copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def test_different_sizes_and_dtypes_are_disagreements(tmp_path: Path) -> None:
+    folder = _copy(FIXTURES / "gloo-cross" / "json", tmp_path / "sizes")
+    for rank, change in ((0, {"input_sizes": [[5]]}), (1, {"input_dtypes": ["Half"]})):
+        document = json.loads((folder / f"rank{rank}.json").read_text())
+        document["entries"][0].update(change)
+        (folder / f"rank{rank}.json").write_text(json.dumps(document))
+    group = diagnose_directory(folder).groups[0]
+    assert group.disagreement is not None and group.disagreement.reason == "different sizes"
+    (folder / "rank0.json").write_text((FIXTURES / "gloo-cross" / "json" / "rank0.json").read_text())
+    group = diagnose_directory(folder).groups[0]
+    assert group.disagreement is not None and group.disagreement.reason == "different dtypes"
+
+
+class _Planted:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("protocol", [0, 2, 5])
+def test_a_malicious_pickle_is_refused_and_nothing_runs(tmp_path: Path, protocol: int) -> None:
+    marker = tmp_path / "ran"
+    dump = tmp_path / "nccl_trace_rank_0"
+    dump.write_bytes(pickle.dumps({"version": "2.10", "entries": [_Planted(marker)]}, protocol=protocol))
+    with pytest.raises(FlightRecorderError) as raised:
+        read_directory(tmp_path)
+    assert str(raised.value).startswith(f"{dump}: refused: the pickle asks for ")
+    assert "GLOBAL" in str(raised.value) and "will not import or call anything" in str(raised.value)
+    assert not marker.exists()
+    pickle.loads(dump.read_bytes())  # the plain unpickler would have run it: the plant is real
+    assert marker.exists()
+
+
+def test_the_unpickler_itself_refuses_classes_even_past_the_opcode_scan() -> None:
+    from lockstep.traces import flight_recorder
+
+    with pytest.raises(pickle.UnpicklingError, match="refused to import posix.system"):
+        flight_recorder._RefusingUnpickler(__import__("io").BytesIO(b"cposix\nsystem\n.")).load()
+    assert restricted_loads(pickle.dumps({"a": (1, [2.5, None, True])}), "x") == {"a": (1, [2.5, None, True])}
+
+
+@pytest.mark.parametrize("encoding,name", [("pickle", "nccl_trace_rank_1"), ("json", "rank1.json")])
+def test_a_truncated_dump_is_named_not_a_traceback(tmp_path: Path, encoding: str, name: str) -> None:
+    folder = _copy(FIXTURES / "gloo-desync" / encoding, tmp_path / encoding)
+    data = (folder / name).read_bytes()
+    (folder / name).write_bytes(data[: len(data) // 2])
+    with pytest.raises(FlightRecorderError, match=rf"{name}: truncated or corrupt"):
+        read_directory(folder)
+
+
+@pytest.mark.parametrize(
+    ("files", "message"),
+    [
+        ({"rank0.json": b""}, "rank0.json: empty file"),
+        ({"rank0.json": b"hello"}, "rank0.json: neither a pickle nor a JSON"),
+        ({"rank0.json": b"[1, 2]"}, "neither a pickle nor a JSON"),
+        ({"rank0.json": b'{"version": "2.10"}'}, "rank0.json: no entries"),
+        ({"rank0.json": b'{"entries": []}'}, "rank0.json: no format version"),
+        ({"rank0.json": b'{"version": "2.10", "entries": [{"state": "done"}]}'}, "entry 0: process_group"),
+        ({"rank0.json": b'{"version": "2.10", "entries": []}', "rank0": b'{"version": "2.10", "entries": []}'},
+         "two dumps for rank 0"),
+        ({"README.md": b"x"}, "no flight-recorder dumps"),
+    ],
+)
+def test_unreadable_input_gives_a_clear_message(tmp_path: Path, files: dict[str, bytes], message: str) -> None:
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(FlightRecorderError, match=message):
+        read_directory(tmp_path)
+
+
+def test_a_file_without_a_rank_and_a_folder_of_folders_are_explained(tmp_path: Path) -> None:
+    (tmp_path / "trace.json").write_text("{}")
+    with pytest.raises(FlightRecorderError, match="does not end with a rank number"):
+        read_dump(tmp_path / "trace.json")
+    with pytest.raises(FlightRecorderError, match="try one of its folders: json, pickle"):
+        read_directory(FIXTURES / "gloo-desync")
+
+
+def test_one_rank_only_and_mixed_versions_are_warnings(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "gloo-desync" / "json" / "rank0.json", tmp_path / "rank0.json")
+    diagnosis = diagnose_directory(tmp_path)
+    assert diagnosis.verdict == "consistent"
+    assert diagnosis.warnings == ("only one rank's dump (rank0.json): other ranks cannot be compared with it",)
+    document = json.loads((FIXTURES / "gloo-desync" / "json" / "rank1.json").read_text())
+    document["version"] = "2.9"
+    (tmp_path / "rank1.json").write_text(json.dumps(document))
+    directory = read_directory(tmp_path)
+    assert any("format version 2.9" in warning for warning in directory.warnings)
+    assert any("different format versions (rank0.json 2.10, rank1.json 2.9)" in warning
+               for warning in directory.warnings)
+    assert diagnose(directory).verdict == "desync"
+
+
+def test_pickle_and_json_dumps_of_the_same_run_diagnose_alike() -> None:
+    for name in ("gloo-desync", "gloo-cross", "gloo-wrapped"):
+        from_pickle = diagnosis_to_json(diagnose_directory(FIXTURES / name / "pickle"))
+        from_json = diagnosis_to_json(diagnose_directory(FIXTURES / name / "json"))
+        for document in (from_pickle, from_json):
+            document.pop("directory"), document.pop("encodings"), document.pop("warnings")  # warnings name files
+            for group in document["groups"]:
+                group.pop("operations"), group.pop("disagreement"), group.pop("waits")
+            for position in document["positions"]:
+                position["wait"] and position["wait"]["operation"].pop("frames")  # JSON dumps hold no frames
+        assert from_pickle == from_json, name
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the stock analyzer needs torch")
+def test_the_stock_analyzer_crashes_on_the_gloo_desync_that_lockstep_diagnoses() -> None:
+    folder = FIXTURES / "gloo-desync" / "pickle"
+    completed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
+                               capture_output=True, text=True, timeout=120)
+    assert completed.returncode != 0
+    assert "KeyError" in completed.stderr
+    assert diagnose_directory(folder).verdict == "desync"

@@ -1,0 +1,212 @@
+"""Record real PyTorch flight-recorder dumps of small hung jobs, for lockstep's test fixtures.
+
+Each scenario spawns real ``torch.distributed`` processes (gloo on CPU, or one NCCL rank on a
+GPU), runs a few collectives and then a deliberate desync or hang with a short timeout; every
+rank dumps its flight recorder after the timeout with ``torch._C._distributed_c10d._dump_fr_trace``
+(pickle) and ``_dump_fr_trace_json`` (JSON); torch 2.11 NCCL builds name them ``_dump_nccl_trace``
+and ``_dump_nccl_trace_json``. Gloo has no dump-on-timeout of its own (``TORCH_NCCL_DUMP_ON_TIMEOUT``
+is the NCCL watchdog's), so the dump is taken in-process once the collective has raised.
+
+    python tools/record_flight_recorder.py tests/data/flight-recorder --scenario gloo-desync
+
+writes ``<out>/<scenario>/pickle/nccl_trace_rank_<r>`` (the stock analyzer's default names),
+``<out>/<scenario>/json/rank<r>.json`` and ``<out>/<scenario>/README.md`` naming the versions.
+
+Scenarios:
+  gloo-desync   3 ranks: the default group, a "tp" subgroup and a DP group created the way vLLM
+                creates it (a bare ProcessGroup with a gloo backend: no name in the dump); then
+                ranks 0 and 2 post all_reduce on the DP group and rank 1 posts barrier.
+  gloo-cross    3 ranks: ranks 0,1 post all_reduce on the default group while rank 2 posts a
+                broadcast on the subgroup {1,2}: each waits for a rank that is elsewhere.
+  gloo-wrapped  2 ranks, TORCH_FR_BUFFER_SIZE=6: ten all_reduces (the ring buffer wraps), then
+                rank 1 posts nothing more while rank 0 posts an eleventh all_reduce.
+  nccl-single   1 NCCL rank on a GPU: a few ops on the default group and a subgroup, dumped
+                live; then a watchdog timeout (an op queued behind a long GPU sleep) with
+                TORCH_NCCL_DUMP_ON_TIMEOUT=1 writing to TORCH_NCCL_DEBUG_INFO_TEMP_FILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TIMEOUT_SECONDS = 2.0
+WORLD_SIZES = {"gloo-desync": 3, "gloo-cross": 3, "gloo-wrapped": 2, "nccl-single": 1}
+BUFFER_SIZES = {"gloo-wrapped": 6}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def stateless_gloo_group(rank: int, world_size: int, port: int) -> Any:
+    """A group built the way vLLM's stateless_init_torch_distributed_process_group builds its DP group."""
+    import torch
+    from torch.distributed import PrefixStore, ProcessGroup, TCPStore
+    from torch.distributed.distributed_c10d import ProcessGroupGloo
+
+    store = TCPStore("127.0.0.1", port, world_size, is_master=rank == 0, timeout=datetime.timedelta(seconds=30))
+    prefix = PrefixStore("dp", store)
+    group = ProcessGroup(prefix, rank, world_size)
+    backend = ProcessGroupGloo(prefix, rank, world_size, timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+    group._set_default_backend(ProcessGroup.BackendType.GLOO)
+    backend._set_sequence_number_for_group()
+    group._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, backend)
+    return group
+
+
+def dump(directory: Path, rank: int) -> None:
+    import torch.distributed
+    from torch._C import _distributed_c10d as c10d
+
+    # NCCL work is in the NCCL flight recorder (_dump_nccl_trace); gloo work in the CPU one (_dump_fr_trace).
+    nccl = torch.distributed.is_nccl_available() and torch.distributed.get_backend() == "nccl"
+    pickled = getattr(c10d, "_dump_nccl_trace" if nccl else "_dump_fr_trace")
+    as_json = getattr(c10d, "_dump_nccl_trace_json" if nccl else "_dump_fr_trace_json")
+    (directory / "pickle").mkdir(parents=True, exist_ok=True)
+    (directory / "json").mkdir(parents=True, exist_ok=True)
+    (directory / "pickle" / f"nccl_trace_rank_{rank}").write_bytes(pickled())
+    (directory / "json" / f"rank{rank}.json").write_bytes(as_json())
+
+
+def expect_timeout(call: Any) -> None:
+    try:
+        call()
+    except (RuntimeError, ValueError):  # c10d's logger raises ValueError for an unregistered group
+        return
+    raise SystemExit("the deliberate hang completed: no timeout")
+
+
+def gloo_rank(rank: int, scenario: str, directory: Path, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    world_size = WORLD_SIZES[scenario]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+    hidden = torch.ones(4)
+    if scenario == "gloo-desync":
+        tensor_parallel = dist.new_group([0, 1, 2], group_desc="tp")
+        data_parallel = stateless_gloo_group(rank, world_size, port + 1)
+        dist.all_reduce(hidden)
+        dist.broadcast(hidden, 0, group=tensor_parallel)
+        vote = torch.zeros(1, dtype=torch.int32)
+        dist.all_reduce(vote, group=data_parallel)
+        dist.all_reduce(vote, group=data_parallel)
+        if rank == 1:
+            expect_timeout(lambda: data_parallel.barrier().wait())  # dist.barrier refuses unregistered groups
+        else:
+            expect_timeout(lambda: dist.all_reduce(vote, group=data_parallel))
+    elif scenario == "gloo-cross":
+        pair = dist.new_group([1, 2])
+        dist.all_reduce(hidden)
+        if rank == 2:
+            expect_timeout(lambda: dist.broadcast(hidden, 1, group=pair))
+        else:
+            expect_timeout(lambda: dist.all_reduce(hidden))
+    elif scenario == "gloo-wrapped":
+        for _ in range(10):
+            dist.all_reduce(hidden)
+        if rank == 0:
+            expect_timeout(lambda: dist.all_reduce(hidden))
+        else:
+            time.sleep(TIMEOUT_SECONDS + 2)  # rank 1 is elsewhere; it dumps after rank 0 has timed out
+    dump(directory, rank)
+    os._exit(0)  # skip destroy_process_group: the groups are broken by design
+
+
+def nccl_rank(directory: Path, port: int, phase: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS), device_id=torch.device("cuda", 0))
+    hidden = torch.ones(8, device="cuda")
+    sub = dist.new_group([0], group_desc="tp")
+    dist.all_reduce(hidden)
+    dist.broadcast(hidden, 0, group=sub)
+    dist.all_gather_into_tensor(torch.empty(8, device="cuda"), hidden)
+    dist.all_reduce(hidden.half().float(), group=sub)
+    torch.cuda.synchronize()
+    if phase == "live":
+        time.sleep(1.0)  # let the watchdog see the completions
+        dump(directory / "live", 0)
+        os._exit(0)
+    torch.cuda._sleep(int(3e10))  # a long kernel: the next collective cannot start before the timeout
+    dist.all_reduce(hidden)
+    time.sleep(TIMEOUT_SECONDS * 15)  # the watchdog times out, dumps and aborts the process
+    os._exit(3)
+
+
+def versions() -> list[str]:
+    import torch
+
+    lines = [f"- torch {torch.__version__}", f"- Python {platform.python_version()}"]
+    if torch.cuda.is_available():
+        lines.append(f"- CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+                     f"{torch.cuda.get_device_name(0)}")
+    else:
+        lines.append("- CPU only (no CUDA, no NCCL)")
+    return lines
+
+
+def record(out: Path, scenario: str) -> Path:
+    directory = out / scenario
+    directory.mkdir(parents=True, exist_ok=True)
+    environment = dict(os.environ, TORCH_FR_BUFFER_SIZE=str(BUFFER_SIZES.get(scenario, 2000)))
+    script = [sys.executable, str(Path(__file__).resolve()), str(out), "--scenario", scenario]
+    port = free_port()
+    if scenario == "nccl-single":
+        subprocess.run([*script, "--rank", "0", "--port", str(port), "--phase", "live"], env=environment,
+                       check=True, timeout=120)
+        (directory / "timeout").mkdir(exist_ok=True)
+        environment.update(TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_NCCL_ENABLE_MONITORING="1",
+                           TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(directory / "timeout" / "nccl_trace_rank_"))
+        subprocess.run([*script, "--rank", "0", "--port", str(free_port()), "--phase", "timeout"], env=environment,
+                       timeout=180)
+    else:
+        ranks = [subprocess.Popen([*script, "--rank", str(rank), "--port", str(port)], env=environment)
+                 for rank in range(WORLD_SIZES[scenario])]
+        for process in ranks:
+            if process.wait(timeout=120) != 0:
+                raise SystemExit(f"a rank of {scenario} exited with {process.returncode}")
+    readme = directory / "README.md"
+    readme.write_text("\n".join([
+        f"# Flight-recorder dumps: {scenario}", "",
+        "Recorded for real by `tools/record_flight_recorder.py` (see its docstring for the scenario) with",
+        *versions(), f"- TORCH_FR_BUFFER_SIZE={environment['TORCH_FR_BUFFER_SIZE']}", "",
+        "`pickle/nccl_trace_rank_<r>` come from `_dump_fr_trace()` (or `_dump_nccl_trace()`), `json/rank<r>.json`",
+        "from the JSON variant. They are data only: lockstep reads them with a restricted unpickler.", "",
+    ]))
+    return directory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--scenario", choices=sorted(WORLD_SIZES), required=True)
+    parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--phase", default="live", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.rank is None:
+        sys.stdout.write(f"{record(arguments.out, arguments.scenario)}\n")
+    elif arguments.scenario == "nccl-single":
+        nccl_rank(arguments.out / arguments.scenario, arguments.port, arguments.phase)
+    else:
+        gloo_rank(arguments.rank, arguments.scenario, arguments.out / arguments.scenario, arguments.port)
+
+
+if __name__ == "__main__":
+    main()
