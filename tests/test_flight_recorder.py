@@ -210,3 +210,34 @@ def test_the_stock_analyzer_crashes_on_the_gloo_desync_that_lockstep_diagnoses()
     assert completed.returncode != 0
     assert "KeyError" in completed.stderr
     assert diagnose_directory(folder).verdict == "desync"
+
+
+# ------------------------------------------------------------------------------ the command line
+def test_lockstep_replay_flight_recorder_reads_every_fixture(capsys: pytest.CaptureFixture[str]) -> None:
+    import json as json_module
+
+    from lockstep.cli import main
+
+    root = Path(__file__).resolve().parent / "data" / "flight-recorder"
+    folders = sorted(folder for folder in root.glob("*/*") if folder.is_dir())
+    assert folders
+    for folder in folders:
+        expected = 0 if folder.parent.name.startswith("nccl-live") else 1  # the live dump is consistent
+        assert main(["replay", "--flight-recorder", str(folder)]) == expected, folder
+        text = capsys.readouterr().out
+        assert text.startswith(f"flight-recorder dumps in {folder}") and "verdict:" in text
+        assert main(["replay", "--flight-recorder", str(folder), "--json"]) == expected
+        payload = json_module.loads(capsys.readouterr().out)
+        assert payload["schema_version"] == 1 and payload["directory"] == str(folder)
+
+
+def test_lockstep_replay_flight_recorder_refuses_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from lockstep.cli import main
+
+    assert main(["replay", "--flight-recorder", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    (tmp_path / "rank_0").write_bytes(b"\x80\x04\x95")  # a truncated pickle
+    assert main(["replay", "--flight-recorder", str(tmp_path)]) == 2
+    assert "rank_0" in capsys.readouterr().err
+    assert main(["replay"]) == 2
+    assert "--flight-recorder DIR" in capsys.readouterr().err

@@ -154,7 +154,11 @@ def reproduce(**options: Any) -> Invocation:
 
 
 @click.command("replay")
-@click.argument("paths", nargs=-1, required=True, metavar="PATH...", type=click.Path())
+@click.argument("paths", nargs=-1, metavar="PATH...", type=click.Path())
+@click.option("--flight-recorder", metavar="DIR", type=click.Path(),
+              help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON) instead of traces: "
+                   "per process group, where the ranks disagree and who waits where")
+@click.option("--operations", is_flag=True, help="with --flight-recorder: list every rank's ops per group")
 @click.option("--protocol", metavar="NAME", shell_complete=completion.protocols,
               help="replay against this protocol instead of the header's")
 @click.option("--variant", metavar="NAME", shell_complete=completion.variants,
@@ -168,7 +172,7 @@ def reproduce(**options: Any) -> Invocation:
 @json_option
 def replay(**options: Any) -> Invocation:
     """Replay trace files (PATH: files, or a directory of per-actor files, merged in causal order) against the
-    model their header names."""
+    model their header names; or diagnose a hang from flight-recorder dumps (--flight-recorder DIR)."""
     return call("lockstep.cli.trace:command_replay", "replay", options)
 
 

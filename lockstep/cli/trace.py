@@ -86,6 +86,12 @@ def _unrecorded(trace: TraceInput, extra: list[str]) -> set[str]:
 
 
 def command_replay(arguments: argparse.Namespace, console: Console) -> int:
+    if arguments.flight_recorder is not None:
+        return _replay_flight_recorder(arguments, console)
+    if not arguments.paths:
+        return _error(console, "replay needs trace files (PATH...) or --flight-recorder DIR", arguments)
+    if arguments.operations:
+        return _error(console, "--operations applies to --flight-recorder", arguments)
     try:
         trace = open_traces(arguments.paths)
         instance, own = _instance(trace, arguments.protocol, arguments.variant)
@@ -113,6 +119,27 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     else:
         _render(console, result, instance, trace)
     code: int = result.exit_code
+    return code
+
+
+def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> int:
+    """Exit 0 when the dumps are consistent, 1 for a hang or desync, 2 for unreadable dumps."""
+    from lockstep.checkers.flight_recorder import diagnose_directory
+    from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
+    from lockstep.traces.flight_recorder import FlightRecorderError
+
+    if arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded:
+        return _error(console, "--flight-recorder takes no trace files, --protocol, --variant or --unrecorded yet "
+                      "(checking a dump against a model is not built)", arguments)
+    try:
+        diagnosis = diagnose_directory(arguments.flight_recorder)
+    except FlightRecorderError as error:
+        return _error(console, str(error), arguments)
+    if arguments.json:
+        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **diagnosis_to_json(diagnosis)}) + "\n")
+    else:
+        sys.stdout.write(render(diagnosis, operations=arguments.operations))
+    code: int = diagnosis.exit_code
     return code
 
 
