@@ -182,7 +182,8 @@ class Machine:
         arguments = inspect.signature(function).parameters.values()
         signature = [argument.name for argument in arguments if argument.kind is not inspect.Parameter.VAR_KEYWORD]
         variadic = any(argument.kind is inspect.Parameter.VAR_KEYWORD for argument in arguments)
-        if not set(signature) <= set(parameters) if variadic else sorted(signature) != sorted(parameters):
+        matches = set(signature) <= set(parameters) if variadic else sorted(signature) == sorted(parameters)
+        if not matches:
             raise DefinitionError(
                 f"action {name!r}: the function takes {signature} but the parameters declared are "
                 f"{list(parameters)}; declare one sort per function argument, e.g. @machine.action(actor=..., rank=Rank)"
