@@ -64,11 +64,28 @@ class CausalOrder:
         """Why ``record`` cannot come next: (reason, waits_for_others), or None when it can.
 
         ``waits_for_others`` is true when another file's later events could unblock it."""
-        event = record.event
+        return self._problem(record.event, None)
+
+    def accept(self, record: Record) -> None:
+        """Record that ``record`` came next (call only when ``problem`` is None)."""
+        self._accept(record.event, None)
+
+    def advance(self, event: dict[str, Any]) -> str | None:
+        """Check and accept ``event`` in one step (a single stream, where nothing can unblock it):
+        why it cannot come next, or None, and then it is accepted."""
+        found = self._collective(event) if event["action"] in COLLECTIVE_ACTIONS else None
+        problem = self._problem(event, found)
+        if problem is not None:
+            return problem[0]
+        self._accept(event, found)
+        return None
+
+    def _problem(self, event: dict[str, Any], found: tuple[str, int] | str | None) -> tuple[str, bool] | None:
         clock = event.get("clock")
         action = event["action"]
         if action in COLLECTIVE_ACTIONS:
-            found = self._collective(event)
+            if found is None:
+                found = self._collective(event)
             if isinstance(found, str):
                 return found, False
             communicator, number = found
@@ -87,7 +104,8 @@ class CausalOrder:
                 last = self.completed.get(key)
                 if last is not None and number != last + 1:
                     return f"complete of {communicator}#{number} by {actor} follows its complete of #{last}", False
-                missing = sorted(m for m in self.members.get(communicator, ()) if self.entered.get((communicator, m), -1) < number)
+                entered = self.entered
+                missing = sorted(m for m in self.members.get(communicator, ()) if entered.get((communicator, m), -1) < number)
                 if missing:
                     return f"complete of {communicator}#{number} waits for enter of #{number} by {', '.join(missing)}", True
         if clock:
@@ -106,21 +124,24 @@ class CausalOrder:
                         return f"receive of message {number} on {channel} before its send", True
         return None
 
-    def accept(self, record: Record) -> None:
-        """Record that ``record`` came next (call only when ``problem`` is None)."""
-        event = record.event
+    def _accept(self, event: dict[str, Any], found: tuple[str, int] | str | None) -> None:
         action = event["action"]
         if action in COLLECTIVE_ACTIONS:
-            found = self._collective(event)
+            if found is None:
+                found = self._collective(event)
             assert not isinstance(found, str)
             communicator, number = found
             key = (communicator, event["actor"])
             if action == "enter":
                 self.entered[key] = number
-                self.members.setdefault(communicator, set()).add(event["actor"])
+                members = self.members.get(communicator)
+                if members is None:
+                    members = self.members[communicator] = set()
+                members.add(event["actor"])
             else:
                 self.completed[key] = number
-                self.completed_max[communicator] = max(number, self.completed_max.get(communicator, number))
+                if number > self.completed_max.get(communicator, number - 1):
+                    self.completed_max[communicator] = number
         clock = event.get("clock")
         if clock:
             for key, number in clock.items():
@@ -200,11 +221,12 @@ class TraceInput:
     def _single(self) -> Iterator[Record]:
         order = CausalOrder()
         plain_clocks: set[tuple[str, ...]] = set()  # clock key sets with no send:/recv: key
+        collective = COLLECTIVE_ACTIONS
         with self.reader(self.files[0]) as reader:
             try:
                 for record in reader.events():
                     event = record.event
-                    if event["action"] not in COLLECTIVE_ACTIONS:
+                    if event["action"] not in collective:
                         clock = event.get("clock")
                         if not clock:
                             yield record
@@ -215,10 +237,9 @@ class TraceInput:
                             continue
                         if not any(key.startswith((SEND_PREFIX, RECEIVE_PREFIX)) for key in keys) and len(plain_clocks) < 1024:
                             plain_clocks.add(keys)
-                    found = order.problem(record)
-                    if found is not None:
-                        raise TraceInputError(record.path, record.line, f"event out of causal order: {found[0]}")
-                    order.accept(record)
+                    problem = order.advance(event)
+                    if problem is not None:
+                        raise TraceInputError(record.path, record.line, f"event out of causal order: {problem}")
                     yield record
             finally:
                 self.warnings.extend(reader.warnings)

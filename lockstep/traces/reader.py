@@ -38,6 +38,7 @@ __all__ = ["MAX_NESTING", "Record", "TraceInputError", "TraceReader", "check_hea
 _ACTOR = re.compile(ACTOR_PATTERN)
 _EVENT_DECODER = msgspec.json.Decoder(fast_event_type())
 _UNSET = msgspec.UNSET
+_DEEP_LINE = 2 * MAX_NESTING + 2  # bytes: a shorter line cannot hold MAX_NESTING + 1 levels of brackets
 _KNOWN_ACTORS = 4096  # distinct actors remembered as checked, per reader
 _DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 
@@ -199,7 +200,7 @@ class TraceReader:
                 event["observed"] = decoded.observed
             if decoded.clock is not unset:
                 event["clock"] = decoded.clock
-            if data.count(b"[") + data.count(b"{") > MAX_NESTING:  # deep enough to be too deep: walk it
+            if len(data) > _DEEP_LINE and data.count(b"[") + data.count(b"{") > MAX_NESTING:  # could be too deep
                 problem = _nesting_or_surrogate(event)
                 if problem is not None:
                     raise TraceInputError(path, line, problem)
