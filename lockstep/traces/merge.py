@@ -198,7 +198,7 @@ def _spool(file: str) -> IO[bytes] | None:
 
 @dataclass
 class TraceInput:
-    """One run's events from one or more files, in causal order; iterate ``records()`` once."""
+    """One run's events from one or more files, in causal order (``records()``, as often as needed)."""
 
     files: list[str]
     header: dict[str, Any]
@@ -216,7 +216,13 @@ class TraceInput:
         return TraceReader("<stdin>" if file == STDIN else file, spool)
 
     def records(self) -> Iterator[Record]:
+        """The events in causal order, read afresh from the files (a spooled input from its copy) on
+        each call, so a caller may pass over them more than once in flat memory."""
         return self._single() if len(self.files) == 1 else self._merged()
+
+    def _warn(self, warnings: list[str]) -> None:
+        """Add a reader's warnings, each once however many passes find it."""
+        self.warnings.extend(warning for warning in warnings if warning not in self.warnings)
 
     def _single(self) -> Iterator[Record]:
         order = CausalOrder()
@@ -242,7 +248,7 @@ class TraceInput:
                         raise TraceInputError(record.path, record.line, f"event out of causal order: {problem}")
                     yield record
             finally:
-                self.warnings.extend(reader.warnings)
+                self._warn(reader.warnings)
 
     def _missing_senders(self, waits: list[str]) -> str:
         """A hint naming the senders of awaited messages that no input file holds."""
@@ -293,7 +299,7 @@ class TraceInput:
                 heads[chosen] = next(streams[chosen], None)
         finally:
             for reader in readers:
-                self.warnings.extend(reader.warnings)
+                self._warn(reader.warnings)
                 reader.close()
 
 
