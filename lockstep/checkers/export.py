@@ -58,34 +58,45 @@ def itf_value(sort: Sort, value: Value) -> Any:
     raise ExportError(f"no ITF encoding for sort {sort!r}")  # pragma: no cover - every sort is listed
 
 
-def itf_states(machine: Machine, header: Mapping[str, Any], records: Iterable[Record]) -> Iterator[dict[str, Any]]:
-    """The trace's states in ITF, the initial one first, one per event after it, one at a time;
-    ``ExportError`` at the first event whose state is not full."""
+def itf_states(machine: Machine, header: Mapping[str, Any], records: Iterable[Record]) -> Iterator[str]:
+    """The trace's states as ITF JSON texts, the initial one first, one per event after it, one at a
+    time; ``ExportError`` at the first event whose state is not full. A variable's JSON is encoded
+    again only when an event changes it."""
     names = [name for name, variable in machine.variables.items() if not variable.monitor]
     sorts = {name: machine.variables[name].sort for name in names}
     from_model = header["source"]["kind"] == "model"
-    current: dict[str, Value] = dict(machine.initial_state())
+    initial = machine.initial_state()
+    encoded = {name: _itf_json(sorts[name], initial[name]) for name in names}
+    keys = {name: json.dumps(name) for name in names}
 
-    def state(index: int) -> dict[str, Any]:
-        return {"#meta": {"index": index}, **{name: itf_value(sorts[name], current[name]) for name in names}}
+    def state(index: int) -> str:
+        return f'{{"#meta":{{"index":{index}}},' + ",".join(f"{keys[name]}:{encoded[name]}" for name in names) + "}"
 
     yield state(0)
     for count, record in enumerate(records, start=1):
         observed = record.event.get("observed") or {}
-        missing = [name for name in names if name not in observed]
-        if not from_model and missing:
-            raise ExportError(
-                f"{record.path}:{record.line}: ITF needs full states; this {header['source']['kind']} trace's event "
-                f"{record.event['index']} does not observe {', '.join(missing[:3])}{'…' if len(missing) > 3 else ''}"
-            )
+        if not from_model and len(observed) < len(names):
+            missing = [name for name in names if name not in observed]
+            if missing:
+                raise ExportError(
+                    f"{record.path}:{record.line}: ITF needs full states; this {header['source']['kind']} trace's "
+                    f"event {record.event['index']} does not observe {', '.join(missing[:3])}"
+                    f"{'…' if len(missing) > 3 else ''}"
+                )
         for name, value in observed.items():
             if name not in machine.variables:
                 raise ExportError(f"{record.path}:{record.line}: the model has no variable {name!r}")
             try:
-                current[name] = decode(machine.variables[name].sort, value, f"observed {name}")
+                decoded = decode(machine.variables[name].sort, value, f"observed {name}")
             except ValueMismatch as error:
                 raise ExportError(f"{record.path}:{record.line}: {error}") from None
+            if name in encoded:
+                encoded[name] = _itf_json(sorts[name], decoded)
         yield state(count)
+
+
+def _itf_json(sort: Sort, value: Value) -> str:
+    return json.dumps(itf_value(sort, value), separators=(",", ":"))
 
 
 def write_itf(machine: Machine, header: Mapping[str, Any], records: Iterable[Record], file: IO[str]) -> None:
@@ -95,7 +106,7 @@ def write_itf(machine: Machine, header: Mapping[str, Any], records: Iterable[Rec
     file.write('{"vars":' + json.dumps(names) + ',\n"states":[\n')
     events = -1
     for events, state in enumerate(itf_states(machine, header, records)):
-        file.write(("" if events == 0 else ",\n") + json.dumps(state, separators=(",", ":")))
+        file.write(state if events == 0 else ",\n" + state)
     meta = {
         "format": "ITF",
         "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
