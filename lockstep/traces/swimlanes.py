@@ -32,8 +32,19 @@ SEPARATOR = " │ "
 HIGHLIGHT, MEMBERS, RESET = "\x1b[1;31m", "\x1b[35m", "\x1b[0m"
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on (controls, escapes, bidi overrides) written
+    as a Python escape: a trace is data, and drawing it must not move the cursor or recolour the screen."""
+    return text if text.isprintable() else "".join(
+        character if character.isprintable() else ascii(character)[1:-1] for character in text)
+
+
 def cell(event: Mapping[str, Any]) -> str:
     """What an event's actor column shows: a collective's arrow and op, a group step, or ``action(args)``."""
+    return printable(_cell(event))
+
+
+def _cell(event: Mapping[str, Any]) -> str:
     action, arguments = str(event["action"]), dict(event["args"])
     clock = event.get("clock") or {}
     if action in ("enter", "complete"):
@@ -106,7 +117,7 @@ def survey(header: Mapping[str, Any], records: Iterable[Record], mirrors: Mappin
     if mirrored:
         widths.append(min(MAX_WIDTH, max([len(MIRRORS_TITLE), *(width_of(text) for text in mirrors.values())])))
     _fit(widths, page_width)
-    title = f"{header['protocol']} {header['variant']} {header.get('instance') or ''} ({header['source']['kind']})"
+    title = printable(f"{header['protocol']} {header['variant']} {header.get('instance') or ''} ({header['source']['kind']})")
     return SwimlaneLayout(title, actors, mirrors, widths, events, last_index, mirrored, ranks)
 
 
@@ -171,7 +182,7 @@ def swimlane_lines(layout: SwimlaneLayout, records: Iterable[Record], highlight:
             if position is not None:  # None: an actor the survey did not see (the input changed since)
                 row[position] = text
         number = f"✗ {index}" if index == highlight else str(index)
-        mirror = [layout.mirrors.get(str(event["action"]), "")] if layout.mirrored else []
+        mirror = [printable(layout.mirrors.get(str(event["action"]), ""))] if layout.mirrored else []
         style = "highlight" if index == highlight else "members" if joined else ""
         for line in _row([number.rjust(widths[0]), *row, *mirror], widths):
             yield line, style
