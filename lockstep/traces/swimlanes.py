@@ -130,7 +130,6 @@ def _fit(widths: list[int], page_width: int) -> None:
         widths[widest] -= 1
 
 
-@functools.lru_cache(maxsize=4096)  # cells repeat (an action's mirrors, a collective's op): fold each once
 def _fold(text: str, width: int) -> tuple[str, ...]:
     """``text`` in lines of at most ``width`` cells, broken at spaces where it can be."""
     cells = width_of(text)
@@ -149,16 +148,19 @@ def _fold(text: str, width: int) -> tuple[str, ...]:
     return (*pieces, current)
 
 
+@functools.lru_cache(maxsize=4096)  # cells repeat (an action's mirrors, a collective's op): lay each out once
+def _cell_lines(text: str, width: int) -> tuple[str, ...]:
+    """``text`` folded to ``width`` and each line padded to it."""
+    return tuple(piece + " " * (width - width_of(piece)) for piece in _fold(text, width))
+
+
 def _row(cells: list[str], widths: list[int]) -> list[str]:
-    folded = [_fold(text, width) if text else ("",) for text, width in zip(cells, widths)]
-    lines = []
-    for line in range(max(len(pieces) for pieces in folded)):
-        parts = []
-        for pieces, width in zip(folded, widths):
-            piece = pieces[line] if line < len(pieces) else ""
-            parts.append(piece + " " * (width - width_of(piece)))
-        lines.append(SEPARATOR.join(parts).rstrip())
-    return lines
+    laid_out = [_cell_lines(text, width) for text, width in zip(cells, widths)]
+    height = max(len(lines) for lines in laid_out)
+    if height == 1:
+        return [SEPARATOR.join(lines[0] for lines in laid_out).rstrip()]
+    return [SEPARATOR.join(lines[line] if line < len(lines) else " " * width for lines, width in zip(laid_out, widths))
+            .rstrip() for line in range(height)]
 
 
 def swimlane_lines(layout: SwimlaneLayout, records: Iterable[Record], highlight: int | None = None
