@@ -182,7 +182,8 @@ def test_bad_trace_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 2 and out == "" and "broken.jsonl:1" in err and "Traceback" not in err
 
 
-def test_show_draws_control_characters_from_a_trace_as_escapes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_show_draws_control_characters_from_a_trace_as_escapes(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
     header = {"format": "lockstep-trace", "version": 1, "protocol": "dp-pause\x1b[2J", "variant": "post-fix",
               "instance": "seed", "parameters": {}, "source": {"kind": "runtime"}}
     events = [{"index": 0, "actor": "rank:0", "action": "step\x1b]0;owned\x07", "args": {}},

@@ -32,6 +32,7 @@ def test_both_schema_files_are_the_generation_from_the_types() -> None:
     assert stale_files(ROOT) == [], "run: python -m lockstep.traces.schema_files"
     assert shipped.read_text() == published.read_text() == schema_text()
     assert schema() == json_schema()
+    assert max(len(line) for line in schema_text().splitlines()) <= 120  # readable in a review
     assert schema_files_main(["--check", "--root", str(ROOT)]) == 0
 
 
@@ -70,7 +71,8 @@ def _decodes(line_type: type[msgspec.Struct], value: object) -> bool:
 
 def _validator(name: str) -> jsonschema.Draft202012Validator:
     full = json_schema()
-    return jsonschema.Draft202012Validator({"$schema": full["$schema"], "$defs": full["$defs"], "$ref": f"#/$defs/{name}"})
+    wrapper = {"$schema": full["$schema"], "$defs": full["$defs"], "$ref": f"#/$defs/{name}"}
+    return jsonschema.Draft202012Validator(wrapper)
 
 
 @pytest.mark.parametrize(("name", "obj", "valid"), HEADER_CASES, ids=[case[0] for case in HEADER_CASES])
@@ -94,7 +96,8 @@ def test_integral_floats_are_refused_where_the_schema_would_allow_them() -> None
     line = {**GOOD_EVENT, "index": 1.0}
     assert _validator("event").is_valid(line)
     assert not _decodes(EventLine, line) and event_problems(line)
-    assert not _decodes(HeaderLine, {**GOOD_HEADER, "version": 1.0}) and header_problems({**GOOD_HEADER, "version": 1.0})
+    header = {**GOOD_HEADER, "version": 1.0}
+    assert not _decodes(HeaderLine, header) and header_problems(header)
 
 
 def _trace(tmp_path: Path, *event_lines: str) -> Path:
@@ -113,12 +116,15 @@ GOOD = '{"index":0,"actor":"rank:0","action":"x","args":{}}'
 
 
 @pytest.mark.parametrize(("line", "problem"), [
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":1e400}}', "bad event: field 'args.a' must be a finite number, got inf"),
+    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":1e400}}',
+     "bad event: field 'args.a' must be a finite number, got inf"),
     ('{"index":0,"actor":"rank:0","action":"x","args":{"a":NaN}}', "malformed JSON: NaN is not a JSON value"),
     ('{"index":0,"actor":"rank:0","action":"x","args":{"a":-Infinity}}', "-Infinity is not a JSON value"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":null}', "field 'clock' must be a JSON object, got None"),
+    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":null}',
+     "field 'clock' must be a JSON object, got None"),
     ('{"index":0,"actor":"rank:0","action":"x","args":{},"observed":null}', "field 'observed' must be a JSON object"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":{"tp":1.0}}', "field 'clock.tp' must be a non-negative"),
+    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":{"tp":1.0}}',
+     "field 'clock.tp' must be a non-negative"),
     ('{"index":0,"actor":"rank 0","action":"x","args":{}}', "field 'actor' must be a string like 'rank:1'"),
     ('{"index":0,"actor":"rank:0","action":"x","args":{"\\ud800":1}}', "lone UTF-16 surrogate escape"),
     ('{"index":0,"actor":"rank:0","action":"x","args":{"a":"\\udc00"}}', "lone UTF-16 surrogate escape"),

@@ -76,7 +76,8 @@ def perfetto_events(header: Mapping[str, Any], records: Iterable[Record], highli
             yield {"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": actor}}
             yield {"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": tid, "args": {"sort_index": tid}}
         ts = last = index * TICK
-        arguments = {"index": index, **event["args"], **({"observed": event["observed"]} if event.get("observed") else {})}
+        observed = event.get("observed")
+        arguments = {"index": index, **event["args"], **({"observed": observed} if observed else {})}
         collective = collective_of(event)
         if collective is not None:
             communicator, number = collective
@@ -91,23 +92,26 @@ def perfetto_events(header: Mapping[str, Any], records: Iterable[Record], highli
                     phase = "s"
                 else:
                     phase = "t"
-                yield {"ph": phase, "name": name, "cat": "collective", "id": flow_id, "pid": 1, "tid": tid, "ts": ts, "bp": "e"}
+                yield {"ph": phase, "name": name, "cat": "collective", "id": flow_id, "pid": 1, "tid": tid, "ts": ts,
+                       "bp": "e"}
             else:
                 open_slices.pop((actor, communicator), None)
                 flows.pop(collective, None)  # every member entered before any completes: the flow is whole
                 yield {"ph": "E", "pid": 1, "tid": tid, "ts": ts + TICK, "args": arguments}
             continue
-        slice_ = {"ph": "X", "name": label(event), "cat": actor.split(":")[0], "pid": 1, "tid": tid, "ts": ts, "dur": TICK,
-                  "args": arguments}
+        slice_ = {"ph": "X", "name": label(event), "cat": actor.split(":")[0], "pid": 1, "tid": tid, "ts": ts,
+                  "dur": TICK, "args": arguments}
         if highlight is not None and index == highlight:
             slice_["cname"] = "terrible"
             slice_["name"] = f"✗ {slice_['name']}"
         yield slice_
     for (actor, _), (_, name) in sorted(open_slices.items()):
-        yield {"ph": "E", "pid": 1, "tid": tracks[actor], "ts": last + 2 * TICK, "args": {"note": f"{name} never completed"}}
+        yield {"ph": "E", "pid": 1, "tid": tracks[actor], "ts": last + 2 * TICK,
+               "args": {"note": f"{name} never completed"}}
 
 
-def write_perfetto(header: Mapping[str, Any], records: Iterable[Record], file: IO[str], highlight: int | None = None) -> None:
+def write_perfetto(header: Mapping[str, Any], records: Iterable[Record], file: IO[str],
+                   highlight: int | None = None) -> None:
     """The trace as one Chrome trace-event JSON document, one trace event per line."""
     file.write('{"traceEvents":[\n')
     separator = ""
@@ -128,13 +132,15 @@ def path_edges(records: Iterable[Record]) -> Iterator[tuple[int, int, str, Mappi
         yield index, index + 1, f"{record.event['actor']}: {label(record.event)}", record.event
 
 
-def write_dot(header: Mapping[str, Any], records: Iterable[Record], file: IO[str], highlight: int | None = None) -> None:
+def write_dot(header: Mapping[str, Any], records: Iterable[Record], file: IO[str],
+              highlight: int | None = None) -> None:
     """The trace's path in Graphviz DOT."""
     title = _dot_string(str(header["protocol"]) + " " + str(header["variant"]))
     file.write(f'digraph {title} {{\n  rankdir=TB;\n  node [shape=circle];\n  0 [label="init"];\n')
     for source, target, text, _ in path_edges(records):
         style = ", color=red, fontcolor=red" if highlight is not None and source == highlight else ""
-        file.write(f"  {target} [label={_dot_string(str(target))}];\n  {source} -> {target} [label={_dot_string(text)}{style}];\n")
+        file.write(f"  {target} [label={_dot_string(str(target))}];\n"
+                   f"  {source} -> {target} [label={_dot_string(text)}{style}];\n")
     file.write("}\n")
 
 
@@ -155,7 +161,8 @@ def write_graphml(header: Mapping[str, Any], records: Iterable[Record], file: IO
         file.write(
             f'<node id="n{target}"><data key="label">{target}</data></node>\n'
             f'<edge id="e{source}" source="n{source}" target="n{target}"><data key="elabel">{_xml(text)}</data>'
-            f'<data key="actor">{_xml(str(event["actor"]))}</data><data key="action">{_xml(str(event["action"]))}</data>'
+            f'<data key="actor">{_xml(str(event["actor"]))}</data>'
+            f'<data key="action">{_xml(str(event["action"]))}</data>'
             "</edge>\n"
         )
     file.write("</graph>\n</graphml>\n")

@@ -105,9 +105,11 @@ class CausalOrder:
                 if last is not None and number != last + 1:
                     return f"complete of {communicator}#{number} by {actor} follows its complete of #{last}", False
                 entered = self.entered
-                missing = sorted(m for m in self.members.get(communicator, ()) if entered.get((communicator, m), -1) < number)
+                missing = sorted(member for member in self.members.get(communicator, ())
+                                 if entered.get((communicator, member), -1) < number)
                 if missing:
-                    return f"complete of {communicator}#{number} waits for enter of #{number} by {', '.join(missing)}", True
+                    waiting = ", ".join(missing)
+                    return f"complete of {communicator}#{number} waits for enter of #{number} by {waiting}", True
         if clock:
             for key, number in clock.items():
                 if key.startswith(SEND_PREFIX):
@@ -241,7 +243,8 @@ class TraceInput:
                         if keys in plain_clocks:
                             yield record
                             continue
-                        if not any(key.startswith((SEND_PREFIX, RECEIVE_PREFIX)) for key in keys) and len(plain_clocks) < 1024:
+                        messages = any(key.startswith((SEND_PREFIX, RECEIVE_PREFIX)) for key in keys)
+                        if not messages and len(plain_clocks) < 1024:
                             plain_clocks.add(keys)
                     problem = order.advance(event)
                     if problem is not None:

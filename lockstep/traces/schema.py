@@ -45,16 +45,15 @@ Actor = Annotated[
     str,
     Meta(
         pattern=ACTOR_PATTERN,
-        description="Who acted: a kind word, optionally followed by ':' and an id, such as 'rank:1', "
-        "'coordinator', 'client', 'group:dp'.",
-        extra={"expected": "a string like 'rank:1', 'coordinator' or 'group:dp' (a kind word, optionally ':' and an id)"},
+        description="Who acted: a kind word, optionally ':' and an id ('rank:1', 'coordinator', 'group:dp').",
+        extra={"expected": "a string like 'rank:1', 'coordinator' or 'group:dp'"
+                           " (a kind word, optionally ':' and an id)"},
     ),
 ]
 
 
 class SourceLine(Struct, forbid_unknown_fields=True, frozen=True):
-    """Where the events came from: a model checker counterexample or a runtime recording, with the
-    runtime's versions where known."""
+    """Where the events came from (a model checker or a runtime), with the versions where known."""
 
     kind: Literal["model", "runtime"]
     backend: OptionalText = None
@@ -83,12 +82,14 @@ class EventLine(Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     actor: Actor
     action: NonEmpty
     args: Annotated[JSONObject, Meta(description="The action's arguments.")]
-    observed: Annotated[JSONObject, Meta(description="Optional projection of the state after the step.")] | UnsetType = UNSET
+    observed: Annotated[JSONObject, Meta(description="Optional projection of the state after the step.")
+                        ] | UnsetType = UNSET
     clock: Annotated[
         dict[NonEmpty, NonNegative], Meta(description="Optional per-communicator sequence numbers or vector clock.")
     ] | UnsetType = UNSET
 
 
+READER_CHECKS = "x-reader-checks"  # the schema's annotation listing what a reader checks beyond it
 LINE_TYPES: dict[str, tuple[type[Struct], str]] = {  # the schema's $defs: name, type and title
     "header": (HeaderLine, "trace header"),
     "source": (SourceLine, "trace source"),
@@ -134,15 +135,15 @@ def json_schema() -> dict[str, Any]:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": f"urn:lockstep:trace-schema:{TRACE_VERSION}",
         "title": f"lockstep trace, version {TRACE_VERSION}",
-        "description": (
-            "One line of a lockstep trace file (JSON Lines, UTF-8, lines separated by '\\n' only). The first line is "
-            "a header, every later line an event. Validate the first line against #/$defs/header and each later "
-            "line against #/$defs/event; the root schema accepts either kind of line. Generated from the msgspec "
-            "types in lockstep/traces/schema.py, which also decode the lines. Beyond this schema, a reader checks "
-            "that event indices count up from 0 by one, that no line nests arrays and objects more than "
-            f"{MAX_NESTING} levels deep, that strings hold no lone UTF-16 surrogate escape, that numbers are "
-            "finite, and that integers are written as integer literals (1, not 1.0)."
-        ),
+        "description": "One line of a lockstep trace file (JSON Lines, UTF-8, lines separated by '\\n' only).",
+        "$comment": "Generated from the msgspec types in lockstep/traces/schema.py, which also decode the lines.",
+        READER_CHECKS: [
+            "The first line is a header (#/$defs/header), every later line an event (#/$defs/event).",
+            "Event indices count up from 0 by one.",
+            f"No line nests arrays and objects more than {MAX_NESTING} levels deep.",
+            "Strings hold no lone UTF-16 surrogate escape, and numbers are finite.",
+            "Integers are written as integer literals (1, not 1.0).",
+        ],
         "oneOf": [renamed(header_reference), renamed(event_reference)],
         "$defs": definitions,
     }

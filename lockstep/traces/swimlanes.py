@@ -117,7 +117,8 @@ def survey(header: Mapping[str, Any], records: Iterable[Record], mirrors: Mappin
     if mirrored:
         widths.append(min(MAX_WIDTH, max([len(MIRRORS_TITLE), *(width_of(text) for text in mirrors.values())])))
     _fit(widths, page_width)
-    title = printable(f"{header['protocol']} {header['variant']} {header.get('instance') or ''} ({header['source']['kind']})")
+    instance = header.get("instance") or ""
+    title = printable(f"{header['protocol']} {header['variant']} {instance} ({header['source']['kind']})")
     return SwimlaneLayout(title, actors, mirrors, widths, events, last_index, mirrored, ranks)
 
 
