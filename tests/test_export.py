@@ -180,3 +180,17 @@ def test_bad_trace_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path:
     extra = ["--format", "perfetto"] if command == "export" else []
     code, out, err = run(capsys, command, str(broken), *extra)
     assert code == 2 and out == "" and "broken.jsonl:1" in err and "Traceback" not in err
+
+
+def test_show_draws_control_characters_from_a_trace_as_escapes(capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    header = {"format": "lockstep-trace", "version": 1, "protocol": "dp-pause\x1b[2J", "variant": "post-fix",
+              "instance": "seed", "parameters": {}, "source": {"kind": "runtime"}}
+    events = [{"index": 0, "actor": "rank:0", "action": "step\x1b]0;owned\x07", "args": {}},
+              {"index": 1, "actor": "rank:0", "action": "enter", "args": {"communicator": "c\u202e", "op": "x\r"},
+               "clock": {"c\u202e": 1}}]
+    trace = tmp_path / "controls.jsonl"
+    trace.write_text("\n".join(json.dumps(line) for line in [header, *events]) + "\n")
+    code, out, _ = run(capsys, "show", str(trace), "--no-replay")
+    assert code == 0 and "\x1b" not in out and "\x07" not in out and "\r" not in out and "\u202e" not in out
+    assert "step\\x1b]0;owned\\x07" in out and "dp-pause\\x1b[2J" in out and "x\\r(c\\u202e)#1" in out

@@ -1,7 +1,7 @@
 """The package's layering, enforced by reading every module's imports with ``ast``.
 
 spec imports nothing of the project outside spec and no z3/torch/hypothesis/rich/numpy; traces
-imports only itself and the standard library; impl imports only traces, impl and models; models
+imports only itself, the standard library and msgspec (its decoder); impl imports only traces, impl and models; models
 import only spec; only checkers/symbolic imports z3; only impl imports torch at module level.
 """
 
@@ -86,8 +86,8 @@ def traces_use_the_standard_library(item: Import) -> str | None:
         return None
     if item.root == "lockstep" and not item.within("lockstep.traces"):
         return f"imports {item.target}: traces imports nothing of the project outside lockstep.traces"
-    if item.root != "lockstep" and item.root not in STANDARD_LIBRARY:
-        return f"imports {item.target}: traces imports only the standard library"
+    if item.root != "lockstep" and item.root not in STANDARD_LIBRARY and item.root != "msgspec":
+        return f"imports {item.target}: traces imports only the standard library and msgspec"
     return None
 
 
@@ -165,7 +165,7 @@ def fake(relative: str, source: str) -> list[Import]:
         ("lockstep/spec/fake.py", "from ..models import dp_pause\nfrom . import sorts\n",
          ["lockstep/spec/fake.py:1 imports lockstep.models.dp_pause: spec imports nothing"]),
         ("lockstep/traces/fake.py", "import numpy\nfrom lockstep.spec import sorts\nimport json\n",
-         ["lockstep/traces/fake.py:1 imports numpy: traces imports only the standard library",
+         ["lockstep/traces/fake.py:1 imports numpy: traces imports only the standard library and msgspec",
           "lockstep/traces/fake.py:2 imports lockstep.spec.sorts: traces imports nothing"]),
         ("lockstep/impl/fake.py", "import torch\nfrom lockstep.checkers import check\nfrom lockstep.models import dp_pause\n",
          ["lockstep/impl/fake.py:2 imports lockstep.checkers.check: impl imports only"]),

@@ -1,9 +1,11 @@
 """Exports that need the model: ITF traces (full states) and a protocol instance's state graph.
 
-- ``itf_document``: the Informal Trace Format of Apalache and Quint (ADR-015): ``vars``, then one
-  object per state with every variable. Values follow the model's sorts: Booleans as JSON
-  Booleans, integers as ``{"#bigint": "n"}``, enum members as strings, maps as
-  ``{"#map": [[key, value], ...]}``, sequences as arrays, records as objects. A trace has full
+- ``write_itf``: the Informal Trace Format of Apalache and Quint (ADR-015): ``vars``, then one
+  object per state with every variable, written as a stream (one state per line, as its event is
+  read; ``#meta``, which counts the events, comes last), so memory stays flat in the trace's
+  length. Values follow the model's sorts: Booleans as JSON Booleans, integers as
+  ``{"#bigint": "n"}``, enum members as strings, maps as ``{"#map": [[key, value], ...]}``,
+  sequences as arrays, records as objects. A trace has full
   states when the model's semantics give them: a model counterexample (``source.kind`` =
   ``model``) records every variable an event changed, so its states are the model's initial state
   updated event by event; a runtime trace has full states only if every event observes every
@@ -17,8 +19,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from typing import IO, Any
 
 import networkx as nx
 
@@ -55,45 +58,66 @@ def itf_value(sort: Sort, value: Value) -> Any:
     raise ExportError(f"no ITF encoding for sort {sort!r}")  # pragma: no cover - every sort is listed
 
 
-def itf_document(machine: Machine, header: Mapping[str, Any], records: Iterable[Record]) -> dict[str, Any]:
-    """The trace as an ITF document; ``ExportError`` if its states are not full."""
+def itf_states(machine: Machine, header: Mapping[str, Any], records: Iterable[Record]) -> Iterator[str]:
+    """The trace's states as ITF JSON texts, the initial one first, one per event after it, one at a
+    time; ``ExportError`` at the first event whose state is not full. A variable's JSON is encoded
+    again only when an event changes it."""
     names = [name for name, variable in machine.variables.items() if not variable.monitor]
+    sorts = {name: machine.variables[name].sort for name in names}
     from_model = header["source"]["kind"] == "model"
-    current: dict[str, Value] = dict(machine.initial_state())
-    states = [dict(current)]
-    for record in records:
+    initial = machine.initial_state()
+    encoded = {name: _itf_json(sorts[name], initial[name]) for name in names}
+    keys = {name: json.dumps(name) for name in names}
+
+    def state(index: int) -> str:
+        return f'{{"#meta":{{"index":{index}}},' + ",".join(f"{keys[name]}:{encoded[name]}" for name in names) + "}"
+
+    yield state(0)
+    for count, record in enumerate(records, start=1):
         observed = record.event.get("observed") or {}
-        missing = [name for name in names if name not in observed]
-        if not from_model and missing:
-            raise ExportError(
-                f"{record.path}:{record.line}: ITF needs full states; this {header['source']['kind']} trace's event "
-                f"{record.event['index']} does not observe {', '.join(missing[:3])}{'…' if len(missing) > 3 else ''}"
-            )
+        if not from_model and len(observed) < len(names):
+            missing = [name for name in names if name not in observed]
+            if missing:
+                raise ExportError(
+                    f"{record.path}:{record.line}: ITF needs full states; this {header['source']['kind']} trace's "
+                    f"event {record.event['index']} does not observe {', '.join(missing[:3])}"
+                    f"{'…' if len(missing) > 3 else ''}"
+                )
         for name, value in observed.items():
             if name not in machine.variables:
                 raise ExportError(f"{record.path}:{record.line}: the model has no variable {name!r}")
             try:
-                current[name] = decode(machine.variables[name].sort, value, f"observed {name}")
+                decoded = decode(machine.variables[name].sort, value, f"observed {name}")
             except ValueMismatch as error:
                 raise ExportError(f"{record.path}:{record.line}: {error}") from None
-        states.append(dict(current))
-    document: dict[str, Any] = {
-        "#meta": {
-            "format": "ITF",
-            "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
-            "source": f"lockstep {header['protocol']} {header['variant']} {header.get('instance') or ''}".strip(),
-            "description": f"{header['source']['kind']} trace of {len(states) - 1} events",
-        },
-        "vars": names,
-        "states": [
-            {"#meta": {"index": index}, **{name: itf_value(machine.variables[name].sort, state[name]) for name in names}}
-            for index, state in enumerate(states)
-        ],
+            if name in encoded:
+                encoded[name] = _itf_json(sorts[name], decoded)
+        yield state(count)
+
+
+def _itf_json(sort: Sort, value: Value) -> str:
+    return json.dumps(itf_value(sort, value), separators=(",", ":"))
+
+
+def write_itf(machine: Machine, header: Mapping[str, Any], records: Iterable[Record], file: IO[str]) -> None:
+    """The trace as an ITF document written to ``file`` as it is read; ``ExportError`` if its states
+    are not full (the caller discards what was written)."""
+    names = [name for name, variable in machine.variables.items() if not variable.monitor]
+    file.write('{"vars":' + json.dumps(names) + ',\n"states":[\n')
+    events = -1
+    for events, state in enumerate(itf_states(machine, header, records)):
+        file.write(state if events == 0 else ",\n" + state)
+    meta = {
+        "format": "ITF",
+        "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
+        "source": f"lockstep {header['protocol']} {header['variant']} {header.get('instance') or ''}".strip(),
+        "description": f"{header['source']['kind']} trace of {events} events",
     }
+    file.write('\n],\n"#meta":' + json.dumps(meta))
     loop = header.get("parameters", {}).get("loop_start")
-    if isinstance(loop, int):
-        document["loop"] = loop
-    return document
+    if isinstance(loop, int) and not isinstance(loop, bool):
+        file.write(f',\n"loop":{loop}')
+    file.write("}\n")
 
 
 def _render_state(machine: Machine, state: State) -> str:

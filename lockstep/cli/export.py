@@ -9,25 +9,29 @@ The event where the run goes wrong is highlighted: the last event of a model cou
 (its header names the property), or, for a recording, the event where replay against its model
 finds a violation or a divergence. ``export`` writes to ``-o FILE`` or stdout. Bad input exits 2
 with a message naming the file and line; ITF of a trace without full states exits 2.
+
+``show`` and ``export`` stream (see ``lockstep.traces.swimlanes``, ``lockstep.traces.export`` and
+``checkers.export.write_itf``): memory stays flat in the trace's length. ``show`` reads the input
+two or three times (the picture's shape, replay when the trace has at most ``REPLAY_LIMIT`` events,
+the rows); only a model counterexample of at most ``REPLAY_LIMIT`` events is held whole, to be
+re-run through its model. ``graph`` draws a state graph, which it holds whole: ``--max-states``
+bounds it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from lockstep.checkers import system_for
 from lockstep.checkers.counterexample import blocked_summary
-from lockstep.checkers.export import ExportError, itf_document, state_graph, to_dot
+from lockstep.checkers.export import ExportError, state_graph, to_dot, write_itf
 from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
 from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
@@ -38,11 +42,11 @@ from lockstep.models.external import load_model_file
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.spec.semantics import InterpretedSystem
-from lockstep.traces.export import to_dot as path_to_dot
-from lockstep.traces.export import to_graphml, to_perfetto
+from lockstep.traces.export import write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
-from lockstep.traces.output import OutputError, refuse_inputs, write_atomically
+from lockstep.traces.output import OutputError, refuse_inputs, write_atomically, write_output
 from lockstep.traces.reader import Record, TraceInputError
+from lockstep.traces.swimlanes import survey, write_swimlanes
 
 EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find the failing event
@@ -64,7 +68,7 @@ def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None
         write_atomically(output, lambda file: file.write(text))
 
 
-def _failing_event(trace: TraceInput, records: list[Record]) -> tuple[int | None, str]:
+def _failing_event(trace: TraceInput, records: Iterable[Record]) -> tuple[int | None, str]:
     """The event to highlight and why: a counterexample's last event, or replay's finding."""
     header = trace.header
     prop = header.get("parameters", {}).get("property")
@@ -73,7 +77,7 @@ def _failing_event(trace: TraceInput, records: list[Record]) -> tuple[int | None
     instance = _instance(header)
     system = system_for(instance.machine())
     options = ReplayOptions(unrecorded=default_unrecorded(system, header["source"]["kind"]))
-    result = replay(system, iter(records), options)  # the records read once (an input may be a pipe)
+    result = replay(system, iter(records), options)
     if result.verdict == "violated":
         return result.event, f"{result.failed_property} is violated after event {result.event}"
     if result.verdict == "diverges":
@@ -108,9 +112,10 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
     """The swimlanes of a trace, on stdout (a picture is the command's result); errors stay on stderr."""
     trace = open_traces(arguments.paths)
     console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
-    records = list(trace.records())
     header = trace.header
-    if header["source"]["kind"] == "model":  # the same swimlanes as `lockstep check`, with what each rank waits in
+    layout = survey(header, trace.records(), _mirrors(header), console.width)  # every line checked before drawing
+    if header["source"]["kind"] == "model" and layout.events <= REPLAY_LIMIT:  # as `lockstep check` draws it
+        records = list(trace.records())
         parameters = header.get("parameters", {})
         rebuilt = _model_path(_instance(header), records, parameters.get("loop_start"))
         if rebuilt is not None:
@@ -127,41 +132,13 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
                 console.print(f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]" + (f": {escape(sentence)}" if sentence else ""))
             return EXIT_OK
     highlight, why = (None, "")
-    if not arguments.no_replay and len(records) <= REPLAY_LIMIT:
-        highlight, why = _failing_event(trace, records)
+    if not arguments.no_replay and layout.events <= REPLAY_LIMIT:
+        highlight, why = _failing_event(trace, trace.records())
         if highlight == -1:
-            highlight = int(records[-1].event["index"]) if records else None
-    actors = _actors(records)
-    mirrors = _mirrors(header)
-    mirrored = any(mirrors.get(str(record.event["action"])) for record in records)
-    members: dict[str, list[str]] = {}
-    for record in records:
-        if record.event["action"] == "enter":
-            communicator = record.event["args"].get("communicator") or next(iter(record.event.get("clock") or {"?": 0}))
-            members.setdefault(str(communicator), [])
-            if record.event["actor"] not in members[str(communicator)]:
-                members[str(communicator)].append(str(record.event["actor"]))
-    table = Table(title=f"{header['protocol']} {header['variant']} {header.get('instance') or ''} ({header['source']['kind']})", title_justify="left")
-    table.add_column("#", justify="right")
-    for actor in actors:
-        table.add_column(actor)
-    if mirrored:
-        table.add_column("mirrors (source)", style="cyan", overflow="fold")
-    for record in records:
-        event = record.event
-        label = _cell(event)
-        row: list[Text | str] = []
-        joined = _joined_members(event, actors)
-        for actor in actors:
-            if actor == event["actor"] or actor in joined:
-                row.append(Text(label, style="bold red" if event["index"] == highlight else ("magenta" if actor in joined else "")))
-            else:
-                row.append("")
-        number = f"✗ {event['index']}" if event["index"] == highlight else str(event["index"])
-        if mirrored:
-            row.append(mirrors.get(str(event["action"]), ""))
-        table.add_row(number, *row, style="on grey15" if event["index"] == highlight else None)
-    console.print(table)
+            highlight = layout.last_index
+    console.file.flush()
+    write_swimlanes(layout, trace.records(), sys.stdout, highlight, color=console.is_terminal and not console.no_color)
+    sys.stdout.flush()
     for warning in trace.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if why:
@@ -178,55 +155,15 @@ def _mirrors(header: dict[str, Any]) -> dict[str, str]:
     return {action.name: action.mirrors for action in machine.actions if action.mirrors}
 
 
-def _actors(records: list[Record]) -> list[str]:
-    """Ranks first (by number), then the other actors in order of appearance; no group pseudo-actors."""
-    seen: list[str] = []
-    for record in records:
-        actor = str(record.event["actor"])
-        if actor not in seen and not actor.startswith("group:"):
-            seen.append(actor)
-
-    def key(actor: str) -> tuple[int, int, str]:
-        kind, _, number = actor.partition(":")
-        return (0, int(number), actor) if kind == "rank" and number.isdigit() else (1, seen.index(actor), actor)
-
-    return sorted(seen, key=key)
-
-
-def _joined_members(event: dict[str, Any], actors: list[str]) -> set[str]:
-    """A model's communicator step (actor ``group:NAME``) is drawn across every rank column."""
-    if str(event["actor"]).startswith("group:"):
-        return {actor for actor in actors if actor.startswith("rank:")}
-    return set()
-
-
-def _cell(event: dict[str, Any]) -> str:
-    action, arguments = str(event["action"]), dict(event["args"])
-    clock = event.get("clock") or {}
-    if action in ("enter", "complete"):
-        communicator = arguments.pop("communicator", None) or (next(iter(clock)) if len(clock) == 1 else "?")
-        op = arguments.pop("op", "collective")
-        arrow = "→" if action == "enter" else "✓"
-        return f"{arrow} {op}({communicator})#{clock.get(communicator, '?')}"
-    if str(event["actor"]).startswith("group:"):
-        return f"══ {action} ══"
-    rendered = ", ".join(f"{name}={json.dumps(value, separators=(',', ':'))}" for name, value in arguments.items())
-    return f"{action}({rendered})" if rendered else action
-
-
 def command_export(arguments: argparse.Namespace, console: Console) -> int:
     trace = open_traces(arguments.paths)
     header = trace.header
-    if arguments.format == "perfetto":
-        text = json.dumps(to_perfetto(header, trace.records())) + "\n"
-    elif arguments.format == "dot":
-        text = path_to_dot(header, trace.records())
-    elif arguments.format == "graphml":
-        text = to_graphml(header, trace.records())
-    else:
+    if arguments.format == "itf":
         machine = _instance(header).machine()
-        text = json.dumps(itf_document(machine, header, trace.records()), indent=1) + "\n"
-    _write(text, arguments.output, trace.files)
+        write_output(arguments.output, lambda file: write_itf(machine, header, trace.records(), file), trace.files)
+    else:
+        writer = {"perfetto": write_perfetto, "dot": write_dot, "graphml": write_graphml}[arguments.format]
+        write_output(arguments.output, lambda file: writer(header, trace.records(), file), trace.files)
     for warning in trace.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if arguments.output is not None:

@@ -1,8 +1,9 @@
 """lockstep.traces: the versioned JSONL trace format for counterexamples and runtime recordings.
 
-This package owns the format (header and event records, the shipped JSON Schema
-``trace-schema.json`` and stdlib-only checks that mirror it), the writer and the message clocks.
-It imports only the standard library.
+This package owns the format (the line types of ``schema``, which decode lines, generate the shipped
+JSON Schema ``trace-schema.json`` and word the checks' problems; header and event records), reading,
+merging, writing and exporting traces, and the message clocks. It imports only the standard library
+and msgspec.
 """
 
 from lockstep.traces.clocks import MessageClocks

@@ -64,11 +64,28 @@ class CausalOrder:
         """Why ``record`` cannot come next: (reason, waits_for_others), or None when it can.
 
         ``waits_for_others`` is true when another file's later events could unblock it."""
-        event = record.event
+        return self._problem(record.event, None)
+
+    def accept(self, record: Record) -> None:
+        """Record that ``record`` came next (call only when ``problem`` is None)."""
+        self._accept(record.event, None)
+
+    def advance(self, event: dict[str, Any]) -> str | None:
+        """Check and accept ``event`` in one step (a single stream, where nothing can unblock it):
+        why it cannot come next, or None, and then it is accepted."""
+        found = self._collective(event) if event["action"] in COLLECTIVE_ACTIONS else None
+        problem = self._problem(event, found)
+        if problem is not None:
+            return problem[0]
+        self._accept(event, found)
+        return None
+
+    def _problem(self, event: dict[str, Any], found: tuple[str, int] | str | None) -> tuple[str, bool] | None:
         clock = event.get("clock")
         action = event["action"]
         if action in COLLECTIVE_ACTIONS:
-            found = self._collective(event)
+            if found is None:
+                found = self._collective(event)
             if isinstance(found, str):
                 return found, False
             communicator, number = found
@@ -87,9 +104,12 @@ class CausalOrder:
                 last = self.completed.get(key)
                 if last is not None and number != last + 1:
                     return f"complete of {communicator}#{number} by {actor} follows its complete of #{last}", False
-                missing = sorted(m for m in self.members.get(communicator, ()) if self.entered.get((communicator, m), -1) < number)
+                entered = self.entered
+                missing = sorted(member for member in self.members.get(communicator, ())
+                                 if entered.get((communicator, member), -1) < number)
                 if missing:
-                    return f"complete of {communicator}#{number} waits for enter of #{number} by {', '.join(missing)}", True
+                    waiting = ", ".join(missing)
+                    return f"complete of {communicator}#{number} waits for enter of #{number} by {waiting}", True
         if clock:
             for key, number in clock.items():
                 if key.startswith(SEND_PREFIX):
@@ -106,21 +126,24 @@ class CausalOrder:
                         return f"receive of message {number} on {channel} before its send", True
         return None
 
-    def accept(self, record: Record) -> None:
-        """Record that ``record`` came next (call only when ``problem`` is None)."""
-        event = record.event
+    def _accept(self, event: dict[str, Any], found: tuple[str, int] | str | None) -> None:
         action = event["action"]
         if action in COLLECTIVE_ACTIONS:
-            found = self._collective(event)
+            if found is None:
+                found = self._collective(event)
             assert not isinstance(found, str)
             communicator, number = found
             key = (communicator, event["actor"])
             if action == "enter":
                 self.entered[key] = number
-                self.members.setdefault(communicator, set()).add(event["actor"])
+                members = self.members.get(communicator)
+                if members is None:
+                    members = self.members[communicator] = set()
+                members.add(event["actor"])
             else:
                 self.completed[key] = number
-                self.completed_max[communicator] = max(number, self.completed_max.get(communicator, number))
+                if number > self.completed_max.get(communicator, number - 1):
+                    self.completed_max[communicator] = number
         clock = event.get("clock")
         if clock:
             for key, number in clock.items():
@@ -177,7 +200,7 @@ def _spool(file: str) -> IO[bytes] | None:
 
 @dataclass
 class TraceInput:
-    """One run's events from one or more files, in causal order; iterate ``records()`` once."""
+    """One run's events from one or more files, in causal order (``records()``, as often as needed)."""
 
     files: list[str]
     header: dict[str, Any]
@@ -195,16 +218,23 @@ class TraceInput:
         return TraceReader("<stdin>" if file == STDIN else file, spool)
 
     def records(self) -> Iterator[Record]:
+        """The events in causal order, read afresh from the files (a spooled input from its copy) on
+        each call, so a caller may pass over them more than once in flat memory."""
         return self._single() if len(self.files) == 1 else self._merged()
+
+    def _warn(self, warnings: list[str]) -> None:
+        """Add a reader's warnings, each once however many passes find it."""
+        self.warnings.extend(warning for warning in warnings if warning not in self.warnings)
 
     def _single(self) -> Iterator[Record]:
         order = CausalOrder()
         plain_clocks: set[tuple[str, ...]] = set()  # clock key sets with no send:/recv: key
+        collective = COLLECTIVE_ACTIONS
         with self.reader(self.files[0]) as reader:
             try:
                 for record in reader.events():
                     event = record.event
-                    if event["action"] not in COLLECTIVE_ACTIONS:
+                    if event["action"] not in collective:
                         clock = event.get("clock")
                         if not clock:
                             yield record
@@ -213,15 +243,15 @@ class TraceInput:
                         if keys in plain_clocks:
                             yield record
                             continue
-                        if not any(key.startswith((SEND_PREFIX, RECEIVE_PREFIX)) for key in keys) and len(plain_clocks) < 1024:
+                        messages = any(key.startswith((SEND_PREFIX, RECEIVE_PREFIX)) for key in keys)
+                        if not messages and len(plain_clocks) < 1024:
                             plain_clocks.add(keys)
-                    found = order.problem(record)
-                    if found is not None:
-                        raise TraceInputError(record.path, record.line, f"event out of causal order: {found[0]}")
-                    order.accept(record)
+                    problem = order.advance(event)
+                    if problem is not None:
+                        raise TraceInputError(record.path, record.line, f"event out of causal order: {problem}")
                     yield record
             finally:
-                self.warnings.extend(reader.warnings)
+                self._warn(reader.warnings)
 
     def _missing_senders(self, waits: list[str]) -> str:
         """A hint naming the senders of awaited messages that no input file holds."""
@@ -272,7 +302,7 @@ class TraceInput:
                 heads[chosen] = next(streams[chosen], None)
         finally:
             for reader in readers:
-                self.warnings.extend(reader.warnings)
+                self._warn(reader.warnings)
                 reader.close()
 
 

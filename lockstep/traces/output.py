@@ -9,11 +9,17 @@ leave a half-written or truncated file and never overwrite an input.
 - ``write_atomically(target, write)``: ``write(file)`` fills a temporary file next to
   ``target``, which is renamed over ``target`` only when complete; on any failure ``target`` is
   untouched (an existing file keeps its content) and the temporary file is removed.
+- ``write_output(target, write, inputs)``: the same for a command's ``-o FILE`` (refusing an
+  input), or, with no target, into an anonymous temporary file copied to stdout once ``write``
+  returns: a writer that streams a large document keeps its memory flat either way, and a failure
+  part-way leaves no half document on stdout.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -76,3 +82,19 @@ def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], 
     with replacing(target) as temporary, open(temporary, "w", encoding="utf-8", newline="\n") as file:
         write(file)
     return Path(target)
+
+
+def write_output(target: str | os.PathLike[str] | None, write: Callable[[IO[str]], object],
+                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+    """Fill ``target`` through ``write`` all at once (never over one of ``inputs``), or stdout when
+    ``target`` is None: written to a temporary file first, then copied, so a failure prints nothing."""
+    if target is not None:
+        refuse_inputs(target, inputs)
+        write_atomically(target, write)
+        return
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="\n") as spool:
+        write(spool)
+        spool.seek(0)
+        sys.stdout.flush()
+        shutil.copyfileobj(spool, sys.stdout, 1 << 20)
+        sys.stdout.flush()

@@ -1,35 +1,46 @@
 """Reading lockstep trace files as a stream: the header, then one validated event at a time.
 
 A ``TraceReader`` opens a file in binary mode and reads it one line at a time, so memory stays
-flat in the trace's length. Every line is decoded as UTF-8 and parsed with the standard
-library's ``json`` (trace files are data: nothing is unpickled or evaluated; ``NaN`` and
-``Infinity``, which are not JSON, are refused). The header must pass ``header_problems``; each
-event must pass the checks of ``event_problems`` (a fast path accepts the common shape and
-falls back to ``event_problems`` for the message) and carry the next index (0, 1, 2, ...), so a
-repeated line is a duplicate and a gap or a step back is out of order.
+flat in the trace's length. Each event line is decoded by msgspec into the line type of
+``lockstep.traces.schema`` (``EventLine``: every field's presence and type checked in C; the
+actor's pattern checked once per distinct actor), then must carry the next index (0, 1, 2, ...),
+so a repeated line is a duplicate and a gap or a step back is out of order. Trace files are data:
+nothing is unpickled or evaluated; ``NaN``, ``Infinity`` and numbers beyond a double are refused.
+The header line is parsed with the standard library's ``json`` and checked by ``header_problems``.
 
-Every problem raises ``TraceInputError`` naming the file, the line and what is wrong: a binary
-or empty file, malformed JSON, JSON nested deeper than ``MAX_NESTING`` levels, a string with a
-lone UTF-16 surrogate escape (``"\\ud800"``: not Unicode text, it could not be written out
-again), a missing or wrong header, an unsupported version, a missing or mistyped field. One exception: a final line with no newline that does not parse is what a run
-killed in the middle of a write leaves, so it is not an error; it is recorded in ``warnings``
-and the events before it are the trace.
+A line the decoder refuses is parsed again with the standard library, only to say what is wrong:
+every problem raises ``TraceInputError`` naming the file, the line and the problem: a binary or
+empty file, malformed JSON, JSON nested deeper than ``MAX_NESTING`` levels, a string with a lone
+UTF-16 surrogate escape (``"\\ud800"``: not Unicode text, it could not be written out again), a
+missing or wrong header, an unsupported version, a missing or mistyped field (worded by
+``event_problems`` from the same line types). One exception: a final line with no newline that
+does not parse is what a run killed in the middle of a write leaves, so it is not an error; it is
+recorded in ``warnings`` and the events before it are the trace.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, NamedTuple, Self
 
-from lockstep.traces.format import TRACE_FORMAT, TRACE_VERSION, event_problems, header_problems
+import msgspec
 
-_ABSENT = object()
-MAX_NESTING = 64  # arrays and objects inside one another; a trace needs a handful
-_REQUIRED_FIELDS = ("index", "actor", "action", "args")
+from lockstep.traces.format import TRACE_FORMAT, TRACE_VERSION, event_problems, header_problems
+from lockstep.traces.schema import ACTOR_PATTERN, MAX_NESTING, fast_event_type
+
+__all__ = ["MAX_NESTING", "Record", "TraceInputError", "TraceReader", "check_header", "parse_line", "same_run"]
+
+_ACTOR = re.compile(ACTOR_PATTERN)
+_EVENT_DECODER = msgspec.json.Decoder(fast_event_type())
+_UNSET = msgspec.UNSET
+_DEEP_LINE = 2 * MAX_NESTING + 2  # bytes: a shorter line cannot hold MAX_NESTING + 1 levels of brackets
+_KNOWN_ACTORS = 4096  # distinct actors remembered as checked, per reader
+_DECODE_ERRORS = (msgspec.DecodeError, RecursionError, UnicodeDecodeError)
 
 
 class TraceInputError(ValueError):
@@ -55,8 +66,6 @@ def _refuse_constant(name: str) -> float:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
-# what ``_DECODER.decode`` runs, without its two whitespace matches: (value, end) from a position
-_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
 _new_record = tuple.__new__
 
 
@@ -79,6 +88,15 @@ def parse_line(data: bytes, path: str, line: int) -> object:
         raise TraceInputError(path, line, f"malformed JSON{where}: {message}") from None
     check_value(value, text, path, line)
     return value
+
+
+def _parses(data: bytes) -> bool:
+    """Whether ``data`` is one JSON value (as the standard library reads it)."""
+    try:
+        _DECODER.decode(data.decode("utf-8"))
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return False
+    return True
 
 
 def _nesting_or_surrogate(value: object) -> str | None:
@@ -123,48 +141,6 @@ def check_header(obj: object, path: str, line: int = 1) -> dict[str, Any]:
     return obj
 
 
-def _event_is_well_formed(obj: object) -> bool:
-    """The fast path of ``event_problems``: true only for events it would accept."""
-    if type(obj) is not dict:
-        return False
-    try:
-        index, actor, action, args = obj["index"], obj["actor"], obj["action"], obj["args"]
-    except KeyError:
-        return False
-    if type(index) is not int or index < 0 or type(actor) is not str or type(action) is not str or not action \
-            or type(args) is not dict:
-        return False
-    fields = 4  # and no field beyond the optional observed and clock: counted, not searched
-    observed = obj.get("observed", _ABSENT)
-    if observed is not _ABSENT:
-        if type(observed) is not dict:
-            return False
-        fields = 5
-    clock = obj.get("clock", _ABSENT)
-    if clock is not _ABSENT:
-        fields += 1
-        if clock is not None:
-            if type(clock) is not dict:
-                return False
-            for key, value in clock.items():
-                if not key or type(value) is not int or value < 0:
-                    return False
-    return len(obj) == fields and (actor in _ACTORS_SEEN or _actor_is_well_formed(actor))
-
-
-_ACTORS_SEEN: set[str] = set()
-
-
-def _actor_is_well_formed(actor: str) -> bool:
-    if actor in _ACTORS_SEEN:
-        return True
-    if event_problems({"index": 0, "actor": actor, "action": "a", "args": {}}):
-        return False
-    if len(_ACTORS_SEEN) < 4096:
-        _ACTORS_SEEN.add(actor)
-    return True
-
-
 class TraceReader:
     """Reads one trace file: ``header`` at once, then ``events()`` one validated ``Record`` at a time.
 
@@ -179,6 +155,7 @@ class TraceReader:
         self.events_read = 0
         self._line = 1
         self._owned = stream is None
+        self._actors: set[str] = set()  # actors already checked against the pattern
         if stream is None and Path(path).is_dir():
             raise TraceInputError(self.path, 0, "is a directory, not a trace file")
         self._file: IO[bytes] | None = open(path, "rb") if stream is None else stream  # noqa: SIM115 - closed by close()
@@ -201,34 +178,37 @@ class TraceReader:
         path = self.path
         line = self._line
         expected = self.events_read
-        scan, decode = _SCAN, _DECODER.decode
-        well_formed = _event_is_well_formed
+        decode = _EVENT_DECODER.decode
+        actors = self._actors
+        new_record = _new_record
+        unset = _UNSET
         for data in file:
             line += 1
             try:
-                text = data.decode("utf-8")
-                try:  # the common line: one object, then the newline
-                    obj, end = scan(text, 0)
-                except StopIteration:
-                    obj, end = None, -1
-                if end != len(text) - 1 or text[end] != "\n":
-                    obj = decode(text)  # anything else: the decoder's own checks and messages
-                check_value(obj, text, path, line)
-            except TraceInputError:
-                raise
-            except (ValueError, UnicodeDecodeError, RecursionError):
-                if not data.endswith(b"\n") and b"\x00" not in data:
+                decoded = decode(data)
+            except _DECODE_ERRORS as error:
+                if not data.endswith(b"\n") and b"\x00" not in data and not _parses(data):
                     self.warnings.append(
                         f"{path}:{line}: the final line is cut short (no newline) and does not parse, as a killed "
                         f"run leaves it; the {expected} events before it are checked"
                     )
                     break
-                obj = parse_line(data, path, line)  # raises with the precise message
-            if not well_formed(obj):
-                problems = event_problems(obj)
-                if problems:
-                    raise TraceInputError(path, line, "bad event: " + "; ".join(problems))
-            index = obj["index"]
+                raise self._refused(data, line, error) from None
+            index, actor = decoded.index, decoded.actor
+            event = {"index": index, "actor": actor, "action": decoded.action, "args": decoded.args}
+            if decoded.observed is not unset:
+                event["observed"] = decoded.observed
+            if decoded.clock is not unset:
+                event["clock"] = decoded.clock
+            if len(data) > _DEEP_LINE and data.count(b"[") + data.count(b"{") > MAX_NESTING:  # could be too deep
+                problem = _nesting_or_surrogate(event)
+                if problem is not None:
+                    raise TraceInputError(path, line, problem)
+            if actor not in actors:
+                if _ACTOR.search(actor) is None:
+                    raise TraceInputError(path, line, "bad event: " + "; ".join(event_problems(event)))
+                if len(actors) < _KNOWN_ACTORS:
+                    actors.add(actor)
             if index != expected:
                 if index < expected:
                     raise TraceInputError(
@@ -240,7 +220,15 @@ class TraceReader:
             expected += 1
             self._line = line
             self.events_read = expected
-            yield _new_record(Record, (path, line, obj))
+            yield new_record(Record, (path, line, event))
+
+    def _refused(self, data: bytes, line: int, error: Exception) -> TraceInputError:
+        """What is wrong with a line the decoder refused, in the words of the standard checks."""
+        value = parse_line(data, self.path, line)  # raises for bytes that are not UTF-8 JSON
+        problems = event_problems(value)
+        if problems:
+            return TraceInputError(self.path, line, "bad event: " + "; ".join(problems))
+        return TraceInputError(self.path, line, f"bad event: {error}")  # only the decoder sees it (e.g. 1e400)
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,7 +1,8 @@
 """Writing lockstep trace files: one header line, then one line per event.
 
-Each line is validated before it is written, encoded completely, handed to the
-operating system with a single unbuffered write call (repeated only if the
+Each line is encoded completely and validated before it is written (decoded again by the
+reader's line type, ``lockstep.traces.schema.EventLine``; a refused line is explained by
+``event_problems``), handed to the operating system with a single unbuffered write call (repeated only if the
 system accepts fewer bytes), so a process killed at any moment leaves a file
 whose complete lines all parse: a readable prefix of the trace. With
 ``fsync=True`` each line is also forced to disk, so the prefix survives a
@@ -19,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+import msgspec
+
 from lockstep.traces.format import (
     JSONValue,
     TraceEvent,
@@ -29,6 +32,9 @@ from lockstep.traces.format import (
     header_problems,
 )
 from lockstep.traces.output import replacing
+from lockstep.traces.schema import EventLine
+
+_EVENT_DECODER = msgspec.json.Decoder(EventLine)
 
 
 class TraceWriter:
@@ -128,10 +134,12 @@ class TraceWriter:
         if self._file is None:
             raise ValueError(f"trace writer for {self._path} is closed")
         event_json = event.to_json()
-        problems = event_problems(event_json)
-        if problems:
-            raise TraceFormatError(f"bad trace event {event.index!r}: " + "; ".join(problems))
-        line = encode_line(event_json)
+        try:
+            line = encode_line(event_json)
+            _EVENT_DECODER.decode(line)
+        except (TraceFormatError, msgspec.DecodeError) as error:
+            problems = event_problems(event_json) or [str(error)]
+            raise TraceFormatError(f"bad trace event {event.index!r}: " + "; ".join(problems)) from None
         if event.index != self._events_written:
             raise TraceFormatError(
                 f"event index {event.index} is out of order: expected {self._events_written}"
