@@ -228,3 +228,22 @@ def test_timeout_covers_importing_the_model_file(tmp_path: Path) -> None:
     completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model), "--timeout", "2"],
                                capture_output=True, text=True, timeout=120)
     assert completed.returncode == 3 and "importing the model took longer than --timeout 2 s" in completed.stderr
+
+
+def test_a_reader_that_closes_stdout_stops_the_command_quietly(tmp_path: Path) -> None:
+    from test_trace_streaming import HEADER, runtime_events
+
+    trace = tmp_path / "long.jsonl"  # 20,000 events: every command below writes far more than a pipe holds
+    with trace.open("w", encoding="utf-8") as out:
+        out.write(json.dumps(HEADER) + "\n")
+        out.writelines(json.dumps(event) + "\n" for event in runtime_events(20_000))
+    for command in (["show", str(trace)], ["export", str(trace), "--format", "dot"],
+                    ["export", str(trace), "--format", "perfetto"]):
+        # `lockstep ... | head -c 1`: the reader is gone after one byte
+        shown = subprocess.Popen([str(LOCKSTEP), *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        assert shown.stdout is not None and shown.stderr is not None
+        assert shown.stdout.read(1)
+        shown.stdout.close()
+        error = shown.stderr.read().decode()
+        assert shown.wait(timeout=120) == 141, (command, error)
+        assert error == "", (command, error)

@@ -202,6 +202,9 @@ def run_export_command(arguments: argparse.Namespace, console: Console) -> int:
     except (TraceInputError, ExportError, UsageError, OutputError) as error:
         console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error))}")
         return EXIT_USAGE
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: not an input error (lockstep.cli.failures stops quietly)
     except OSError as error:
-        console.print(f"[bold red]lockstep: error:[/bold red] {escape(str(error.filename or ''))}: {escape(error.strerror or str(error))}")
+        where, problem = escape(str(error.filename or "")), escape(error.strerror or str(error))
+        console.print(f"[bold red]lockstep: error:[/bold red] {where}: {problem}")
         return EXIT_USAGE

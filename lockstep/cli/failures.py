@@ -19,6 +19,7 @@ With ``--json``, each of these also prints one JSON object on stdout (``error_js
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import traceback
@@ -30,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_ERROR, EXIT_TERMINATED = 2, 3, 5, 128 + signal.SIGTERM
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # the reader of stdout went away (`lockstep show T | head`), as shells report it
 ERROR_SCHEMA_VERSION = 1  # of the error object (error.schema.json)
 
 
@@ -101,6 +103,17 @@ def terminated(console: Console, arguments: Any = None) -> int:
     return EXIT_TERMINATED
 
 
+def closed_output() -> int:
+    """stdout's reader closed it (rich turns that into ``SystemExit(1)``): stop quietly, as ``cat`` would,
+    with stdout pointed at /dev/null so that the interpreter's final flush does not fail again."""
+    try:
+        descriptor = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(descriptor, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real stdout to point elsewhere
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def _loaded(module: str, name: str) -> type[BaseException] | None:
     """The exception class ``module.name`` if that module was imported (an error of a module not
     imported cannot have been raised, and importing it only to ask would slow every command)."""
@@ -117,6 +130,8 @@ def handle(error: BaseException, arguments: Any, console: Console) -> int:
     """The exit code of a command that raised ``error`` (see the module doc); the message printed."""
     if isinstance(error, KeyboardInterrupt):
         return interrupted(console, arguments)
+    if isinstance(error, BrokenPipeError) or isinstance(error.__context__, BrokenPipeError):
+        return closed_output()
     if isinstance(error, Terminated):
         return terminated(console, arguments)
     if _is(error, ("lockstep.spec.protocol", "UsageError"), ("lockstep.checkers.symmetry", "SymmetryError")):

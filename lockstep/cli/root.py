@@ -103,7 +103,7 @@ def lockstep(ctx: click.Context) -> None:
     """Formal checking of LLM inference-engine protocols (vLLM first).
 
     Exit codes: 0 holds / conforms / as pinned, 1 violated, 2 usage or input error, 3 inconclusive,
-    4 a runtime process crashed, 5 a model or internal error, 143 SIGTERM. With --json, stdout
+    4 a runtime process crashed, 5 a model or internal error, 141 stdout closed by its reader, 143 SIGTERM. With --json, stdout
     carries exactly one JSON object.
     """
     if ctx.invoked_subcommand is None:  # `lockstep` alone: what there is to run
