@@ -332,9 +332,10 @@ def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> Recor
     return found
 
 
-def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
-    """Replay a ``lockstep run`` (or ``fuzz --impl``) run's traces with the run's own model: its
-    protocol, variant and the parameters the runtime records (``model_parameters(config)``)."""
+def runtime_expectations(config: Any) -> dict[str, Any]:
+    """What a ``lockstep run`` (or ``fuzz --impl``) run's traces are replayed against, taken from the
+    run's config before it runs: its protocol, variant and the parameters the runtime records
+    (``model_parameters(config)``). Pass it to ``replay_traces`` as keywords."""
     import importlib
 
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
@@ -343,7 +344,12 @@ def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
     values = importlib.import_module(f"{known.package}.parameters").model_parameters(config)
     declared = {parameter.name for parameter in get_protocol(config.protocol).parameters}
     parameters = {name: int(value) for name, value in values.items() if name in declared}
-    return replay_traces(trace_dir, protocol=config.protocol, variant=config.variant, parameters=parameters)
+    return {"protocol": config.protocol, "variant": config.variant, "parameters": parameters}
 
 
-__all__ = ["PROFILES", "RUNTIME_PROFILES", "SIZING", "Coverage", "Exemption", "HeaderMismatch", "ReplayVerdict", "recorder_profile", "replay_traces", "runtime_replay"]
+def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
+    """Replay a run's traces with the run's own model (``runtime_expectations``)."""
+    return replay_traces(trace_dir, **runtime_expectations(config))
+
+
+__all__ = ["PROFILES", "RUNTIME_PROFILES", "SIZING", "Coverage", "Exemption", "HeaderMismatch", "ReplayVerdict", "recorder_profile", "replay_traces", "runtime_expectations", "runtime_replay"]

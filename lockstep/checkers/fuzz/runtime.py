@@ -138,7 +138,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
-    from lockstep.checkers.conformance import runtime_replay
+    from lockstep.checkers.conformance import replay_traces, runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import launch
@@ -197,9 +197,10 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
                            seed=run_seed, timeout=hang_timeout, trace_dir=str(trace_dir), choices=str(script),
                            extra=dict(values))
         began = time.monotonic()
+        expected = runtime_expectations(config)  # before the run: the runner may not change the judge
         outcome = run(config)
         try:
-            replayed: dict[str, Any] | None = runtime_replay(config, trace_dir).to_json()
+            replayed: dict[str, Any] | None = replay_traces(trace_dir, **expected).to_json()
         except (TraceInputError, ValueError) as error:
             replayed = {"verdict": "unreadable", "explanation": {"reason": str(error)}}
         sample = RuntimeExample(number, run_seed, [choice.to_json() for choice in choices], outcome.outcome,
