@@ -19,7 +19,7 @@ values are compared with the caller's:
 ``sometimes`` witnesses reached and missed, and whether the trace reached a final state (one in
 which the model can take no step). A conforming replay is downgraded to ``inconclusive`` when the
 trace has no events, when an expected actor (by default every rank of the instance that is not
-exempt) has none, when a required action or witness is missing, or, with ``require_complete``,
+exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or, with ``require_complete``,
 when the trace stops before a final state. The verdict lists every exemption with its origin.
 """
 
@@ -48,6 +48,7 @@ SIZING = frozenset({
     "chunked_prefill", "kv_load_failures", "prefill_len", "budget", "drafts", "steps", "max_num_reqs",
     "decode_query_len", "largest_capture_size", "padded_rows", "abort_request",
 })
+TRUSTED = "header (trusted)"
 TRUST_HINT = "pass --trust-header (trust_header=True) to accept the header's value, or give it yourself"
 
 
@@ -162,7 +163,7 @@ def replay_traces(
         if not replayer.feed(record):
             break
     result = replayer.result()
-    exempt_actors = {exemption.name for exemption in exemptions}
+    exempt_actors = {exemption.name for exemption in exemptions if exemption.origin != TRUSTED}
     if expected_actors is None:
         expected = sorted(actor for actor in replayer.actors if actor.startswith("rank:")
                           and actor not in exempt_actors and "rank:*" not in exempt_actors)
@@ -276,7 +277,7 @@ def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: 
         model = protocol.instance(variant, instance, overrides)
     origins = {name: fixed.get(name, "default") for name in model.parameters}
     origins.update({name: "header (sizing)" for name in taken})
-    origins.update({name: "header (trusted)" for name in trusted})
+    origins.update({name: TRUSTED for name in trusted})
     return model, origins
 
 
@@ -295,7 +296,7 @@ def _exemptions(system: Any, header: Mapping[str, Any], file: str, unrecorded: l
     if widening and not trust_header:
         raise HeaderMismatch(file, 1, f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
                              f"which the caller did not exempt; {TRUST_HINT}")
-    found.update({name: "header (trusted)" for name in widening})
+    found.update({name: TRUSTED for name in widening})
     return [Exemption(name, origin) for name, origin in found.items()]
 
 
