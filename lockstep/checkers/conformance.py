@@ -258,6 +258,10 @@ def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: 
     sizing = SIZING | ({protocol.rank_parameter} if protocol.rank_parameter else set())
     taken = {name: value for name, value in recorded.items()
              if name in sizing and name not in explicit and name not in fixed and value != base.get(name)}
+    try:
+        protocol.instance(variant, instance, taken)
+    except UsageError as error:
+        raise TraceInputError(file, 1, f"header: {error}") from None
     profile_values = profile.values({**base, **taken}) if profile is not None else {}
     fixed.update({name: f"profile {profile.name}" for name in profile_values} if profile is not None else {})
     fixed.update({name: "caller" for name in explicit})
