@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_replay
+from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
 from lockstep.cli import main
 from lockstep.impl.runtime import RunConfig
 from lockstep.testing import assert_conforms
@@ -58,9 +58,10 @@ def test_every_entry_point_gives_one_trace_one_verdict(folder: Path, variant: st
     code, cli = cli_json(capsys, str(folder), "--variant", variant, "--profile", "runtime")
     library = library_replay(folder, variant=variant, profile="runtime")
     checker = replay_traces(folder, variant=variant, profile="runtime").to_json()
-    runtime = runtime_replay(run_config(folder, variant), folder).to_json()
+    runtime = runtime_replay(run_config(folder, variant), folder).to_json()  # lockstep run
+    fuzzed = replay_traces(folder, **runtime_expectations(run_config(folder, variant))).to_json()  # fuzz --impl
     for key in VERDICT_KEYS:
-        assert cli[key] == library[key] == checker[key] == runtime[key], key
+        assert cli[key] == library[key] == checker[key] == runtime[key] == fuzzed[key], key
     assert code == {"conforms": 0, "violated": 1, "diverges": 1, "inconclusive": 3}[cli["verdict"]]
     if cli["verdict"] == "conforms":
         assert assert_conforms(folder, variant=variant, profile="runtime")["verdict"] == "conforms"

@@ -93,6 +93,7 @@ class ReplayVerdict:
     coverage: Coverage
     parameter_origins: dict[str, str]
     missing: list[str] = field(default_factory=list)  # why a conforming replay is only inconclusive
+    model_origin: dict[str, str] = field(default_factory=dict)  # protocol, variant, instance -> caller or header
 
     @property
     def verdict(self) -> str:
@@ -111,7 +112,8 @@ class ReplayVerdict:
         payload.update(model=self.model, warnings=list(self.warnings),
                        exempt=[exemption.to_json() for exemption in self.exemptions],
                        coverage=self.coverage.to_json(), parameters=dict(self.instance.parameters),
-                       parameter_origins=dict(self.parameter_origins), missing_evidence=list(self.missing))
+                       parameter_origins=dict(self.parameter_origins), missing_evidence=list(self.missing),
+                       model_origin=dict(self.model_origin))
         return payload
 
 
@@ -175,6 +177,8 @@ def replay_traces(
     if require_complete and replayer.stopped is None:
         coverage.complete = _complete(replayer)
     verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, origins)
+    verdict.model_origin = {"protocol": "caller" if protocol else "header", "variant": "caller" if variant else "header",
+                            "instance": "caller" if instance else "default"}
     verdict.missing = _missing(coverage, result, required_actions, required_witnesses, require_complete)
     if result.verdict == CONFORMS and verdict.missing:
         result.verdict = INCONCLUSIVE

@@ -86,8 +86,10 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
     from lockstep.traces.flight_recorder import FlightRecorderError
 
-    if arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded:
-        return _error(console, "--flight-recorder takes no trace files, --protocol, --variant or --unrecorded yet "
+    if (arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded or arguments.instance
+            or arguments.set or arguments.profile or arguments.trust_header or arguments.expect_actor
+            or arguments.require_complete):
+        return _error(console, "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
                       "(checking a dump against a model is not built)", arguments)
     try:
         diagnosis = diagnose_directory(arguments.flight_recorder)
