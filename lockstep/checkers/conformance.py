@@ -16,8 +16,8 @@ values are compared with the caller's:
   unless the caller passes ``trust_header=True`` (``--trust-header``).
 
 **Conforms means evidence.** The verdict carries coverage: events per actor, actions taken,
-``sometimes`` witnesses reached and missed, and whether the trace reached a final state (one in
-which the model can take no step). A conforming replay is downgraded to ``inconclusive`` when the
+``sometimes`` witnesses reached and missed, and whether the trace reached a final state (the
+model's ``final`` predicate). A conforming replay is downgraded to ``inconclusive`` when the
 trace has no events, when an expected actor (by default every rank of the instance that is not
 exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or, with ``require_complete``,
 when the trace stops before a final state. The verdict lists every exemption with its origin.
@@ -215,10 +215,11 @@ def _missing(coverage: Coverage, result: ReplayResult, actions: Collection[str],
 
 
 def _complete(replayer: Replayer) -> bool:
-    """Whether some candidate (after unrecorded steps) is a final state: one with no step left."""
+    """Whether some candidate (after unrecorded steps) is a final state: the model's ``final``
+    predicate holds in it (every model sets one: the run finished, channels drained)."""
     closed = replayer._close(replayer.candidates) if replayer._unrecorded else replayer.candidates
     states = closed if closed is not None else replayer.candidates
-    return any(not replayer._table(state) for state in states)
+    return any(replayer.system.is_final(state) for state in states)
 
 
 def _protocol(name: str, file: str, *, explicit: bool) -> Protocol:
