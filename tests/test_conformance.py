@@ -206,3 +206,15 @@ def test_a_recorder_profile_in_code_exempts_what_the_recorder_cannot_see(tmp_pat
     result = replay_traces(folder, profile="vllm-dp-pause", parameters={"max_wave": 4, "response_bound": 25})
     origins = {item.name: item.origin for item in result.exemptions}
     assert origins["coordinator"] == "profile vllm-dp-pause" and result.verdict == "conforms"
+
+
+def test_guard_coverage_counts_conjuncts_seen_true_and_false(capsys: pytest.CaptureFixture[str]) -> None:
+    from jsonschema import Draft202012Validator
+
+    code, result = cli_json(capsys, str(RUNTIME), "--profile", "runtime", "--guard-coverage")
+    schema = json.loads((Path(__file__).resolve().parents[1] / "lockstep" / "schemas" / "replay.schema.json").read_text())
+    Draft202012Validator(schema).validate(result)
+    guards = result["coverage"]["guards"]
+    assert code == 0 and guards["conjuncts"] and not guards["never_true"]
+    assert any(counts["true"] and counts["false"] for counts in guards["conjuncts"].values())
+    assert replay_traces(RUNTIME, profile="runtime").coverage.guards is None  # opt-in

@@ -16,7 +16,8 @@ values are compared with the caller's:
   unless the caller passes ``trust_header=True`` (``--trust-header``).
 
 **Conforms means evidence.** The verdict carries coverage: events per actor, actions taken,
-``sometimes`` witnesses reached and missed, and whether the trace reached a final state (the
+``sometimes`` witnesses reached and missed, guard conjuncts seen true and false (opt-in,
+``guard_coverage``: ``lockstep.checkers.guard_coverage``), and whether the trace reached a final state (the
 model's ``final`` predicate). A conforming replay is downgraded to ``inconclusive`` when the
 trace has no events, when an expected actor (by default every rank of the instance that is not
 exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or, with ``require_complete``,
@@ -31,6 +32,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.checkers.guard_coverage import GuardCoverage
 from lockstep.checkers.replay import CONFORMS, EXIT_CODES, INCONCLUSIVE, Replayer, ReplayOptions, ReplayResult
 from lockstep.checkers.replay_result import default_unrecorded
 from lockstep.models import get_protocol
@@ -75,11 +77,12 @@ class Coverage:
     witnesses_missed: list[str] = field(default_factory=list)
     expected_actors: list[str] = field(default_factory=list)
     complete: bool | None = None  # None: not asked (require_complete False) or the replay stopped
+    guards: dict[str, Any] | None = None  # guard conjuncts seen true/false (guard_coverage=True)
 
     def to_json(self) -> dict[str, Any]:
         return {"events_per_actor": self.events_per_actor, "actions": self.actions,
                 "witnesses_reached": self.witnesses_reached, "witnesses_missed": self.witnesses_missed,
-                "expected_actors": self.expected_actors, "complete": self.complete}
+                "expected_actors": self.expected_actors, "complete": self.complete, "guards": self.guards}
 
 
 @dataclass
@@ -131,6 +134,7 @@ def replay_traces(
     required_actions: Collection[str] = (),
     required_witnesses: Collection[str] = (),
     require_complete: bool = False,
+    guard_coverage: bool = False,
     max_candidates: int = 100_000,
     closure_depth: int = 16,
 ) -> ReplayVerdict:
@@ -161,7 +165,10 @@ def replay_traces(
         raise UsageError(str(error)) from None
     events_per_actor: Counter[str] = Counter()
     actions: Counter[str] = Counter()
+    guards = GuardCoverage(system.machine, replayer._spaces) if guard_coverage else None
     for record in _counted(trace.records(), events_per_actor, actions):
+        if guards is not None and replayer.candidates:
+            guards.observe(next(iter(replayer.candidates)))
         if not replayer.feed(record):
             break
     result = replayer.result()
@@ -174,6 +181,7 @@ def replay_traces(
     sometimes = [prop.name for prop in system.machine.properties if prop.kind.name == "SOMETIMES"]
     coverage = Coverage(dict(sorted(events_per_actor.items())), dict(sorted(actions.items())),
                         dict(result.witnessed), [name for name in sometimes if name not in result.witnessed], expected)
+    coverage.guards = guards.to_json() if guards is not None else None
     if require_complete and replayer.stopped is None:
         coverage.complete = _complete(replayer)
     verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, origins)

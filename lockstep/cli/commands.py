@@ -177,6 +177,8 @@ def reproduce(**options: Any) -> Invocation:
               help="take the header's parameters and unrecorded actions even where they widen the check")
 @click.option("--expect-actor", multiple=True, metavar="ACTOR",
               help="an actor the trace must have events from (repeatable; default: every rank)")
+@click.option("--guard-coverage", is_flag=True,
+              help="report each guard conjunct as seen true and false along the trace (coverage.guards)")
 @click.option("--require-complete", is_flag=True,
               help="a trace that stops before a final state of the model is inconclusive (exit 3)")
 @json_option

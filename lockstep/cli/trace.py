@@ -62,7 +62,8 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
             unrecorded=arguments.unrecorded, profile=arguments.profile,
             trust_header=arguments.trust_header,
             expected_actors=list(arguments.expect_actor) if arguments.expect_actor else None,
-            require_complete=arguments.require_complete, max_candidates=arguments.max_candidates,
+            require_complete=arguments.require_complete, guard_coverage=arguments.guard_coverage,
+            max_candidates=arguments.max_candidates,
             closure_depth=arguments.closure_depth)
     except (TraceInputError, UsageError) as error:
         return _error(console, str(error), arguments)
@@ -88,7 +89,7 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
 
     if (arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded or arguments.instance
             or arguments.set or arguments.profile or arguments.trust_header or arguments.expect_actor
-            or arguments.require_complete):
+            or arguments.require_complete or arguments.guard_coverage):
         return _error(console, "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
                       "(checking a dump against a model is not built)", arguments)
     try:
