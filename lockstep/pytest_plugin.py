@@ -9,8 +9,10 @@ library); it adds only ``--lockstep-*`` options:
 
 Fixtures:
 
-- ``lockstep_assert_conforms(paths, protocol=None, variant=None)``: replay traces your code
-  recorded (``lockstep.record``) against the model; fails the test with the divergence explained.
+- ``lockstep_assert_conforms(paths, protocol=None, variant=None, **options)``: replay traces your
+  code recorded (``lockstep.record``) against the model; fails the test with the divergence
+  explained, or when the trace is not evidence enough (``lockstep.testing.assert_conforms``:
+  ``actors``, ``actions``, ``witnesses``, ``require_complete``, ``profile``, ``trust_header``, ...).
 - ``lockstep_fuzz(model, variant=None, instance=None, steps=100)``: fuzz a protocol model (a
   built-in name, your own ``Protocol`` or ``Machine``) with Hypothesis; fails the test with the
   counterexample's steps if a safety property is violated."""
@@ -35,13 +37,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def lockstep_assert_conforms(request: pytest.FixtureRequest) -> Callable[..., dict[str, Any]]:
-    """``lockstep_assert_conforms(paths, protocol=None, variant=None)``: fail unless the traces conform."""
+    """``lockstep_assert_conforms(paths, protocol=None, variant=None, **options)``: fail unless the
+    traces conform (``options``: those of ``lockstep.testing.assert_conforms``)."""
     limit = request.config.getoption("--lockstep-max-candidates")
 
-    def check(paths: Any, protocol: str | None = None, variant: str | None = None) -> dict[str, Any]:
+    def check(paths: Any, protocol: str | None = None, variant: str | None = None, **options: Any) -> dict[str, Any]:
         from lockstep.testing import assert_conforms
 
-        return assert_conforms(paths, protocol=protocol, variant=variant, max_candidates=limit)
+        options.setdefault("max_candidates", limit)
+        return assert_conforms(paths, protocol=protocol, variant=variant, **options)
 
     return check
 

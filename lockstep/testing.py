@@ -2,7 +2,8 @@
 
 ``assert_conforms(paths, protocol="dp-pause")`` replays trace files (or a trace directory) that a
 program recorded with ``lockstep.record`` (or lockstep's runtime) against the model named by their
-header, or by ``protocol``/``variant``, and raises ``AssertionError`` with the replay's explanation
+header, or by ``protocol``/``variant`` (the trace never widens its own check: see
+``lockstep.checkers.conformance``), and raises ``AssertionError`` with the replay's explanation
 unless they conform. ``assert_fuzz_clean("dp-pause", variant="post-fix")`` fuzzes a model (a
 built-in protocol's instance, a ``Protocol`` of your own, or a ``Machine``) with Hypothesis and
 raises ``AssertionError`` with the counterexample's steps if a safety property fails. The pytest
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 PathLike = str | os.PathLike[str]
@@ -26,30 +27,16 @@ def replay_traces(
     protocol: str | None = None,
     variant: str | None = None,
     max_candidates: int = 100_000,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Replay ``paths`` against their model; the replay's JSON result (``verdict``, ``event``,
-    ``property``, ``explanation``, ...) plus ``model`` and ``warnings``."""
-    from lockstep.checkers import system_for
-    from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
-    from lockstep.models import get_protocol
-    from lockstep.traces.merge import open_traces
+    """Replay ``paths`` against the model the caller names (``lockstep.checkers.conformance``:
+    ``instance``, ``parameters``, ``unrecorded``, ``profile``, ``trust_header``,
+    ``expected_actors``, ``required_actions``, ``required_witnesses``, ``require_complete``); the
+    replay's JSON result (``verdict``, ``event``, ``property``, ``explanation``, ``coverage``,
+    ``exempt``, ...) plus ``model`` and ``warnings``."""
+    from lockstep.checkers.conformance import replay_traces as replay
 
-    files = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    trace = open_traces(files)
-    header = trace.header
-    chosen = get_protocol(protocol or str(header["protocol"]))
-    known = {parameter.name for parameter in chosen.parameters}
-    values = {name: value for name, value in header.get("parameters", {}).items() if name in known and isinstance(value, int)}
-    instance = chosen.instance(variant or str(header["variant"]), overrides=values)
-    system = system_for(instance.machine())
-    unrecorded = set(default_unrecorded(system, str(header["source"]["kind"])))
-    unrecorded.update(str(name) for name in header.get("parameters", {}).get("unrecorded", []) or [])
-    own = chosen.name == header["protocol"] and instance.variant == header["variant"]
-    options = ReplayOptions(max_candidates=max_candidates, unrecorded=frozenset(unrecorded), strict=own)
-    result = replay(system, trace.records(), options).to_json()
-    result["model"] = instance.label
-    result["warnings"] = list(trace.warnings)
-    return result
+    return replay(paths, protocol=protocol, variant=variant, max_candidates=max_candidates, **options).to_json()
 
 
 def assert_conforms(
@@ -58,10 +45,20 @@ def assert_conforms(
     protocol: str | None = None,
     variant: str | None = None,
     max_candidates: int = 100_000,
+    actors: Collection[str] | None = None,
+    actions: Collection[str] = (),
+    witnesses: Collection[str] = (),
+    require_complete: bool = False,
+    **options: Any,
 ) -> dict[str, Any]:
-    """Fail (``AssertionError``) unless the traces conform to the model and violate none of its
-    properties; returns the replay result when they do."""
-    result = replay_traces(paths, protocol=protocol, variant=variant, max_candidates=max_candidates)
+    """Fail (``AssertionError``) unless the traces conform to the model, violate none of its
+    properties and carry the evidence required: events from every actor in ``actors`` (default:
+    every rank of the instance), the ``actions`` taken, the ``witnesses`` (``sometimes``
+    properties) reached and, with ``require_complete``, a final state. Other ``options`` as
+    ``replay_traces``. Returns the replay result when they do."""
+    result = replay_traces(paths, protocol=protocol, variant=variant, max_candidates=max_candidates,
+                           expected_actors=actors, required_actions=actions, required_witnesses=witnesses,
+                           require_complete=require_complete, **options)
     if result["verdict"] != "conforms":
         explanation = result.get("explanation") or {}
         lines = [f"trace does not conform to {result['model']}: {result['verdict']} at event {result['event']}"]
@@ -69,6 +66,8 @@ def assert_conforms(
             lines.append(f"property violated: {result['property']}")
         if explanation.get("reason"):
             lines.append(f"reason: {explanation['reason']}")
+        if explanation.get("detail"):
+            lines.append(f"detail: {explanation['detail']}")
         if explanation.get("event"):
             lines.append(f"event: {json.dumps(explanation['event'])}")
         for candidate in explanation.get("candidates", [])[:3]:

@@ -44,7 +44,7 @@ def test_assert_conforms_in_a_users_suite(pytester: pytest.Pytester) -> None:
             assert result["verdict"] == "conforms"
 
         def test_per_rank_recording_conforms(lockstep_assert_conforms):
-            lockstep_assert_conforms(RUNTIME)
+            lockstep_assert_conforms(RUNTIME, profile="runtime")
 
         def test_pre_fix_counterexample_fails(lockstep_assert_conforms):
             lockstep_assert_conforms(COUNTEREXAMPLE)
@@ -64,7 +64,7 @@ def test_the_candidate_limit_option_reaches_the_replay(pytester: pytest.Pytester
     pytester.makepyfile(
         f'''
         def test_runtime(lockstep_assert_conforms):
-            lockstep_assert_conforms({str(FIXTURES / "collectives-only-pre-fix")!r})
+            lockstep_assert_conforms({str(FIXTURES / "collectives-only-pre-fix")!r}, trust_header=True)
         '''
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-max-candidates", "5")

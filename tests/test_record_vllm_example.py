@@ -58,7 +58,7 @@ def test_post_fix_issue_36594_recorded_by_the_patch_conforms(tmp_path: Path) -> 
     assert {"arrive_from_client", "arrive_from_coordinator", "handle_add", "handle_pause", "handle_start_wave",
             "notify_idle", "step", "finish_forward", "finish_sync", "handle_collective_rpc", "finish_collective_rpc",
             "handle_resume", "finish_resume", "client_add_request", "client_pause_returned", "enter", "complete"} <= actions
-    result = replay_traces(tmp_path)
+    result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "conforms", result.get("explanation")
 
 
@@ -66,7 +66,7 @@ def test_post_fix_issue_36594_recorded_by_the_patch_conforms(tmp_path: Path) -> 
 def test_the_fuzz_scenario_recorded_by_the_patch_conforms(tmp_path: Path, seed: int, requests: int) -> None:
     payload = run_patched(tmp_path, "--scenario", "random", "--seed", str(seed), requests=requests)
     assert payload["outcome"] == "completed"
-    result = replay_traces(tmp_path)
+    result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "conforms", result.get("explanation")
 
 
@@ -74,7 +74,7 @@ def test_pre_fix_issue_36594_hangs_and_the_recorded_prefix_shows_the_models_viol
     payload = run_patched(tmp_path, "--scenario", "issue-36594", variant="pre-fix")
     assert payload["outcome"] == "hang diagnosed"
     assert {payload["waits"]["rank:0"], payload["waits"]["rank:1"]} == {"all_reduce(worker_dp)#1", "all_reduce(worker_world)#1"}
-    result = replay_traces(tmp_path)
+    result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "violated" and result["property"] == "quiescent_during_rpc", result
 
 
@@ -83,7 +83,7 @@ def test_a_patch_that_leaves_out_or_misreports_an_event_diverges(tmp_path: Path,
     payload = run_patched(tmp_path, "--scenario", "issue-36594", "--seed", "7",
                           hook="instrumentation_mutants:install", mutant=mutant)
     assert payload["outcome"] == "completed"
-    result = replay_traces(tmp_path)
+    result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "diverges", result
     if action is not None:
         assert result["explanation"]["event"]["action"] == action

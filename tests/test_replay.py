@@ -169,9 +169,12 @@ def test_too_many_candidates_is_inconclusive(tmp_path: Path, capsys: pytest.Capt
 
 def test_a_recording_of_collectives_only(capsys: pytest.CaptureFixture[str]) -> None:
     """Per-rank files with only enter/complete events (hand-made; the header names every actor
-    unrecorded): the candidate sets are closed over every model action, and the merged order
-    conforms to pre-fix. Real runtime recordings are replayed in test_replay_runtime.py."""
+    unrecorded, and so must the caller): the candidate sets are closed over every model action, and
+    the merged order conforms to pre-fix. Real runtime recordings are replayed in test_replay_runtime.py."""
     code, result = replay_json(capsys, str(FIXTURES / "collectives-only-pre-fix"))
+    assert code == 2 and "parameters.unrecorded" in result["error"]  # the header may not widen the check
+    code, result = replay_json(capsys, str(FIXTURES / "collectives-only-pre-fix"),
+                               "--unrecorded", "rank:*", "--unrecorded", "client", "--unrecorded", "coordinator")
     assert code == 0 and result["verdict"] == "conforms" and result["events"] == 8
     assert isinstance(result["candidate_states_max"], int) and result["candidate_states_max"] > 1
 

@@ -52,7 +52,8 @@ AGAINST_POST_FIX: dict[str, tuple[str, str, str]] = {
 
 
 def replay_json(capsys: pytest.CaptureFixture[str], folder: Path, *options: str) -> tuple[int, dict[str, Any]]:
-    code = main(["replay", str(folder), "--json", *options])
+    """``lockstep replay FOLDER --json`` under the runtime's recorder profile (its headers' values are its own)."""
+    code = main(["replay", str(folder), "--json", "--profile", "runtime", *options])
     captured = capsys.readouterr()
     assert captured.out, captured.err
     return code, json.loads(captured.out)

@@ -82,7 +82,7 @@ def test_pre_fix_run_violates_scan_cost_and_diverges_from_post_fix(tmp_path: Pat
     assert events[first]["action"] == "sample"
     observed = events[first]["observed"]
     assert observed["repair.scan_steps"] > 1 + observed["repair.run_length"]  # the forward scan read the history
-    against_post_fix = replay_traces(folder, variant="post-fix")
+    against_post_fix = replay_traces(folder, variant="post-fix", profile="runtime")
     assert against_post_fix["verdict"] == "diverges"
     assert against_post_fix["event"] == first  # the first repair whose scans read different amounts
 

@@ -110,7 +110,7 @@ def test_pre_fix_seed_violates_bounded_slack_and_diverges_from_post_fix(tmp_path
     bound, truth = observed["metadata.seq_lens_cpu_upper_bound[0]"][0], observed["metadata.seq_lens[0]"][0]
     assert bound - truth == 2  # two rejected drafts in the mirror; at most one (the step in flight) is allowed
     assert observed["runner.num_computed_tokens_np[0]"][0] > observed["runner.num_computed_tokens[0]"][0]
-    against_post_fix = replay_traces(folder, variant="post-fix")
+    against_post_fix = replay_traces(folder, variant="post-fix", profile="runtime")
     assert against_post_fix["verdict"] == "diverges"
     diverged = events[against_post_fix["event"]]
     assert diverged["action"] == "sample_tokens"  # the first postprocess: v0.21.0 advances the mirror there

@@ -91,9 +91,9 @@ def test_mutant_outputs_differ_from_eager_and_traces_violate(tmp_path: Path, var
     replayed = [step for step in found[1] if step["descriptor"] != "NONE"]
     assert replayed and not any(step["equal_to_eager"] for step in replayed), found[1]
     assert max(step["max_abs_difference"] for step in replayed) > 1e-3
-    own = replay_traces(tmp_path)
+    own = replay_traces(tmp_path, profile="runtime")
     assert (own["verdict"], own["property"]) == ("violated", broken)
-    against_post_fix = replay_traces(tmp_path, variant="post-fix")
+    against_post_fix = replay_traces(tmp_path, variant="post-fix", profile="runtime")
     assert against_post_fix["verdict"] == "diverges", against_post_fix
 
 

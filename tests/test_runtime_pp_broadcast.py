@@ -70,7 +70,7 @@ def test_post_fix_completes_conforms_and_writes_valid_lines(post_fix: tuple[int,
         assert header["protocol"] == "pp-broadcast" and header["variant"] == "post-fix"
         assert {"ranks": 2, "chunks": 3, "decodes": 1, "requests": 1, "gaps": 0}.items() <= header["parameters"].items()
     assert total == payload["events"]
-    result = replay_traces(folder)
+    result = replay_traces(folder, profile="runtime")
     assert result["verdict"] == "conforms" and result["property"] is None
     assert "L2_pipelined_prefill" in result["witnessed"]  # rank 0 ran forward(N+1) before the last rank sampled N
 
@@ -102,7 +102,7 @@ def test_pre_fix_is_serialised_by_causal_order(pre_fix: tuple[int, dict[str, Any
     assert payload["outcome"] == "completed", payload  # not a hang: a stuck pipeline
     assert payload["replay"]["verdict"] == "violated" and payload["replay"]["property"] == "no_false_dependency"
     assert code == 1  # the run completed, its trace breaks a property
-    assert "L2_pipelined_prefill" not in replay_traces(folder)["witnessed"]
+    assert "L2_pipelined_prefill" not in replay_traces(folder, profile="runtime")["witnessed"]
     steps = chunked_steps(folder)
     assert [step.step for step in steps] == [1, 2]
     for step in steps:
@@ -111,7 +111,7 @@ def test_pre_fix_is_serialised_by_causal_order(pre_fix: tuple[int, dict[str, Any
 
 def test_pre_fix_diverges_from_the_post_fix_model_at_rank_0_broadcast(pre_fix: tuple[int, dict[str, Any], Path]) -> None:
     _, _, folder = pre_fix
-    result = replay_traces(folder, variant="post-fix")
+    result = replay_traces(folder, variant="post-fix", profile="runtime")
     assert result["verdict"] == "diverges"
     explanation = result["explanation"]
     assert "gpu_post" in explanation["reason"] and "rank:0" in explanation["reason"], explanation

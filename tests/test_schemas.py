@@ -60,9 +60,10 @@ def test_replay_and_lemma_outputs_follow_their_schemas(capsys: pytest.CaptureFix
     for arguments in (
         ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--json"],
         ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--variant", "post-fix", "--json"],
-        ["replay", str(FIXTURES / "collectives-only-pre-fix"), "--json"],
-        ["replay", str(FIXTURES / "runtime" / "dp-pause-post-fix"), "--json"],
-        ["replay", str(FIXTURES / "runtime" / "dp-pause-pre-fix"), "--variant", "post-fix", "--json"],
+        ["replay", str(FIXTURES / "collectives-only-pre-fix"), "--trust-header", "--json"],
+        ["replay", str(FIXTURES / "runtime" / "dp-pause-post-fix"), "--profile", "runtime", "--json"],
+        ["replay", str(FIXTURES / "runtime" / "dp-pause-pre-fix"), "--variant", "post-fix", "--profile", "runtime",
+         "--json"],
     ):
         replay.validate(output(capsys, *arguments))
     validator("prove-lemmas.schema.json").validate(output(capsys, "prove-lemmas", "--json"))

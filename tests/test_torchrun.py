@@ -39,11 +39,11 @@ def test_post_fix_dp_pause_under_torchrun_completes_and_conforms(tmp_path: Path)
     completed = torchrun(tmp_path / "runs", "dp-pause", "--hang-timeout", "10", "--trace-dir", str(tmp_path))
     assert completed.returncode == 0, completed.stderr[-2000:]
     assert {path.name for path in tmp_path.glob("*.jsonl")} == {"rank-0.jsonl", "rank-1.jsonl", "client.jsonl", "coordinator.jsonl"}
-    assert replay_traces(tmp_path)["verdict"] == "conforms"
+    assert replay_traces(tmp_path, profile="runtime")["verdict"] == "conforms"
 
 
 def test_pre_fix_dp_pause_under_torchrun_hangs_and_says_where(tmp_path: Path) -> None:
     completed = torchrun(tmp_path / "runs", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "3", "--trace-dir", str(tmp_path))
     assert completed.returncode != 0
     assert "worker_dp" in completed.stderr and "worker_world" in completed.stderr, completed.stderr[-2000:]
-    assert replay_traces(tmp_path)["verdict"] == "violated"
+    assert replay_traces(tmp_path, profile="runtime")["verdict"] == "violated"

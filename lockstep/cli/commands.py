@@ -169,6 +169,18 @@ def reproduce(**options: Any) -> Invocation:
               help="unrecorded steps allowed between two recorded events (default 16)")
 @click.option("--unrecorded", multiple=True, metavar="NAME",
               help="an action, actor or actor kind ('group:*') the trace does not record (repeatable)")
+@click.option("--instance", metavar="NAME", help="replay against this instance of the model (default: its default)")
+@click.option("--set", "set", multiple=True, metavar="NAME=VALUE",
+              help="a model parameter's value (repeatable); the header may not widen the check past it")
+@click.option("--profile", metavar="NAME", help="the recorder profile the trace was written under: runtime (lockstep run) or vllm-dp-pause")
+@click.option("--trust-header", is_flag=True,
+              help="take the header's parameters and unrecorded actions even where they widen the check")
+@click.option("--expect-actor", multiple=True, metavar="ACTOR",
+              help="an actor the trace must have events from (repeatable; default: every rank)")
+@click.option("--guard-coverage", is_flag=True,
+              help="report each guard conjunct as seen true and false along the trace (coverage.guards)")
+@click.option("--require-complete", is_flag=True,
+              help="a trace that stops before a final state of the model is inconclusive (exit 3)")
 @json_option
 def replay(**options: Any) -> Invocation:
     """Replay trace files (PATH: files, or a directory of per-actor files, merged in causal order) against the

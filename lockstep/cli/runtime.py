@@ -121,11 +121,11 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
     """Replay the run's own traces against the model of its variant (None without traces)."""
     if config.trace_dir is None:
         return None
-    from lockstep.testing import replay_traces
+    from lockstep.checkers.conformance import runtime_replay
     from lockstep.traces.reader import TraceInputError
 
     try:
-        result = replay_traces(config.trace_dir)
+        result = runtime_replay(config, config.trace_dir).to_json()
     except (TraceInputError, ValueError, OSError) as error:
         console.print(f"replay of the run's traces failed: {error}", markup=False, highlight=False, soft_wrap=True)
         return {"verdict": "error", "detail": str(error)}
@@ -133,7 +133,8 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
     detail = {"conforms": f"{result.get('longest_conforming_prefix')} events follow {result['model']}",
               "violated": f"{result.get('property')} fails after event {result.get('event')} of {result['model']}",
               "diverges": f"at event {result.get('event')} from {result['model']}: "
-                          f"{(result.get('explanation') or {}).get('reason', '')}"}.get(verdict, "")
+                          f"{(result.get('explanation') or {}).get('reason', '')}",
+              "inconclusive": (result.get('explanation') or {}).get('detail', '')}.get(verdict, "")
     console.print(f"replay against the model: {verdict} {detail}".rstrip(), markup=False, highlight=False,
                   soft_wrap=True)
     return result
@@ -173,7 +174,7 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
                   markup=False, highlight=False)
     replayed = None if getattr(arguments, "no_replay", False) else replay_run(config, console)
     code = outcome.exit_code
-    if code == 0 and replayed is not None and replayed["verdict"] == "error":
+    if code == 0 and replayed is not None and replayed["verdict"] in ("error", "inconclusive"):
         code = 3  # the run completed, but its trace could not be checked (inconclusive)
     elif code == 0 and replayed is not None and replayed["verdict"] != "conforms":
         code = 1  # the run completed, but its trace does not follow the model (or a property fails)

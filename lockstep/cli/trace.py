@@ -3,16 +3,19 @@
 ``command_replay`` and ``command_trace`` run them (their options: ``lockstep.cli.commands``) and
 return the exit code: 0 conforms (or merged), 1 violated or diverges, 2 bad input (one message
 naming the file, line and problem; never a traceback), 3 the candidate set outgrew
-``--max-candidates``. Human output goes to stderr; with ``--json`` stdout carries one JSON object
+``--max-candidates`` or lacks evidence (below). Human output goes to stderr; with ``--json`` stdout carries one JSON object
 ``{schema_version, verdict, event, property, explanation, longest_conforming_prefix,
 candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by
 a killed run is a warning; the events before it decide the exit code.
 
-The model comes from the header: protocol, variant and every parameter it declares (other
-header parameters, such as a counterexample's ``property``, are ignored; ``unrecorded``, a list
-of action names, actors or actor kinds such as ``"group:*"``, adds to the unrecorded actions).
-``--protocol`` / ``--variant`` replay the trace against another model; names or values that model
-does not know then count as a divergence rather than bad input.
+The model is the caller's (``lockstep.checkers.conformance``): protocol and variant from
+``--protocol`` / ``--variant`` (else the header's), the instance from ``--instance``, parameters
+from ``--set NAME=VALUE`` or a recorder ``--profile`` (else the instance's; the header may supply
+only the parameters that size the run, such as ranks), unrecorded actions from ``--unrecorded``
+and the profile. A header value that would widen the check (another ``hang_bound``, an
+``unrecorded`` entry the caller did not give) is bad input unless ``--trust-header``. A trace
+with no events, or none from an expected actor (``--expect-actor``; default every rank), or that
+stops before a final state under ``--require-complete``, is inconclusive (exit 3).
 """
 
 from __future__ import annotations
@@ -24,11 +27,10 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from lockstep.checkers import system_for
-from lockstep.checkers.replay import ReplayOptions, ReplayResult, default_unrecorded, replay
+from lockstep.checkers.conformance import ReplayVerdict, replay_traces
+from lockstep.checkers.replay import ReplayResult
 from lockstep.cli.failures import usage_error
-from lockstep.models import get_protocol
-from lockstep.spec.protocol import Instance, UsageError
+from lockstep.spec.protocol import Instance, UsageError, parse_assignment
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
 from lockstep.traces.reader import TraceInputError
 
@@ -45,46 +47,6 @@ def _warn(console: Console, warnings: list[str]) -> None:
         console.print(f"[yellow]lockstep: warning:[/yellow] {escape(warning)}", soft_wrap=True)
 
 
-def _instance(trace: TraceInput, protocol_name: str | None, variant_name: str | None) -> tuple[Instance, bool]:
-    """The model instance the header names (or the overrides), and whether it is the header's own."""
-    header, file = trace.header, trace.files[0]
-    try:
-        protocol = get_protocol(protocol_name or header["protocol"])
-    except UsageError as error:
-        if protocol_name:
-            raise
-        raise TraceInputError(file, 1, f"header: {error}") from None
-    try:
-        variant = protocol.variant(variant_name or header["variant"]).name
-    except UsageError as error:
-        if variant_name:
-            raise
-        raise TraceInputError(file, 1, f"header: {error}") from None
-    declared = {parameter.name for parameter in protocol.parameters}
-    overrides: dict[str, int] = {}
-    for name, value in header["parameters"].items():
-        if name not in declared:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TraceInputError(file, 1, f"header: parameter {name} must be an integer, got {value!r}")
-        overrides[name] = value
-    known = {instance.name for instance in protocol.instances}
-    try:
-        instance = protocol.instance(variant, header["instance"] if header["instance"] in known else None, overrides)
-    except UsageError as error:
-        raise TraceInputError(file, 1, f"header: {error}") from None
-    own = protocol.name == header["protocol"] and variant == header["variant"]
-    return instance, own
-
-
-def _unrecorded(trace: TraceInput, extra: list[str]) -> set[str]:
-    listed = trace.header["parameters"].get("unrecorded", [])
-    if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
-        raise TraceInputError(trace.files[0], 1,
-                              f"header: parameter unrecorded must be a list of names, got {listed!r}")
-    return {*listed, *extra}
-
-
 def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.flight_recorder is not None:
         return _replay_flight_recorder(arguments, console)
@@ -94,30 +56,27 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
         return _error(console, "--operations applies to --flight-recorder", arguments)
     try:
         trace = open_traces(arguments.paths)
-        instance, own = _instance(trace, arguments.protocol, arguments.variant)
-        system = system_for(instance.machine())
-        unrecorded = (default_unrecorded(system, trace.header["source"]["kind"])
-                      | _unrecorded(trace, arguments.unrecorded))
-        try:
-            options = ReplayOptions(arguments.max_candidates, arguments.closure_depth, frozenset(unrecorded),
-                                    strict=own)
-            result = replay(system, trace.records(), options)
-        except ValueError as error:
-            if isinstance(error, TraceInputError):
-                raise
-            raise UsageError(str(error)) from None
+        verdict = replay_traces(
+            trace, protocol=arguments.protocol, variant=arguments.variant, instance=arguments.instance,
+            parameters=dict(parse_assignment(text) for text in arguments.set),
+            unrecorded=arguments.unrecorded, profile=arguments.profile,
+            trust_header=arguments.trust_header,
+            expected_actors=list(arguments.expect_actor) if arguments.expect_actor else None,
+            require_complete=arguments.require_complete, guard_coverage=arguments.guard_coverage,
+            max_candidates=arguments.max_candidates,
+            closure_depth=arguments.closure_depth)
     except (TraceInputError, UsageError) as error:
         return _error(console, str(error), arguments)
     except OSError as error:
         return _error(console, f"{error.filename or ''}:0: cannot read: {error.strerror or error}", arguments)
+    result, instance = verdict.result, verdict.instance
     _warn(console, trace.warnings)
     if arguments.json:
-        payload = {"schema_version": SCHEMA_VERSION, **result.to_json()}
-        payload["warnings"] = trace.warnings
-        payload["model"] = instance.label
+        payload = {"schema_version": SCHEMA_VERSION, **verdict.to_json()}
         sys.stdout.write(json.dumps(payload) + "\n")
     else:
         _render(console, result, instance, trace)
+        _render_evidence(console, verdict)
     code: int = result.exit_code
     return code
 
@@ -128,8 +87,10 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
     from lockstep.traces.flight_recorder import FlightRecorderError
 
-    if arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded:
-        return _error(console, "--flight-recorder takes no trace files, --protocol, --variant or --unrecorded yet "
+    if (arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded or arguments.instance
+            or arguments.set or arguments.profile or arguments.trust_header or arguments.expect_actor
+            or arguments.require_complete or arguments.guard_coverage):
+        return _error(console, "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
                       "(checking a dump against a model is not built)", arguments)
     try:
         diagnosis = diagnose_directory(arguments.flight_recorder)
@@ -175,6 +136,17 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
     if result.witnessed:
         seen = ", ".join(f"{name} after event {index}" for name, index in result.witnessed.items())
         console.print(f"  witnessed: {escape(seen)}")
+
+
+def _render_evidence(console: Console, verdict: ReplayVerdict) -> None:
+    actors = ", ".join(f"{actor} {count}" for actor, count in verdict.coverage.events_per_actor.items())
+    console.print(f"  events per actor: {escape(actors or 'none')}", soft_wrap=True)
+    if verdict.exemptions:
+        exempt = ", ".join(f"{item.name} ({item.origin})" for item in verdict.exemptions)
+        console.print(f"  exempt: {escape(exempt)}", soft_wrap=True)
+    if verdict.coverage.witnesses_missed:
+        console.print(f"  witnesses not reached: {escape(', '.join(verdict.coverage.witnesses_missed))}",
+                      soft_wrap=True)
 
 
 def command_trace(arguments: argparse.Namespace, console: Console) -> int:

@@ -56,16 +56,32 @@ import inspect
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lockstep import record
+from lockstep.spec.profile import RecorderProfile
 
 SYNC_INTERVAL = 32  # DPEngineCoreProc._has_global_unfinished_reqs: every 32nd step
 PARAMETERS_ENVIRONMENT = "LOCKSTEP_TRACE_PARAMETERS"
 VARIANT_ENVIRONMENT = "LOCKSTEP_TRACE_VARIANT"  # the model variant the release stands for (the client cannot tell)
 UNRECORDED = ["coordinator", "client_read_publication"]
+
+
+def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
+    """Waves bounded by the requests (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set), the response bound
+    as ``record.parameters`` writes it (the declared default)."""
+    from lockstep.models import get_protocol
+
+    return {"max_wave": sizing["requests"] + 3,
+            "response_bound": get_protocol("dp-pause").parameter("response_bound").default}
+
+
+# What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``): the actions
+# above are left out, and the client resumes without waiting for control messages to settle.
+PROFILE = RecorderProfile("vllm-dp-pause", "dp-pause", tuple(UNRECORDED), {"settle_before_resume": 0},
+                          _profile_values)
 CALLS = {"pause_scheduler": "client_pause", "collective_rpc": "client_collective_rpc",
          "resume_scheduler": "client_resume"}  # the utilities the model has, by the client's event
 
@@ -457,5 +473,5 @@ def install_runtime(role: str) -> Callable[[], None]:
     return install(Targets())  # the coordinator: unrecorded (see the module's doc)
 
 
-__all__ = ["PARAMETERS_ENVIRONMENT", "VARIANT_ENVIRONMENT", "SYNC_INTERVAL", "UNRECORDED", "Targets", "header_parameters", "install",
+__all__ = ["PARAMETERS_ENVIRONMENT", "PROFILE", "VARIANT_ENVIRONMENT", "SYNC_INTERVAL", "UNRECORDED", "Targets", "header_parameters", "install",
            "install_runtime", "install_vllm"]

@@ -6,7 +6,7 @@ seed and, per actor, a list of option indices that the run's choice source takes
 next choices, whatever they are (message arrival order and delay, request placement, draft
 acceptance, chunk sizes; ``lockstep.impl.choices.indexed``); beyond the list the drawn seed
 decides. The run records its trace; the trace is replayed against the model of the same variant
-(``lockstep.testing.replay_traces``), which compares the runtime's observed state with the
+(``lockstep.checkers.conformance.runtime_replay``), which compares the runtime's observed state with the
 model's projection after every event. An example fails when
 
 - the runtime and the model disagree (replay ``diverges``, or the trace cannot be read): the
@@ -138,6 +138,7 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
+    from lockstep.checkers.conformance import replay_traces, runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import launch
@@ -145,7 +146,6 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     from lockstep.impl.pool import RankPool
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
-    from lockstep.testing import replay_traces
     from lockstep.traces.reader import TraceInputError
 
     known = RUNTIME_PROTOCOLS.get(protocol)
@@ -197,9 +197,10 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
                            seed=run_seed, timeout=hang_timeout, trace_dir=str(trace_dir), choices=str(script),
                            extra=dict(values))
         began = time.monotonic()
+        expected = runtime_expectations(config)  # before the run: the runner may not change the judge
         outcome = run(config)
         try:
-            replayed: dict[str, Any] | None = replay_traces(trace_dir)
+            replayed: dict[str, Any] | None = replay_traces(trace_dir, **expected).to_json()
         except (TraceInputError, ValueError) as error:
             replayed = {"verdict": "unreadable", "explanation": {"reason": str(error)}}
         sample = RuntimeExample(number, run_seed, [choice.to_json() for choice in choices], outcome.outcome,

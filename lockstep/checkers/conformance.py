@@ -1,0 +1,373 @@
+"""The one replay path: ``replay_traces`` checks a recorded trace against a model the caller chose.
+
+``lockstep replay``, ``lockstep run`` (its own traces), ``fuzz --impl``, ``lockstep.testing`` and
+the pytest plugin all call it, so one trace gets one verdict whichever way it is checked.
+
+**The trace does not choose its judge.** The model's instance, parameters and unrecorded actions
+come from the caller (its arguments) or from a ``RecorderProfile`` defined in code. The header's
+values are compared with the caller's:
+
+- a parameter the run sizes (``SIZING``: ranks, requests, ...; the protocol's rank parameter) and
+  the caller did not fix is taken from the header (a wrong one makes the trace diverge, it cannot
+  make it pass);
+- any other header parameter (``hang_bound``, ``settle_before_resume``, ``max_wave``, ...) that
+  differs from the caller's value, and any ``parameters.unrecorded`` entry the caller did not
+  exempt, would widen the check: ``HeaderMismatch`` (bad input, exit 2) naming the header field,
+  unless the caller passes ``trust_header=True`` (``--trust-header``).
+
+**Conforms means evidence.** The verdict carries coverage: events per actor, actions taken,
+``sometimes`` witnesses reached and missed, guard conjuncts seen true and false (opt-in,
+``guard_coverage``: ``lockstep.checkers.guard_coverage``), and whether the trace reached a final state (the
+model's ``final`` predicate). A conforming replay is downgraded to ``inconclusive`` when the
+trace has no events, when an expected actor (by default every rank of the instance that is not
+exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or, with ``require_complete``,
+when the trace stops before a final state. The verdict lists every exemption with its origin.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep.checkers.guard_coverage import GuardCoverage
+from lockstep.checkers.replay import CONFORMS, EXIT_CODES, INCONCLUSIVE, Replayer, ReplayOptions, ReplayResult
+from lockstep.checkers.replay_result import default_unrecorded
+from lockstep.models import get_protocol
+from lockstep.spec.profile import RecorderProfile
+from lockstep.spec.protocol import Instance, Protocol, UsageError
+from lockstep.traces.merge import TraceInput, open_traces
+from lockstep.traces.reader import Record, TraceInputError
+
+PathLike = str | os.PathLike[str]
+
+# Parameters that size a run (how many ranks, requests, steps it has): the header may supply them.
+SIZING = frozenset({
+    "ranks", "requests", "late_requests", "pause_modes", "request_steps", "rpc", "resumes", "sync_interval",
+    "chunks", "decodes", "gaps", "max_tokens", "num_spec_tokens", "history_toggles", "preemptions",
+    "chunked_prefill", "kv_load_failures", "prefill_len", "budget", "drafts", "steps", "max_num_reqs",
+    "decode_query_len", "largest_capture_size", "padded_rows", "abort_request",
+})
+TRUSTED = "header (trusted)"
+TRUST_HINT = "pass --trust-header (trust_header=True) to accept the header's value, or give it yourself"
+
+
+class HeaderMismatch(TraceInputError):
+    """A header value that would widen the check (bad input: exit 2)."""
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """Something the replay did not require the trace to record, and who said so."""
+
+    name: str
+    origin: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "origin": self.origin}
+
+
+@dataclass
+class Coverage:
+    events_per_actor: dict[str, int] = field(default_factory=dict)
+    actions: dict[str, int] = field(default_factory=dict)
+    witnesses_reached: dict[str, int] = field(default_factory=dict)
+    witnesses_missed: list[str] = field(default_factory=list)
+    expected_actors: list[str] = field(default_factory=list)
+    complete: bool | None = None  # None: not asked (require_complete False) or the replay stopped
+    guards: dict[str, Any] | None = None  # guard conjuncts seen true/false (guard_coverage=True)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"events_per_actor": self.events_per_actor, "actions": self.actions,
+                "witnesses_reached": self.witnesses_reached, "witnesses_missed": self.witnesses_missed,
+                "expected_actors": self.expected_actors, "complete": self.complete, "guards": self.guards}
+
+
+@dataclass
+class ReplayVerdict:
+    """The replay's result with the model, the exemptions, the evidence and the final verdict."""
+
+    result: ReplayResult
+    instance: Instance
+    warnings: list[str]
+    exemptions: list[Exemption]
+    coverage: Coverage
+    parameter_origins: dict[str, str]
+    missing: list[str] = field(default_factory=list)  # why a conforming replay is only inconclusive
+    model_origin: dict[str, str] = field(default_factory=dict)  # protocol, variant, instance -> caller or header
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict
+
+    @property
+    def model(self) -> str:
+        return self.instance.label
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.result.verdict]
+
+    def to_json(self) -> dict[str, Any]:
+        payload = self.result.to_json()
+        payload.update(model=self.model, warnings=list(self.warnings),
+                       exempt=[exemption.to_json() for exemption in self.exemptions],
+                       coverage=self.coverage.to_json(), parameters=dict(self.instance.parameters),
+                       parameter_origins=dict(self.parameter_origins), missing_evidence=list(self.missing),
+                       model_origin=dict(self.model_origin))
+        return payload
+
+
+def replay_traces(
+    source: PathLike | Sequence[PathLike] | TraceInput,
+    *,
+    protocol: str | None = None,
+    variant: str | None = None,
+    instance: str | None = None,
+    parameters: Mapping[str, int] | None = None,
+    unrecorded: Iterable[str] = (),
+    profile: RecorderProfile | str | None = None,
+    trust_header: bool = False,
+    expected_actors: Collection[str] | None = None,
+    required_actions: Collection[str] = (),
+    required_witnesses: Collection[str] = (),
+    require_complete: bool = False,
+    guard_coverage: bool = False,
+    max_candidates: int = 100_000,
+    closure_depth: int = 16,
+) -> ReplayVerdict:
+    """Replay ``source`` (trace files, a trace directory, or an opened ``TraceInput``) against the
+    model the caller names (see the module doc); ``profile`` a ``RecorderProfile`` or its name
+    (``runtime``, ``vllm-dp-pause``). Raises ``TraceInputError`` (``HeaderMismatch``
+    among them) or ``UsageError`` for bad input."""
+    if isinstance(source, TraceInput):
+        trace = source
+    else:
+        trace = open_traces([source] if isinstance(source, (str, os.PathLike)) else list(source))
+    header, file = trace.header, trace.files[0]
+    chosen = _protocol(protocol or header["protocol"], file, explicit=protocol is not None)
+    variant_name = _variant(chosen, variant or header["variant"], file, explicit=variant is not None)
+    recorder = recorder_profile(profile, chosen.name)
+    model, origins = _instance(chosen, variant_name, instance, dict(parameters or {}), recorder, header, file,
+                               trust_header)
+    from lockstep.checkers import system_for
+
+    system = system_for(model.machine())
+    exemptions = _exemptions(system, header, file, list(unrecorded), recorder, trust_header)
+    own = chosen.name == header["protocol"] and variant_name == header["variant"]
+    options = ReplayOptions(max_candidates, closure_depth, frozenset(exemption.name for exemption in exemptions),
+                            strict=own)
+    try:
+        replayer = Replayer(system, options)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    events_per_actor: Counter[str] = Counter()
+    actions: Counter[str] = Counter()
+    guards = GuardCoverage(system.machine, replayer._spaces) if guard_coverage else None
+    for record in _counted(trace.records(), events_per_actor, actions):
+        if guards is not None and replayer.candidates:
+            guards.observe(next(iter(replayer.candidates)))
+        if not replayer.feed(record):
+            break
+    result = replayer.result()
+    exempt_actors = {exemption.name for exemption in exemptions if exemption.origin != TRUSTED}
+    if expected_actors is None:
+        expected = sorted(actor for actor in replayer.actors if actor.startswith("rank:")
+                          and actor not in exempt_actors and "rank:*" not in exempt_actors)
+    else:
+        expected = sorted(expected_actors)
+    sometimes = [prop.name for prop in system.machine.properties if prop.kind.name == "SOMETIMES"]
+    coverage = Coverage(dict(sorted(events_per_actor.items())), dict(sorted(actions.items())),
+                        dict(result.witnessed), [name for name in sometimes if name not in result.witnessed], expected)
+    coverage.guards = guards.to_json() if guards is not None else None
+    if require_complete and replayer.stopped is None:
+        coverage.complete = _complete(replayer)
+    verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, origins)
+    verdict.model_origin = {"protocol": "caller" if protocol else "header", "variant": "caller" if variant else "header",
+                            "instance": "caller" if instance else "default"}
+    verdict.missing = _missing(coverage, result, required_actions, required_witnesses, require_complete)
+    if result.verdict == CONFORMS and verdict.missing:
+        result.verdict = INCONCLUSIVE
+        result.explanation = {"detail": "the trace follows the model but is not evidence enough: "
+                                        + "; ".join(verdict.missing)}
+    return verdict
+
+
+def _counted(records: Iterable[Record], actors: Counter[str], actions: Counter[str]) -> Iterator[Record]:
+    for record in records:
+        event = record.event
+        actors[str(event.get("actor"))] += 1
+        actions[str(event.get("action"))] += 1
+        yield record
+
+
+def _missing(coverage: Coverage, result: ReplayResult, actions: Collection[str], witnesses: Collection[str],
+             require_complete: bool) -> list[str]:
+    missing: list[str] = []
+    if result.events == 0:
+        missing.append("the trace has no events")
+    silent = [actor for actor in coverage.expected_actors if not coverage.events_per_actor.get(actor)]
+    if silent and result.events:
+        missing.append(f"no events from {', '.join(silent)}")
+    absent = sorted(action for action in actions if not coverage.actions.get(action))
+    if absent:
+        missing.append(f"required actions not taken: {', '.join(absent)}")
+    unreached = sorted(name for name in witnesses if name not in result.witnessed)
+    if unreached:
+        missing.append(f"required witnesses not reached: {', '.join(unreached)}")
+    if require_complete and coverage.complete is False:
+        missing.append(f"the trace stops after {result.events} events, before a final state of the model")
+    return missing
+
+
+def _complete(replayer: Replayer) -> bool:
+    """Whether some candidate (after unrecorded steps) is a final state: the model's ``final``
+    predicate holds in it (every model sets one: the run finished, channels drained)."""
+    closed = replayer._close(replayer.candidates) if replayer._unrecorded else replayer.candidates
+    states = closed if closed is not None else replayer.candidates
+    return any(replayer.system.is_final(state) for state in states)
+
+
+def _protocol(name: str, file: str, *, explicit: bool) -> Protocol:
+    try:
+        return get_protocol(name)
+    except UsageError as error:
+        if explicit:
+            raise
+        raise TraceInputError(file, 1, f"header: {error}") from None
+
+
+def _variant(protocol: Protocol, name: str, file: str, *, explicit: bool) -> str:
+    try:
+        return protocol.variant(name).name
+    except UsageError as error:
+        if explicit:
+            raise
+        raise TraceInputError(file, 1, f"header: {error}") from None
+
+
+def _header_parameters(protocol: Protocol, header: Mapping[str, Any], file: str) -> dict[str, int]:
+    declared = {parameter.name for parameter in protocol.parameters}
+    values: dict[str, int] = {}
+    for name, value in header["parameters"].items():
+        if name not in declared:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TraceInputError(file, 1, f"header: parameter {name} must be an integer, got {value!r}")
+        values[name] = value
+    return values
+
+
+def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: dict[str, int],
+              profile: RecorderProfile | None, header: Mapping[str, Any], file: str,
+              trust_header: bool) -> tuple[Instance, dict[str, str]]:
+    """The caller's instance, with sizing parameters the caller left open taken from the header."""
+    recorded = _header_parameters(protocol, header, file)
+    base = protocol.instance(variant, instance).parameters
+    fixed: dict[str, str] = {name: f"instance {instance}" for name in protocol.instance_spec(
+        instance or protocol.default_instance).parameters} if instance else {}
+    sizing = SIZING | ({protocol.rank_parameter} if protocol.rank_parameter else set())
+    taken = {name: value for name, value in recorded.items()
+             if name in sizing and name not in explicit and name not in fixed and value != base.get(name)}
+    try:
+        protocol.instance(variant, instance, taken)
+    except UsageError as error:
+        raise TraceInputError(file, 1, f"header: {error}") from None
+    profile_values = profile.values({**base, **taken}) if profile is not None else {}
+    fixed.update({name: f"profile {profile.name}" for name in profile_values} if profile is not None else {})
+    fixed.update({name: "caller" for name in explicit})
+    overrides = {**taken, **profile_values, **explicit}
+    model = protocol.instance(variant, instance, overrides)
+    trusted: dict[str, int] = {}
+    for name, value in recorded.items():
+        if value == model.parameters.get(name) or name in taken:
+            continue
+        if not trust_header or name in explicit:
+            origin = fixed.get(name, f"instance {model.name} (the caller's model)")
+            raise HeaderMismatch(file, 1, f"header: parameters.{name} is {value}, but {origin} gives "
+                                 f"{model.parameters.get(name)}; {TRUST_HINT}")
+        trusted[name] = value
+    if trusted:
+        overrides.update(trusted)
+        model = protocol.instance(variant, instance, overrides)
+    origins = {name: fixed.get(name, "default") for name in model.parameters}
+    origins.update({name: "header (sizing)" for name in taken})
+    origins.update({name: TRUSTED for name in trusted})
+    return model, origins
+
+
+def _exemptions(system: Any, header: Mapping[str, Any], file: str, unrecorded: list[str],
+                profile: RecorderProfile | None, trust_header: bool) -> list[Exemption]:
+    kind = str(header["source"]["kind"])
+    found: dict[str, str] = {name: f"collective completion (a {kind} recording)"
+                             for name in sorted(default_unrecorded(system, kind))}
+    if profile is not None:
+        found.update({name: f"profile {profile.name}" for name in profile.unrecorded if name not in found})
+    found.update({name: "caller" for name in unrecorded if name not in found})
+    listed = header["parameters"].get("unrecorded", [])
+    if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
+        raise TraceInputError(file, 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
+    widening = [name for name in listed if name not in found]
+    if widening and not trust_header:
+        raise HeaderMismatch(file, 1, f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
+                             f"which the caller did not exempt; {TRUST_HINT}")
+    found.update({name: TRUSTED for name in widening})
+    return [Exemption(name, origin) for name, origin in found.items()]
+
+
+PROFILES = {"vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause"}  # name -> module defining PROFILE
+
+
+def _dp_pause_runtime(sizing: Mapping[str, int]) -> dict[str, int]:
+    """The runtime bounds waves by its requests and records the declared (not derived) response bound."""
+    return {"max_wave": sizing["requests"] + 3, "response_bound": get_protocol("dp-pause").parameter("response_bound").default}
+
+
+# The reference runtime's recordings (``lockstep.impl.*.parameters.model_parameters`` without a
+# reproduced counterexample's bounds): it records every action but collective completions.
+RUNTIME_PROFILES = {
+    "dp-pause": RecorderProfile("runtime", "dp-pause", (), {"settle_before_resume": 0}, _dp_pause_runtime),
+    "pp-broadcast": RecorderProfile("runtime", "pp-broadcast", (), {"hang_bound": 64}),
+}
+
+
+def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> RecorderProfile | None:
+    """The recorder profile ``name`` (``--profile``) for ``protocol``, defined in code by the recorder."""
+    if name is None or isinstance(name, RecorderProfile):
+        found = name
+    elif name == "runtime":
+        found = RUNTIME_PROFILES.get(protocol, RecorderProfile("runtime", protocol))
+    elif name in PROFILES:
+        import importlib
+
+        found = importlib.import_module(PROFILES[name]).PROFILE
+    else:
+        raise UsageError(f"no recorder profile {name!r}; profiles: runtime, {', '.join(PROFILES)}")
+    if found is not None and found.protocol != protocol:
+        raise UsageError(f"recorder profile {found.name} is for {found.protocol}, not {protocol}")
+    return found
+
+
+def runtime_expectations(config: Any) -> dict[str, Any]:
+    """What a ``lockstep run`` (or ``fuzz --impl``) run's traces are replayed against, taken from the
+    run's config before it runs: its protocol, variant and the parameters the runtime records
+    (``model_parameters(config)``). Pass it to ``replay_traces`` as keywords."""
+    import importlib
+
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+
+    known = RUNTIME_PROTOCOLS[config.protocol]
+    values = importlib.import_module(f"{known.package}.parameters").model_parameters(config)
+    declared = {parameter.name for parameter in get_protocol(config.protocol).parameters}
+    parameters = {name: int(value) for name, value in values.items() if name in declared}
+    return {"protocol": config.protocol, "variant": config.variant, "parameters": parameters}
+
+
+def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
+    """Replay a run's traces with the run's own model (``runtime_expectations``)."""
+    return replay_traces(trace_dir, **runtime_expectations(config))
+
+
+__all__ = ["PROFILES", "RUNTIME_PROFILES", "SIZING", "Coverage", "Exemption", "HeaderMismatch", "ReplayVerdict", "recorder_profile", "replay_traces", "runtime_expectations", "runtime_replay"]

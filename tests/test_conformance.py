@@ -1,0 +1,220 @@
+"""The one replay path (``lockstep.checkers.conformance``): every entry point gives one trace one
+verdict, the trace cannot widen its own check, and conforming needs evidence."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
+from lockstep.cli import main
+from lockstep.impl.runtime import RunConfig
+from lockstep.testing import assert_conforms
+from lockstep.testing import replay_traces as library_replay
+from lockstep.traces.merge import merge_to_file
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "traces"
+RUNTIME = FIXTURES / "runtime" / "dp-pause-post-fix"  # a real run: 89 events of two ranks, client, coordinator
+PRE_FIX_RUNTIME = FIXTURES / "runtime" / "dp-pause-pre-fix"
+VERDICT_KEYS = ("verdict", "event", "property", "longest_conforming_prefix", "events", "model", "exempt", "coverage")
+
+
+def cli_json(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, dict[str, Any]]:
+    code = main(["replay", *arguments, "--json"])
+    captured = capsys.readouterr()
+    assert captured.out, captured.err
+    return code, json.loads(captured.out)
+
+
+def run_config(folder: Path, variant: str) -> RunConfig:
+    """The config of the run that recorded a dp-pause fixture (its header says so)."""
+    parameters = json.loads((folder / "rank-0.jsonl").read_text().split("\n")[0])["parameters"]
+    return RunConfig(protocol="dp-pause", variant=variant, scenario=parameters["scenario"], ranks=parameters["ranks"],
+                     requests=parameters["requests"], sync_interval=parameters["sync_interval"], seed=0, timeout=10.0)
+
+
+def with_header(folder: Path, target: Path, change: Any) -> Path:
+    """A copy of a per-actor trace folder, each header changed by ``change``."""
+    target.mkdir()
+    for file in sorted(folder.glob("*.jsonl")):
+        lines = file.read_text().split("\n")
+        header = json.loads(lines[0])
+        change(header)
+        (target / file.name).write_text("\n".join([json.dumps(header), *lines[1:]]))
+    return target
+
+
+@pytest.mark.parametrize(("folder", "variant"), [(RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "post-fix"),
+                                                 (PRE_FIX_RUNTIME, "pre-fix")])
+def test_every_entry_point_gives_one_trace_one_verdict(folder: Path, variant: str,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``lockstep replay``, ``lockstep.testing``, the checkers' function and the runtime's own replay
+    (``lockstep run``, ``fuzz --impl``) agree on the verdict, the evidence and the exemptions."""
+    code, cli = cli_json(capsys, str(folder), "--variant", variant, "--profile", "runtime")
+    library = library_replay(folder, variant=variant, profile="runtime")
+    checker = replay_traces(folder, variant=variant, profile="runtime").to_json()
+    runtime = runtime_replay(run_config(folder, variant), folder).to_json()  # lockstep run
+    fuzzed = replay_traces(folder, **runtime_expectations(run_config(folder, variant))).to_json()  # fuzz --impl
+    for key in VERDICT_KEYS:
+        assert cli[key] == library[key] == checker[key] == runtime[key] == fuzzed[key], key
+    assert code == {"conforms": 0, "violated": 1, "diverges": 1, "inconclusive": 3}[cli["verdict"]]
+    if cli["verdict"] == "conforms":
+        assert assert_conforms(folder, variant=variant, profile="runtime")["verdict"] == "conforms"
+    else:
+        with pytest.raises(AssertionError):
+            assert_conforms(folder, variant=variant, profile="runtime")
+
+
+def test_the_pytest_plugin_gives_the_same_verdict(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        f'''
+        def test_runtime(lockstep_assert_conforms):
+            result = lockstep_assert_conforms({str(RUNTIME)!r}, profile="runtime")
+            assert result["verdict"] == "conforms" and result["events"] == 89
+        '''
+    )
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def without_rank_1(target: Path, unrecorded: list[str] | None) -> Path:
+    """The real run merged, rank 1's events deleted, no collective or clock left to give it away."""
+    merged = target.with_suffix(".merged")
+    merge_to_file([str(RUNTIME)], str(merged))
+    lines = merged.read_text().splitlines()
+    header = json.loads(lines[0])
+    if unrecorded is not None:
+        header["parameters"]["unrecorded"] = unrecorded
+    events = [json.loads(line) for line in lines[1:]]
+    kept = [event for event in events if event["actor"] != "rank:1" and event["action"] not in ("enter", "complete")]
+    for index, event in enumerate(kept):
+        event["index"] = index
+        event.pop("clock", None)
+    target.write_text("\n".join(json.dumps(item) for item in [header, *kept]) + "\n")
+    return target
+
+
+def test_a_header_that_exempts_a_deleted_rank_does_not_conform(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Rank 1's events deleted, and the header exempts every rank, the client and the coordinator
+    (a trace that conformed before): the trace may not widen its own check (exit 2, naming the
+    field) unless the caller trusts it, and even trusted, a silent rank is no evidence."""
+    trace = without_rank_1(tmp_path / "widened.jsonl", ["rank:*", "client", "coordinator"])
+    code, result = cli_json(capsys, str(trace), "--profile", "runtime")
+    assert code == 2 and "parameters.unrecorded" in result["error"] and "'rank:*'" in result["error"]
+    with pytest.raises(HeaderMismatch, match="parameters.unrecorded"):
+        replay_traces(trace, profile="runtime")
+    with pytest.raises(HeaderMismatch):
+        library_replay(trace, profile="runtime")
+    with pytest.raises(HeaderMismatch):
+        runtime_replay(run_config(RUNTIME, "post-fix"), trace)
+    code, trusted = cli_json(capsys, str(trace), "--profile", "runtime", "--trust-header")
+    assert code == 3 and trusted["verdict"] == "inconclusive" and "no events from rank:1" in trusted["missing_evidence"]
+    origins = {item["name"]: item["origin"] for item in trusted["exempt"]}
+    assert origins["rank:*"] == "header (trusted)" and origins["client"] == "header (trusted)"
+    code, exempted = cli_json(capsys, str(trace), "--profile", "runtime", "--unrecorded", "rank:*",
+                              "--unrecorded", "client", "--unrecorded", "coordinator")
+    assert code == 0 and exempted["verdict"] == "conforms"  # the caller's own exemption: its choice, listed
+    assert {"name": "rank:*", "origin": "caller"} in exempted["exempt"]
+
+
+def test_a_deleted_rank_without_a_widening_header_is_not_conforming(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, result = cli_json(capsys, str(without_rank_1(tmp_path / "silent.jsonl", None)), "--profile", "runtime")
+    assert code != 0 and result["verdict"] != "conforms"
+
+
+@pytest.mark.parametrize(("name", "value"), [("hang_bound", 30), ("settle_before_resume", 1), ("max_wave", 9)])
+def test_a_header_parameter_that_differs_from_the_callers_is_bad_input(
+        name: str, value: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    def change(header: dict[str, Any]) -> None:
+        header["parameters"][name] = value
+
+    folder = with_header(RUNTIME, tmp_path / name, change)
+    code, result = cli_json(capsys, str(folder), "--profile", "runtime")
+    assert code == 2 and f"parameters.{name} is {value}" in result["error"]
+    code, result = cli_json(capsys, str(folder), "--profile", "runtime", "--trust-header")
+    assert result["parameters"][name] == value and result["parameter_origins"][name] == "header (trusted)"
+
+
+def test_a_header_only_trace_is_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    header = (RUNTIME / "rank-0.jsonl").read_text().split("\n")[0]
+    trace = tmp_path / "header-only.jsonl"
+    trace.write_text(header + "\n")
+    code, result = cli_json(capsys, str(trace), "--profile", "runtime")
+    assert code == 3 and result["verdict"] == "inconclusive"
+    assert "no events" in result["explanation"]["detail"] and result["missing_evidence"]
+    with pytest.raises(AssertionError, match="inconclusive"):
+        assert_conforms(trace, profile="runtime")
+
+
+def test_a_prefix_is_not_a_complete_conformance(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first 20 of the run's 89 events follow the model, but stop before a final state: with
+    completion required they are inconclusive; the whole run is complete."""
+    merged = tmp_path / "merged.jsonl"
+    merge_to_file([str(RUNTIME)], str(merged))
+    lines = merged.read_text().splitlines()
+    assert len(lines) == 90
+    prefix = tmp_path / "prefix.jsonl"
+    prefix.write_text("\n".join(lines[:21]) + "\n")
+    code, result = cli_json(capsys, str(prefix), "--profile", "runtime")
+    assert code == 0 and result["coverage"]["complete"] is None  # completion not asked for
+    code, result = cli_json(capsys, str(prefix), "--profile", "runtime", "--require-complete")
+    assert code == 3 and result["verdict"] == "inconclusive" and result["coverage"]["complete"] is False
+    assert "before a final state" in result["explanation"]["detail"]
+    with pytest.raises(AssertionError, match="before a final state"):
+        assert_conforms(prefix, profile="runtime", require_complete=True)
+    whole = assert_conforms(merged, profile="runtime", require_complete=True)
+    assert whole["coverage"]["complete"] is True and whole["events"] == 89
+
+
+def test_the_verdict_reports_coverage_and_exemptions() -> None:
+    result = replay_traces(RUNTIME, profile="runtime", unrecorded=["client_read_publication"]).to_json()
+    coverage = result["coverage"]
+    assert sum(coverage["events_per_actor"].values()) == 89 == sum(coverage["actions"].values())
+    assert set(coverage["events_per_actor"]) == {"client", "coordinator", "rank:0", "rank:1"}
+    assert coverage["expected_actors"] == ["rank:0", "rank:1"] and "resumed" in coverage["witnesses_reached"]
+    origins = {item["name"]: item["origin"] for item in result["exempt"]}
+    assert origins["client_read_publication"] == "caller"
+    assert origins["worker_dp.complete"].startswith("collective completion")
+    assert result["parameter_origins"]["settle_before_resume"] == "profile runtime"
+
+
+def test_assert_conforms_takes_what_it_requires() -> None:
+    with pytest.raises(AssertionError, match="no events from rank:7"):
+        assert_conforms(RUNTIME, profile="runtime", actors=["rank:0", "rank:7"])
+    with pytest.raises(AssertionError, match="required actions not taken: no_such_action"):
+        assert_conforms(RUNTIME, profile="runtime", actions=["no_such_action"])
+    with pytest.raises(AssertionError, match="required witnesses not reached: never"):
+        assert_conforms(RUNTIME, profile="runtime", witnesses=["never"])
+    assert assert_conforms(RUNTIME, profile="runtime", actors=["rank:0", "client"], witnesses=["resumed"])
+
+
+def test_a_recorder_profile_in_code_exempts_what_the_recorder_cannot_see(tmp_path: Path) -> None:
+    """The vLLM instrumentation's profile names its unrecorded actions; a header listing the same
+    ones is then no widening."""
+    def as_instrumented(header: dict[str, Any]) -> None:
+        header["parameters"]["unrecorded"] = ["coordinator", "client_read_publication"]
+
+    folder = with_header(RUNTIME, tmp_path / "instrumented", as_instrumented)
+    with pytest.raises(HeaderMismatch):
+        replay_traces(folder, profile="runtime")
+    result = replay_traces(folder, profile="vllm-dp-pause", parameters={"max_wave": 4, "response_bound": 25})
+    origins = {item.name: item.origin for item in result.exemptions}
+    assert origins["coordinator"] == "profile vllm-dp-pause" and result.verdict == "conforms"
+
+
+def test_guard_coverage_counts_conjuncts_seen_true_and_false(capsys: pytest.CaptureFixture[str]) -> None:
+    from jsonschema import Draft202012Validator
+
+    code, result = cli_json(capsys, str(RUNTIME), "--profile", "runtime", "--guard-coverage")
+    schema = json.loads((Path(__file__).resolve().parents[1] / "lockstep" / "schemas" / "replay.schema.json").read_text())
+    Draft202012Validator(schema).validate(result)
+    guards = result["coverage"]["guards"]
+    assert code == 0 and guards["conjuncts"] and not guards["never_true"]
+    assert any(counts["true"] and counts["false"] for counts in guards["conjuncts"].values())
+    assert replay_traces(RUNTIME, profile="runtime").coverage.guards is None  # opt-in
