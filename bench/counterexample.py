@@ -31,22 +31,49 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("lockstep-out"))
     options = parser.parse_args()
     overrides = dict(parse_assignment(text) for text in options.set)
-    instance = get_protocol(options.protocol).instance(options.variant, options.instance, overrides, ranks=options.ranks)
+    instance = get_protocol(options.protocol).instance(
+        options.variant, options.instance, overrides, ranks=options.ranks
+    )
     started = time.perf_counter()
-    result = check(instance, options.engine, device=options.device, stop_at_first=options.stop_at_first, symmetry=options.symmetry, compact=options.compact)
-    print(f"{instance.label}: {result.verdict.value}, {result.stats.states:,} states, {time.perf_counter() - started:.1f} s, stopped: {result.stopped}")
+    result = check(
+        instance,
+        options.engine,
+        device=options.device,
+        stop_at_first=options.stop_at_first,
+        symmetry=options.symmetry,
+        compact=options.compact,
+    )
+    print(
+        f"{instance.label}: {result.verdict.value}, {result.stats.states:,} states, "
+        f"{time.perf_counter() - started:.1f} s, stopped: {result.stopped}"
+    )
     machine = result.machine
     for item in result.properties:
-        print(f"  {item.name}: {item.verdict.value}" + (f" in {item.path.length} steps" if item.path else "") + (f" ({item.detail})" if item.detail else ""))
+        print(
+            f"  {item.name}: {item.verdict.value}"
+            + (f" in {item.path.length} steps" if item.path else "")
+            + (f" ({item.detail})" if item.detail else "")
+        )
         if item.verdict.value != "violated" or item.path is None:
             continue
         for number, step in enumerate(item.path.steps, start=1):
             mirrors = machine.action_named(step.action).mirrors
             arguments = ", ".join(f"{name}={value}" for name, value in step.arguments.items())
-            print(f"    {number:>3}. {step.actor:<12} {step.action}({arguments})" + (f"  [{mirrors}]" if mirrors else ""))
+            print(
+                f"    {number:>3}. {step.actor:<12} {step.action}({arguments})" + (f"  [{mirrors}]" if mirrors else "")
+            )
         options.out.mkdir(parents=True, exist_ok=True)
         file = options.out / f"{instance.protocol.name}-{instance.variant}-{instance.name}-{item.name}.jsonl"
-        write_counterexample(file, machine, item.path, protocol=instance.protocol.name, variant=instance.variant, instance=instance.name, parameters=instance.parameters, property_name=item.name)
+        write_counterexample(
+            file,
+            machine,
+            item.path,
+            protocol=instance.protocol.name,
+            variant=instance.variant,
+            instance=instance.name,
+            parameters=instance.parameters,
+            property_name=item.name,
+        )
         print(f"    trace: {file}")
 
 

@@ -106,14 +106,31 @@ def main() -> None:
     sizes = [int(size) for size in arguments.tokens.split(",")]
     if cuda:
         print(f"device: {torch.cuda.get_device_name(device)} (torch {torch.__version__}, CUDA {torch.version.cuda})")
-        header = ["stage", "tokens", "eager us", "CudaGraph FULL us", "CudaGraph PIECEWISE us", "EmulatedGraph FULL us",
-                  "eager/FULL", "max |FULL - eager|"]
+        header = [
+            "stage",
+            "tokens",
+            "eager us",
+            "CudaGraph FULL us",
+            "CudaGraph PIECEWISE us",
+            "EmulatedGraph FULL us",
+            "eager/FULL",
+            "max |FULL - eager|",
+        ]
     else:
         torch.set_num_threads(1)
-        print(f"CUDA is not available (torch {torch.__version__}): CPU figures only, EmulatedGraph replays "
-              "(the eager kernels plus the output copy), one thread")
-        header = ["stage", "tokens", "eager us", "EmulatedGraph FULL us", "EmulatedGraph PIECEWISE us", "eager/FULL",
-                  "max |FULL - eager|"]
+        print(
+            f"CUDA is not available (torch {torch.__version__}): CPU figures only, EmulatedGraph replays "
+            "(the eager kernels plus the output copy), one thread"
+        )
+        header = [
+            "stage",
+            "tokens",
+            "eager us",
+            "EmulatedGraph FULL us",
+            "EmulatedGraph PIECEWISE us",
+            "eager/FULL",
+            "max |FULL - eager|",
+        ]
     print(f"hidden {arguments.hidden}, {calls} calls per figure, seeded pipeline of 2 stages")
     pipeline = Pipeline(SEED, 2, arguments.hidden, device)
     print_table(header, [measure(pipeline, stage, tokens, calls, cuda) for stage in (0, 1) for tokens in sizes])

@@ -32,7 +32,9 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
     overrides = dict(parse_assignment(text) for text in options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
     machine = instance.machine()
-    limits = Limits(max_states=options.bfs_max_states if engine == "bfs" else options.max_states, timeout_seconds=options.timeout)
+    limits = Limits(
+        max_states=options.bfs_max_states if engine == "bfs" else options.max_states, timeout_seconds=options.timeout
+    )
     gpu = engine == "bfs-gpu" and options.device.startswith("cuda")
     if gpu:
         import torch
@@ -45,7 +47,13 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         result = check(machine, "bfs", symmetry=symmetry, limits=limits)
     else:
         search = VectorSearch(
-            machine, make_backend(engine, options.device), engine=engine, symmetry=symmetry, compact=options.compact, limits=limits, chunk=options.chunk
+            machine,
+            make_backend(engine, options.device),
+            engine=engine,
+            symmetry=symmetry,
+            compact=options.compact,
+            limits=limits,
+            chunk=options.chunk,
         )
         result = search.run()
         per_state = search.bytes_per_state
@@ -81,15 +89,23 @@ def main() -> None:
     parser.add_argument("--bfs-max-states", type=int, default=2_500_000, help="cap for the reference engine")
     parser.add_argument("--max-states", type=int, default=None, help="cap for the vectorised engines")
     parser.add_argument("--timeout", type=float, default=None, help="seconds per configuration")
-    parser.add_argument("--chunk", type=int, default=None, help="frontier states per kernel call (default: the backend's)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dp-pause parameter (repeatable)")
+    parser.add_argument(
+        "--chunk", type=int, default=None, help="frontier states per kernel call (default: the backend's)"
+    )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="a dp-pause parameter (repeatable)"
+    )
     options = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
     if "bfs-gpu" in options.engines and options.device.startswith("cuda"):
         import torch
 
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
-    print(f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'states/s':>11} {'B/state':>8}  verdict", flush=True)
+    print(
+        f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'states/s':>11} "
+        f"{'B/state':>8}  verdict",
+        flush=True,
+    )
     symmetries = {"off": [False], "on": [True], "both": [False, True]}[options.symmetry]
     for ranks in options.ranks:
         for symmetry in symmetries:
@@ -97,10 +113,13 @@ def main() -> None:
                 continue  # dp-pause declares ranks 1..n-1 symmetric: nothing to reduce at 2 ranks
             for engine in options.engines:
                 with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
-                    row = isolated.submit(measure, ranks, engine, symmetry, options).result()  # a fresh process: its own memory
+                    row = isolated.submit(
+                        measure, ranks, engine, symmetry, options
+                    ).result()  # a fresh process: its own memory
                 extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
                 print(
-                    f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} {row['transitions']:>13,} "
+                    f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
+                    f"{row['transitions']:>13,} "
                     f"{row['seconds']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  {row['verdict']}{extra}",
                     flush=True,
                 )

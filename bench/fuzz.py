@@ -14,7 +14,8 @@ example over ``--post-examples`` examples (nothing should be found). Then dp-pau
 many steps a uniformly random run of post-fix takes to reach the end of the scenario (the steps
 per example needed to reach the RPC and resume phases), and how many fuzzing runs reach it.
 
-    .venv/bin/python bench/fuzz.py [--seeds 10] [--shrink-seeds 3] [--large-seeds 5] [--sections seeds shrink post-fix large]
+    .venv/bin/python bench/fuzz.py [--seeds 10] [--shrink-seeds 3] [--large-seeds 5] [--sections seeds shrink post-fix
+    large]
 """
 
 from __future__ import annotations
@@ -54,8 +55,10 @@ def examples_to_failure(instance: Instance, seeds: int, *, steps: int, cap: int)
         per_example.append(result.seconds_per_example)
     missing = f", not found in {cap} examples under {missed} seed(s)" if missed else ""
     print(f"  {steps} steps/example: examples to failure {median_range(found)} over {seeds} seeds{missing}")
-    print(f"    time per example {statistics.median(per_example) * 1000:.1f} ms (median); first failing run "
-          f"{median_range(first_lengths)} steps; BFS-re-minimised {median_range(lengths)} steps")
+    print(
+        f"    time per example {statistics.median(per_example) * 1000:.1f} ms (median); first failing run "
+        f"{median_range(first_lengths)} steps; BFS-re-minimised {median_range(lengths)} steps"
+    )
 
 
 def seeds_section(arguments: argparse.Namespace) -> None:
@@ -66,10 +69,16 @@ def seeds_section(arguments: argparse.Namespace) -> None:
             continue
         instance = protocol.instance("pre-fix")
         exhaustive = check(instance)
-        safety = [item for item in exhaustive.properties if item.verdict is Verdict.VIOLATED and item.kind is PropertyKind.ALWAYS]
+        safety = [
+            item
+            for item in exhaustive.properties
+            if item.verdict is Verdict.VIOLATED and item.kind is PropertyKind.ALWAYS
+        ]
         shortest = min((item.path.length for item in safety if item.path is not None), default=None)
-        print(f"{name}: exhaustive BFS {exhaustive.stats.states:,} states, shortest safety counterexample {shortest} "
-              f"({', '.join(sorted({item.name for item in safety})) or 'none'})")
+        print(
+            f"{name}: exhaustive BFS {exhaustive.stats.states:,} states, shortest safety counterexample {shortest} "
+            f"({', '.join(sorted({item.name for item in safety})) or 'none'})"
+        )
         if not safety:
             missing = [item.name for item in exhaustive.properties if item.verdict is Verdict.VIOLATED]
             print(f"  pre-fix violates only {', '.join(missing)} (a missing witness or liveness): not a fuzzing target")
@@ -84,10 +93,12 @@ def shrink_section(arguments: argparse.Namespace) -> None:
         result = fuzz(instance, seed=seed)
         assert result.first_failing is not None and result.shrunk is not None and result.path is not None
         shrink_seconds = result.seconds - result.generate_seconds
-        print(f"  seed {seed}: example {result.examples_to_failure}, {result.runs} runs in all; lengths: first failing "
-              f"{result.first_failing.length}, shrunk {result.shrunk.length}, BFS {result.path.length}; "
-              f"{result.generate_seconds:.2f} s to find, {shrink_seconds:.2f} s to shrink and minimise"
-              + (f" ({result.stopped})" if result.stopped else ""))
+        print(
+            f"  seed {seed}: example {result.examples_to_failure}, {result.runs} runs in all; lengths: first failing "
+            f"{result.first_failing.length}, shrunk {result.shrunk.length}, BFS {result.path.length}; "
+            f"{result.generate_seconds:.2f} s to find, {shrink_seconds:.2f} s to shrink and minimise"
+            + (f" ({result.stopped})" if result.stopped else "")
+        )
 
 
 def post_fix_section(arguments: argparse.Namespace) -> None:
@@ -96,9 +107,11 @@ def post_fix_section(arguments: argparse.Namespace) -> None:
         if protocol.instance_spec(protocol.default_instance).expected.get(protocol.default_variant) != "holds":
             continue
         result = fuzz(protocol.instance(), seed=0, examples=arguments.post_examples)
-        print(f"  {name}: {result.outcome.value}, {result.runs} runs, {result.steps_run:,} model steps, "
-              f"{result.seconds:.2f} s, {result.seconds / max(result.runs, 1) * 1000:.1f} ms/example, "
-              f"{result.steps_run / max(result.seconds, 1e-9):,.0f} model steps/s")
+        print(
+            f"  {name}: {result.outcome.value}, {result.runs} runs, {result.steps_run:,} model steps, "
+            f"{result.seconds:.2f} s, {result.seconds / max(result.runs, 1) * 1000:.1f} ms/example, "
+            f"{result.steps_run / max(result.seconds, 1e-9):,.0f} model steps/s"
+        )
 
 
 def random_run_lengths(instance: Instance, runs: int, limit: int) -> list[int]:
@@ -131,8 +144,12 @@ def large_section(arguments: argparse.Namespace) -> None:
         examples_to_failure(pre, arguments.large_seeds, steps=steps, cap=arguments.large_cap)
     for steps in (100, 1300):
         result = fuzz(post, seed=0, examples=50, steps=steps)
-        print(f"  post-fix, 50 examples of {steps} steps: {result.outcome.value}, {result.completed} of {result.runs} runs reached "
-              f"the end, {result.steps_run / max(result.runs, 1):.0f} model steps/run, {result.seconds / max(result.runs, 1) * 1000:.1f} ms/run")
+        print(
+            f"  post-fix, 50 examples of {steps} steps: {result.outcome.value}, {result.completed} of {result.runs} "
+            f"runs reached "
+            f"the end, {result.steps_run / max(result.runs, 1):.0f} model steps/run, "
+            f"{result.seconds / max(result.runs, 1) * 1000:.1f} ms/run"
+        )
 
 
 SECTIONS = {"seeds": seeds_section, "shrink": shrink_section, "post-fix": post_fix_section, "large": large_section}
@@ -147,7 +164,9 @@ def main() -> None:
     parser.add_argument("--large-seeds", type=int, default=5)
     parser.add_argument("--large-cap", type=int, default=1000)
     parser.add_argument("--large-steps", type=int, nargs="+", default=[100, 200])
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="which figures (default: all)")
+    parser.add_argument(
+        "--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS), help="which figures (default: all)"
+    )
     arguments = parser.parse_args()
     for name in arguments.sections:
         SECTIONS[name](arguments)

@@ -32,7 +32,10 @@ def main() -> None:
     profile.enable()
     result = check(instance, options.engine, device=options.device, symmetry=options.symmetry)
     profile.disable()
-    print(f"{result.stats.states:,} states in {time.perf_counter() - started:.2f} s ({options.engine}, symmetry {options.symmetry})")
+    print(
+        f"{result.stats.states:,} states in {time.perf_counter() - started:.2f} s ({options.engine}, symmetry "
+        f"{options.symmetry})"
+    )
     pstats.Stats(profile).sort_stats("tottime").print_stats(options.top)
 
 

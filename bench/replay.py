@@ -52,8 +52,10 @@ def ring_machine() -> Machine:
     @machine.action(actor="rank:{rank}", rank=Rank)
     def finish(rank: Term) -> Step:
         following = if_then_else(counter[rank] == MODULUS - 1, 0, counter[rank] + 1)
-        return Step((phase[rank] == Phase.WAIT) & ring.done(rank),
-                    {phase: phase.set(rank, Phase.IDLE), counter: counter.set(rank, following), **ring.consume(rank)})
+        return Step(
+            (phase[rank] == Phase.WAIT) & ring.done(rank),
+            {phase: phase.set(rank, Phase.IDLE), counter: counter.set(rank, following), **ring.consume(rank)},
+        )
 
     machine.always("idle_ranks_wait_for_nothing", all_of(Rank, lambda r: (phase[r] == Phase.WAIT) | ring.done(r)))
     return machine.finish()
@@ -65,15 +67,27 @@ def generate(path: Path, events: int, seed: int = 7) -> None:
     chooser = random.Random(seed)
     state = system.initial()
     completed = 0
-    header = {"format": "lockstep-trace", "version": 1, "protocol": "bench-ring", "variant": "only", "instance": "bench",
-              "parameters": {"ranks": RANKS}, "source": {"kind": "model"}}
+    header = {
+        "format": "lockstep-trace",
+        "version": 1,
+        "protocol": "bench-ring",
+        "variant": "only",
+        "instance": "bench",
+        "parameters": {"ranks": RANKS},
+        "source": {"kind": "model"},
+    }
     with open(path, "w", encoding="utf-8") as out:
         out.write(json.dumps(header, separators=(",", ":")) + "\n")
         for index in range(events):
             transition = chooser.choice(system.transitions(state))
             action = machine.actions[transition.action]
             arguments = {p.name: v for p, v in zip(action.parameters, transition.arguments)}
-            event: dict[str, object] = {"index": index, "actor": action.actor_for(arguments), "action": action.name, "args": arguments}
+            event: dict[str, object] = {
+                "index": index,
+                "actor": action.actor_for(arguments),
+                "action": action.name,
+                "args": arguments,
+            }
             if action.name == "post":
                 event["observed"] = {f"phase[{arguments['rank']}]": "WAIT"}
             elif action.name == "finish":
@@ -95,7 +109,13 @@ def measure_parse(path: Path) -> dict[str, float]:
             decode(line.decode("utf-8"))
             count += 1
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    return {"lines": count, "seconds": seconds, "rate": count / seconds, "cpu_rate": count / cpu, "peak_rss_mib": _peak_rss()}
+    return {
+        "lines": count,
+        "seconds": seconds,
+        "rate": count / seconds,
+        "cpu_rate": count / cpu,
+        "peak_rss_mib": _peak_rss(),
+    }
 
 
 def measure_replay(path: Path) -> dict[str, float | str]:
@@ -106,8 +126,14 @@ def measure_replay(path: Path) -> dict[str, float | str]:
             break
     result = replayer.result()
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    return {"events": result.events, "seconds": seconds, "rate": result.events / seconds, "cpu_rate": result.events / cpu,
-            "verdict": result.verdict, "peak_rss_mib": _peak_rss()}
+    return {
+        "events": result.events,
+        "seconds": seconds,
+        "rate": result.events / seconds,
+        "cpu_rate": result.events / cpu,
+        "verdict": result.verdict,
+        "peak_rss_mib": _peak_rss(),
+    }
 
 
 def _peak_rss() -> float:
@@ -115,7 +141,9 @@ def _peak_rss() -> float:
 
 
 def _child(mode: str, path: Path) -> dict[str, float | str]:
-    output = subprocess.run([sys.executable, __file__, "--measure", mode, str(path)], capture_output=True, text=True, check=True)
+    output = subprocess.run(
+        [sys.executable, __file__, "--measure", mode, str(path)], capture_output=True, text=True, check=True
+    )
     loaded: dict[str, float | str] = json.loads(output.stdout)
     return loaded
 
@@ -135,19 +163,32 @@ def main() -> None:
         started = time.perf_counter()
         generate(long_trace, arguments.events)
         generate(short_trace, arguments.short)
-        print(f"generated {arguments.events:,} + {arguments.short:,} events in {time.perf_counter() - started:.1f} s "
-              f"({long_trace.stat().st_size / 2**20:.0f} MiB long trace)")
+        print(
+            f"generated {arguments.events:,} + {arguments.short:,} events in {time.perf_counter() - started:.1f} s "
+            f"({long_trace.stat().st_size / 2**20:.0f} MiB long trace)"
+        )
         parse = _child("parse", long_trace)
         replay_long = _child("replay", long_trace)
         replay_short = _child("replay", short_trace)
-    print(f"parse  (json.loads): {parse['rate']:>10,.0f} lines/s   {parse['seconds']:.1f} s   peak RSS {parse['peak_rss_mib']:.0f} MiB")
-    print(f"replay {arguments.events:>9,} events: {replay_long['rate']:>10,.0f} events/s  {replay_long['seconds']:.1f} s   "
-          f"peak RSS {replay_long['peak_rss_mib']:.0f} MiB   verdict {replay_long['verdict']}")
-    print(f"replay {arguments.short:>9,} events: {replay_short['rate']:>10,.0f} events/s  {replay_short['seconds']:.1f} s   "
-          f"peak RSS {replay_short['peak_rss_mib']:.0f} MiB   verdict {replay_short['verdict']}")
-    print(f"replay / parse: {float(replay_long['rate']) / float(parse['rate']):.0%} on wall time, "
-          f"{float(replay_long['cpu_rate']) / float(parse['cpu_rate']):.0%} on CPU time "
-          f"(replay {float(replay_long['cpu_rate']):,.0f} events/s, parse {float(parse['cpu_rate']):,.0f} lines/s)")
+    print(
+        f"parse  (json.loads): {parse['rate']:>10,.0f} lines/s   {parse['seconds']:.1f} s   peak RSS "
+        f"{parse['peak_rss_mib']:.0f} MiB"
+    )
+    print(
+        f"replay {arguments.events:>9,} events: {replay_long['rate']:>10,.0f} events/s  {replay_long['seconds']:.1f} "
+        f"s   "
+        f"peak RSS {replay_long['peak_rss_mib']:.0f} MiB   verdict {replay_long['verdict']}"
+    )
+    print(
+        f"replay {arguments.short:>9,} events: {replay_short['rate']:>10,.0f} events/s  {replay_short['seconds']:.1f} "
+        f"s   "
+        f"peak RSS {replay_short['peak_rss_mib']:.0f} MiB   verdict {replay_short['verdict']}"
+    )
+    print(
+        f"replay / parse: {float(replay_long['rate']) / float(parse['rate']):.0%} on wall time, "
+        f"{float(replay_long['cpu_rate']) / float(parse['cpu_rate']):.0%} on CPU time "
+        f"(replay {float(replay_long['cpu_rate']):,.0f} events/s, parse {float(parse['cpu_rate']):,.0f} lines/s)"
+    )
 
 
 if __name__ == "__main__":

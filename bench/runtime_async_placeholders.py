@@ -30,8 +30,15 @@ VARIANTS = ("pre-fix", "post-fix")
 
 def measure(history: int, batch: int, steps: int) -> dict[str, list[float]]:
     """Milliseconds of each timed repair step, per variant."""
-    bounds = ScenarioBounds(max_tokens=history + steps + 16, num_spec_tokens=0, history_toggles=False,
-                            preemptions=False, chunked_prefill=False, kv_load_failures=0, interruptions=0)
+    bounds = ScenarioBounds(
+        max_tokens=history + steps + 16,
+        num_spec_tokens=0,
+        history_toggles=False,
+        preemptions=False,
+        chunked_prefill=False,
+        kv_load_failures=0,
+        interruptions=0,
+    )
     prefix = list(range(history))
     pipelines = {variant: Pipeline(variant, bounds, batch - 1, SeededChoices(0), VLLM_LOOP) for variant in VARIANTS}
     for pipeline in pipelines.values():
@@ -65,15 +72,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     arguments = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores (shared, noisy), Python {platform.python_version()}, "
-          f"torch {torch.__version__}; B = {arguments.batch}, {arguments.steps} repair steps per variant, "
-          "lists equal after every turn")
-    print(f"{'history':>8} | {'pre-fix ms/step':>15} {'(median)':>9} | {'post-fix ms/step':>16} {'(median)':>9} | {'ratio':>7} {'(median)':>9}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores (shared, noisy), Python {platform.python_version()}, "
+        f"torch {torch.__version__}; B = {arguments.batch}, {arguments.steps} repair steps per variant, "
+        "lists equal after every turn"
+    )
+    print(
+        f"{'history':>8} | {'pre-fix ms/step':>15} {'(median)':>9} | {'post-fix ms/step':>16} {'(median)':>9} | "
+        f"{'ratio':>7} {'(median)':>9}"
+    )
     for history in (int(text) for text in arguments.histories.split(",")):
         times = measure(history, arguments.batch, arguments.steps)
         before, after = (statistics.fmean(times[variant]) for variant in VARIANTS)
         medians = [statistics.median(times[variant]) for variant in VARIANTS]
-        print(f"{history:>8} | {before:>15.3f} {medians[0]:>9.3f} | {after:>16.3f} {medians[1]:>9.3f} | {before / after:>6.1f}x {medians[0] / medians[1]:>8.1f}x")
+        print(
+            f"{history:>8} | {before:>15.3f} {medians[0]:>9.3f} | {after:>16.3f} {medians[1]:>9.3f} | "
+            f"{before / after:>6.1f}x {medians[0] / medians[1]:>8.1f}x"
+        )
 
 
 if __name__ == "__main__":

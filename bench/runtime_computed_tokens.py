@@ -65,8 +65,13 @@ def measure(variant: str, bounds: Bounds, seed: int) -> dict[str, float]:
             if not outputs:
                 sample()
             scheduler.update_from_output(outputs.popleft())
-    return {"steps": steps, "max_slack": slack, "max_seq_len": last_max_seq_len, "true_max": last_truth,
-            "prepare_ms": 1000 * prepare_seconds / steps}
+    return {
+        "steps": steps,
+        "max_slack": slack,
+        "max_seq_len": last_max_seq_len,
+        "true_max": last_truth,
+        "prepare_ms": 1000 * prepare_seconds / steps,
+    }
 
 
 def main() -> None:
@@ -78,16 +83,29 @@ def main() -> None:
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     prompt = 16
-    bounds = Bounds(requests=arguments.batch, prefill_len=prompt, budget=arguments.batch * (arguments.drafts + 1) + prompt,
-                    drafts=arguments.drafts, max_tokens=arguments.tokens,
-                    max_model_len=prompt + arguments.tokens + arguments.drafts + 1, asynchronous=True, padded_rows=0, ranks=1)
-    print(f"computed-tokens mirror: B={arguments.batch}, k={arguments.drafts}, {arguments.tokens} outputs per request, "
-          f"torch {torch.__version__}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}")
+    bounds = Bounds(
+        requests=arguments.batch,
+        prefill_len=prompt,
+        budget=arguments.batch * (arguments.drafts + 1) + prompt,
+        drafts=arguments.drafts,
+        max_tokens=arguments.tokens,
+        max_model_len=prompt + arguments.tokens + arguments.drafts + 1,
+        asynchronous=True,
+        padded_rows=0,
+        ranks=1,
+    )
+    print(
+        f"computed-tokens mirror: B={arguments.batch}, k={arguments.drafts}, {arguments.tokens} outputs per request, "
+        f"torch {torch.__version__}, {os.cpu_count()} cores, {platform.processor() or platform.machine()}"
+    )
     for variant in ("pre-fix", "post-fix"):
         result = measure(variant, bounds, arguments.seed)
-        print(f"{variant:9s} steps {result['steps']:5.0f}  max slack {result['max_slack']:6.0f}  "
-              f"max_seq_len {result['max_seq_len']:6.0f} (true {result['true_max']:5.0f}, max_model_len {bounds.max_model_len})  "
-              f"update_states+prepare_inputs {result['prepare_ms']:.3f} ms/step")
+        print(
+            f"{variant:9s} steps {result['steps']:5.0f}  max slack {result['max_slack']:6.0f}  "
+            f"max_seq_len {result['max_seq_len']:6.0f} (true {result['true_max']:5.0f}, max_model_len "
+            f"{bounds.max_model_len})  "
+            f"update_states+prepare_inputs {result['prepare_ms']:.3f} ms/step"
+        )
 
 
 if __name__ == "__main__":

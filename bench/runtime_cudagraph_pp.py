@@ -37,8 +37,16 @@ VARIANTS = ("pre-fix", "post-fix", "no-persistent-buffer", "no-copy-in")
 def end_to_end(variant: str, ranks: int, seed: int, hidden: int) -> tuple[float, str, int, int]:
     with tempfile.TemporaryDirectory() as folder:
         traces = Path(folder) / "traces"
-        config = RunConfig(protocol="cudagraph-pp", variant=variant, scenario="full-and-piecewise", ranks=ranks, seed=seed,
-                           timeout=20.0, trace_dir=str(traces), extra={"steps": 3, "hidden_size": hidden})
+        config = RunConfig(
+            protocol="cudagraph-pp",
+            variant=variant,
+            scenario="full-and-piecewise",
+            ranks=ranks,
+            seed=seed,
+            timeout=20.0,
+            trace_dir=str(traces),
+            extra={"steps": 3, "hidden_size": hidden},
+        )
         outcome = launch(config)
         if outcome.outcome != "completed":
             raise SystemExit(f"{variant}: {outcome.outcome}: {outcome.message}")
@@ -82,12 +90,18 @@ def main() -> None:
         step = statistics.median(run[0] for run in runs)
         verdicts = sorted({run[1] for run in runs})
         equal, total = sum(run[2] for run in runs), sum(run[3] for run in runs)
-        print(f"{variant:>21}: median {step * 1e3:6.2f} ms/step over {arguments.repeats} runs; replay: {', '.join(verdicts)}; "
-              f"outputs equal to eager: {equal}/{total}")
+        print(
+            f"{variant:>21}: median {step * 1e3:6.2f} ms/step over {arguments.repeats} runs; replay: "
+            f"{', '.join(verdicts)}; "
+            f"outputs equal to eager: {equal}/{total}"
+        )
     for hidden in (arguments.hidden, 256, 1024):
         copy, replay = copy_in_cost(hidden, arguments.tokens)
-        print(f"hidden {hidden:5}, {arguments.tokens} tokens: copy-in {copy:7.2f} us/step, FULL replay {replay:8.2f} us/step "
-              f"({copy / replay * 100:.1f} % of the replay)")
+        print(
+            f"hidden {hidden:5}, {arguments.tokens} tokens: copy-in {copy:7.2f} us/step, FULL replay {replay:8.2f} "
+            f"us/step "
+            f"({copy / replay * 100:.1f} % of the replay)"
+        )
 
 
 if __name__ == "__main__":

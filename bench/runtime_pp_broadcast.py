@@ -25,10 +25,22 @@ from lockstep.impl.runtime import RunConfig, read_statuses
 
 def throughput(variant: str, ranks: int, arguments: argparse.Namespace) -> float:
     """Prompt tokens per second of one untraced run."""
-    extra = {"chunks": arguments.chunks, "chunk_tokens": arguments.chunk_tokens, "hidden": arguments.hidden,
-             "layers": arguments.layers, "decodes": 0}
-    config = RunConfig(protocol="pp-broadcast", variant=variant, scenario="chunked-prefill", ranks=ranks,
-                       seed=arguments.seed, timeout=60.0, extra=extra)
+    extra = {
+        "chunks": arguments.chunks,
+        "chunk_tokens": arguments.chunk_tokens,
+        "hidden": arguments.hidden,
+        "layers": arguments.layers,
+        "decodes": 0,
+    }
+    config = RunConfig(
+        protocol="pp-broadcast",
+        variant=variant,
+        scenario="chunked-prefill",
+        ranks=ranks,
+        seed=arguments.seed,
+        timeout=60.0,
+        extra=extra,
+    )
     outcome = launch(config, deadline=600.0, keep_run_dir=True)
     try:
         if outcome.outcome != "completed":
@@ -59,13 +71,19 @@ def main() -> None:
             for variant, rate in measured.items():
                 rates[variant].append(rate)
             ratios.append(measured["post-fix"] / measured["pre-fix"])
-            print(f"P={ranks} pair {repeat + 1}: pre-fix {measured['pre-fix']:.0f} tok/s, "
-                  f"post-fix {measured['post-fix']:.0f} tok/s, ratio {ratios[-1]:.2f}x", flush=True)
-        print(f"P={ranks}: chunked-prefill throughput post-fix/pre-fix {statistics.median(ratios):.2f}x "
-              f"(median of {len(ratios)}; pre-fix {statistics.median(rates['pre-fix']):.0f} tok/s, post-fix "
-              f"{statistics.median(rates['post-fix']):.0f} tok/s) on {cores} cores (affinity {affinity}, "
-              f"load average {load:.1f} at start), {arguments.chunks} chunks of ~{arguments.chunk_tokens} tokens, "
-              f"hidden {arguments.hidden}, {arguments.layers} layers per stage", flush=True)
+            print(
+                f"P={ranks} pair {repeat + 1}: pre-fix {measured['pre-fix']:.0f} tok/s, "
+                f"post-fix {measured['post-fix']:.0f} tok/s, ratio {ratios[-1]:.2f}x",
+                flush=True,
+            )
+        print(
+            f"P={ranks}: chunked-prefill throughput post-fix/pre-fix {statistics.median(ratios):.2f}x "
+            f"(median of {len(ratios)}; pre-fix {statistics.median(rates['pre-fix']):.0f} tok/s, post-fix "
+            f"{statistics.median(rates['post-fix']):.0f} tok/s) on {cores} cores (affinity {affinity}, "
+            f"load average {load:.1f} at start), {arguments.chunks} chunks of ~{arguments.chunk_tokens} tokens, "
+            f"hidden {arguments.hidden}, {arguments.layers} layers per stage",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

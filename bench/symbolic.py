@@ -32,7 +32,10 @@ def main() -> None:
         checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget, only=only)
         result = checker.run()
         runs[label] = checker.depth_seconds
-        print(f"BMC, {label}: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget {arguments.budget:.0f} s)")
+        print(
+            f"BMC, {label}: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget "
+            f"{arguments.budget:.0f} s)"
+        )
     labels = list(runs)
     print("depth  " + "  ".join(f"{label:>30}" for label in labels))
     for depth in range(max(len(seconds) for seconds in runs.values())):
@@ -44,7 +47,10 @@ def main() -> None:
     print(f"  base case (BMC to {arguments.k - 1} steps): {induction.base_seconds:.2f} s")
     for item in proved.properties:
         if item.name in induction.step_seconds:
-            print(f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}")
+            print(
+                f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}"
+            )
+
 
 if __name__ == "__main__":
     main()

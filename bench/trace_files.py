@@ -15,9 +15,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTEREXAMPLE = ROOT / "tests" / "fixtures" / "traces" / "dp-pause-pre-fix-seed.jsonl"
-HEADER = {"format": "lockstep-trace", "version": 1, "protocol": "dp-pause", "variant": "post-fix", "instance": "seed",
-          "parameters": {"ranks": 2, "requests": 1, "sync_interval": 1, "max_wave": 4},
-          "source": {"kind": "runtime", "backend": "gloo", "device": "cpu", "torch": None, "cuda": None, "host": None}}
+HEADER = {
+    "format": "lockstep-trace",
+    "version": 1,
+    "protocol": "dp-pause",
+    "variant": "post-fix",
+    "instance": "seed",
+    "parameters": {"ranks": 2, "requests": 1, "sync_interval": 1, "max_wave": 4},
+    "source": {"kind": "runtime", "backend": "gloo", "device": "cpu", "torch": None, "cuda": None, "host": None},
+}
 
 
 def _line(value: object) -> str:
@@ -28,20 +34,44 @@ def _runtime_events(cycle: int) -> list[dict[str, object]]:
     """One cycle of eight events (cycle counts from 0)."""
     events: list[dict[str, object]] = []
     for rank in (0, 1):
-        observed = {f"mode[{rank}]": "FORWARD_DUMMY", f"engines_running[{rank}]": True,
-                    f"current_wave[{rank}]": cycle % 4, f"step_counter[{rank}]": cycle,
-                    f"pause_state[{rank}]": "UNPAUSED", f"requests[{rank}]": 1, f"finished_pending[{rank}]": False,
-                    f"pending_pause[{rank}]": False}
+        observed = {
+            f"mode[{rank}]": "FORWARD_DUMMY",
+            f"engines_running[{rank}]": True,
+            f"current_wave[{rank}]": cycle % 4,
+            f"step_counter[{rank}]": cycle,
+            f"pause_state[{rank}]": "UNPAUSED",
+            f"requests[{rank}]": 1,
+            f"finished_pending[{rank}]": False,
+            f"pending_pause[{rank}]": False,
+        }
         events.append({"actor": f"rank:{rank}", "action": "step", "args": {"rank": rank}, "observed": observed})
     for action in ("enter", "complete"):
         for rank in (0, 1):
-            events.append({"actor": f"rank:{rank}", "action": action,
-                           "args": {"communicator": "worker_dp", "op": "forward"}, "clock": {"worker_dp": cycle + 1}})
-    events.append({"actor": "client", "action": "client_pause", "args": {"rank": 0},
-                   "observed": {"client.phase": "PAUSE", "client.engines_running": True, "client.requests_sent": 1},
-                   "clock": {"send:client>rank:0": cycle + 1}})
-    events.append({"actor": "rank:0", "action": "arrive_from_client", "args": {"rank": 0},
-                   "clock": {"recv:client>rank:0": cycle + 1}})
+            events.append(
+                {
+                    "actor": f"rank:{rank}",
+                    "action": action,
+                    "args": {"communicator": "worker_dp", "op": "forward"},
+                    "clock": {"worker_dp": cycle + 1},
+                }
+            )
+    events.append(
+        {
+            "actor": "client",
+            "action": "client_pause",
+            "args": {"rank": 0},
+            "observed": {"client.phase": "PAUSE", "client.engines_running": True, "client.requests_sent": 1},
+            "clock": {"send:client>rank:0": cycle + 1},
+        }
+    )
+    events.append(
+        {
+            "actor": "rank:0",
+            "action": "arrive_from_client",
+            "args": {"rank": 0},
+            "clock": {"recv:client>rank:0": cycle + 1},
+        }
+    )
     return events
 
 

@@ -48,8 +48,14 @@ def measure(arguments: list[str], timeout: float, memory_limit: int) -> tuple[st
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
     with tempfile.TemporaryFile() as errors:
-        process = subprocess.Popen([sys.executable, "-m", "lockstep", *arguments], stdout=subprocess.DEVNULL,
-                                   stderr=errors, env=environment, preexec_fn=limit, start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lockstep", *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            env=environment,
+            preexec_fn=limit,
+            start_new_session=True,
+        )
         outcome = "ok"
         while True:
             pid, status, usage = os.wait4(process.pid, os.WNOHANG)

@@ -15,14 +15,21 @@ from lockstep.models import get_protocol
 
 
 def summary(result: CheckResult) -> tuple[object, ...]:
-    verdicts = tuple((item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties)
+    verdicts = tuple(
+        (item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties
+    )
     return result.stats.states, result.stats.transitions, result.stats.depth, result.verdict.value, verdicts
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--max-states", type=int, default=500_000)
-    parser.add_argument("--instances", nargs="*", default=["seed", "request-after-resume", "spec-decode", "pipeline", "full-and-piecewise", "decode-gap"], help="instance names (all: every pinned one)")
+    parser.add_argument(
+        "--instances",
+        nargs="*",
+        default=["seed", "request-after-resume", "spec-decode", "pipeline", "full-and-piecewise", "decode-gap"],
+        help="instance names (all: every pinned one)",
+    )
     options = parser.parse_args()
     cases = [
         (instance, False)
@@ -41,7 +48,11 @@ def main() -> int:
         same = summary(gpu) == summary(cpu)
         differences += not same
         label = instance.label + (" --symmetry" if symmetry else "")
-        print(f"{'OK ' if same else 'BAD'} {label}: {cpu.stats.states:,} states, gpu {time.perf_counter() - started:.2f} s", flush=True)
+        print(
+            f"{'OK ' if same else 'BAD'} {label}: {cpu.stats.states:,} states, gpu "
+            f"{time.perf_counter() - started:.2f} s",
+            flush=True,
+        )
     print(f"{differences} differences")
     return 1 if differences else 0
 

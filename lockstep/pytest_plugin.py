@@ -27,12 +27,27 @@ import pytest
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("lockstep", "lockstep protocol models")
-    group.addoption("--lockstep-max-candidates", type=int, default=100_000, metavar="K",
-                    help="lockstep replay: the limit on candidate model states (default 100000)")
-    group.addoption("--lockstep-fuzz-examples", type=int, default=200, metavar="N",
-                    help="lockstep fuzzing tests: examples per test (default 200)")
-    group.addoption("--lockstep-fuzz-seed", type=int, default=0, metavar="S",
-                    help="lockstep fuzzing tests: Hypothesis's seed (default 0; -1 for fresh examples each run)")
+    group.addoption(
+        "--lockstep-max-candidates",
+        type=int,
+        default=100_000,
+        metavar="K",
+        help="lockstep replay: the limit on candidate model states (default 100000)",
+    )
+    group.addoption(
+        "--lockstep-fuzz-examples",
+        type=int,
+        default=200,
+        metavar="N",
+        help="lockstep fuzzing tests: examples per test (default 200)",
+    )
+    group.addoption(
+        "--lockstep-fuzz-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="lockstep fuzzing tests: Hypothesis's seed (default 0; -1 for fresh examples each run)",
+    )
 
 
 @pytest.fixture
@@ -59,7 +74,8 @@ def lockstep_fuzz(request: pytest.FixtureRequest) -> Callable[..., Any]:
     def run(model: Any, variant: str | None = None, instance: str | None = None, steps: int = 100) -> Any:
         from lockstep.testing import assert_fuzz_clean
 
-        return assert_fuzz_clean(model, variant=variant, instance=instance, examples=examples, steps=steps,
-                                 seed=None if seed < 0 else seed)
+        return assert_fuzz_clean(
+            model, variant=variant, instance=instance, examples=examples, steps=steps, seed=None if seed < 0 else seed
+        )
 
     return run

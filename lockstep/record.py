@@ -65,16 +65,30 @@ class TraceRecorder(EventRecorder):
     The one recorder core (``lockstep.traces.recorder.EventRecorder``) with every event checked
     against the format (instrumented code's events may vary in shape from call to call)."""
 
-    def __init__(self, directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
-                 parameters: Mapping[str, JSONValue], instance: str = "recorded",
-                 source: TraceSource | None = None, fsync: bool = False) -> None:
-        header = TraceHeader(protocol, variant, instance, dict(parameters),
-                             source or TraceSource("runtime", host=platform.node()))
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        actor: str,
+        protocol: str,
+        variant: str,
+        parameters: Mapping[str, JSONValue],
+        instance: str = "recorded",
+        source: TraceSource | None = None,
+        fsync: bool = False,
+    ) -> None:
+        header = TraceHeader(
+            protocol, variant, instance, dict(parameters), source or TraceSource("runtime", host=platform.node())
+        )
         super().__init__(actor, Path(directory) / trace_file_name(actor), header, fsync=fsync, check_every_event=True)
 
-    def event(self, action: str, args: Mapping[str, JSONValue] | None = None,
-              observed: Mapping[str, JSONValue] | None = None, clock: Mapping[str, int] | None = None,
-              actor: str | None = None) -> None:
+    def event(
+        self,
+        action: str,
+        args: Mapping[str, JSONValue] | None = None,
+        observed: Mapping[str, JSONValue] | None = None,
+        clock: Mapping[str, int] | None = None,
+        actor: str | None = None,
+    ) -> None:
         """Write one event (on disk, as far as the OS goes, when this returns); a malformed one
         raises ``TraceFormatError`` and writes nothing."""
         self.record(action, args, observed, clock, actor)
@@ -83,8 +97,14 @@ class TraceRecorder(EventRecorder):
         return self
 
 
-def open_trace(directory: str | os.PathLike[str], actor: str, protocol: str, variant: str,
-               parameters: Mapping[str, JSONValue], **options: Any) -> TraceRecorder:
+def open_trace(
+    directory: str | os.PathLike[str],
+    actor: str,
+    protocol: str,
+    variant: str,
+    parameters: Mapping[str, JSONValue],
+    **options: Any,
+) -> TraceRecorder:
     """A recorder writing ``directory/<actor>.jsonl`` (see ``TraceRecorder``)."""
     return TraceRecorder(directory, actor, protocol, variant, parameters, **options)
 
@@ -94,8 +114,9 @@ def recording_enabled() -> bool:
     return bool(os.environ.get(TRACE_DIRECTORY_ENVIRONMENT))
 
 
-def from_environment(actor: str, protocol: str, variant: str, parameters: Mapping[str, JSONValue],
-                     **options: Any) -> TraceRecorder | None:
+def from_environment(
+    actor: str, protocol: str, variant: str, parameters: Mapping[str, JSONValue], **options: Any
+) -> TraceRecorder | None:
     """A recorder into ``$LOCKSTEP_TRACE_DIR``, or None when it is not set (recording off)."""
     directory = os.environ.get(TRACE_DIRECTORY_ENVIRONMENT)
     return open_trace(directory, actor, protocol, variant, parameters, **options) if directory else None
@@ -104,7 +125,9 @@ def from_environment(actor: str, protocol: str, variant: str, parameters: Mappin
 EventOf = Callable[..., tuple[str, Mapping[str, JSONValue], Mapping[str, JSONValue] | None] | None]
 
 
-def instrument(owner: type, method: str, recorder_of: Callable[[Any], TraceRecorder | None], event_of: EventOf) -> Callable[[], None]:
+def instrument(
+    owner: type, method: str, recorder_of: Callable[[Any], TraceRecorder | None], event_of: EventOf
+) -> Callable[[], None]:
     """Wrap ``owner.method`` so that each call, after it returns, records
     ``event_of(self, *args, **kwargs)`` = ``(action, args, observed)`` (None: record nothing) on
     ``recorder_of(self)`` (None: recording off). Returns a function that undoes the wrap."""

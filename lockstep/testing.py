@@ -56,9 +56,17 @@ def assert_conforms(
     every rank of the instance), the ``actions`` taken, the ``witnesses`` (``sometimes``
     properties) reached and, with ``require_complete``, a final state. Other ``options`` as
     ``replay_traces``. Returns the replay result when they do."""
-    result = replay_traces(paths, protocol=protocol, variant=variant, max_candidates=max_candidates,
-                           expected_actors=actors, required_actions=actions, required_witnesses=witnesses,
-                           require_complete=require_complete, **options)
+    result = replay_traces(
+        paths,
+        protocol=protocol,
+        variant=variant,
+        max_candidates=max_candidates,
+        expected_actors=actors,
+        required_actions=actions,
+        required_witnesses=witnesses,
+        require_complete=require_complete,
+        **options,
+    )
     if result["verdict"] != "conforms":
         explanation = result.get("explanation") or {}
         lines = [f"trace does not conform to {result['model']}: {result['verdict']} at event {result['event']}"]
@@ -100,9 +108,14 @@ def assert_fuzz_clean(
     result = fuzz(target, steps=steps, examples=examples, seed=seed, timeout=timeout)
     if result.path is not None and result.property_name is not None:
         label = getattr(target, "label", getattr(result.machine, "name", "the model"))
-        lines = [f"{label}: {result.property_name} is violated after {result.path.length} steps "
-                 f"(found in example {result.examples_to_failure}){': ' + result.detail if result.detail else ''}"]
-        lines.extend(f"  {number}. {step.actor} {step.action}({', '.join(f'{name}={value}' for name, value in step.arguments.items())})"
-                     for number, step in enumerate(result.path.steps, start=1))
+        lines = [
+            f"{label}: {result.property_name} is violated after {result.path.length} steps "
+            f"(found in example {result.examples_to_failure}){': ' + result.detail if result.detail else ''}"
+        ]
+        lines.extend(
+            f"  {number}. {step.actor} "
+            f"{step.action}({', '.join(f'{name}={value}' for name, value in step.arguments.items())})"
+            for number, step in enumerate(result.path.steps, start=1)
+        )
         raise AssertionError("\n".join(lines))
     return result

@@ -16,7 +16,11 @@ def check_golden(protocol: Protocol, variant: str, instance: str, golden: Golden
     result = check(pinned)
     assert result.verdict.value == pinned.expected
     assert (result.stats.states, result.stats.transitions) == (states, transitions)
-    found = {item.name: (item.path.length if item.path else None) for item in result.properties if item.verdict is Verdict.VIOLATED}
+    found = {
+        item.name: (item.path.length if item.path else None)
+        for item in result.properties
+        if item.verdict is Verdict.VIOLATED
+    }
     assert found == violated
     replayed = result.property_result(witness)
     assert (replayed.path.length if replayed.verdict is Verdict.HOLDS and replayed.path else None) == witness_length

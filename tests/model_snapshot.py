@@ -24,7 +24,9 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "model_snapshot.json"
 def _structure(instance: Instance) -> dict[str, object]:
     machine = instance.machine()
     return {
-        "variables": [[v.name, v.sort.name, repr(v.initial), v.description, v.monitor] for v in machine.variables.values()],
+        "variables": [
+            [v.name, v.sort.name, repr(v.initial), v.description, v.monitor] for v in machine.variables.values()
+        ],
         "actions": [
             [a.name, a.actor, [[p.name, p.sort.name] for p in a.parameters], len(a.guard), a.description, a.mirrors]
             for a in machine.actions
@@ -39,9 +41,20 @@ def _result(instance: Instance) -> dict[str, object]:
     for item in result.properties:
         path = None
         if item.path is not None:
-            path = [[step.action, step.actor, {k: repr(v) for k, v in step.arguments.items()}] for step in item.path.steps]
-        properties[item.name] = {"verdict": item.verdict.value, "path": path, "loop_start": item.path.loop_start if item.path else None}
-    return {"verdict": result.verdict.value, "states": result.stats.states, "transitions": result.stats.transitions, "properties": properties}
+            path = [
+                [step.action, step.actor, {k: repr(v) for k, v in step.arguments.items()}] for step in item.path.steps
+            ]
+        properties[item.name] = {
+            "verdict": item.verdict.value,
+            "path": path,
+            "loop_start": item.path.loop_start if item.path else None,
+        }
+    return {
+        "verdict": result.verdict.value,
+        "states": result.stats.states,
+        "transitions": result.stats.transitions,
+        "properties": properties,
+    }
 
 
 def snapshot_of(instance: Instance) -> dict[str, object]:

@@ -42,8 +42,9 @@ def header_of(path: Path) -> dict[str, Any]:
 
 def lockstep_cli(*arguments: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``lockstep ARGUMENTS`` in a subprocess, from ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "lockstep", *arguments], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "lockstep", *arguments], cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def counterexample(tmp_path: Path, protocol: str, *check: str) -> Path:
@@ -56,7 +57,16 @@ def counterexample(tmp_path: Path, protocol: str, *check: str) -> Path:
 
 def reproduce(tmp_path: Path, path: Path, *extra: str, timeout: float = 3) -> tuple[int, dict[str, Any], str]:
     """``lockstep reproduce PATH --json`` into ``tmp_path/run``: exit code, JSON result, stderr."""
-    completed = lockstep_cli("reproduce", str(path), "--hang-timeout", str(timeout), "--trace-dir", str(tmp_path / "run"),
-                             "--json", *extra, cwd=tmp_path)
+    completed = lockstep_cli(
+        "reproduce",
+        str(path),
+        "--hang-timeout",
+        str(timeout),
+        "--trace-dir",
+        str(tmp_path / "run"),
+        "--json",
+        *extra,
+        cwd=tmp_path,
+    )
     assert "Traceback" not in completed.stderr, completed.stderr
     return completed.returncode, json.loads(completed.stdout) if completed.stdout.strip() else {}, completed.stderr

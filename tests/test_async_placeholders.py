@@ -19,18 +19,41 @@ from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.semantics import unpack
 
 PROTOCOL = get_protocol("async-placeholders")
-INVARIANTS = ("in_bounds", "suffix_form", "unused_slots_empty", "repair_postcondition", "scans_agree",
-              "batch_aliases_request_list", "scan_cost_bounded", "list_matches_scheduler_count", "tokens_aligned",
-              "placeholders_nonnegative", "no_deadlock")
+INVARIANTS = (
+    "in_bounds",
+    "suffix_form",
+    "unused_slots_empty",
+    "repair_postcondition",
+    "scans_agree",
+    "batch_aliases_request_list",
+    "scan_cost_bounded",
+    "list_matches_scheduler_count",
+    "tokens_aligned",
+    "placeholders_nonnegative",
+    "no_deadlock",
+)
 # instance -> (states, transitions, {witness: length}); both variants share the state graph.
 GOLDEN = {
     "seed": (57, 83, {"repaired": 12}),
     "spec-decode": (151, 237, {"repaired": 12, "fewer_drafts_accepted": 12}),
-    "kv-load-failure": (343, 543, {"repaired": 12, "fewer_drafts_accepted": 12, "trim_left_no_placeholder": 14,
-                                   "more_ids_than_placeholders": 14}),
+    "kv-load-failure": (
+        343,
+        543,
+        {"repaired": 12, "fewer_drafts_accepted": 12, "trim_left_no_placeholder": 14, "more_ids_than_placeholders": 14},
+    ),
     "preemption": (1263, 2373, {"repaired": 12, "rejoins_with_history": 11, "discarded_chunk": 3}),
-    "all-operations": (7504, 14273, {"repaired": 12, "fewer_drafts_accepted": 12, "trim_left_no_placeholder": 14,
-                                     "more_ids_than_placeholders": 14, "rejoins_with_history": 11, "discarded_chunk": 3}),
+    "all-operations": (
+        7504,
+        14273,
+        {
+            "repaired": 12,
+            "fewer_drafts_accepted": 12,
+            "trim_left_no_placeholder": 14,
+            "more_ids_than_placeholders": 14,
+            "rejoins_with_history": 11,
+            "discarded_chunk": 3,
+        },
+    ),
     "history-toggle": (374, 588, {"repaired": 12, "repair_without_sampled_ids": 7}),
 }
 # (variant, instance) -> {violated invariant: shortest counterexample length}
@@ -57,7 +80,9 @@ def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None
     for name in INVARIANTS:
         item = result.property_result(name)
         if name in violated:
-            assert item.verdict is Verdict.VIOLATED and item.path is not None and item.path.length == violated[name], name
+            assert item.verdict is Verdict.VIOLATED and item.path is not None and item.path.length == violated[name], (
+                name
+            )
         else:
             assert item.verdict is Verdict.HOLDS, name
     for name, length in witnesses.items():
@@ -104,18 +129,36 @@ def test_finding_history_toggle_collapses_two_placeholders_into_one_token() -> N
     assert final["runner.length"] < final["queue.scheduled"][0][3]  # the list is shorter than num_output_tokens
 
 
-CROSS = [(variant, instance, name, length) for (variant, instance), violated in sorted(VIOLATIONS.items())
-         if variant == PRE_FIX for name, length in violated.items()]
+CROSS = [
+    (variant, instance, name, length)
+    for (variant, instance), violated in sorted(VIOLATIONS.items())
+    if variant == PRE_FIX
+    for name, length in violated.items()
+]
 
 
-@pytest.mark.parametrize(("variant", "instance", "name", "length"), [
-    pytest.param(*case, marks=() if case[1:3] in (("seed", "scan_cost_bounded"), ("history-toggle", "tokens_aligned"))
-                 else pytest.mark.slow) for case in CROSS])
-def test_bmc_finds_each_violation_at_exactly_the_explicit_length(variant: str, instance: str, name: str, length: int) -> None:
+@pytest.mark.parametrize(
+    ("variant", "instance", "name", "length"),
+    [
+        pytest.param(
+            *case,
+            marks=()
+            if case[1:3] in (("seed", "scan_cost_bounded"), ("history-toggle", "tokens_aligned"))
+            else pytest.mark.slow,
+        )
+        for case in CROSS
+    ],
+)
+def test_bmc_finds_each_violation_at_exactly_the_explicit_length(
+    variant: str, instance: str, name: str, length: int
+) -> None:
     target = PROTOCOL.instance(variant, instance)
     found = check(target, engine="bmc", depth=length, properties=[name]).property_result(name)
     assert found.verdict is Verdict.VIOLATED and found.path is not None and found.path.length == length
-    assert check(target, engine="bmc", depth=length - 1, properties=[name]).property_result(name).verdict is not Verdict.VIOLATED
+    assert (
+        check(target, engine="bmc", depth=length - 1, properties=[name]).property_result(name).verdict
+        is not Verdict.VIOLATED
+    )
 
 
 def _forward(values: tuple[int, ...]) -> int:
@@ -186,10 +229,18 @@ def test_the_model_repair_matches_update_async_output_token_ids() -> None:
         entry = (0, False, 0, 0, 0, True)  # RUN, not a chunk, no drafts, sent, outputs, history
         for values in _lists(4):
             for count in (1, 2, 3):
-                state = {**base, "runner.output_token_ids": values + (-1,) * (4 - len(values)), "runner.length": len(values),
-                         "runner.phase": 1, "runner.has_prev_row": True, "runner.prev_row_start": 2,
-                         "runner.prev_row_count": count, "runner.sampled_token_ids_cpu": True,
-                         "queue.scheduled": (entry,), "runner.in_batch": True}
+                state = {
+                    **base,
+                    "runner.output_token_ids": values + (-1,) * (4 - len(values)),
+                    "runner.length": len(values),
+                    "runner.phase": 1,
+                    "runner.has_prev_row": True,
+                    "runner.prev_row_start": 2,
+                    "runner.prev_row_count": count,
+                    "runner.sampled_token_ids_cpu": True,
+                    "queue.scheduled": (entry,),
+                    "runner.in_batch": True,
+                }
                 environment = Environment(state)
                 new_length = evaluate(updates["runner.length"], environment)
                 new_tokens = evaluate(updates["runner.output_token_ids"], environment)
@@ -197,7 +248,11 @@ def test_the_model_repair_matches_update_async_output_token_ids() -> None:
                 if expected[-1] == -1:
                     start = scan(values)
                     expected[start:] = [2 + offset for offset in range(min(count, len(values) - start))]
-                assert (new_tokens[:new_length], new_length) == (tuple(expected), len(expected)), (variant, values, count)
+                assert (new_tokens[:new_length], new_length) == (tuple(expected), len(expected)), (
+                    variant,
+                    values,
+                    count,
+                )
 
 
 def test_command_line_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,9 +28,17 @@ def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture
     assert "pre-fix: violated, post-fix: holds" in flat and "#36608/#38009" in flat
     code, out, _ = run(capsys, "list", "--json")
     listing = {protocol["name"]: protocol for protocol in json.loads(out)["protocols"]}
-    assert code == 0 and set(listing) == {"pp-broadcast", "dp-pause", "async-placeholders", "computed-tokens", "cudagraph-pp"}
+    assert code == 0 and set(listing) == {
+        "pp-broadcast",
+        "dp-pause",
+        "async-placeholders",
+        "computed-tokens",
+        "cudagraph-pp",
+    }
     seed = next(instance for instance in listing["dp-pause"]["instances"] if instance["name"] == "seed")
-    assert (seed["expected"]["pre-fix"], seed["expected"]["post-fix"]) == ("violated", "holds") and listing["dp-pause"]["default_variant"] == "post-fix"
+    assert (seed["expected"]["pre-fix"], seed["expected"]["post-fix"]) == ("violated", "holds") and listing["dp-pause"][
+        "default_variant"
+    ] == "post-fix"
 
 
 def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -43,7 +51,11 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
     steps = payload["counterexample"].pop("steps")
     sentence = get_protocol("dp-pause").instance("pre-fix").machine().property_named("quiescent_during_rpc").description
     assert sentence and payload["counterexample"] == {
-        "property": "quiescent_during_rpc", "description": sentence, "length": 17, "loop_start": None, "trace_file": str(trace)
+        "property": "quiescent_during_rpc",
+        "description": sentence,
+        "length": 17,
+        "loop_start": None,
+        "trace_file": str(trace),
     }
     assert {item["name"]: item["description"] for item in payload["properties"]}["quiescent_during_rpc"] == sentence
     assert len(steps) == 17 and steps[0]["index"] == 1 and steps[-1]["actor"] == "rank:1"
@@ -62,7 +74,9 @@ def test_pre_fix_json_reports_the_hang_and_writes_a_trace(capsys: pytest.Capture
     assert len(events) == 17 and events[-1]["action"] == "handle_collective_rpc"
 
 
-def test_human_report_shows_swimlanes_and_blocked_collectives(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_human_report_shows_swimlanes_and_blocked_collectives(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(tmp_path / "t.jsonl"))
     assert code == 1 and out == ""
     assert "counterexample: quiescent_during_rpc (17 steps)" in err and "mirrors (source)" in err
@@ -79,8 +93,9 @@ def test_post_fix_holds(capsys: pytest.CaptureFixture[str]) -> None:
     assert payload["verdict"] == "holds" and payload["counterexample"] is None and payload["stats"]["states"] == 48918
 
 
-def test_check_all_is_as_pinned_and_generates_the_readme_tables(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_all_is_as_pinned_and_generates_the_readme_tables(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One `check --all --json --markdown`: every pinned instance as pinned, and the README's
     protocol × variant × verdict and Findings tables are its markdown."""
     monkeypatch.chdir(tmp_path)
@@ -115,14 +130,19 @@ def test_check_all_is_as_pinned_and_generates_the_readme_tables(capsys: pytest.C
         (["check"], "name a protocol"),
     ],
 )
-def test_usage_errors_exit_2_with_a_message(capsys: pytest.CaptureFixture[str], arguments: list[str], message: str) -> None:
+def test_usage_errors_exit_2_with_a_message(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
     code, out, err = run(capsys, *arguments)
     assert code == 2
     assert message in " ".join(err.split())
     assert "Traceback" not in err and out == ""
 
 
-@pytest.mark.parametrize("arguments", [["check", "dp-pause", "--max-states", "0"], ["check", "dp-pause", "--engine", "astar"], ["frobnicate"]])
+@pytest.mark.parametrize(
+    "arguments",
+    [["check", "dp-pause", "--max-states", "0"], ["check", "dp-pause", "--engine", "astar"], ["frobnicate"]],
+)
 def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(arguments)
@@ -139,7 +159,18 @@ def test_limits_give_inconclusive_exit_3(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_a_violation_wins_over_a_limit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--max-states", "20000", "--json", "--trace-out", str(tmp_path / "t.jsonl"))
+    code, out, _ = run(
+        capsys,
+        "check",
+        "dp-pause",
+        "--variant",
+        "pre-fix",
+        "--max-states",
+        "20000",
+        "--json",
+        "--trace-out",
+        str(tmp_path / "t.jsonl"),
+    )
     payload = json.loads(out)
     assert payload["stopped"] == "max-states" and code == 1 and payload["verdict"] == "violated"
 
@@ -153,7 +184,18 @@ def test_max_depth_alone_bounds_always_properties(capsys: pytest.CaptureFixture[
 
 
 def test_dfs_finds_the_pre_fix_violation(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, out, _ = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--engine", "dfs", "--json", "--trace-out", str(tmp_path / "t.jsonl"))
+    code, out, _ = run(
+        capsys,
+        "check",
+        "dp-pause",
+        "--variant",
+        "pre-fix",
+        "--engine",
+        "dfs",
+        "--json",
+        "--trace-out",
+        str(tmp_path / "t.jsonl"),
+    )
     payload = json.loads(out)
     assert code == 1 and payload["engine"] == "dfs" and payload["counterexample"]["length"] >= 17
 
@@ -161,7 +203,10 @@ def test_dfs_finds_the_pre_fix_violation(capsys: pytest.CaptureFixture[str], tmp
 def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
     completed = subprocess.run(
         [sys.executable, "-m", "lockstep", "check", "dp-pause", "--set", "max_wave=0"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
     )
     assert completed.returncode == 2
     assert "max_wave of dp-pause must be at least 1" in " ".join(completed.stderr.split())
@@ -174,7 +219,10 @@ def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path) -> None:
 
     process = subprocess.Popen(
         [sys.executable, "-m", "lockstep", "check", "dp-pause", "--ranks", "3", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
     )
     time.sleep(4)
     process.send_signal(signal.SIGINT)
@@ -197,11 +245,19 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
         (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, not to auto"),
         (["check", "dp-pause", "--solver-timeout", "5"], "--solver-timeout applies to --engine bmc"),
         (["check", "dp-pause", "--engine", "bmc"], "--engine bmc needs --depth K"),
-        (["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--max-depth", "4"], "--max-depth applies to the explicit engines"),
-        (["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--symmetry"], "--symmetry applies to the explicit engines"),
+        (
+            ["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--max-depth", "4"],
+            "--max-depth applies to the explicit engines",
+        ),
+        (
+            ["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--symmetry"],
+            "--symmetry applies to the explicit engines",
+        ),
     ],
 )
-def test_engine_options_of_the_other_family_are_errors(capsys: pytest.CaptureFixture[str], arguments: list[str], message: str) -> None:
+def test_engine_options_of_the_other_family_are_errors(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
     code, _, err = run(capsys, *arguments)
     assert code == 2 and message in " ".join(err.split())
 
@@ -225,7 +281,16 @@ def test_a_failed_induction_step_is_shown_with_its_first_state(capsys: pytest.Ca
 
 def test_property_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     code, out, _ = run(
-        capsys, "check", "dp-pause", "--variant", "pre-fix", "--property", "no_hang", "--json", "--trace-out", str(tmp_path / "t.jsonl")
+        capsys,
+        "check",
+        "dp-pause",
+        "--variant",
+        "pre-fix",
+        "--property",
+        "no_hang",
+        "--json",
+        "--trace-out",
+        str(tmp_path / "t.jsonl"),
     )
     payload = json.loads(out)
     assert code == 1 and [item["name"] for item in payload["properties"]] == ["no_hang"]
@@ -236,10 +301,14 @@ def test_property_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert code == 2 and "--property" in err
 
 
-def test_an_unwritable_trace_file_is_reported_and_the_result_kept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_an_unwritable_trace_file_is_reported_and_the_result_kept(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder", encoding="utf-8")
-    code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(blocker / "t.jsonl"))
+    code, out, err = run(
+        capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(blocker / "t.jsonl")
+    )
     assert code == 1  # the verdict of the check, not lost
     payload = json.loads(out)
     assert payload["verdict"] == "violated" and payload["counterexample"]["trace_file"] is None

@@ -35,8 +35,16 @@ def test_the_command_is_a_package_with_one_entry_point() -> None:
     import lockstep.cli
 
     assert Path(lockstep.cli.__file__).parent == ROOT / "lockstep" / "cli"
-    old = ("cli.py", "cli_failures.py", "cli_numbers.py", "export_cli.py", "fuzz_cli.py", "reproduce_cli.py",
-           "runtime_cli.py", "trace_cli.py")
+    old = (
+        "cli.py",
+        "cli_failures.py",
+        "cli_numbers.py",
+        "export_cli.py",
+        "fuzz_cli.py",
+        "reproduce_cli.py",
+        "runtime_cli.py",
+        "trace_cli.py",
+    )
     leftovers = [name for name in old if (ROOT / "lockstep" / name).exists()]
     assert not leftovers
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -52,7 +60,10 @@ def test_constants_the_options_repeat_are_the_engines_own() -> None:
 
     assert commands.ENGINES == ENGINES
     assert (commands.DEFAULT_STEPS, commands.DEFAULT_EXAMPLES, commands.DEFAULT_SHRINK_SECONDS) == (
-        DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS)
+        DEFAULT_STEPS,
+        DEFAULT_EXAMPLES,
+        DEFAULT_SHRINK_SECONDS,
+    )
 
 
 @pytest.mark.parametrize("command", ["", *COMMANDS, "trace merge"])
@@ -60,10 +71,13 @@ def test_help_imports_nothing_heavy(command: str) -> None:
     """``--help`` of the group and of every command: no torch, z3, Hypothesis, numpy, rich tables or engines;
     no models either, except ``run`` (its options come from the runtime's registry)."""
     words = [*command.split(), "--help"]
-    probe = ("import sys\nfrom lockstep.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as stop:\n"
-             "    assert stop.code == 0, stop.code\nprint(' '.join(sorted(sys.modules)), file=sys.stderr)\n")
-    completed = subprocess.run([sys.executable, "-c", probe, *words], capture_output=True, text=True, timeout=60,
-                               env=environment(), cwd=ROOT)
+    probe = (
+        "import sys\nfrom lockstep.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit as stop:\n"
+        "    assert stop.code == 0, stop.code\nprint(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, *words], capture_output=True, text=True, timeout=60, env=environment(), cwd=ROOT
+    )
     assert completed.returncode == 0, completed.stderr
     assert "Usage: lockstep" in completed.stdout
     loaded = set(completed.stderr.split())
@@ -80,8 +94,14 @@ def complete(shell: str, words: str, current: str = "") -> list[str]:
         variables = {"COMP_WORDS": typed, "COMP_CWORD": current}
     else:
         variables = {"COMP_WORDS": typed.rstrip() if current else typed, "COMP_CWORD": str(len(words.split()))}
-    completed = subprocess.run([sys.executable, "-m", "lockstep"], capture_output=True, text=True, timeout=60, cwd=ROOT,
-                               env=environment(_LOCKSTEP_COMPLETE=f"{shell}_complete", **variables))
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockstep"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=environment(_LOCKSTEP_COMPLETE=f"{shell}_complete", **variables),
+    )
     assert completed.returncode == 0, completed.stderr
     lines = completed.stdout.splitlines()
     if shell == "bash":
@@ -96,7 +116,11 @@ def test_completion_names_protocols_variants_and_instances(shell: str) -> None:
     protocols = complete(shell, "lockstep check")
     assert protocols == ["pp-broadcast", "dp-pause", "async-placeholders", "computed-tokens", "cudagraph-pp"]
     assert complete(shell, "lockstep check dp-pause --variant") == [
-        "pre-fix", "post-fix", "ignore-wave-while-paused", "no-local-wakeup"]  # dp-pause's, not every protocol's
+        "pre-fix",
+        "post-fix",
+        "ignore-wave-while-paused",
+        "no-local-wakeup",
+    ]  # dp-pause's, not every protocol's
     instances = complete(shell, "lockstep check dp-pause --instance")
     assert instances[0] == "seed" and "stale-wave-after-resume" in instances and "decode-gap" not in instances
     assert complete(shell, "lockstep check dp-pause --instance", "double") == ["double-resume"]
@@ -110,24 +134,38 @@ def test_completion_names_protocols_variants_and_instances(shell: str) -> None:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_bash_completes_with_the_script_lockstep_prints(tmp_path: Path) -> None:
     """``lockstep completion bash`` sourced in a real bash; its completion function fills COMPREPLY."""
-    completed = subprocess.run([sys.executable, "-m", "lockstep", "completion", "bash"], capture_output=True, text=True,
-                               timeout=60, env=environment(), cwd=ROOT)
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockstep", "completion", "bash"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environment(),
+        cwd=ROOT,
+    )
     assert completed.returncode == 0 and "_LOCKSTEP_COMPLETE=bash_complete" in completed.stdout
     script = tmp_path / "lockstep-completion.bash"
     script.write_text(completed.stdout)
     shim = tmp_path / "bin" / "lockstep"  # `lockstep` on PATH runs this checkout
     shim.parent.mkdir()
-    shim.write_text(f"#!/bin/sh\nexec {sys.executable} -m lockstep \"$@\"\n")
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m lockstep "$@"\n')
     shim.chmod(0o755)
-    session = (f"source {script}\n"
-               "COMP_WORDS=(lockstep check dp-pause --variant ''); COMP_CWORD=4; _lockstep_completion lockstep\n"
-               "echo \"${COMPREPLY[*]}\"\n"
-               "COMP_WORDS=(lockstep check ''); COMP_CWORD=2; COMPREPLY=(); _lockstep_completion lockstep\n"
-               "echo \"${COMPREPLY[*]}\"\n")
+    session = (
+        f"source {script}\n"
+        "COMP_WORDS=(lockstep check dp-pause --variant ''); COMP_CWORD=4; _lockstep_completion lockstep\n"
+        'echo "${COMPREPLY[*]}"\n'
+        "COMP_WORDS=(lockstep check ''); COMP_CWORD=2; COMPREPLY=(); _lockstep_completion lockstep\n"
+        'echo "${COMPREPLY[*]}"\n'
+    )
     env = environment()
     env["PATH"] = f"{shim.parent}{os.pathsep}{env['PATH']}"
-    completed = subprocess.run(["bash", "--norc", "--noprofile", "-c", session], capture_output=True, text=True,
-                               timeout=60, env=env, cwd=tmp_path)
+    completed = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", session],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=tmp_path,
+    )
     assert completed.returncode == 0, completed.stderr
     variants, protocols = completed.stdout.splitlines()
     assert variants.split() == ["pre-fix", "post-fix", "ignore-wave-while-paused", "no-local-wakeup"]
@@ -153,9 +191,27 @@ def test_a_misspelt_command_is_refused_with_the_closest_names(capsys: pytest.Cap
 def test_run_timeout_is_the_whole_runs_wall_clock(tmp_path: Path) -> None:
     """``--hang-timeout`` is the hang limit; ``--timeout`` ends the run, hung or not, when it is up (exit 3)."""
     started = time.monotonic()
-    completed = subprocess.run([sys.executable, "-m", "lockstep", "run", "dp-pause", "--variant", "pre-fix",
-                                "--hang-timeout", "60", "--timeout", "4", "--json"],
-                               capture_output=True, text=True, timeout=120, env=environment(), cwd=tmp_path)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "dp-pause",
+            "--variant",
+            "pre-fix",
+            "--hang-timeout",
+            "60",
+            "--timeout",
+            "4",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(),
+        cwd=tmp_path,
+    )
     payload = json.loads(completed.stdout)
     assert completed.returncode == 3 and payload["outcome"] == "inconclusive", completed.stderr
     assert payload["hang_timeout"] == 60 and payload["timeout"] == 4 and payload["schema_version"] == 1
@@ -165,8 +221,14 @@ def test_run_timeout_is_the_whole_runs_wall_clock(tmp_path: Path) -> None:
 def test_fuzz_timeout_covers_importing_the_model_file(tmp_path: Path) -> None:
     model = tmp_path / "endless.py"
     model.write_text("while True:\n    pass\n")
-    completed = subprocess.run([sys.executable, "-m", "lockstep", "fuzz", "--model-file", str(model), "--timeout", "2",
-                                "--json"], capture_output=True, text=True, timeout=120, env=environment(), cwd=tmp_path)
+    completed = subprocess.run(
+        [sys.executable, "-m", "lockstep", "fuzz", "--model-file", str(model), "--timeout", "2", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environment(),
+        cwd=tmp_path,
+    )
     assert completed.returncode == 3 and "took longer than --timeout 2 s" in completed.stderr
     payload = json.loads(completed.stdout)
     assert payload["kind"] == "inconclusive" and payload["exit_code"] == 3
@@ -178,9 +240,24 @@ def test_the_wheel_ships_the_schemas_and_py_typed(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
     shutil.copytree(ROOT / "lockstep", source / "lockstep", ignore=shutil.ignore_patterns("__pycache__"))
-    completed = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                                "-q", "-w", str(tmp_path / "out"), str(source)],
-                               capture_output=True, text=True, timeout=300)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(tmp_path / "out"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     (wheel,) = (tmp_path / "out").glob("lockstep-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -194,10 +271,19 @@ def test_the_wheel_ships_the_schemas_and_py_typed(tmp_path: Path) -> None:
 def test_the_runtime_registry_is_whole_whichever_module_a_process_imports_first(first: str) -> None:
     """The CLI no longer imports the runtime at start, so a process may import a protocol's package first;
     the registry, discovered on first use, still names every protocol."""
-    probe = f"import {first}\nfrom lockstep.impl.protocols import RUNTIME_PROTOCOLS\nprint(' '.join(RUNTIME_PROTOCOLS))\n"
-    completed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
-                               env=environment(), cwd=ROOT)
-    assert completed.stdout.split() == ["async-placeholders", "computed-tokens", "cudagraph-pp", "dp-pause", "pp-broadcast"]
+    probe = (
+        f"import {first}\nfrom lockstep.impl.protocols import RUNTIME_PROTOCOLS\nprint(' '.join(RUNTIME_PROTOCOLS))\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=environment(), cwd=ROOT
+    )
+    assert completed.stdout.split() == [
+        "async-placeholders",
+        "computed-tokens",
+        "cudagraph-pp",
+        "dp-pause",
+        "pp-broadcast",
+    ]
 
 
 def test_help_version_and_no_command(capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,8 +36,9 @@ def poster(group: Communicator, op: str) -> Callable[[Term, Term], Step]:
 def toy_machine(interleaved: bool = False) -> tuple[Machine, Communicator]:
     """Three ranks that may post any op of ``group``, any payload, or send/recv to any other rank."""
     machine = Machine("collectives", hang_bound=3)
-    group = Communicator(machine, "group", Rank, OPERATIONS, payload=Payload, point_to_point=True,
-                         interleaved_point_to_point=interleaved)
+    group = Communicator(
+        machine, "group", Rank, OPERATIONS, payload=Payload, point_to_point=True, interleaved_point_to_point=interleaved
+    )
     for op in OPERATIONS:
         machine.add_action(f"post_{op}", poster(group, op), actor="rank:{rank}", rank=Rank, value=Payload)
 
@@ -179,7 +180,11 @@ def test_waiting_in_names_the_front_op() -> None:
     driver.fire("send", sender=1, receiver=2, value=1)
     driver.fire("recv", receiver=2, sender=1)
     values = unpack(driver.machine, driver.state)
-    assert [driver.group.waiting_in(values, rank) for rank in range(3)] == ["sum(group)", "send->2(group)", "recv<-1(group)"]
+    assert [driver.group.waiting_in(values, rank) for rank in range(3)] == [
+        "sum(group)",
+        "send->2(group)",
+        "recv<-1(group)",
+    ]
     assert driver.group.waiting_in(unpack(driver.machine, driver.system.initial()), 0) is None
 
 
@@ -218,7 +223,9 @@ def test_no_hang_violated_through_the_bound() -> None:
     # the shortest run: both post (pending from the first post on), then the clock ticks: two steps
     # after the first post the op has not completed
     assert [(step.action, step.arguments) for step in hang.path.steps] == [
-        ("post", {"rank": 0}), ("post", {"rank": 1}), ("tick", {}),
+        ("post", {"rank": 0}),
+        ("post", {"rank": 1}),
+        ("tick", {}),
     ]
     assert hang.detail == ""
     assert result.property_result(NO_COLLECTIVE_MISMATCH).verdict is Verdict.HOLDS
@@ -242,10 +249,19 @@ def test_no_hang_violated_at_a_deadlock_with_a_pending_op() -> None:
     ("build", "message"),
     [
         (lambda machine: Communicator(machine, "empty", Rank, {}), "communicator 'empty' offers no operations"),
-        (lambda machine: Communicator(machine, "p", Rank, {"s": OpSpec(Kind.SEND)}), "declare send/recv with point_to_point=True"),
+        (
+            lambda machine: Communicator(machine, "p", Rank, {"s": OpSpec(Kind.SEND)}),
+            "declare send/recv with point_to_point=True",
+        ),
         (lambda machine: Communicator(machine, "b", Rank, {"b": broadcast(3)}), "broadcast source 3 is not a member"),
-        (lambda machine: Communicator(machine, "g", Rank, {"sum": all_reduce_sum()}).post(0, "max"), "has no op 'max'; it offers sum"),
-        (lambda machine: Communicator(machine, "g", Rank, {"sum": all_reduce_sum()}).post(0, "sum", (1, 1)), "payload of 2 values exceeds width 1"),
+        (
+            lambda machine: Communicator(machine, "g", Rank, {"sum": all_reduce_sum()}).post(0, "max"),
+            "has no op 'max'; it offers sum",
+        ),
+        (
+            lambda machine: Communicator(machine, "g", Rank, {"sum": all_reduce_sum()}).post(0, "sum", (1, 1)),
+            "payload of 2 values exceeds width 1",
+        ),
     ],
 )
 def test_communicator_definition_errors(build: Callable[[Machine], object], message: str) -> None:

@@ -85,7 +85,9 @@ def variables_machine(state: dict[str, Value] | None = None) -> Machine:
     return machine
 
 
-def compiled_function(system: CompiledSystem, expression: Expression, parameters: tuple[str, ...] = ()) -> Callable[..., Value]:
+def compiled_function(
+    system: CompiledSystem, expression: Expression, parameters: tuple[str, ...] = ()
+) -> Callable[..., Value]:
     """The expression compiled by the system's own emitter, as ``function(state, *parameters)``."""
     source = system._emitter.source(expression)
     arguments = "".join(f", p_{name}" for name in parameters)
@@ -104,27 +106,57 @@ def outcome(compute: Callable[..., object], *arguments: object) -> tuple[str, ob
 
 # ------------------------------------------------------------------------------------------- (a) coverage
 STATE: dict[str, Value] = {
-    "n": 2, "m": -1, "flag": True, "rank": 1, "color": 2, "table": (3, 0, 1), "flags": (False, True, False),
-    "owners": (2, 2, 0), "queue": (1, 3), "pair": (2, False, 1),
+    "n": 2,
+    "m": -1,
+    "flag": True,
+    "rank": 1,
+    "color": 2,
+    "table": (3, 0, 1),
+    "flags": (False, True, False),
+    "owners": (2, 2, 0),
+    "queue": (1, 3),
+    "pair": (2, False, 1),
 }
 n, flag, rank, table, queue, pair = V["int"], V["bool"], V["rank"], V["table"], V["queue"], V["pair"]
 OPERATOR_SAMPLES: dict[Operator, Callable[[], Term | Expression]] = {
-    Operator.NOT: lambda: ~flag, Operator.AND: lambda: flag & (n > 1), Operator.OR: lambda: ~flag | (n > 2),
-    Operator.IMPLIES: lambda: flag.implies(n > 2), Operator.EQUAL: lambda: n == 2, Operator.NOT_EQUAL: lambda: n != 2,
-    Operator.LESS: lambda: n < 3, Operator.LESS_EQUAL: lambda: n <= 1, Operator.GREATER: lambda: n > 1,
-    Operator.GREATER_EQUAL: lambda: n >= 3, Operator.ADD: lambda: n + 5, Operator.SUBTRACT: lambda: n - 5,
-    Operator.MULTIPLY: lambda: n * -3, Operator.FLOOR_DIVIDE: lambda: (n - 7) // 2, Operator.MODULO: lambda: (n - 7) % 3,
-    Operator.NEGATE: lambda: -n, Operator.MINIMUM: lambda: minimum(n, 1, 4), Operator.MAXIMUM: lambda: maximum(n),
-    Operator.IF_THEN_ELSE: lambda: if_then_else(flag, n, 0), Operator.SELECT: lambda: table[rank],
-    Operator.STORE: lambda: table.set(rank, n), Operator.LENGTH: lambda: queue.length(), Operator.AT: lambda: queue[1],
-    Operator.APPEND: lambda: queue.append(n), Operator.TAIL: lambda: queue.tail(), Operator.FIELD: lambda: pair.field("owner"),
-    Operator.WITH_FIELD: lambda: pair.with_field("on", True), Operator.RECORD: lambda: record_of(Pair, count=n, on=flag, owner=0),
-    Operator.SEQUENCE: lambda: sequence_of(Queue, n, 1), Operator.MAP: lambda: Operation(Operator.MAP, (Constant(1, Small), n.expression, Constant(0, Small)), Table),
+    Operator.NOT: lambda: ~flag,
+    Operator.AND: lambda: flag & (n > 1),
+    Operator.OR: lambda: ~flag | (n > 2),
+    Operator.IMPLIES: lambda: flag.implies(n > 2),
+    Operator.EQUAL: lambda: n == 2,
+    Operator.NOT_EQUAL: lambda: n != 2,
+    Operator.LESS: lambda: n < 3,
+    Operator.LESS_EQUAL: lambda: n <= 1,
+    Operator.GREATER: lambda: n > 1,
+    Operator.GREATER_EQUAL: lambda: n >= 3,
+    Operator.ADD: lambda: n + 5,
+    Operator.SUBTRACT: lambda: n - 5,
+    Operator.MULTIPLY: lambda: n * -3,
+    Operator.FLOOR_DIVIDE: lambda: (n - 7) // 2,
+    Operator.MODULO: lambda: (n - 7) % 3,
+    Operator.NEGATE: lambda: -n,
+    Operator.MINIMUM: lambda: minimum(n, 1, 4),
+    Operator.MAXIMUM: lambda: maximum(n),
+    Operator.IF_THEN_ELSE: lambda: if_then_else(flag, n, 0),
+    Operator.SELECT: lambda: table[rank],
+    Operator.STORE: lambda: table.set(rank, n),
+    Operator.LENGTH: lambda: queue.length(),
+    Operator.AT: lambda: queue[1],
+    Operator.APPEND: lambda: queue.append(n),
+    Operator.TAIL: lambda: queue.tail(),
+    Operator.FIELD: lambda: pair.field("owner"),
+    Operator.WITH_FIELD: lambda: pair.with_field("on", True),
+    Operator.RECORD: lambda: record_of(Pair, count=n, on=flag, owner=0),
+    Operator.SEQUENCE: lambda: sequence_of(Queue, n, 1),
+    Operator.MAP: lambda: Operation(Operator.MAP, (Constant(1, Small), n.expression, Constant(0, Small)), Table),
 }
 QUANTIFIER_SAMPLES: dict[Quantifier, Callable[[], Term]] = {
-    Quantifier.ALL: lambda: all_of(Rank, lambda r: table[r] >= 0), Quantifier.ANY: lambda: any_of(Color, lambda c: c == V["color"]),
-    Quantifier.SUM: lambda: sum_of(integers(1, 3), lambda v: v * n), Quantifier.COUNT: lambda: count_of(BOOL, lambda b: b | flag),
-    Quantifier.MAXIMUM: lambda: max_of(Rank, lambda r: table[r]), Quantifier.MINIMUM: lambda: min_of(integers(-2, 0), lambda v: v),
+    Quantifier.ALL: lambda: all_of(Rank, lambda r: table[r] >= 0),
+    Quantifier.ANY: lambda: any_of(Color, lambda c: c == V["color"]),
+    Quantifier.SUM: lambda: sum_of(integers(1, 3), lambda v: v * n),
+    Quantifier.COUNT: lambda: count_of(BOOL, lambda b: b | flag),
+    Quantifier.MAXIMUM: lambda: max_of(Rank, lambda r: table[r]),
+    Quantifier.MINIMUM: lambda: min_of(integers(-2, 0), lambda v: v),
     Quantifier.MAP: lambda: map_of(Rank, lambda r: V["owners"][r], Rank),
 }
 
@@ -208,46 +240,81 @@ class ExpressionBuilder:
         quantify = self.quantify
         options: dict[str, list[Callable[[], Term]]] = {
             "int": [
-                lambda: sub("int") + sub("int"), lambda: sub("int") - sub("int"), lambda: sub("int") * sub("int"),
-                lambda: sub("int") // sub("int"), lambda: sub("int") % sub("int"), lambda: -sub("int"),
-                lambda: minimum(sub("int"), sub("int")), lambda: maximum(sub("int")), ite, lambda: sub("rank"),
-                lambda: if_then_else(sub("bool"), sub("rank"), sub("int")), lambda: sub("table")[sub("rank")],
-                lambda: sub("table")[sub("int")], lambda: sub("queue").length(), lambda: sub("queue")[sub("int")],
-                lambda: sub("queue").head(), lambda: sub("pair").field("count"),
+                lambda: sub("int") + sub("int"),
+                lambda: sub("int") - sub("int"),
+                lambda: sub("int") * sub("int"),
+                lambda: sub("int") // sub("int"),
+                lambda: sub("int") % sub("int"),
+                lambda: -sub("int"),
+                lambda: minimum(sub("int"), sub("int")),
+                lambda: maximum(sub("int")),
+                ite,
+                lambda: sub("rank"),
+                lambda: if_then_else(sub("bool"), sub("rank"), sub("int")),
+                lambda: sub("table")[sub("rank")],
+                lambda: sub("table")[sub("int")],
+                lambda: sub("queue").length(),
+                lambda: sub("queue")[sub("int")],
+                lambda: sub("queue").head(),
+                lambda: sub("pair").field("count"),
                 lambda: sum_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("int"))),
                 lambda: count_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("bool"))),
                 lambda: max_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("int"))),
                 lambda: min_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("int"))),
             ],
             "bool": [
-                lambda: ~sub("bool"), lambda: sub("bool") & sub("bool"), lambda: sub("bool") | sub("bool"),
-                lambda: sub("bool").implies(sub("bool")), lambda: sub("int") == sub("int"), lambda: sub("int") != sub("int"),
-                lambda: sub("int") < sub("int"), lambda: sub("int") <= sub("int"), lambda: sub("int") > sub("int"),
-                lambda: sub("int") >= sub("int"), lambda: sub("rank") == sub("rank"), lambda: sub("color") != sub("color"),
-                lambda: sub("flags")[sub("rank")], lambda: sub("table") == sub("table"), lambda: sub("queue") == sub("queue"),
-                lambda: sub("pair") == sub("pair"), lambda: sub("owners") != sub("owners"), lambda: sub("queue").is_empty(),
-                lambda: sub("pair").field("on"), ite,
+                lambda: ~sub("bool"),
+                lambda: sub("bool") & sub("bool"),
+                lambda: sub("bool") | sub("bool"),
+                lambda: sub("bool").implies(sub("bool")),
+                lambda: sub("int") == sub("int"),
+                lambda: sub("int") != sub("int"),
+                lambda: sub("int") < sub("int"),
+                lambda: sub("int") <= sub("int"),
+                lambda: sub("int") > sub("int"),
+                lambda: sub("int") >= sub("int"),
+                lambda: sub("rank") == sub("rank"),
+                lambda: sub("color") != sub("color"),
+                lambda: sub("flags")[sub("rank")],
+                lambda: sub("table") == sub("table"),
+                lambda: sub("queue") == sub("queue"),
+                lambda: sub("pair") == sub("pair"),
+                lambda: sub("owners") != sub("owners"),
+                lambda: sub("queue").is_empty(),
+                lambda: sub("pair").field("on"),
+                ite,
                 lambda: all_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("bool"))),
                 lambda: any_of(QUANTIFIED[k := self.domain()], quantify(k, lambda _: sub("bool"))),
             ],
             "rank": [lambda: sub("owners")[sub("rank")], lambda: sub("pair").field("owner"), ite],
             "color": [ite, lambda: if_then_else(sub("bool"), "GREEN", sub("color"))],
             "table": [
-                lambda: sub("table").set(sub("rank"), sub("int")), lambda: sub("table").set(sub("int"), sub("int")), ite,
+                lambda: sub("table").set(sub("rank"), sub("int")),
+                lambda: sub("table").set(sub("int"), sub("int")),
+                ite,
                 lambda: map_of(Rank, quantify("rank", lambda _: sub("int")), Small),
             ],
-            "flags": [lambda: sub("flags").set(sub("rank"), sub("bool")), ite, lambda: map_of(Rank, quantify("rank", lambda _: sub("bool")), BOOL)],
+            "flags": [
+                lambda: sub("flags").set(sub("rank"), sub("bool")),
+                ite,
+                lambda: map_of(Rank, quantify("rank", lambda _: sub("bool")), BOOL),
+            ],
             "owners": [
-                lambda: sub("owners").set(sub("rank"), sub("int")), ite,
+                lambda: sub("owners").set(sub("rank"), sub("int")),
+                ite,
                 lambda: map_of(Rank, quantify("rank", lambda _: sub("int")), Rank),
             ],
             "queue": [
-                lambda: sub("queue").append(sub("int")), lambda: sub("queue").tail(), ite,
+                lambda: sub("queue").append(sub("int")),
+                lambda: sub("queue").tail(),
+                ite,
                 lambda: sequence_of(Queue, *[sub("int") for _ in range(self.draw(st.integers(0, 3)))]),  # type: ignore[call-overload]
             ],
             "pair": [
-                lambda: sub("pair").with_field("count", sub("int")), lambda: sub("pair").with_field("owner", sub("int")),
-                lambda: sub("pair").with_field("on", sub("bool")), ite,
+                lambda: sub("pair").with_field("count", sub("int")),
+                lambda: sub("pair").with_field("owner", sub("int")),
+                lambda: sub("pair").with_field("on", sub("bool")),
+                ite,
                 lambda: record_of(Pair, count=sub("int"), on=sub("bool"), owner=sub("rank")),
             ],
         }
@@ -293,7 +360,9 @@ def test_compiled_transitions_and_properties_equal_the_interpreter(
     assert outcome(lambda: compiled.transitions(packed)) == outcome(lambda: interpreted.transitions(packed))
     for position in range(len(machine.properties)):
         assert outcome(compiled.holds, position, packed) == outcome(interpreted.holds, position, packed)
-        assert outcome(compiled.holds_at_deadlock, position, packed) == outcome(interpreted.holds_at_deadlock, position, packed)
+        assert outcome(compiled.holds_at_deadlock, position, packed) == outcome(
+            interpreted.holds_at_deadlock, position, packed
+        )
     assert outcome(lambda: compiled.is_final(packed)) == outcome(lambda: interpreted.is_final(packed))
 
 
@@ -356,14 +425,22 @@ def test_dp_pause_compiled_steps_equal_interpreted_steps(variant: str, order: st
 
 # ------------------------------------------------------------------------------------------- (d) stays_in_sort
 TARGETS: dict[str, tuple[Sort, ...]] = {
-    "int": (Small, Signed, Rank, INTEGER), "bool": (BOOL,), "rank": (Rank, Small), "color": (Color,),
-    "table": (Table, MapSort(Rank, Signed)), "flags": (Flags,), "owners": (Owners, Table),
-    "queue": (Queue, SequenceSort(Small, 1), SequenceSort(Signed, 3)), "pair": (Pair,),
+    "int": (Small, Signed, Rank, INTEGER),
+    "bool": (BOOL,),
+    "rank": (Rank, Small),
+    "color": (Color,),
+    "table": (Table, MapSort(Rank, Signed)),
+    "flags": (Flags,),
+    "owners": (Owners, Table),
+    "queue": (Queue, SequenceSort(Small, 1), SequenceSort(Signed, 3)),
+    "pair": (Pair,),
 }
 
 
 @given(expressions(), states())
-def test_stays_in_sort_never_vouches_for_a_value_outside_the_sort(drawn: tuple[str, Term], state: dict[str, Value]) -> None:
+def test_stays_in_sort_never_vouches_for_a_value_outside_the_sort(
+    drawn: tuple[str, Term], state: dict[str, Value]
+) -> None:
     kind, term = drawn
     for sort in TARGETS[kind]:
         if stays_in_sort(term.expression, sort):

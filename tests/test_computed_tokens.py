@@ -15,23 +15,53 @@ PROTOCOL = get_protocol("computed-tokens")
 # (variant, instance): (states, transitions, {property: (verdict, length)} for every property with a
 # path or a verdict other than holds; every other property holds).
 GOLDEN = {
-    ("pre-fix", "seed"): (56, 78, {"U3_bounded_slack": ("violated", 13), "all_finished": ("holds", 12), "optimistic_bound": ("holds", 9)}),
+    ("pre-fix", "seed"): (
+        56,
+        78,
+        {"U3_bounded_slack": ("violated", 13), "all_finished": ("holds", 12), "optimistic_bound": ("holds", 9)},
+    ),
     ("post-fix", "seed"): (56, 78, {"all_finished": ("holds", 12), "optimistic_bound": ("holds", 9)}),
-    ("pre-fix", "sync-scheduling"): (17, 16, {"U2_exact": ("violated", 10), "U3_bounded_slack": ("violated", 10),
-                                              "U6_mirror_converges": ("violated", 10), "all_finished": ("holds", 8)}),
+    ("pre-fix", "sync-scheduling"): (
+        17,
+        16,
+        {
+            "U2_exact": ("violated", 10),
+            "U3_bounded_slack": ("violated", 10),
+            "U6_mirror_converges": ("violated", 10),
+            "all_finished": ("holds", 8),
+        },
+    ),
     ("post-fix", "sync-scheduling"): (17, 16, {"all_finished": ("holds", 8)}),
-    ("pre-fix", "chunked-prefill"): (64, 90, {"U3_bounded_slack": ("violated", 17), "all_finished": ("holds", 16),
-                                              "optimistic_bound": ("holds", 13)}),
+    ("pre-fix", "chunked-prefill"): (
+        64,
+        90,
+        {"U3_bounded_slack": ("violated", 17), "all_finished": ("holds", 16), "optimistic_bound": ("holds", 13)},
+    ),
     ("post-fix", "chunked-prefill"): (64, 90, {"all_finished": ("holds", 16), "optimistic_bound": ("holds", 13)}),
-    ("pre-fix", "pipeline"): (109, 167, {"U3_bounded_slack": ("violated", 19), "all_finished": ("holds", 17),
-                                         "optimistic_bound": ("holds", 13)}),
+    ("pre-fix", "pipeline"): (
+        109,
+        167,
+        {"U3_bounded_slack": ("violated", 19), "all_finished": ("holds", 17), "optimistic_bound": ("holds", 13)},
+    ),
     ("post-fix", "pipeline"): (109, 167, {"all_finished": ("holds", 17), "optimistic_bound": ("holds", 13)}),
-    ("pre-fix", "context-limit"): (104, 148, {"U3_bounded_slack": ("violated", 13), "U3_within_max_model_len": ("violated", 21),
-                                              "U6_mirror_converges": ("violated", 18), "all_finished": ("holds", 16),
-                                              "optimistic_bound": ("holds", 9)}),
+    ("pre-fix", "context-limit"): (
+        104,
+        148,
+        {
+            "U3_bounded_slack": ("violated", 13),
+            "U3_within_max_model_len": ("violated", 21),
+            "U6_mirror_converges": ("violated", 18),
+            "all_finished": ("holds", 16),
+            "optimistic_bound": ("holds", 9),
+        },
+    ),
     ("post-fix", "context-limit"): (91, 134, {"all_finished": ("holds", 16), "optimistic_bound": ("holds", 9)}),
     ("pre-fix", "sync-pipeline-early-drafts"): (85, 130, {"U2_exact": ("violated", 19), "all_finished": ("holds", 18)}),
-    ("post-fix", "sync-pipeline-early-drafts"): (85, 130, {"U2_exact": ("violated", 19), "all_finished": ("holds", 18)}),
+    ("post-fix", "sync-pipeline-early-drafts"): (
+        85,
+        130,
+        {"U2_exact": ("violated", 19), "all_finished": ("holds", 18)},
+    ),
 }
 
 
@@ -43,7 +73,14 @@ def test_golden_counts_verdicts_and_lengths(variant: str, instance: str) -> None
     assert (result.stats.states, result.stats.transitions) == (states, transitions)
     seen = {item.name: (item.verdict.value, item.path.length if item.path else None) for item in result.properties}
     assert {name: value for name, value in seen.items() if value[0] != "holds" or value[1] is not None} == notable
-    assert set(seen) >= {"U1_sound", "U2_exact", "U3_bounded_slack", "U4_prefill_progress", "U5_padding", "U6_mirror_converges"}
+    assert set(seen) >= {
+        "U1_sound",
+        "U2_exact",
+        "U3_bounded_slack",
+        "U4_prefill_progress",
+        "U5_padding",
+        "U6_mirror_converges",
+    }
     assert result.verdict.value == spec.expected
 
 
@@ -65,13 +102,19 @@ def test_pre_fix_seed_counterexample_is_the_mirror_drifting_by_two_rejected_draf
     upper, seq_len = final["metadata.seq_lens_cpu_upper_bound"][0][0], final["metadata.seq_lens"][0][0]
     allowed = final["metadata.allowed_slack"][0][0]
     assert (upper, seq_len, allowed) == (7, 5, 1)  # two rejected drafts in the mirror, one draft in flight
-    assert final["runner.num_computed_tokens_np"][0][0] == 5 and final["metadata.scheduler_num_computed_tokens"][0][0] == 4
+    assert (
+        final["runner.num_computed_tokens_np"][0][0] == 5 and final["metadata.scheduler_num_computed_tokens"][0][0] == 4
+    )
 
 
 # Each property the explicit engine finds violated in pre-fix: BMC finds it at exactly that length, not before.
-VIOLATIONS = [(instance, name, length) for (variant, instance), (_, _, notable) in sorted(GOLDEN.items())
-              if variant == "pre-fix" and instance in ("seed", "sync-scheduling")
-              for name, (verdict, length) in notable.items() if verdict == "violated"]
+VIOLATIONS = [
+    (instance, name, length)
+    for (variant, instance), (_, _, notable) in sorted(GOLDEN.items())
+    if variant == "pre-fix" and instance in ("seed", "sync-scheduling")
+    for name, (verdict, length) in notable.items()
+    if verdict == "violated"
+]
 
 
 @pytest.mark.parametrize(("instance", "name", "length"), VIOLATIONS)
@@ -105,10 +148,16 @@ def test_bmc_witnesses_of_the_optimistic_bound_have_the_explicit_length() -> Non
 
 
 def test_k_induction_proves_u1_u3_u4_for_post_fix_at_every_depth() -> None:
-    result = check(PROTOCOL.instance("post-fix"), engine="induction", induction_k=1,
-                   properties=["U1_sound", "U3_bounded_slack", "U4_prefill_progress"])
+    result = check(
+        PROTOCOL.instance("post-fix"),
+        engine="induction",
+        induction_k=1,
+        properties=["U1_sound", "U3_bounded_slack", "U4_prefill_progress"],
+    )
     assert {item.name: (item.verdict, item.detail) for item in result.properties} == {
-        name: (Verdict.HOLDS, "proved by 1-induction") for name in ("U1_sound", "U3_bounded_slack", "U4_prefill_progress")}
+        name: (Verdict.HOLDS, "proved by 1-induction")
+        for name in ("U1_sound", "U3_bounded_slack", "U4_prefill_progress")
+    }
 
 
 def test_without_the_strengthening_induction_proves_nothing() -> None:
@@ -118,9 +167,20 @@ def test_without_the_strengthening_induction_proves_nothing() -> None:
     assert result.property_result("U3_bounded_slack").verdict is Verdict.INCONCLUSIVE
 
 
-@pytest.mark.parametrize(("instance", "overrides"), [("seed", {}), ("sync-scheduling", {}), ("chunked-prefill", {}),
-                                                     ("pipeline", {}), ("seed", {"requests": 2}), ("seed", {"ranks": 3})])
-def test_strengthening_invariants_hold_in_every_reachable_post_fix_state(instance: str, overrides: dict[str, int]) -> None:
+@pytest.mark.parametrize(
+    ("instance", "overrides"),
+    [
+        ("seed", {}),
+        ("sync-scheduling", {}),
+        ("chunked-prefill", {}),
+        ("pipeline", {}),
+        ("seed", {"requests": 2}),
+        ("seed", {"ranks": 3}),
+    ],
+)
+def test_strengthening_invariants_hold_in_every_reachable_post_fix_state(
+    instance: str, overrides: dict[str, int]
+) -> None:
     parameters = PROTOCOL.instance("post-fix", instance, overrides=overrides or None).parameters
     result = check(build("post-fix", parameters, invariants_as_properties=True))
     invariants = [item for item in result.properties if item.name.startswith("invariant_")]

@@ -34,8 +34,16 @@ def cli_json(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, 
 def run_config(folder: Path, variant: str) -> RunConfig:
     """The config of the run that recorded a dp-pause fixture (its header says so)."""
     parameters = json.loads((folder / "rank-0.jsonl").read_text().split("\n")[0])["parameters"]
-    return RunConfig(protocol="dp-pause", variant=variant, scenario=parameters["scenario"], ranks=parameters["ranks"],
-                     requests=parameters["requests"], sync_interval=parameters["sync_interval"], seed=0, timeout=10.0)
+    return RunConfig(
+        protocol="dp-pause",
+        variant=variant,
+        scenario=parameters["scenario"],
+        ranks=parameters["ranks"],
+        requests=parameters["requests"],
+        sync_interval=parameters["sync_interval"],
+        seed=0,
+        timeout=10.0,
+    )
 
 
 def with_header(folder: Path, target: Path, change: Any) -> Path:
@@ -49,10 +57,12 @@ def with_header(folder: Path, target: Path, change: Any) -> Path:
     return target
 
 
-@pytest.mark.parametrize(("folder", "variant"), [(RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "post-fix"),
-                                                 (PRE_FIX_RUNTIME, "pre-fix")])
-def test_every_entry_point_gives_one_trace_one_verdict(folder: Path, variant: str,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("folder", "variant"), [(RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "pre-fix")]
+)
+def test_every_entry_point_gives_one_trace_one_verdict(
+    folder: Path, variant: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``lockstep replay``, ``lockstep.testing``, the checkers' function and the runtime's own replay
     (``lockstep run``, ``fuzz --impl``) agree on the verdict, the evidence and the exemptions."""
     code, cli = cli_json(capsys, str(folder), "--variant", variant, "--profile", "runtime")
@@ -72,11 +82,11 @@ def test_every_entry_point_gives_one_trace_one_verdict(folder: Path, variant: st
 
 def test_the_pytest_plugin_gives_the_same_verdict(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        f'''
+        f"""
         def test_runtime(lockstep_assert_conforms):
             result = lockstep_assert_conforms({str(RUNTIME)!r}, profile="runtime")
             assert result["verdict"] == "conforms" and result["events"] == 89
-        '''
+        """
     )
     pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
@@ -98,8 +108,9 @@ def without_rank_1(target: Path, unrecorded: list[str] | None) -> Path:
     return target
 
 
-def test_a_header_that_exempts_a_deleted_rank_does_not_conform(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_header_that_exempts_a_deleted_rank_does_not_conform(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Rank 1's events deleted, and the header exempts every rank, the client and the coordinator
     (a trace that conformed before): the trace may not widen its own check (exit 2, naming the
     field) unless the caller trusts it, and even trusted, a silent rank is no evidence."""
@@ -116,21 +127,33 @@ def test_a_header_that_exempts_a_deleted_rank_does_not_conform(tmp_path: Path,
     assert code == 3 and trusted["verdict"] == "inconclusive" and "no events from rank:1" in trusted["missing_evidence"]
     origins = {item["name"]: item["origin"] for item in trusted["exempt"]}
     assert origins["rank:*"] == "header (trusted)" and origins["client"] == "header (trusted)"
-    code, exempted = cli_json(capsys, str(trace), "--profile", "runtime", "--unrecorded", "rank:*",
-                              "--unrecorded", "client", "--unrecorded", "coordinator")
+    code, exempted = cli_json(
+        capsys,
+        str(trace),
+        "--profile",
+        "runtime",
+        "--unrecorded",
+        "rank:*",
+        "--unrecorded",
+        "client",
+        "--unrecorded",
+        "coordinator",
+    )
     assert code == 0 and exempted["verdict"] == "conforms"  # the caller's own exemption: its choice, listed
     assert {"name": "rank:*", "origin": "caller"} in exempted["exempt"]
 
 
-def test_a_deleted_rank_without_a_widening_header_is_not_conforming(tmp_path: Path,
-                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_deleted_rank_without_a_widening_header_is_not_conforming(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, result = cli_json(capsys, str(without_rank_1(tmp_path / "silent.jsonl", None)), "--profile", "runtime")
     assert code != 0 and result["verdict"] != "conforms"
 
 
 @pytest.mark.parametrize(("name", "value"), [("hang_bound", 30), ("settle_before_resume", 1), ("max_wave", 9)])
 def test_a_header_parameter_that_differs_from_the_callers_is_bad_input(
-        name: str, value: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    name: str, value: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     def change(header: dict[str, Any]) -> None:
         header["parameters"][name] = value
 
@@ -197,6 +220,7 @@ def test_assert_conforms_takes_what_it_requires() -> None:
 def test_a_recorder_profile_in_code_exempts_what_the_recorder_cannot_see(tmp_path: Path) -> None:
     """The vLLM instrumentation's profile names its unrecorded actions; a header listing the same
     ones is then no widening."""
+
     def as_instrumented(header: dict[str, Any]) -> None:
         header["parameters"]["unrecorded"] = ["coordinator", "client_read_publication"]
 
@@ -212,7 +236,9 @@ def test_guard_coverage_counts_conjuncts_seen_true_and_false(capsys: pytest.Capt
     from jsonschema import Draft202012Validator
 
     code, result = cli_json(capsys, str(RUNTIME), "--profile", "runtime", "--guard-coverage")
-    schema = json.loads((Path(__file__).resolve().parents[1] / "lockstep" / "schemas" / "replay.schema.json").read_text())
+    schema = json.loads(
+        (Path(__file__).resolve().parents[1] / "lockstep" / "schemas" / "replay.schema.json").read_text()
+    )
     Draft202012Validator(schema).validate(result)
     guards = result["coverage"]["guards"]
     assert code == 0 and guards["conjuncts"] and not guards["never_true"]

@@ -12,7 +12,8 @@ and the properties BMC is asked there. Together they cover every shortest violat
 finds on those seeds (a coverage test fails if a model change makes one longer than its entry's
 depth), so every model has its lengths pinned, dp-pause included. Where the depth also reaches
 the diameter (computed-tokens, async-placeholders, cudagraph-pp) the properties BFS proves are
-checked up to the diameter too. pp-broadcast's seeds (diameters 28-38) are checked to their violations and witnesses only (all
+checked up to the diameter too. pp-broadcast's seeds (diameters 28-38) are checked to their violations and witnesses
+only (all
 properties to 12; skip-disagree's ``no_hang``/``no_deadlock`` alone to 28);
 dp-pause's seeds are asked only their violated properties (pre-fix: ``quiescent_during_rpc`` at 17,
 ~45 s of CPU; ignore-wave-while-paused: ``no_hang``/``no_deadlock`` at 13, ~28 s): BMC's per-depth
@@ -67,7 +68,9 @@ FAST_UNCOVERED = {
 }
 SLOW_DEPTH = 40  # the slow tier goes to the deepest BFS length, or the diameter, up to this cap
 SLOW_DEPTH_DP_PAUSE = 20  # dp-pause: BMC's per-depth time doubles beyond ~12
-INSTANCES = {f"{instance.protocol.name}:{instance.variant}:{instance.name}": instance for instance in pinned_instances()}
+INSTANCES = {
+    f"{instance.protocol.name}:{instance.variant}:{instance.name}": instance for instance in pinned_instances()
+}
 
 
 @cache
@@ -94,15 +97,23 @@ def compare(key: str, depth: int, asked: tuple[str, ...] | None) -> None:
             assert mine.verdict is Verdict.INCONCLUSIVE
         elif kinds[name] is PropertyKind.SOMETIMES:
             if length is not None and length <= depth:
-                assert mine.verdict is Verdict.HOLDS and mine.path is not None, f"{name}: BFS witness at {length}, BMC {mine.verdict}"
+                assert mine.verdict is Verdict.HOLDS and mine.path is not None, (
+                    f"{name}: BFS witness at {length}, BMC {mine.verdict}"
+                )
                 assert mine.path.length == length, f"{name}: BFS witness at {length}, BMC at {mine.path.length}"
             else:
-                assert mine.verdict is Verdict.INCONCLUSIVE and mine.path is None, f"BMC witnesses {name} earlier than BFS"
+                assert mine.verdict is Verdict.INCONCLUSIVE and mine.path is None, (
+                    f"BMC witnesses {name} earlier than BFS"
+                )
         elif length is not None and length <= depth:
-            assert mine.verdict is Verdict.VIOLATED and mine.path is not None, f"{name}: BFS violation at {length}, BMC {mine.verdict}"
+            assert mine.verdict is Verdict.VIOLATED and mine.path is not None, (
+                f"{name}: BFS violation at {length}, BMC {mine.verdict}"
+            )
             assert mine.path.length == length, f"{name}: BFS violation at {length}, BMC at {mine.path.length}"
         else:
-            assert mine.verdict is Verdict.HOLDS_WITHIN_BOUND, f"BMC: {name} {mine.verdict} within {depth}; BFS: {length}"
+            assert mine.verdict is Verdict.HOLDS_WITHIN_BOUND, (
+                f"BMC: {name} {mine.verdict} within {depth}; BFS: {length}"
+            )
     shortest = reference.counterexample
     if shortest is not None and shortest.path is not None and shortest.path.length <= depth:
         if asked is None or shortest.name in asked:
@@ -118,13 +129,23 @@ def test_the_fast_tier_covers_every_model_and_pins_each_seed_length() -> None:
     for key in sorted({key for key, _, _ in FAST}):
         assert key in INSTANCES, key
         lengths = {name: length for name, length in _lengths(explicit(key)).items() if length is not None}
-        covered = {name for entry, depth, asked in FAST if entry == key for name in lengths
-                   if (asked is None or name in asked) and lengths[name] <= depth}
+        covered = {
+            name
+            for entry, depth, asked in FAST
+            if entry == key
+            for name in lengths
+            if (asked is None or name in asked) and lengths[name] <= depth
+        }
         assert {name: lengths[name] for name in set(lengths) - covered} == FAST_UNCOVERED.get(key, {}), key
 
 
-@pytest.mark.parametrize(("key", "depth", "asked"), [
-    pytest.param(key, depth, asked, id=f"{key}@{depth}" + ("" if asked is None else f"[{','.join(asked)}]")) for key, depth, asked in FAST])
+@pytest.mark.parametrize(
+    ("key", "depth", "asked"),
+    [
+        pytest.param(key, depth, asked, id=f"{key}@{depth}" + ("" if asked is None else f"[{','.join(asked)}]"))
+        for key, depth, asked in FAST
+    ],
+)
 def test_bmc_pins_the_explicit_lengths_on_the_seeds(key: str, depth: int, asked: tuple[str, ...] | None) -> None:
     """BMC agrees with BFS as the module docstring says; every entry pins at least one length."""
     lengths = {name: length for name, length in _lengths(explicit(key)).items() if asked is None or name in asked}

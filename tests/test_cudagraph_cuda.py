@@ -66,14 +66,21 @@ class Configuration:
 
 
 CONFIGURATIONS = {
-    "defaults": Configuration(DEFAULTS["largest_capture_size"], DEFAULTS["max_num_reqs"], DEFAULTS["decode_query_len"],
-                              2, DEFAULTS["hidden_size"]),
+    "defaults": Configuration(
+        DEFAULTS["largest_capture_size"],
+        DEFAULTS["max_num_reqs"],
+        DEFAULTS["decode_query_len"],
+        2,
+        DEFAULTS["hidden_size"],
+    ),
     "largest": Configuration(8, 4, 2, 3, 64),  # the size settings' upper bounds (decode_query_len 2), three stages
 }
 GRAPHS = {"cuda": CudaGraph, "emulated": EmulatedGraph}
 PARAMETERS: dict[str, list[Any]] = {
-    "scenario": list(SCENARIOS), "variant": [POST_FIX, NO_PERSISTENT_BUFFER, NO_COPY_IN, PRE_FIX],
-    "configuration": list(CONFIGURATIONS), "graphs": list(GRAPHS),
+    "scenario": list(SCENARIOS),
+    "variant": [POST_FIX, NO_PERSISTENT_BUFFER, NO_COPY_IN, PRE_FIX],
+    "configuration": list(CONFIGURATIONS),
+    "graphs": list(GRAPHS),
 }
 
 
@@ -97,16 +104,20 @@ class StageStep:
 class SingleProcessPipeline:
     """Every stage on one CUDA device with its own ``GraphManager`` and the worker's buffers for ``variant``."""
 
-    def __init__(self, variant: str, scenario: str, configuration: Configuration, graphs: str,
-                 device: torch.device) -> None:
+    def __init__(
+        self, variant: str, scenario: str, configuration: Configuration, graphs: str, device: torch.device
+    ) -> None:
         self.device = device
         self.variant, self.configuration = variant, configuration
         largest, hidden = configuration.largest, configuration.hidden_size
         self.pipeline = Pipeline(SEED, configuration.stages, hidden, self.device)
-        self.plan = DescriptorPlan.build(SCENARIOS[scenario], largest, largest, configuration.max_num_reqs,
-                                         configuration.decode_query_len)
-        self.managers = [GraphManager(stage, self.pipeline, configuration.max_num_reqs, graphs == "cuda")
-                         for stage in range(configuration.stages)]
+        self.plan = DescriptorPlan.build(
+            SCENARIOS[scenario], largest, largest, configuration.max_num_reqs, configuration.decode_query_len
+        )
+        self.managers = [
+            GraphManager(stage, self.pipeline, configuration.max_num_reqs, graphs == "cuda")
+            for stage in range(configuration.stages)
+        ]
         self.input_ids = torch.zeros(largest, dtype=torch.int64, device=self.device)
         self.persistent: list[Tensors | None] = [None] * configuration.stages
         if variant in (POST_FIX, NO_COPY_IN):
@@ -127,7 +138,9 @@ class SingleProcessPipeline:
                 elif persistent is not None:
                     inputs = {key: tensor[:rows] for key, tensor in persistent.items()}
                 else:  # v0.18.0 _dummy_run: new intermediate tensors for every capture
-                    inputs = {key: torch.zeros(rows, self.configuration.hidden_size, device=self.device) for key in KEYS}
+                    inputs = {
+                        key: torch.zeros(rows, self.configuration.hidden_size, device=self.device) for key in KEYS
+                    }
                     self.capture_buffers[stage, descriptor.label] = inputs
                 manager.capture(descriptor, inputs)
 
@@ -164,7 +177,7 @@ def scheduled_batches(configuration: Configuration) -> Iterator[tuple[int, int, 
         for tokens in range(1, configuration.largest + 1):
             for requests in range(1, min(tokens, configuration.max_num_reqs) + 1):
                 uniform = tokens == requests * multiple
-                for decode in ([uniform] if multiple == 1 else [False, True] if uniform else [False]):
+                for decode in [uniform] if multiple == 1 else [False, True] if uniform else [False]:
                     yield tokens, requests, decode
 
 
@@ -223,8 +236,11 @@ def check_stage_replays(scenario: str, variant: str, configuration: str, graphs:
         assert all(isinstance(graph, GRAPHS[graphs]) for found in manager.captured.values() for graph in found.graphs)
         for found in manager.captured.values():  # every input a graph recorded is on the device
             assert all(tensor.device.type == device.type for graph in found.graphs for tensor in graph.inputs.values())
-    recorded = {(stage, label): dict(found.graphs[0].input_pointers)
-                for stage, manager in enumerate(process.managers) for label, found in manager.captured.items()}
+    recorded = {
+        (stage, label): dict(found.graphs[0].input_pointers)
+        for stage, manager in enumerate(process.managers)
+        for label, found in manager.captured.items()
+    }
     output_addresses: dict[tuple[int, str], dict[str, int]] = {}
     replays, closest = 0, 0.0
     for step, (tokens, requests, decode) in enumerate(scheduled_batches(sizes)):
@@ -235,10 +251,13 @@ def check_stage_replays(scenario: str, variant: str, configuration: str, graphs:
         for stage, (part, eager) in enumerate(zip(done, reference)):
             where = f"step {step} ({tokens} tokens, {requests} requests, decode {decode}) {label} stage {stage}"
             difference = max(float((part.output[key][:tokens] - eager[key]).abs().max()) for key in eager)
-            equal = all(torch.allclose(part.output[key][:tokens], eager[key], atol=TOLERANCE, rtol=TOLERANCE)
-                        for key in eager)
+            equal = all(
+                torch.allclose(part.output[key][:tokens], eager[key], atol=TOLERANCE, rtol=TOLERANCE) for key in eager
+            )
             expected = expected_equal_to_eager(variant, stage, descriptor)
-            assert equal == expected, f"{where}: equal to eager {equal}, expected {expected} (max |diff| {difference:.3g})"
+            assert equal == expected, (
+                f"{where}: equal to eager {equal}, expected {expected} (max |diff| {difference:.3g})"
+            )
             assert expected or difference > DIFFERENT, f"{where}: stale by only {difference:.3g}"
             closest = max(closest, difference) if expected else closest
             if descriptor is None:
@@ -248,8 +267,9 @@ def check_stage_replays(scenario: str, variant: str, configuration: str, graphs:
             seen = output_addresses.setdefault((stage, label), pointers(part.output))
             assert pointers(part.output) == seen, f"{where}: the graph's outputs moved"
             found = process.managers[stage].captured[label]
-            assert pointers(found.inputs) == found.graphs[0].input_pointers == recorded[stage, label], \
+            assert pointers(found.inputs) == found.graphs[0].input_pointers == recorded[stage, label], (
                 f"{where}: a recorded input moved"
+            )
             if stage == 0:
                 assert found.graphs[0].input_pointers == {"input_ids": process.input_ids.data_ptr()}
                 continue
@@ -274,8 +294,10 @@ def main() -> int:
     device = torch.device("cuda")
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
     failed = passed = 0
-    checks = ((test_graph_replays_what_the_recorded_tensors_hold, check_graph_replays),
-              (test_stage_replays_against_eager, check_stage_replays))
+    checks = (
+        (test_graph_replays_what_the_recorded_tensors_hold, check_graph_replays),
+        (test_stage_replays_against_eager, check_stage_replays),
+    )
     for test, check in checks:
         names = list(inspect.signature(test).parameters)
         for values in itertools.product(*(PARAMETERS[name] for name in names)):

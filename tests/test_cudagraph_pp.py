@@ -46,8 +46,12 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
     ("full-adjustment", "full-and-piecewise"): (441, 690, {}, 16),
     ("no-send-wait", "full-and-piecewise"): (570, 870, {"A2_freshness": 18, "A3_sender_reuse": 15}, 16),
 }
-VIOLATIONS = [(variant, instance, name, length) for (variant, instance), (_, _, violated, _) in GOLDEN.items()
-              for name, length in violated.items() if length is not None]
+VIOLATIONS = [
+    (variant, instance, name, length)
+    for (variant, instance), (_, _, violated, _) in GOLDEN.items()
+    for name, length in violated.items()
+    if length is not None
+]
 
 
 @pytest.mark.parametrize(("variant", "instance"), list(GOLDEN))
@@ -57,7 +61,9 @@ def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None
 
 
 def test_every_variant_and_instance_is_pinned() -> None:
-    assert {(variant.name, instance.name) for variant in PROTOCOL.variants for instance in PROTOCOL.instances} == set(GOLDEN)
+    assert {(variant.name, instance.name) for variant in PROTOCOL.variants for instance in PROTOCOL.instances} == set(
+        GOLDEN
+    )
 
 
 def test_pre_fix_is_eager_only_so_the_sometimes_property_has_no_witness() -> None:
@@ -76,7 +82,9 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path, monk
     capsys.readouterr()
 
 
-def steps_of(variant: str, name: str, instance: str = "seed") -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
+def steps_of(
+    variant: str, name: str, instance: str = "seed"
+) -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
     result = check(PROTOCOL.instance(variant, instance))
     path = result.property_result(name).path
     assert path is not None
@@ -127,7 +135,9 @@ def test_no_send_wait_overwrites_the_buffer_being_sent() -> None:
     ("variant", "instance", "name", "length"),
     [pytest.param(*row, marks=pytest.mark.slow) if row[1] != "seed" else row for row in VIOLATIONS],
 )
-def test_bmc_finds_each_violation_at_exactly_the_explicit_length(variant: str, instance: str, name: str, length: int) -> None:
+def test_bmc_finds_each_violation_at_exactly_the_explicit_length(
+    variant: str, instance: str, name: str, length: int
+) -> None:
     pinned = PROTOCOL.instance(variant, instance)
     at = check(pinned, engine="bmc", depth=length, properties=[name]).property_result(name)
     assert at.verdict is Verdict.VIOLATED and at.path is not None and at.path.length == length
@@ -145,8 +155,11 @@ def test_bmc_agrees_on_the_witness() -> None:
 @pytest.mark.parametrize("mode", [0, 1, 2, 3])
 def test_post_fix_holds_beyond_the_seed(mode: int) -> None:
     """Three stages, three steps would be larger; these already take every runtime path."""
-    for overrides in ({"ranks": 3}, {"largest_capture_size": 4, "max_num_tokens": 5, "max_num_reqs": 3},
-                      {"decode_query_len": 2, "largest_capture_size": 4, "max_num_reqs": 2}):
+    for overrides in (
+        {"ranks": 3},
+        {"largest_capture_size": 4, "max_num_tokens": 5, "max_num_reqs": 3},
+        {"decode_query_len": 2, "largest_capture_size": 4, "max_num_reqs": 2},
+    ):
         result = check(PROTOCOL.instance("post-fix", overrides={**overrides, "cudagraph_mode": mode}))
         assert result.verdict is Verdict.HOLDS, (mode, overrides)
 

@@ -49,7 +49,9 @@ def test_the_documented_model_behaves_as_the_document_says(model_file: Path) -> 
     assert pre.verdict is Verdict.VIOLATED
     hang = pre.property_result("no_hang")
     assert hang.verdict is Verdict.VIOLATED and hang.path is not None and hang.path.length == 7
-    assert pre.counterexample is not None and pre.counterexample.path is not None and pre.counterexample.path.length == 7
+    assert (
+        pre.counterexample is not None and pre.counterexample.path is not None and pre.counterexample.path.length == 7
+    )
     assert [step.action for step in hang.path.steps][-1] == "stop_locally"
     post = check(protocol.instance("post-fix"))
     assert post.verdict is Verdict.HOLDS
@@ -61,12 +63,26 @@ def test_the_documented_model_behaves_as_the_document_says(model_file: Path) -> 
     namespace["test_pre_fix_hangs"]()  # type: ignore[operator]
 
 
-def test_the_documented_commands(capsys: pytest.CaptureFixture[str], model_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_documented_commands(
+    capsys: pytest.CaptureFixture[str], model_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert run(capsys, "list", "--model-file", str(model_file))[0] == 0
     assert run(capsys, "check", "--model-file", str(model_file), "--variant", "pre-fix")[0] == 1
     assert run(capsys, "check", "--model-file", str(model_file), "--variant", "post-fix")[0] == 0
-    code, out, _ = run(capsys, "check", "--model-file", str(model_file), "--variant", "pre-fix", "--engine", "bmc", "--depth", "8", "--json")
+    code, out, _ = run(
+        capsys,
+        "check",
+        "--model-file",
+        str(model_file),
+        "--variant",
+        "pre-fix",
+        "--engine",
+        "bmc",
+        "--depth",
+        "8",
+        "--json",
+    )
     assert code == 1 and json.loads(out)["counterexample"]["length"] == 7
     code, out, _ = run(capsys, "check", "--all", "--model-file", str(model_file), "--json")
     assert code == 0 and [item["protocol"] for item in json.loads(out)["checks"]] == ["early-stop", "early-stop"]
@@ -75,9 +91,27 @@ def test_the_documented_commands(capsys: pytest.CaptureFixture[str], model_file:
     code, _, err = run(capsys, "check", "dp-pause", "--model-file", str(model_file))
     assert code == 2 and "defines protocol 'early-stop', not 'dp-pause'" in err
     for engine in ("bfs", "bfs-vec"):  # a model file runs on the vectorised kernels too, with the reference's figures
-        code, out, _ = run(capsys, "check", "--model-file", str(model_file), "--variant", "pre-fix", "--engine", engine, "--ranks", "4", "--json")
+        code, out, _ = run(
+            capsys,
+            "check",
+            "--model-file",
+            str(model_file),
+            "--variant",
+            "pre-fix",
+            "--engine",
+            engine,
+            "--ranks",
+            "4",
+            "--json",
+        )
         payload = json.loads(out)
-        figures = (code, payload["engine"], payload["stats"]["states"], payload["stats"]["transitions"], payload["counterexample"]["length"])
+        figures = (
+            code,
+            payload["engine"],
+            payload["stats"]["states"],
+            payload["stats"]["transitions"],
+            payload["counterexample"]["length"],
+        )
         if engine == "bfs":
             reference = figures[2:]
         else:
@@ -92,7 +126,9 @@ def test_the_documented_commands(capsys: pytest.CaptureFixture[str], model_file:
         ("VALUE = 1\nraise RuntimeError('boom')\n", "early_stop.py:2: loading the model failed: RuntimeError: boom"),
     ],
 )
-def test_a_bad_model_file_is_exit_2_with_file_and_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, source: str, message: str) -> None:
+def test_a_bad_model_file_is_exit_2_with_file_and_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, source: str, message: str
+) -> None:
     file = tmp_path / "early_stop.py"
     file.write_text(source)
     code, out, err = run(capsys, "check", "--model-file", str(file))
@@ -108,7 +144,9 @@ def test_a_missing_or_non_python_model_file(tmp_path: Path) -> None:
         load_model_file(tmp_path / "model.txt")
 
 
-def test_an_entry_point_registers_a_protocol_by_name(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_entry_point_registers_a_protocol_by_name(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     package = tmp_path / "third_party_models"
     package.mkdir()
     (package / "__init__.py").write_text("")

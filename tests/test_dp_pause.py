@@ -129,7 +129,10 @@ PINS = {
     ("aborted-stale-request", "no-local-wakeup"): (11618, {"no_hang": 52}),
     ("fair-liveness", "pre-fix"): (33732, {"no_hang": 20}),
     ("fair-liveness", "post-fix"): (48918, {}),
-    ("fair-liveness", "ignore-wave-while-paused"): (24490, {"no_hang": 13, "pause_returns": 13, "resume_eventually_serves": 34}),
+    ("fair-liveness", "ignore-wave-while-paused"): (
+        24490,
+        {"no_hang": 13, "pause_returns": 13, "resume_eventually_serves": 34},
+    ),
     ("fair-liveness", "no-local-wakeup"): (48918, {}),
     ("sync-interval-2", "pre-fix"): (46249, {"no_hang": 20}),
     ("sync-interval-2", "post-fix"): (60306, {}),
@@ -146,11 +149,14 @@ PINS = {
 }
 
 
-SLOW_STATES = 500_000  # larger pins run in the slow tier; `check --all` (the main job, and CI's test of it) still checks their verdicts
+# Larger pins run in the slow tier; `check --all` (the main job, and CI's test of it) still checks their verdicts.
+SLOW_STATES = 500_000
 
 
-@pytest.mark.parametrize(("name", "variant"), [
-    pytest.param(*key, marks=pytest.mark.slow) if PINS[key][0] > SLOW_STATES else key for key in sorted(PINS)])
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [pytest.param(*key, marks=pytest.mark.slow) if PINS[key][0] > SLOW_STATES else key for key in sorted(PINS)],
+)
 def test_pinned_instance(name: str, variant: str) -> None:
     instance = PROTOCOL.instance(variant, name)
     result = check(instance)
@@ -175,7 +181,10 @@ def test_finding_double_resume_one_rank_alone_in_the_resume_barrier() -> None:
     hang = result.property_result("no_hang")
     assert hang.path is not None
     actions = [step.action for step in hang.path.steps]
-    assert actions.count("client_resume_returned") == 1 and "handle_resume" in actions[actions.index("client_resume_returned"):]
+    assert (
+        actions.count("client_resume_returned") == 1
+        and "handle_resume" in actions[actions.index("client_resume_returned") :]
+    )
     assert "resume_max(engine_dp)" in blocked_summary(result.machine, hang.path)
 
 
@@ -206,12 +215,19 @@ def test_every_action_names_the_vllm_functions_it_mirrors() -> None:
     for name in ("seed", "modes", "barrier-request", "double-resume"):
         for variant in PROTOCOL.variants:
             machine = PROTOCOL.instance(variant.name, name).machine()
-            unnamed = [action.name for action in machine.actions if not action.actor.startswith("group:") and not action.mirrors]
+            unnamed = [
+                action.name
+                for action in machine.actions
+                if not action.actor.startswith("group:") and not action.mirrors
+            ]
             assert unnamed == [], (variant.name, name)
     pre, post = (PROTOCOL.instance(variant).machine() for variant in ("pre-fix", "post-fix"))
     assert "_pause_complete" in post.action_named("handle_pause").mirrors
     assert "_pause_complete" not in pre.action_named("handle_pause").mirrors
-    assert "sync_dp_state" in post.action_named("finish_sync").mirrors and "has_unfinished_dp" in pre.action_named("finish_sync").mirrors
+    assert (
+        "sync_dp_state" in post.action_named("finish_sync").mirrors
+        and "has_unfinished_dp" in pre.action_named("finish_sync").mirrors
+    )
 
 
 def test_counterexample_swimlanes_name_the_vllm_functions() -> None:
@@ -226,7 +242,9 @@ def test_counterexample_swimlanes_name_the_vllm_functions() -> None:
     console.print(swimlanes(result.machine, shortest.path, "counterexample"))
     text = console.export_text()
     assert "mirrors (source)" in text
-    assert "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in text  # the stale wave, handled after pause returned
+    assert (
+        "DPEngineCoreProc._handle_client_request(START_DP_WAVE)" in text
+    )  # the stale wave, handled after pause returned
     assert "_handle_client_request(UTILITY) → EngineCoreProc.pause_scheduler (None at once if not has_work())" in text
     assert "_handle_client_request(UTILITY) → EngineCore.collective_rpc" in text
     steps = steps_json(result.machine, shortest.path)
@@ -253,7 +271,9 @@ def test_no_local_wakeup_leaves_the_sender_of_start_wave_idle_while_its_peer_ste
 def test_fair_liveness_holds_post_fix_and_the_ignoring_mutant_never_answers_pause() -> None:
     post = check(PROTOCOL.instance("post-fix", "fair-liveness"))
     assert {name: post.property_result(name).verdict for name in ("pause_returns", "resume_eventually_serves")} == {
-        "pause_returns": Verdict.HOLDS, "resume_eventually_serves": Verdict.HOLDS}
+        "pause_returns": Verdict.HOLDS,
+        "resume_eventually_serves": Verdict.HOLDS,
+    }
     mutant = check(PROTOCOL.instance("ignore-wave-while-paused", "fair-liveness"))
     l1 = mutant.property_result("pause_returns")
     assert l1.verdict is Verdict.VIOLATED and l1.path is not None

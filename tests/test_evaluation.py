@@ -50,7 +50,10 @@ Case = tuple[str, Callable[[], Term | Expression], Value]
 
 OPERATOR_CASES: dict[Operator, list[Case]] = {
     Operator.NOT: [("~flag", lambda: ~flag, False), ("~other", lambda: ~other, True)],
-    Operator.AND: [("flag & other", lambda: flag & other, False), ("flag & ~other & flag", lambda: flag & ~other & flag, True)],
+    Operator.AND: [
+        ("flag & other", lambda: flag & other, False),
+        ("flag & ~other & flag", lambda: flag & ~other & flag, True),
+    ],
     Operator.OR: [("other | flag", lambda: other | flag, True), ("other | ~flag", lambda: other | ~flag, False)],
     Operator.IMPLIES: [
         ("other -> flag", lambda: other.implies(flag), True),
@@ -58,7 +61,10 @@ OPERATOR_CASES: dict[Operator, list[Case]] = {
         ("flag -> flag", lambda: flag.implies(flag), True),
     ],
     Operator.EQUAL: [("x == 2", lambda: x == 2, True), ("mode == BLUE", lambda: mode == "BLUE", False)],
-    Operator.NOT_EQUAL: [("x != y", lambda: x != y, True), ("queue != <1, 2>", lambda: queue != sequence_of(Queue, 1, 2), False)],
+    Operator.NOT_EQUAL: [
+        ("x != y", lambda: x != y, True),
+        ("queue != <1, 2>", lambda: queue != sequence_of(Queue, 1, 2), False),
+    ],
     Operator.LESS: [("x < y", lambda: x < y, True), ("y < x", lambda: y < x, False)],
     Operator.LESS_EQUAL: [("x <= 2", lambda: x <= 2, True), ("y <= x", lambda: y <= x, False)],
     Operator.GREATER: [("y > x", lambda: y > x, True), ("x > 2", lambda: x > 2, False)],
@@ -71,9 +77,15 @@ OPERATOR_CASES: dict[Operator, list[Case]] = {
     Operator.NEGATE: [("-x", lambda: -x, -2)],
     Operator.MINIMUM: [("min(y, x, 5)", lambda: minimum(y, x, 5), 2), ("min(y)", lambda: minimum(y), 3)],
     Operator.MAXIMUM: [("max(y, x, 5)", lambda: maximum(y, x, 5), 5), ("max(x)", lambda: maximum(x), 2)],
-    Operator.IF_THEN_ELSE: [("other ? x : y", lambda: if_then_else(other, x, y), 3), ("flag ? x : y", lambda: if_then_else(flag, x, y), 2)],
+    Operator.IF_THEN_ELSE: [
+        ("other ? x : y", lambda: if_then_else(other, x, y), 3),
+        ("flag ? x : y", lambda: if_then_else(flag, x, y), 2),
+    ],
     Operator.SELECT: [("table[rank]", lambda: table[rank], 0), ("table[0]", lambda: table[0], 3)],
-    Operator.STORE: [("table.set(rank, 2)", lambda: table.set(rank, 2), (3, 2)), ("table.set(0, 1)", lambda: table.set(0, 1), (1, 0))],
+    Operator.STORE: [
+        ("table.set(rank, 2)", lambda: table.set(rank, 2), (3, 2)),
+        ("table.set(0, 1)", lambda: table.set(0, 1), (1, 0)),
+    ],
     Operator.LENGTH: [("len(queue)", lambda: queue.length(), 2), ("len(empty)", lambda: empty.length(), 0)],
     Operator.AT: [("queue[1]", lambda: queue[1], 2), ("head(queue)", lambda: queue.head(), 1)],
     Operator.APPEND: [("empty + 3", lambda: empty.append(3), (3,)), ("queue + x", lambda: queue.append(x), (1, 2, 2))],
@@ -125,7 +137,9 @@ def test_every_operator_and_quantifier_has_a_case() -> None:
     assert set(QUANTIFIER_CASES) == set(Quantifier), f"no case for {set(Quantifier) - set(QUANTIFIER_CASES)}"
 
 
-def _flatten(cases: dict[Operator, list[Case]] | dict[Quantifier, list[Case]]) -> list[tuple[object, str, Callable[[], Term | Expression], Value]]:
+def _flatten(
+    cases: dict[Operator, list[Case]] | dict[Quantifier, list[Case]],
+) -> list[tuple[object, str, Callable[[], Term | Expression], Value]]:
     return [(member, label, build, expected) for member, entries in cases.items() for label, build, expected in entries]
 
 
@@ -133,16 +147,24 @@ OPERATOR_TABLE = _flatten(OPERATOR_CASES)
 QUANTIFIER_TABLE = _flatten(QUANTIFIER_CASES)
 
 
-@pytest.mark.parametrize(("operator", "label", "build", "expected"), OPERATOR_TABLE, ids=[row[1] for row in OPERATOR_TABLE])
-def test_operator_values(operator: Operator, label: str, build: Callable[[], Term | Expression], expected: Value) -> None:
+@pytest.mark.parametrize(
+    ("operator", "label", "build", "expected"), OPERATOR_TABLE, ids=[row[1] for row in OPERATOR_TABLE]
+)
+def test_operator_values(
+    operator: Operator, label: str, build: Callable[[], Term | Expression], expected: Value
+) -> None:
     expression = _expression(build)
     assert isinstance(expression, Operation) and expression.operator is operator, label
     value = evaluate(expression, ENVIRONMENT)
     assert value == expected and type(value) is type(expected)
 
 
-@pytest.mark.parametrize(("quantifier", "label", "build", "expected"), QUANTIFIER_TABLE, ids=[row[1] for row in QUANTIFIER_TABLE])
-def test_quantifier_values(quantifier: Quantifier, label: str, build: Callable[[], Term | Expression], expected: Value) -> None:
+@pytest.mark.parametrize(
+    ("quantifier", "label", "build", "expected"), QUANTIFIER_TABLE, ids=[row[1] for row in QUANTIFIER_TABLE]
+)
+def test_quantifier_values(
+    quantifier: Quantifier, label: str, build: Callable[[], Term | Expression], expected: Value
+) -> None:
     expression = _expression(build)
     assert getattr(expression, "quantifier", None) is quantifier, label
     value = evaluate(expression, ENVIRONMENT)
@@ -159,7 +181,7 @@ def test_leaves_read_state_parameters_and_bindings() -> None:
 
 
 def test_nested_comprehensions_see_outer_bindings() -> None:
-    matrix = count_of(Rank, lambda first: any_of(Rank, lambda second: (table[first] > table[second])))
+    matrix = count_of(Rank, lambda first: any_of(Rank, lambda second: table[first] > table[second]))
     assert evaluate(matrix.expression, ENVIRONMENT) == 1
 
 

@@ -39,7 +39,8 @@ def actions_of(path: Path | None) -> list[str]:
 def assert_replayable(machine: Machine, path: Path) -> None:
     """Each step's state is a successor of the previous one under the step's action and arguments."""
     last_leaves_sort = path.steps != () and not all(
-        machine.variables[name].sort.contains(value) for name, value in zip(machine.variables, path.final_state, strict=True)
+        machine.variables[name].sort.contains(value)
+        for name, value in zip(machine.variables, path.final_state, strict=True)
     )
     assert first_invalid_step(InterpretedSystem(machine), path, ends_out_of_bounds=last_leaves_sort) is None
 
@@ -54,7 +55,9 @@ def test_counts_of_a_complete_search(compiled: bool) -> None:
     assert result.stats.depth == 4
     assert result.stopped is None and result.warnings == []
     assert [(p.name, p.verdict) for p in result.properties] == [
-        (IN_BOUNDS, Verdict.HOLDS), ("bounded", Verdict.HOLDS), (NO_DEADLOCK, Verdict.HOLDS)
+        (IN_BOUNDS, Verdict.HOLDS),
+        ("bounded", Verdict.HOLDS),
+        (NO_DEADLOCK, Verdict.HOLDS),
     ]
     assert result.verdict is Verdict.HOLDS and result.exit_code == 0 and result.engine == "bfs"
 
@@ -64,9 +67,15 @@ def test_transitions_count_every_enabled_argument_tuple(compiled: bool) -> None:
     machine = Machine("indexed")
     Which = IndexSort("Which", 2)
     counters = machine.variable("counters", MapSort(Which, integers(0, 2)), (0, 0))
-    machine.add_action("inc", lambda which: Step(counters[which] < 2, {counters: counters.set(which, counters[which] + 1)}),
-                       actor="counter:{which}", which=Which)
-    machine.add_action("noop", lambda which, other: Step(which != other), actor="counter:{which}", which=Which, other=Which)
+    machine.add_action(
+        "inc",
+        lambda which: Step(counters[which] < 2, {counters: counters.set(which, counters[which] + 1)}),
+        actor="counter:{which}",
+        which=Which,
+    )
+    machine.add_action(
+        "noop", lambda which, other: Step(which != other), actor="counter:{which}", which=Which, other=Which
+    )
     machine.set_final(counters[0] + counters[1] == 4)
     result = check(machine, compiled=compiled)
     assert result.stats.states == 9
@@ -163,8 +172,10 @@ def test_a_violation_found_before_a_limit_still_wins() -> None:
     assert result.verdict is Verdict.VIOLATED
 
 
-@pytest.mark.parametrize(("max_depth", "states", "verdict"), [(2, 6, Verdict.HOLDS_WITHIN_BOUND), (3, 8, Verdict.HOLDS_WITHIN_BOUND),
-                                                              (4, 9, Verdict.VIOLATED)])
+@pytest.mark.parametrize(
+    ("max_depth", "states", "verdict"),
+    [(2, 6, Verdict.HOLDS_WITHIN_BOUND), (3, 8, Verdict.HOLDS_WITHIN_BOUND), (4, 9, Verdict.VIOLATED)],
+)
 def test_max_depth_bounds_the_search(max_depth: int, states: int, verdict: Verdict) -> None:
     machine, a, b = two_counters()
     machine.always("not_both_two", ~((a == 2) & (b == 2)))
@@ -184,7 +195,9 @@ def test_max_depth_alone_gives_holds_within_bound() -> None:
     machine.always("bounded", a + b <= 4)
     result = check(machine, limits=Limits(max_depth=1))
     assert {p.name: p.verdict for p in result.properties} == {
-        IN_BOUNDS: Verdict.HOLDS_WITHIN_BOUND, "bounded": Verdict.HOLDS_WITHIN_BOUND, NO_DEADLOCK: Verdict.HOLDS_WITHIN_BOUND
+        IN_BOUNDS: Verdict.HOLDS_WITHIN_BOUND,
+        "bounded": Verdict.HOLDS_WITHIN_BOUND,
+        NO_DEADLOCK: Verdict.HOLDS_WITHIN_BOUND,
     }
     assert result.verdict is Verdict.HOLDS_WITHIN_BOUND and result.exit_code == 0
 
@@ -246,7 +259,9 @@ def test_model_errors_surface_from_both_systems(compiled: bool) -> None:
 
 def test_unknown_engine_and_order_are_refused() -> None:
     machine, _, _ = two_counters()
-    with pytest.raises(UsageError, match="unknown engine 'astar'; engines: auto, bfs, dfs, bfs-vec, bfs-gpu, bmc, induction"):
+    with pytest.raises(
+        UsageError, match="unknown engine 'astar'; engines: auto, bfs, dfs, bfs-vec, bfs-gpu, bmc, induction"
+    ):
         check(machine, engine="astar")
     with pytest.raises(ValueError, match="unknown search order 'random'"):
         ExplicitSearch(system_for(machine.finish()), order="random")
@@ -283,8 +298,14 @@ def test_exit_codes_and_the_shortest_counterexample() -> None:
     machine.always("middle", a + b < 2)
     result = check(machine)
     assert result.counterexample is not None and result.counterexample.name == "early"
-    assert [(p.name, p.path.length) for p in result.properties if p.path is not None] == [("late", 4), ("early", 1), ("middle", 2)]
-    assert Statistics(states=10, seconds=2.0).states_per_second == 5.0 and Statistics(states=10).states_per_second == 0.0
+    assert [(p.name, p.path.length) for p in result.properties if p.path is not None] == [
+        ("late", 4),
+        ("early", 1),
+        ("middle", 2),
+    ]
+    assert (
+        Statistics(states=10, seconds=2.0).states_per_second == 5.0 and Statistics(states=10).states_per_second == 0.0
+    )
 
 
 def test_fingerprints_are_stable_across_processes() -> None:
@@ -303,7 +324,11 @@ def test_fingerprints_are_stable_across_processes() -> None:
     )
     for seed in ("0", "12345"):
         completed = subprocess.run(
-            [sys.executable, "-c", program], capture_output=True, text=True, env={"PYTHONHASHSEED": seed, "PATH": ""}, check=True
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+            check=True,
         )
         assert completed.stdout.strip() == here
     assert len(here) == 16 and fingerprint((1, (True, 2))) != fingerprint((1, (True, 3)))

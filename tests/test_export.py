@@ -57,11 +57,18 @@ def assert_chrome_trace(document: dict) -> list[dict]:  # type: ignore[type-arg]
     return events
 
 
-@pytest.mark.parametrize("recording, actors", [
-    pytest.param(COLLECTIVES_ONLY, {"rank:0", "rank:1"}, id="collectives-only"),
-    pytest.param(RUNTIME, {"client", "coordinator", "rank:0", "rank:1"}, id="recorded"),  # rank 1 enters worker_dp#2 before rank 0 completes #1
-])
-def test_perfetto_export_of_a_runtime_recording(capsys: pytest.CaptureFixture[str], tmp_path: Path, recording: Path, actors: set[str]) -> None:
+@pytest.mark.parametrize(
+    "recording, actors",
+    [
+        pytest.param(COLLECTIVES_ONLY, {"rank:0", "rank:1"}, id="collectives-only"),
+        pytest.param(
+            RUNTIME, {"client", "coordinator", "rank:0", "rank:1"}, id="recorded"
+        ),  # rank 1 enters worker_dp#2 before rank 0 completes #1
+    ],
+)
+def test_perfetto_export_of_a_runtime_recording(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, recording: Path, actors: set[str]
+) -> None:
     output = tmp_path / "trace.json"
     code, _, err = run(capsys, "export", str(recording), "--format", "perfetto", "-o", str(output))
     assert code == 0 and "wrote" in err
@@ -79,7 +86,9 @@ def test_perfetto_export_of_a_counterexample(capsys: pytest.CaptureFixture[str])
     code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "perfetto")
     assert code == 0
     events = assert_chrome_trace(json.loads(out))
-    assert sum(1 for event in events if event["ph"] == "X") == sum(1 for line in COUNTEREXAMPLE.open() if line.strip()) - 1
+    assert (
+        sum(1 for event in events if event["ph"] == "X") == sum(1 for line in COUNTEREXAMPLE.open() if line.strip()) - 1
+    )
 
 
 def itf_decode(sort: Sort, value: object) -> object:
@@ -137,27 +146,35 @@ def test_dot_and_graphml_of_a_trace_path(capsys: pytest.CaptureFixture[str], tmp
     assert code == 0
     (graph,) = pydot.graph_from_dot_data(out)
     assert len(graph.get_edges()) == events and len(graph.get_nodes()) >= events + 1
-    code, out, _ = run(capsys, "export", str(COUNTEREXAMPLE), "--format", "graphml", "-o", str(tmp_path / "path.graphml"))
+    code, out, _ = run(
+        capsys, "export", str(COUNTEREXAMPLE), "--format", "graphml", "-o", str(tmp_path / "path.graphml")
+    )
     assert code == 0
     parsed = nx.read_graphml(tmp_path / "path.graphml")
     assert parsed.number_of_nodes() == events + 1 and parsed.number_of_edges() == events
     assert nx.is_directed_acyclic_graph(parsed) and max(dict(parsed.out_degree()).values()) == 1
     labels = [data["label"] for _, _, data in parsed.edges(data=True)]
-    assert labels[0] == 'client: client_add_request(rank=0)'
+    assert labels[0] == "client: client_add_request(rank=0)"
 
 
 def test_state_graph_of_a_small_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     source = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
     model = tmp_path / "early_stop.py"
     model.write_text(source)
-    states = check(__import__("lockstep.models.external", fromlist=["x"]).load_model_file(model).instance("post-fix")).stats.states
+    states = check(
+        __import__("lockstep.models.external", fromlist=["x"]).load_model_file(model).instance("post-fix")
+    ).stats.states
     code, out, _ = run(capsys, "graph", "--model-file", str(model), "--variant", "post-fix", "--format", "dot")
     assert code == 0
     (graph,) = pydot.graph_from_dot_data(out)
     assert len([node for node in graph.get_nodes() if node.get_name() not in ("node", "edge", "graph")]) == states
-    code, _, _ = run(capsys, "graph", "--model-file", str(model), "--format", "graphml", "-o", str(tmp_path / "g.graphml"))
+    code, _, _ = run(
+        capsys, "graph", "--model-file", str(model), "--format", "graphml", "-o", str(tmp_path / "g.graphml")
+    )
     assert code == 0 and nx.read_graphml(tmp_path / "g.graphml").number_of_nodes() == states
-    code, _, err = run(capsys, "graph", "dp-pause", "--format", "dot", "--max-states", "50", "-o", str(tmp_path / "cut.dot"))
+    code, _, err = run(
+        capsys, "graph", "dp-pause", "--format", "dot", "--max-states", "50", "-o", str(tmp_path / "cut.dot")
+    )
     assert code == 3 and "the graph is partial" in err
 
 
@@ -182,13 +199,28 @@ def test_bad_trace_input_is_exit_2(capsys: pytest.CaptureFixture[str], tmp_path:
     assert code == 2 and out == "" and "broken.jsonl:1" in err and "Traceback" not in err
 
 
-def test_show_draws_control_characters_from_a_trace_as_escapes(capsys: pytest.CaptureFixture[str],
-                                                               tmp_path: Path) -> None:
-    header = {"format": "lockstep-trace", "version": 1, "protocol": "dp-pause\x1b[2J", "variant": "post-fix",
-              "instance": "seed", "parameters": {}, "source": {"kind": "runtime"}}
-    events = [{"index": 0, "actor": "rank:0", "action": "step\x1b]0;owned\x07", "args": {}},
-              {"index": 1, "actor": "rank:0", "action": "enter", "args": {"communicator": "c\u202e", "op": "x\r"},
-               "clock": {"c\u202e": 1}}]
+def test_show_draws_control_characters_from_a_trace_as_escapes(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    header = {
+        "format": "lockstep-trace",
+        "version": 1,
+        "protocol": "dp-pause\x1b[2J",
+        "variant": "post-fix",
+        "instance": "seed",
+        "parameters": {},
+        "source": {"kind": "runtime"},
+    }
+    events = [
+        {"index": 0, "actor": "rank:0", "action": "step\x1b]0;owned\x07", "args": {}},
+        {
+            "index": 1,
+            "actor": "rank:0",
+            "action": "enter",
+            "args": {"communicator": "c\u202e", "op": "x\r"},
+            "clock": {"c\u202e": 1},
+        },
+    ]
     trace = tmp_path / "controls.jsonl"
     trace.write_text("\n".join(json.dumps(line) for line in [header, *events]) + "\n")
     code, out, _ = run(capsys, "show", str(trace), "--no-replay")

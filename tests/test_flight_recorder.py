@@ -27,10 +27,14 @@ CROSS = "ranks 0,1 in all_reduce#2 of group 0 (default_pg); rank 2 last posted b
 EXPECTED = {
     "gloo-desync": ("desync", DESYNC),
     "gloo-cross": ("hang", CROSS),
-    "gloo-wrapped": ("hang", "rank 0 in all_reduce#11 of group 0 (default_pg); "
-                             "rank 1 last posted all_reduce#10 of group 0 (default_pg)"),
-    "gloo-desync-torch2.11": ("desync", "rank 0 in all_reduce#3 of group 0 (default_pg); "
-                                        "rank 1 in barrier#3 of group 0 (default_pg)"),
+    "gloo-wrapped": (
+        "hang",
+        "rank 0 in all_reduce#11 of group 0 (default_pg); rank 1 last posted all_reduce#10 of group 0 (default_pg)",
+    ),
+    "gloo-desync-torch2.11": (
+        "desync",
+        "rank 0 in all_reduce#3 of group 0 (default_pg); rank 1 in barrier#3 of group 0 (default_pg)",
+    ),
     "nccl-live-torch2.11": ("consistent", ""),
 }
 
@@ -63,7 +67,9 @@ def test_the_nccl_watchdog_dump_shows_the_op_that_timed_out() -> None:
     assert [item.state for item in group.operations[0]] == ["completed", "completed", "scheduled"]
     assert tensor_parallel.label == "group 1 (tp)" and tensor_parallel.verdict == "consistent"
     assert "only one rank's dump" in diagnosis.warnings[0]
-    assert read_dump(FIXTURES / "nccl-timeout-torch2.11" / "nccl_trace_rank_0").communication_library_version == "2.28.9"
+    assert (
+        read_dump(FIXTURES / "nccl-timeout-torch2.11" / "nccl_trace_rank_0").communication_library_version == "2.28.9"
+    )
 
 
 def test_the_desync_names_the_first_disagreement_and_the_frames_of_each_waiting_rank() -> None:
@@ -154,8 +160,10 @@ def test_a_truncated_dump_is_named_not_a_traceback(tmp_path: Path, encoding: str
         ({"rank0.json": b'{"version": "2.10"}'}, "rank0.json: no entries"),
         ({"rank0.json": b'{"entries": []}'}, "rank0.json: no format version"),
         ({"rank0.json": b'{"version": "2.10", "entries": [{"state": "done"}]}'}, "entry 0: process_group"),
-        ({"rank0.json": b'{"version": "2.10", "entries": []}', "rank0": b'{"version": "2.10", "entries": []}'},
-         "two dumps for rank 0"),
+        (
+            {"rank0.json": b'{"version": "2.10", "entries": []}', "rank0": b'{"version": "2.10", "entries": []}'},
+            "two dumps for rank 0",
+        ),
         ({"README.md": b"x"}, "no flight-recorder dumps"),
     ],
 )
@@ -184,8 +192,9 @@ def test_one_rank_only_and_mixed_versions_are_warnings(tmp_path: Path) -> None:
     (tmp_path / "rank1.json").write_text(json.dumps(document))
     directory = read_directory(tmp_path)
     assert any("format version 2.9" in warning for warning in directory.warnings)
-    assert any("different format versions (rank0.json 2.10, rank1.json 2.9)" in warning
-               for warning in directory.warnings)
+    assert any(
+        "different format versions (rank0.json 2.10, rank1.json 2.9)" in warning for warning in directory.warnings
+    )
     assert diagnose(directory).verdict == "desync"
 
 
@@ -205,8 +214,12 @@ def test_pickle_and_json_dumps_of_the_same_run_diagnose_alike() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="the stock analyzer needs torch")
 def test_the_stock_analyzer_crashes_on_the_gloo_desync_that_lockstep_diagnoses() -> None:
     folder = FIXTURES / "gloo-desync" / "pickle"
-    completed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
-                               capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode != 0
     assert "KeyError" in completed.stderr
     assert diagnose_directory(folder).verdict == "desync"

@@ -51,7 +51,9 @@ def test_a_rule_per_action_an_invariant_per_safety_property() -> None:
     invariants = [invariant.function.__name__ for invariant in state_machine.setup_state().invariants]
     safety = [prop.name for prop in machine.properties if prop.kind is PropertyKind.ALWAYS]
     assert [name for name in invariants if name.startswith("invariant_")] == [
-        f"invariant_{position:03d}_{prop.name}" for position, prop in enumerate(machine.properties) if prop.kind is PropertyKind.ALWAYS
+        f"invariant_{position:03d}_{prop.name}"
+        for position, prop in enumerate(machine.properties)
+        if prop.kind is PropertyKind.ALWAYS
     ]
     assert {IN_BOUNDS, NO_DEADLOCK, "no_hang", "no_collective_mismatch"} <= set(safety)
     assert invariants[0].endswith(IN_BOUNDS), "in_bounds first: nothing else is evaluated in an out-of-sort state"
@@ -61,8 +63,15 @@ def test_hypothesis_finds_the_pre_fix_violation_with_a_fixed_seed() -> None:
     machine = DP_PAUSE.instance("pre-fix").machine()
     recorder = Recorder()
     state_machine = hypothesis_seed(PRE_FIX_SEED)(state_machine_for(CompiledSystem(machine), recorder))
-    options = settings(max_examples=500, stateful_step_count=100, phases=[Phase.generate], database=None,
-                       derandomize=False, suppress_health_check=list(HealthCheck), deadline=None)
+    options = settings(
+        max_examples=500,
+        stateful_step_count=100,
+        phases=[Phase.generate],
+        database=None,
+        derandomize=False,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
     with pytest.raises(PropertyViolation) as raised:
         run_state_machine_as_test(state_machine, settings=options)
     assert recorder.first_failure is not None and recorder.first_failure <= 500
@@ -95,7 +104,8 @@ def test_post_fix_dp_pause_finds_nothing() -> None:
 
 
 SEEDS_THAT_HOLD = sorted(
-    name for name, protocol in PROTOCOLS.items()
+    name
+    for name, protocol in PROTOCOLS.items()
     if protocol.instance_spec(protocol.default_instance).expected.get(protocol.default_variant) == "holds"
 )
 
@@ -155,7 +165,9 @@ def test_a_large_instance_builds_and_runs_a_few_examples_quickly() -> None:
     started = time.monotonic()
     result = fuzz(DP_PAUSE.instance("post-fix", "large"), seed=0, examples=5, steps=100)
     assert time.monotonic() - started < 30
-    assert result.outcome is FuzzOutcome.NOTHING_FOUND and result.runs >= 5 and result.completed == 0, "100 steps are too few"
+    assert result.outcome is FuzzOutcome.NOTHING_FOUND and result.runs >= 5 and result.completed == 0, (
+        "100 steps are too few"
+    )
     assert result.machine.name == "dp-pause/post-fix" and DP_PAUSE.instance("pre-fix", "large").parameters["ranks"] == 8
     # the scenario's end is ~700-1300 steps away: beyond one rule per step in Hypothesis's buffer, so step_or_end bursts
     whole = fuzz(DP_PAUSE.instance("post-fix", "large"), seed=0, examples=5, steps=1300)
@@ -176,7 +188,15 @@ def test_cli_nothing_found_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and payload["outcome"] == "nothing-found" and payload["exit_code"] == 0
     assert payload["engine"] == "fuzz" and payload["variant"] == "post-fix" and payload["instance"] == "seed"
     assert payload["steps"] == 100 and payload["examples"] == 10 and payload["seed"] == 0
-    assert set(payload["stats"]) == {"runs", "steps_run", "completed_runs", "examples_to_failure", "seconds", "generate_seconds", "seconds_per_example"}
+    assert set(payload["stats"]) == {
+        "runs",
+        "steps_run",
+        "completed_runs",
+        "examples_to_failure",
+        "seconds",
+        "generate_seconds",
+        "seconds_per_example",
+    }
     assert payload["counterexample"] is None and payload["stats"]["examples_to_failure"] is None
 
 
@@ -184,14 +204,30 @@ def test_cli_violation_json_trace_replay_and_show(capsys: pytest.CaptureFixture[
     from lockstep.cli import main as lockstep_main
 
     trace = tmp_path / "fuzz.jsonl"
-    code, out, _ = run_cli(capsys, "dp-pause", "--variant", "pre-fix", "--seed", str(PRE_FIX_SEED), "--examples", "500",
-                           "--shrink-seconds", "1", "--json", "--trace-out", str(trace))
+    code, out, _ = run_cli(
+        capsys,
+        "dp-pause",
+        "--variant",
+        "pre-fix",
+        "--seed",
+        str(PRE_FIX_SEED),
+        "--examples",
+        "500",
+        "--shrink-seconds",
+        "1",
+        "--json",
+        "--trace-out",
+        str(trace),
+    )
     payload = json.loads(out)
     assert code == 1 and payload["outcome"] == "violated"
     counterexample = payload["counterexample"]
     assert counterexample["trace_file"] == str(trace) and counterexample["length"] <= counterexample["shrunk_length"]
     header, *events = [json.loads(line) for line in trace.read_text().splitlines()]
-    assert header["source"]["backend"] == "lockstep-fuzz" and header["parameters"]["property"] == counterexample["property"]
+    assert (
+        header["source"]["backend"] == "lockstep-fuzz"
+        and header["parameters"]["property"] == counterexample["property"]
+    )
     assert len(events) == counterexample["length"]
     assert lockstep_main(["replay", str(trace), "--json"]) == 1
     replayed = json.loads(capsys.readouterr().out)
@@ -202,8 +238,20 @@ def test_cli_violation_json_trace_replay_and_show(capsys: pytest.CaptureFixture[
 
 
 def test_cli_human_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    code, _, err = run_cli(capsys, "dp-pause", "--variant", "pre-fix", "--seed", str(PRE_FIX_SEED), "--examples", "500",
-                           "--shrink-seconds", "1", "--trace-out", str(tmp_path / "t.jsonl"))
+    code, _, err = run_cli(
+        capsys,
+        "dp-pause",
+        "--variant",
+        "pre-fix",
+        "--seed",
+        str(PRE_FIX_SEED),
+        "--examples",
+        "500",
+        "--shrink-seconds",
+        "1",
+        "--trace-out",
+        str(tmp_path / "t.jsonl"),
+    )
     assert code == 1
     assert "violated" in err and "counterexample:" in err and "found in example" in err and "trace:" in err
 
@@ -224,7 +272,9 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[
     assert code == 2 and out == "" and message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("argv", [["dp-pause", "--examples", "0"], ["dp-pause", "--steps", "x"], ["dp-pause", "--seed", "-1"]])
+@pytest.mark.parametrize(
+    "argv", [["dp-pause", "--examples", "0"], ["dp-pause", "--steps", "x"], ["dp-pause", "--seed", "-1"]]
+)
 def test_cli_bad_numbers_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         main(["fuzz", *argv])
@@ -252,7 +302,17 @@ def test_a_session_without_a_seed_reports_one_that_re_runs_it_and_leaves_no_hypo
 ) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("HYPOTHESIS_STORAGE_DIRECTORY", raising=False)
-    arguments = ["fuzz", "computed-tokens", "--variant", "pre-fix", "--examples", "5", "--json", "--trace-out", str(tmp_path / "t.jsonl")]
+    arguments = [
+        "fuzz",
+        "computed-tokens",
+        "--variant",
+        "pre-fix",
+        "--examples",
+        "5",
+        "--json",
+        "--trace-out",
+        str(tmp_path / "t.jsonl"),
+    ]
     assert main(arguments) == 1
     first = json.loads(capsys.readouterr().out)
     assert isinstance(first["seed"], int)

@@ -54,8 +54,9 @@ def mislabelled_runner(config: Any) -> Any:
 
 
 def test_a_runtime_that_departs_from_its_model_is_caught_with_both_states() -> None:
-    result = fuzz_runtime("dp-pause", "post-fix", scenario="issue-36594", examples=3, seed=2, hang_timeout=2,
-                          runner=mislabelled_runner)
+    result = fuzz_runtime(
+        "dp-pause", "post-fix", scenario="issue-36594", examples=3, seed=2, hang_timeout=2, runner=mislabelled_runner
+    )
     assert result.outcome == "violated" and result.exit_code == 1 and result.failing is not None
     failing = result.failing.to_json()
     assert "diverges from the model" in failing["failure"]
@@ -65,12 +66,29 @@ def test_a_runtime_that_departs_from_its_model_is_caught_with_both_states() -> N
 
 
 def test_cli_impl_json_and_usage_errors(tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "lockstep", "fuzz", "dp-pause", "--impl", "--examples", "2", "--seed", "1", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "lockstep",
+        "fuzz",
+        "dp-pause",
+        "--impl",
+        "--examples",
+        "2",
+        "--seed",
+        "1",
+        "--json",
+    ]
     completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert completed.returncode == 0, completed.stderr
     payload = json.loads(completed.stdout)
-    assert payload["engine"] == "fuzz-runtime" and payload["outcome"] == "nothing-found" and payload["stats"]["runs"] == 2
-    for extra, message in [(["--instance", "seed"], "--instance does not apply to --impl"),
-                           (["--scenario", "nope"], "no scenario 'nope'"), (["--set", "x=1"], "no setting 'x'")]:
+    assert (
+        payload["engine"] == "fuzz-runtime" and payload["outcome"] == "nothing-found" and payload["stats"]["runs"] == 2
+    )
+    for extra, message in [
+        (["--instance", "seed"], "--instance does not apply to --impl"),
+        (["--scenario", "nope"], "no scenario 'nope'"),
+        (["--set", "x=1"], "no setting 'x'"),
+    ]:
         bad = subprocess.run([*command[:-1], *extra], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr

@@ -57,7 +57,9 @@ def imports_in(file: Path, source: str | None = None) -> Iterator[Import]:
                     anchor = package.split(".")[: len(package.split(".")) - (child.level - 1)]
                     base = ".".join([*anchor, base] if base else anchor)
                 for alias in child.names:
-                    yield Import(relative, child.lineno, f"{base}.{alias.name}" if alias.name != "*" else base, top_level)
+                    yield Import(
+                        relative, child.lineno, f"{base}.{alias.name}" if alias.name != "*" else base, top_level
+                    )
             nested = top_level and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             yield from visit(child, nested)
 
@@ -92,8 +94,13 @@ def traces_use_the_standard_library(item: Import) -> str | None:
 
 
 def impl_imports_traces_only(item: Import) -> str | None:
-    if in_folder(item, "impl") and item.root == "lockstep" and not item.within("lockstep.traces", "lockstep.impl", "lockstep.models"):
-        return f"imports {item.target}: impl imports only lockstep.traces, lockstep.impl and lockstep.models (action names)"
+    if (
+        in_folder(item, "impl")
+        and item.root == "lockstep"
+        and not item.within("lockstep.traces", "lockstep.impl", "lockstep.models")
+    ):
+        allowed = "lockstep.traces, lockstep.impl and lockstep.models (action names)"
+        return f"imports {item.target}: impl imports only {allowed}"
     return None
 
 
@@ -120,8 +127,12 @@ def torch_only_in_impl(item: Import) -> str | None:
 
 
 RULES: tuple[Rule, ...] = (
-    spec_is_pure, traces_use_the_standard_library, impl_imports_traces_only, models_import_spec_only,
-    z3_only_in_symbolic, torch_only_in_impl,
+    spec_is_pure,
+    traces_use_the_standard_library,
+    impl_imports_traces_only,
+    models_import_spec_only,
+    z3_only_in_symbolic,
+    torch_only_in_impl,
 )
 
 
@@ -158,22 +169,52 @@ def fake(relative: str, source: str) -> list[Import]:
 @pytest.mark.parametrize(
     ("relative", "source", "expected"),
     [
-        ("lockstep/spec/fake.py", "import z3\nfrom lockstep.checkers import check\n",
-         ["lockstep/spec/fake.py:1 imports z3: spec is pure Python", "lockstep/spec/fake.py:1 imports z3: only lockstep/checkers/symbolic",
-          "lockstep/spec/fake.py:2 imports lockstep.checkers.check: spec imports nothing of the project outside lockstep.spec"]),
-        ("lockstep/spec/fake.py", "def f():\n    import numpy\n", ["lockstep/spec/fake.py:2 imports numpy: spec is pure Python"]),
-        ("lockstep/spec/fake.py", "from ..models import dp_pause\nfrom . import sorts\n",
-         ["lockstep/spec/fake.py:1 imports lockstep.models.dp_pause: spec imports nothing"]),
-        ("lockstep/traces/fake.py", "import numpy\nfrom lockstep.spec import sorts\nimport json\n",
-         ["lockstep/traces/fake.py:1 imports numpy: traces imports only the standard library and msgspec",
-          "lockstep/traces/fake.py:2 imports lockstep.spec.sorts: traces imports nothing"]),
-        ("lockstep/impl/fake.py", "import torch\nfrom lockstep.checkers import check\nfrom lockstep.models import dp_pause\n",
-         ["lockstep/impl/fake.py:2 imports lockstep.checkers.check: impl imports only"]),
-        ("lockstep/models/fake.py", "from lockstep.checkers import check\nimport rich\n",
-         ["lockstep/models/fake.py:1 imports lockstep.checkers.check: models import only lockstep.spec",
-          "lockstep/models/fake.py:2 imports rich: models import only"]),
-        ("lockstep/checkers/fake.py", "import torch\ndef search():\n    import torch\n",
-         ["lockstep/checkers/fake.py:1 imports torch at module level"]),
+        (
+            "lockstep/spec/fake.py",
+            "import z3\nfrom lockstep.checkers import check\n",
+            [
+                "lockstep/spec/fake.py:1 imports z3: spec is pure Python",
+                "lockstep/spec/fake.py:1 imports z3: only lockstep/checkers/symbolic",
+                "lockstep/spec/fake.py:2 imports lockstep.checkers.check: spec imports nothing of the project outside "
+                "lockstep.spec",
+            ],
+        ),
+        (
+            "lockstep/spec/fake.py",
+            "def f():\n    import numpy\n",
+            ["lockstep/spec/fake.py:2 imports numpy: spec is pure Python"],
+        ),
+        (
+            "lockstep/spec/fake.py",
+            "from ..models import dp_pause\nfrom . import sorts\n",
+            ["lockstep/spec/fake.py:1 imports lockstep.models.dp_pause: spec imports nothing"],
+        ),
+        (
+            "lockstep/traces/fake.py",
+            "import numpy\nfrom lockstep.spec import sorts\nimport json\n",
+            [
+                "lockstep/traces/fake.py:1 imports numpy: traces imports only the standard library and msgspec",
+                "lockstep/traces/fake.py:2 imports lockstep.spec.sorts: traces imports nothing",
+            ],
+        ),
+        (
+            "lockstep/impl/fake.py",
+            "import torch\nfrom lockstep.checkers import check\nfrom lockstep.models import dp_pause\n",
+            ["lockstep/impl/fake.py:2 imports lockstep.checkers.check: impl imports only"],
+        ),
+        (
+            "lockstep/models/fake.py",
+            "from lockstep.checkers import check\nimport rich\n",
+            [
+                "lockstep/models/fake.py:1 imports lockstep.checkers.check: models import only lockstep.spec",
+                "lockstep/models/fake.py:2 imports rich: models import only",
+            ],
+        ),
+        (
+            "lockstep/checkers/fake.py",
+            "import torch\ndef search():\n    import torch\n",
+            ["lockstep/checkers/fake.py:1 imports torch at module level"],
+        ),
         ("lockstep/checkers/symbolic/fake.py", "import z3\n", []),
         ("lockstep/cli/check.py", "import rich\nfrom lockstep.checkers import check\n", []),
     ],

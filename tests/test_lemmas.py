@@ -42,7 +42,11 @@ def test_sum_vote_lemma_holds_concretely_and_matches_the_model_code(size: int) -
         unfinished = sum(flat[0::2])
         pending = sum(flat[1::2])
         any_unfinished, all_pending, any_pending = unfinished > 0, pending == size, pending > 0
-        sync_state = {**state, "mode": tuple(3 for _ in range(size)), "engine_dp.result": tuple((unfinished, pending) for _ in range(size))}
+        sync_state = {
+            **state,
+            "mode": tuple(3 for _ in range(size)),
+            "engine_dp.result": tuple((unfinished, pending) for _ in range(size)),
+        }
         updates = dict(finish_sync.updates)
         environment = Environment(sync_state, {"rank": 0})
         running = evaluate(updates["engines_running"], environment)[0]  # type: ignore[index]
@@ -108,18 +112,44 @@ def test_prove_lemmas_command(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_an_integer_lemma_is_proved_refuted_or_unproved_directly() -> None:
     """Lemmas over unbounded integer parameters: one Z3 query, concrete cases searched with evaluate."""
-    square = integer_lemma("test/square", "a*a >= a for integers", expected="proved", parameters=("a",),
-                           domain=lambda a: a == a, conclusion=lambda a: a * a >= a)
+    square = integer_lemma(
+        "test/square",
+        "a*a >= a for integers",
+        expected="proved",
+        parameters=("a",),
+        domain=lambda a: a == a,
+        conclusion=lambda a: a * a >= a,
+    )
     assert prove(square).outcome == "proved" and square.holds_for((-3,)) and square.concrete_counterexample() is None
-    growing = integer_lemma("test/growing", "b >= 0 makes a + b larger (false at b = 0)", expected="refuted",
-                            parameters=("a", "b"), domain=lambda a, b: b >= 0, conclusion=lambda a, b: a + b > a)
+    growing = integer_lemma(
+        "test/growing",
+        "b >= 0 makes a + b larger (false at b = 0)",
+        expected="refuted",
+        parameters=("a", "b"),
+        domain=lambda a, b: b >= 0,
+        conclusion=lambda a, b: a + b > a,
+    )
     outcome = prove(growing)
     assert outcome.outcome == "refuted" and outcome.as_expected and outcome.counterexample == (-6, 0)
-    far = integer_lemma("test/far", "false only beyond the searched values", expected="proved", parameters=("a",),
-                        domain=lambda a: a >= 0, conclusion=lambda a: a < 100)
+    far = integer_lemma(
+        "test/far",
+        "false only beyond the searched values",
+        expected="proved",
+        parameters=("a",),
+        domain=lambda a: a >= 0,
+        conclusion=lambda a: a < 100,
+    )
     assert prove(far).outcome == "unproved" and all(far.holds_for(case) for case in far.cases(6))
-    assert list(integer_lemma("test/cases", "", expected="proved", parameters=("a", "b"), domain=lambda a, b: (a >= 1) & (b == a),
-                              conclusion=lambda a, b: True).cases(2)) == [(1, 1), (2, 2)]
+    assert list(
+        integer_lemma(
+            "test/cases",
+            "",
+            expected="proved",
+            parameters=("a", "b"),
+            domain=lambda a, b: (a >= 1) & (b == a),
+            conclusion=lambda a, b: True,
+        ).cases(2)
+    ) == [(1, 1), (2, 2)]
 
 
 @pytest.mark.parametrize(

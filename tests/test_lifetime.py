@@ -74,8 +74,8 @@ def _socket_inodes(pid: int) -> set[str]:
 def _address(hexadecimal: str) -> str:
     host, _ = hexadecimal.split(":")
     if len(host) == 8:
-        return ".".join(str(int(host[index:index + 2], 16)) for index in (6, 4, 2, 0))
-    words = [host[index:index + 8] for index in range(0, 32, 8)]
+        return ".".join(str(int(host[index : index + 2], 16)) for index in (6, 4, 2, 0))
+    words = [host[index : index + 8] for index in range(0, 32, 8)]
     raw = b"".join(bytes.fromhex(word)[::-1] for word in words)
     import ipaddress
 
@@ -122,21 +122,26 @@ def kill_and_check(process: subprocess.Popen[bytes], runs: Path, number: int) ->
     assert len(children) >= 2 and sockets, (children, sockets)  # the ranks (and more), their listeners
     process.send_signal(number)
     process.wait(timeout=60)
-    wait_for(lambda: all(_state(pid) in (None, "Z") for pid in children), DEADLINE,
-             f"the processes {sorted(children)} end")
+    wait_for(
+        lambda: all(_state(pid) in (None, "Z") for pid in children), DEADLINE, f"the processes {sorted(children)} end"
+    )
     wait_for(lambda: not listening(inodes), DEADLINE, "their listening sockets close")
     wait_for(lambda: not any(runs.iterdir()), DEADLINE, f"the run directories under {runs} are removed")
     assert all(address in LOOPBACK for address in sockets.values()), sockets  # nothing listened beyond loopback
 
 
-@pytest.mark.parametrize("number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"])
+@pytest.mark.parametrize(
+    "number", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["SIGKILL", "SIGTERM", "SIGINT"]
+)
 def test_run_killed_leaves_no_process_port_or_directory(tmp_path: Path, number: int) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     process = subprocess.Popen(
         [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "120"],
-        cwd=tmp_path, env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         kill_and_check(process, runs, number)
@@ -156,10 +161,24 @@ def test_fuzz_impl_killed_leaves_no_pooled_rank(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     process = subprocess.Popen(
-        [str(LOCKSTEP), "fuzz", "dp-pause", "--impl", "--variant", "pre-fix", "--hang-timeout", "120", "--examples", "3",
-         "--seed", "1"],
-        cwd=tmp_path, env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(LOCKSTEP),
+            "fuzz",
+            "dp-pause",
+            "--impl",
+            "--variant",
+            "pre-fix",
+            "--hang-timeout",
+            "120",
+            "--examples",
+            "3",
+            "--seed",
+            "1",
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         kill_and_check(process, runs, signal.SIGKILL)
@@ -173,8 +192,13 @@ def test_ranks_do_not_import_from_the_current_directory(tmp_path: Path) -> None:
     planted = tmp_path / "lockstep"
     planted.mkdir()
     (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'a').write('x')\n")
-    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10", "--json"], cwd=tmp_path,
-                               capture_output=True, text=True, timeout=180)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert not marker.exists(), "a process of the run imported ./lockstep"
     assert completed.returncode == 0, completed.stderr
     assert json.loads(completed.stdout)["outcome"] == "completed"
@@ -185,10 +209,14 @@ def test_a_killed_client_is_a_crash_not_a_hang(tmp_path: Path) -> None:
     runs.mkdir()
     process = subprocess.Popen(
         [str(LOCKSTEP), "run", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "120", "--json"],
-        cwd=tmp_path, env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
+
         def client() -> dict[str, object] | None:
             for status in runs.rglob("status"):
                 found = read_statuses(status.parent).get("client")
@@ -218,13 +246,22 @@ def test_the_next_run_removes_directories_whose_owner_is_gone(tmp_path: Path) ->
     finished = subprocess.Popen(["true"])
     finished.wait()
     started = Path(f"/proc/{os.getpid()}/stat").read_text().rsplit(")", 1)[-1].split()[19]
-    owners = {"lockstep-run-abandoned": f"{finished.pid} 12345", "lockstep-pool-abandoned": f"{finished.pid} 1",
-              "lockstep-run-alive": f"{os.getpid()} {started}"}
+    owners = {
+        "lockstep-run-abandoned": f"{finished.pid} 12345",
+        "lockstep-pool-abandoned": f"{finished.pid} 1",
+        "lockstep-run-alive": f"{os.getpid()} {started}",
+    }
     for name, owner in owners.items():
         (runs / name / "status").mkdir(parents=True)
         (runs / name / ".lockstep-owner").write_text(owner)
     (runs / "lockstep-run-unowned").mkdir()
-    completed = subprocess.run([str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10"], cwd=tmp_path,
-                               env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)), capture_output=True, text=True, timeout=180)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "run", "dp-pause", "--hang-timeout", "10"],
+        cwd=tmp_path,
+        env=dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs)),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert completed.returncode == 0, completed.stderr
     assert sorted(path.name for path in runs.iterdir()) == ["lockstep-run-alive", "lockstep-run-unowned"]

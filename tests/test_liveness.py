@@ -69,8 +69,12 @@ def test_fairness_is_per_action_instance() -> None:
         machine = Machine("ranks")
         Rank = IndexSort("Rank", 2)
         done = machine.variable("done", MapSort(Rank, integers(0, 1)), (0, 0))
-        machine.add_action("work", lambda rank: Step(done[rank] == 0, {done: done.set(rank, 1)}), actor="rank:{rank}", rank=Rank)
-        machine.add_action("undo", lambda: Step((done[1] == 1) & (done[0] == 0), {done: done.set(1, 0)}), actor="rank:1")
+        machine.add_action(
+            "work", lambda rank: Step(done[rank] == 0, {done: done.set(rank, 1)}), actor="rank:{rank}", rank=Rank
+        )
+        machine.add_action(
+            "undo", lambda: Step((done[1] == 1) & (done[0] == 0), {done: done.set(1, 0)}), actor="rank:1"
+        )
         machine.leads_to("all_done", done[0] == 0, all_of(Rank, lambda r: done[r] == 1), fair=fair)
         machine.set_final(all_of(Rank, lambda r: done[r] == 1))
         return machine
@@ -88,7 +92,9 @@ def test_symbolic_engines_and_symmetry_leave_leads_to_inconclusive() -> None:
     machine = Machine("pair")
     Rank = IndexSort("Rank", 2)
     done = machine.variable("done", MapSort(Rank, integers(0, 1)), (0, 0))
-    machine.add_action("work", lambda rank: Step(done[rank] == 0, {done: done.set(rank, 1)}), actor="rank:{rank}", rank=Rank)
+    machine.add_action(
+        "work", lambda rank: Step(done[rank] == 0, {done: done.set(rank, 1)}), actor="rank:{rank}", rank=Rank
+    )
     machine.leads_to("all_done", done[0] == 0, all_of(Rank, lambda r: done[r] == 1))
     machine.set_final(all_of(Rank, lambda r: done[r] == 1))
     machine.declare_symmetric(Rank)
@@ -102,12 +108,24 @@ def test_fair_actions_must_exist() -> None:
         machine.finish()
 
 
-@given(st.integers(1, 12).flatmap(lambda size: st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)), max_size=30).map(lambda edges: (size, edges))))
+@given(
+    st.integers(1, 12).flatmap(
+        lambda size: st.lists(st.tuples(st.integers(0, size - 1), st.integers(0, size - 1)), max_size=30).map(
+            lambda edges: (size, edges)
+        )
+    )
+)
 def test_strongly_connected_components_equal_networkx(graph: tuple[int, list[tuple[int, int]]]) -> None:
     size, edges = graph
     nodes = [(node, True) for node in range(size)]
-    successors = {node: [((node, True), 0, (), (target, True)) for source, target in edges if source == node] for node in range(size)}
-    mine = {frozenset(member[0] for member in component) for component in _components(nodes, lambda node: successors[node[0]])}
+    successors = {
+        node: [((node, True), 0, (), (target, True)) for source, target in edges if source == node]
+        for node in range(size)
+    }
+    mine = {
+        frozenset(member[0] for member in component)
+        for component in _components(nodes, lambda node: successors[node[0]])
+    }
     reference = nx.DiGraph()
     reference.add_nodes_from(range(size))
     reference.add_edges_from(edges)

@@ -29,7 +29,9 @@ def counter_machine() -> tuple[Machine, Term, Term]:
 def test_a_well_formed_machine() -> None:
     machine, x, flag = counter_machine()
     mode = machine.variable("mode", Color, "GREEN")
-    machine.add_action("inc", lambda rank: Step((x < 2) & ~flag, {x: x + 1, mode: "BLUE"}), actor="rank:{rank}", rank=Rank)
+    machine.add_action(
+        "inc", lambda rank: Step((x < 2) & ~flag, {x: x + 1, mode: "BLUE"}), actor="rank:{rank}", rank=Rank
+    )
     machine.always("small", x <= 2, "x stays small")
     machine.sometimes("top", x == 2)
     machine.finish()
@@ -53,51 +55,116 @@ DefinitionMistake = Callable[[Machine, Term, Term], object]
     ("mistake", "message"),
     [
         (lambda m, x, flag: m.variable("x", BOOL, False), "machine counter already has a variable named 'x'"),
-        (lambda m, x, flag: [m.add_action("inc", lambda: Step(True), actor="a") for _ in range(2)],
-         "machine counter already has an action named 'inc'"),
-        (lambda m, x, flag: [m.always("p", x >= 0) for _ in range(2)], "machine counter already has a property named 'p'"),
+        (
+            lambda m, x, flag: [m.add_action("inc", lambda: Step(True), actor="a") for _ in range(2)],
+            "machine counter already has an action named 'inc'",
+        ),
+        (
+            lambda m, x, flag: [m.always("p", x >= 0) for _ in range(2)],
+            "machine counter already has a property named 'p'",
+        ),
         (lambda m, x, flag: (m.always("p", x >= 0), m.sometimes("p", flag)), "already has a property named 'p'"),
-        (lambda m, x, flag: m.always(NO_DEADLOCK, flag), "property name 'no_deadlock' is reserved for a built-in property"),
+        (
+            lambda m, x, flag: m.always(NO_DEADLOCK, flag),
+            "property name 'no_deadlock' is reserved for a built-in property",
+        ),
         (lambda m, x, flag: m.sometimes(IN_BOUNDS, flag), "property name 'in_bounds' is reserved"),
-        (lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a"),
-         r"action 'inc': the function takes \['rank'\] but the parameters declared are \[\]; declare one sort per function argument"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True), actor="a", rank=Rank),
-         r"the function takes \[\] but the parameters declared are \['rank'\]"),
-        (lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a", rank=INTEGER),
-         "action 'inc': parameter 'rank' needs a finite sort"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x + 1: 0}), actor="a"),
-         r"action 'inc': update targets must be state variables, got Term\(\(x \+ 1\)\)"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {Term(Operation(Operator.NOT, (flag.expression,), BOOL)): True}), actor="a"),
-         "update targets must be state variables"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {Machine("other").variable("y", BOOL, False): True}), actor="a"),
-         r"action 'inc': Term\(y\) is not a variable of machine counter"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {flag: 1}), actor="a"),
-         "action 'inc': cannot assign a value of sort Int to 'flag' of sort Bool"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x: flag}), actor="a"),
-         r"cannot assign a value of sort Bool to 'x' of sort Int\[0..2\]"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x: 1, Term(x.expression): 2}), actor="a"),
-         "action 'inc' updates 'x' twice; merge the two updates into one"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(x + 1), actor="a"), "action 'inc': the guard has sort Int, not Bool"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(x), actor="a"), r"the guard has sort Int\[0..2\], not Bool"),
-        (lambda m, x, flag: m.add_action("inc", lambda: True, actor="a"), r"action 'inc' must return Step\(guard, updates\), not bool"),
-        (lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="rank:{who}", rank=Rank),
-         r"action 'inc': actor template 'rank:\{who\}' names an unknown parameter 'who'"),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a"),
+            r"action 'inc': the function takes \['rank'\] but the parameters declared are \[\]; declare one sort per "
+            r"function argument",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(True), actor="a", rank=Rank),
+            r"the function takes \[\] but the parameters declared are \['rank'\]",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a", rank=INTEGER),
+            "action 'inc': parameter 'rank' needs a finite sort",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x + 1: 0}), actor="a"),
+            r"action 'inc': update targets must be state variables, got Term\(\(x \+ 1\)\)",
+        ),
+        (
+            lambda m, x, flag: m.add_action(
+                "inc", lambda: Step(True, {Term(Operation(Operator.NOT, (flag.expression,), BOOL)): True}), actor="a"
+            ),
+            "update targets must be state variables",
+        ),
+        (
+            lambda m, x, flag: m.add_action(
+                "inc", lambda: Step(True, {Machine("other").variable("y", BOOL, False): True}), actor="a"
+            ),
+            r"action 'inc': Term\(y\) is not a variable of machine counter",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(True, {flag: 1}), actor="a"),
+            "action 'inc': cannot assign a value of sort Int to 'flag' of sort Bool",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x: flag}), actor="a"),
+            r"cannot assign a value of sort Bool to 'x' of sort Int\[0..2\]",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x: 1, Term(x.expression): 2}), actor="a"),
+            "action 'inc' updates 'x' twice; merge the two updates into one",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(x + 1), actor="a"),
+            "action 'inc': the guard has sort Int, not Bool",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(x), actor="a"),
+            r"the guard has sort Int\[0..2\], not Bool",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: True, actor="a"),
+            r"action 'inc' must return Step\(guard, updates\), not bool",
+        ),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="rank:{who}", rank=Rank),
+            r"action 'inc': actor template 'rank:\{who\}' names an unknown parameter 'who'",
+        ),
         (lambda m, x, flag: m.add_action("inc", lambda: Step(True), actor="rank:{0}"), "names an unknown parameter"),
-        (lambda m, x, flag: m.add_action("inc", lambda: Step(Machine("o").variable("z", BOOL, False)), actor="a"),
-         "action 'inc' reads 'z', which is not a variable of machine counter"),
-        (lambda m, x, flag: m.always("p", Term(m.actions[0].parameters[0]) == 0) if m.add_action(
-            "inc", lambda rank: Step(True), actor="a", rank=Rank) else None, "property 'p' uses parameter 'rank' of another action"),
-        (lambda m, x, flag: m.variable("y", Counter, 5), r"variable 'y': initial value 5 is not a value of Int\[0..2\]"),
+        (
+            lambda m, x, flag: m.add_action("inc", lambda: Step(Machine("o").variable("z", BOOL, False)), actor="a"),
+            "action 'inc' reads 'z', which is not a variable of machine counter",
+        ),
+        (
+            lambda m, x, flag: (
+                m.always("p", Term(m.actions[0].parameters[0]) == 0)
+                if m.add_action("inc", lambda rank: Step(True), actor="a", rank=Rank)
+                else None
+            ),
+            "property 'p' uses parameter 'rank' of another action",
+        ),
+        (
+            lambda m, x, flag: m.variable("y", Counter, 5),
+            r"variable 'y': initial value 5 is not a value of Int\[0..2\]",
+        ),
         (lambda m, x, flag: m.variable("y", Counter, True), "initial value True is not a value"),
-        (lambda m, x, flag: m.variable("y", MapSort(Rank, BOOL), (True,)), r"initial value \(True,\) is not a value of Map\[Rank -> Bool\]"),
+        (
+            lambda m, x, flag: m.variable("y", MapSort(Rank, BOOL), (True,)),
+            r"initial value \(True,\) is not a value of Map\[Rank -> Bool\]",
+        ),
         (lambda m, x, flag: m.variable("y", Color, "PURPLE"), "'PURPLE' is not a member of Color"),
         (lambda m, x, flag: m.variable("y", INTEGER, 0), "variable 'y': state variables need a finite sort, not Int"),
         (lambda m, x, flag: m.always("p", x + 1), "property 'p': the predicate has sort Int, not Bool"),
         (lambda m, x, flag: m.sometimes("p", 3), "property 'p': the predicate has sort Int, not Bool"),
         (lambda m, x, flag: m.set_final(x), r"final: the predicate has sort Int\[0..2\], not Bool"),
-        (lambda m, x, flag: m.respond_within("r", flag, flag, -1), "monitor 'r': the bound must be non-negative, got -1"),
-        (lambda m, x, flag: m.declare_symmetric(Rank, (0,)), r"symmetry over Rank: members \[0\] must be at least two values"),
-        (lambda m, x, flag: m.declare_symmetric(Rank, (1, 2)), r"members \[1, 2\] must be at least two values of the sort"),
+        (
+            lambda m, x, flag: m.respond_within("r", flag, flag, -1),
+            "monitor 'r': the bound must be non-negative, got -1",
+        ),
+        (
+            lambda m, x, flag: m.declare_symmetric(Rank, (0,)),
+            r"symmetry over Rank: members \[0\] must be at least two values",
+        ),
+        (
+            lambda m, x, flag: m.declare_symmetric(Rank, (1, 2)),
+            r"members \[1, 2\] must be at least two values of the sort",
+        ),
     ],
 )
 def test_definition_mistakes(mistake: DefinitionMistake, message: str) -> None:
@@ -129,7 +196,9 @@ def test_nothing_can_be_added_after_finish(addition: Callable[[Machine, Term], o
 def test_a_communicator_needs_a_hang_bound() -> None:
     machine = Machine("group")
     Communicator(machine, "dp", Rank, {"sum": all_reduce_sum()})
-    with pytest.raises(DefinitionError, match=r"machine group has communicators: declare Machine\(\.\.\., hang_bound=N\)"):
+    with pytest.raises(
+        DefinitionError, match=r"machine group has communicators: declare Machine\(\.\.\., hang_bound=N\)"
+    ):
         machine.finish()
 
 
@@ -142,7 +211,9 @@ def stepping_machine(trigger_at: int, response_at: int | None, bound: int, *, ac
     if acknowledge:
         machine.add_action("ack", lambda: Step(x < 8, {x: x + 1}), actor="b")
     response = x == response_at if response_at is not None else x > 8
-    machine.respond_within("answered", x == trigger_at, response, bound, response_actions=("ack",) if acknowledge else ())
+    machine.respond_within(
+        "answered", x == trigger_at, response, bound, response_actions=("ack",) if acknowledge else ()
+    )
     machine.set_final(x == 8)
     return machine.finish()
 
@@ -229,7 +300,12 @@ def test_a_module_level_action_binds_with_its_context_and_stays_callable() -> No
     machine = Machine("counters")
     model = Counters(machine.variable("count", MapSort(Rank, integers(0, 3)), (0, 0)), 3)
     bound = machine.add(bump, model, rank=Rank)
-    assert (bound.name, bound.actor, bound.description, bound.mirrors) == ("bump", "rank:{rank}", "Add one to a rank's counter.", "Worker.bump")
+    assert (bound.name, bound.actor, bound.description, bound.mirrors) == (
+        "bump",
+        "rank:{rank}",
+        "Add one to a rank's counter.",
+        "Worker.bump",
+    )
     renamed = machine.add(bump, model, name="bump_first", actor="rank:0", rank=Rank)
     assert (renamed.name, renamed.actor) == ("bump_first", "rank:0")
     step = bump(model, lift(1, Rank))  # the definition runs on its own, as a plain function

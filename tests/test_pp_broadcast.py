@@ -28,13 +28,27 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
     ("skip-whole-receive", "seed"): (1024, 2477, {}, 12),
     ("pre-fix", "chunks-then-decode"): (4117, 9932, {"no_false_dependency": 10, WITNESS: None}, None),
     ("post-fix", "chunks-then-decode"): (3650, 9017, {}, 12),
-    ("skip-disagree", "chunks-then-decode"): (3139, 7785, {"S1_broadcast_matching": 23, "S3_no_stale_read": 31,
-                                                           "reads_latest_token": 31, "no_hang": 49, "no_deadlock": 49}, 12),
+    ("skip-disagree", "chunks-then-decode"): (
+        3139,
+        7785,
+        {
+            "S1_broadcast_matching": 23,
+            "S3_no_stale_read": 31,
+            "reads_latest_token": 31,
+            "no_hang": 49,
+            "no_deadlock": 49,
+        },
+        12,
+    ),
     ("skip-whole-receive", "chunks-then-decode"): (3650, 9017, {}, 12),
     ("pre-fix", "decode-gap"): (23155, 56086, {"no_false_dependency": 10, WITNESS: None}, None),
     ("post-fix", "decode-gap"): (22112, 54011, {}, 12),
-    ("skip-disagree", "decode-gap"): (5205, 12421, {"S1_broadcast_matching": 5, "S3_no_stale_read": 4,
-                                                    "reads_latest_token": 4, "no_hang": 21, "no_deadlock": 21}, 12),
+    ("skip-disagree", "decode-gap"): (
+        5205,
+        12421,
+        {"S1_broadcast_matching": 5, "S3_no_stale_read": 4, "reads_latest_token": 4, "no_hang": 21, "no_deadlock": 21},
+        12,
+    ),
     ("skip-whole-receive", "decode-gap"): (22112, 54011, {"S3_no_stale_read": 22}, 12),
 }
 
@@ -47,14 +61,22 @@ def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None
 
 
 def test_every_variant_and_instance_is_pinned() -> None:
-    assert {(variant.name, instance.name) for variant in PROTOCOL.variants for instance in PROTOCOL.instances} == set(GOLDEN)
+    assert {(variant.name, instance.name) for variant in PROTOCOL.variants for instance in PROTOCOL.instances} == set(
+        GOLDEN
+    )
 
 
-def path_of(variant: str, name: str, instance: str = "seed") -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
+def path_of(
+    variant: str, name: str, instance: str = "seed"
+) -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
     result = check(PROTOCOL.instance(variant, instance))
     path = result.property_result(name).path
     assert path is not None
-    return result.machine, [(step.action, step.arguments) for step in path.steps], unpack(result.machine, path.final_state)
+    return (
+        result.machine,
+        [(step.action, step.arguments) for step in path.steps],
+        unpack(result.machine, path.final_state),
+    )
 
 
 def test_pre_fix_counterexample_is_the_stuck_pipeline() -> None:
@@ -139,9 +161,13 @@ CROSS_VALIDATED = [
 SLOW_BMC = {row for row in CROSS_VALIDATED if row[3] > 20}
 
 
-@pytest.mark.parametrize(("variant", "instance", "name", "length"),
-                         [pytest.param(*row, marks=pytest.mark.slow) if row in SLOW_BMC else row for row in CROSS_VALIDATED])
-def test_bmc_finds_each_violation_at_exactly_the_explicit_length(variant: str, instance: str, name: str, length: int) -> None:
+@pytest.mark.parametrize(
+    ("variant", "instance", "name", "length"),
+    [pytest.param(*row, marks=pytest.mark.slow) if row in SLOW_BMC else row for row in CROSS_VALIDATED],
+)
+def test_bmc_finds_each_violation_at_exactly_the_explicit_length(
+    variant: str, instance: str, name: str, length: int
+) -> None:
     pinned = PROTOCOL.instance(variant, instance)
     at = check(pinned, engine="bmc", depth=length, properties=[name]).property_result(name)
     assert at.verdict is Verdict.VIOLATED and at.path is not None and at.path.length == length
@@ -150,13 +176,22 @@ def test_bmc_finds_each_violation_at_exactly_the_explicit_length(variant: str, i
 
 
 def test_the_cross_validated_rows_are_every_seed_violation() -> None:
-    wanted = {(variant, instance, name, length) for (variant, instance), (_, _, violated, _) in GOLDEN.items()
-              if instance == "seed" and variant != "post-fix" for name, length in violated.items() if length is not None}
+    wanted = {
+        (variant, instance, name, length)
+        for (variant, instance), (_, _, violated, _) in GOLDEN.items()
+        if instance == "seed" and variant != "post-fix"
+        for name, length in violated.items()
+        if length is not None
+    }
     assert wanted | {("skip-whole-receive", "decode-gap", "S3_no_stale_read", 22)} == set(CROSS_VALIDATED)
 
 
 def test_bmc_agrees_on_the_l2_witness() -> None:
-    witness = check(PROTOCOL.instance("post-fix"), engine="bmc", depth=12, properties=[WITNESS]).property_result(WITNESS)
+    witness = check(PROTOCOL.instance("post-fix"), engine="bmc", depth=12, properties=[WITNESS]).property_result(
+        WITNESS
+    )
     assert witness.verdict is Verdict.HOLDS and witness.path is not None and witness.path.length == 12
-    shorter = check(PROTOCOL.instance("post-fix"), engine="bmc", depth=11, properties=[WITNESS]).property_result(WITNESS)
+    shorter = check(PROTOCOL.instance("post-fix"), engine="bmc", depth=11, properties=[WITNESS]).property_result(
+        WITNESS
+    )
     assert shorter.verdict is Verdict.INCONCLUSIVE and shorter.path is None

@@ -32,7 +32,7 @@ def test_it_adds_only_lockstep_options(pytester: pytest.Pytester) -> None:
 
 def test_assert_conforms_in_a_users_suite(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        f'''
+        f"""
         import pytest
 
         WITNESS = {str(FIXTURES / "dp-pause-post-fix-resumed.jsonl")!r}
@@ -51,7 +51,7 @@ def test_assert_conforms_in_a_users_suite(pytester: pytest.Pytester) -> None:
 
         def test_pre_fix_counterexample_against_post_fix(lockstep_assert_conforms):
             lockstep_assert_conforms(COUNTEREXAMPLE, variant="post-fix")
-        '''
+        """
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2, failed=2)
@@ -62,10 +62,10 @@ def test_assert_conforms_in_a_users_suite(pytester: pytest.Pytester) -> None:
 
 def test_the_candidate_limit_option_reaches_the_replay(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
-        f'''
+        f"""
         def test_runtime(lockstep_assert_conforms):
             lockstep_assert_conforms({str(FIXTURES / "collectives-only-pre-fix")!r}, trust_header=True)
-        '''
+        """
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-max-candidates", "5")
     result.assert_outcomes(failed=1)
@@ -103,4 +103,6 @@ def test_fuzzing_as_a_test_in_a_users_suite(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-fuzz-examples=100")
     result.assert_outcomes(passed=1, failed=2)
-    result.stdout.fnmatch_lines(["*U3_bounded_slack is violated after * steps*", "*below_three is violated after 5 steps*"])
+    result.stdout.fnmatch_lines(
+        ["*U3_bounded_slack is violated after * steps*", "*below_three is violated after 5 steps*"]
+    )

@@ -30,11 +30,14 @@ PRE_FIX = FIXTURES / "dp-pause-pre-fix-seed.jsonl"
 def test_a_re_recorded_counterexample_replays_with_the_same_verdict(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in PRE_FIX.read_text().splitlines()]
     header, events = lines[0], lines[1:]
-    parameters = record.parameters("dp-pause", **{name: value for name, value in header["parameters"].items()
-                                                  if name != "property"})
+    parameters = record.parameters(
+        "dp-pause", **{name: value for name, value in header["parameters"].items() if name != "property"}
+    )
     with record.open_trace(tmp_path, "client", "dp-pause", "pre-fix", parameters, instance="seed") as recorder:
         for event in events:
-            recorder.event(event["action"], event["args"], event.get("observed"), event.get("clock"), actor=event["actor"])
+            recorder.event(
+                event["action"], event["args"], event.get("observed"), event.get("clock"), actor=event["actor"]
+            )
     assert recorder.path == tmp_path / "client.jsonl" and recorder.events == len(events)
     original, again = replay_traces(PRE_FIX), replay_traces(recorder.path)
     assert again["verdict"] == original["verdict"] == "violated"
@@ -53,8 +56,10 @@ def test_collective_writes_enter_then_complete_with_sequence_numbers(tmp_path: P
             raise RuntimeError("the op failed")  # no complete: it never completed
     events = [record_.event for record_ in TraceReader(tmp_path / "rank-1.jsonl").events()]
     assert [(event["action"], event["args"]["communicator"], event["clock"]) for event in events] == [
-        ("enter", "worker_dp", {"worker_dp": 1}), ("complete", "worker_dp", {"worker_dp": 1}),
-        ("enter", "engine_dp", {"engine_dp": 1}), ("complete", "engine_dp", {"engine_dp": 1}),
+        ("enter", "worker_dp", {"worker_dp": 1}),
+        ("complete", "worker_dp", {"worker_dp": 1}),
+        ("enter", "engine_dp", {"engine_dp": 1}),
+        ("complete", "engine_dp", {"engine_dp": 1}),
         ("enter", "worker_dp", {"worker_dp": 2}),
     ]
     assert all(event["actor"] == "rank:1" for event in events)
@@ -106,8 +111,16 @@ class Engine:
 def test_instrument_records_after_the_call_and_can_be_undone(tmp_path: Path) -> None:
     engine = Engine()
     engine.recorder = record.open_trace(tmp_path, "rank:0", "dp-pause", "post-fix", record.parameters("dp-pause"))
-    undo = record.instrument(Engine, "pause", lambda self: self.recorder,
-                             lambda self, mode: ("handle_pause", {"rank": 0}, {"pause_state[0]": "PAUSED_ALL" if self.paused else "UNPAUSED"}))
+    undo = record.instrument(
+        Engine,
+        "pause",
+        lambda self: self.recorder,
+        lambda self, mode: (
+            "handle_pause",
+            {"rank": 0},
+            {"pause_state[0]": "PAUSED_ALL" if self.paused else "UNPAUSED"},
+        ),
+    )
     try:
         assert engine.pause("keep") == "keep"
     finally:
@@ -115,11 +128,14 @@ def test_instrument_records_after_the_call_and_can_be_undone(tmp_path: Path) -> 
     engine.pause("keep")  # no longer recorded
     engine.recorder.close()
     events = [record_.event for record_ in TraceReader(tmp_path / "rank-0.jsonl").events()]
-    assert [(event["action"], event["observed"]) for event in events] == [("handle_pause", {"pause_state[0]": "PAUSED_ALL"})]
+    assert [(event["action"], event["observed"]) for event in events] == [
+        ("handle_pause", {"pause_state[0]": "PAUSED_ALL"})
+    ]
 
 
 def test_importing_the_recorder_loads_nothing_heavy() -> None:
-    code = "import sys, lockstep.record; print(sorted(m for m in ('torch', 'z3', 'numpy', 'rich', 'hypothesis') if m in sys.modules))"
+    heavy = "('torch', 'z3', 'numpy', 'rich', 'hypothesis')"
+    code = f"import sys, lockstep.record; print(sorted(m for m in {heavy} if m in sys.modules))"
     completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert completed.stdout.strip() == "[]"
 

@@ -27,19 +27,47 @@ ROOT = Path(__file__).resolve().parent.parent
 HOOK = "lockstep.instrumentation.vllm_dp_pause:install_runtime"
 
 
-def run_patched(folder: Path, *arguments: str, variant: str = "post-fix", requests: int = 1,
-                hook: str = HOOK, mutant: str | None = None) -> dict[str, Any]:
+def run_patched(
+    folder: Path,
+    *arguments: str,
+    variant: str = "post-fix",
+    requests: int = 1,
+    hook: str = HOOK,
+    mutant: str | None = None,
+) -> dict[str, Any]:
     """``lockstep run dp-pause`` (no --trace-dir) with the patch recording into ``folder``."""
-    environment = dict(os.environ, LOCKSTEP_TRACE_DIR=str(folder), LOCKSTEP_INSTRUMENT=hook,
-                       LOCKSTEP_TRACE_VARIANT=variant,
-                       LOCKSTEP_TRACE_PARAMETERS=json.dumps({"requests": requests, "max_wave": requests + 3}),
-                       PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])))
+    environment = dict(
+        os.environ,
+        LOCKSTEP_TRACE_DIR=str(folder),
+        LOCKSTEP_INSTRUMENT=hook,
+        LOCKSTEP_TRACE_VARIANT=variant,
+        LOCKSTEP_TRACE_PARAMETERS=json.dumps({"requests": requests, "max_wave": requests + 3}),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
+    )
     if mutant is not None:
         environment["LOCKSTEP_MUTANT"] = mutant
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", "dp-pause", "--variant", variant, "--hang-timeout", "2",
-         "--requests", str(requests), "--json", *arguments],
-        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "dp-pause",
+            "--variant",
+            variant,
+            "--hang-timeout",
+            "2",
+            "--requests",
+            str(requests),
+            "--json",
+            *arguments,
+        ],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in completed.stderr, completed.stderr
     payload: dict[str, Any] = json.loads(completed.stdout)
     return payload
@@ -55,9 +83,25 @@ def test_post_fix_issue_36594_recorded_by_the_patch_conforms(tmp_path: Path) -> 
         assert header["variant"] == "post-fix" and header["parameters"]["sync_interval"] == 32
         assert header["parameters"]["unrecorded"] == ["coordinator", "client_read_publication"]
         actions.update(event["action"] for event in validate_lines(path))
-    assert {"arrive_from_client", "arrive_from_coordinator", "handle_add", "handle_pause", "handle_start_wave",
-            "notify_idle", "step", "finish_forward", "finish_sync", "handle_collective_rpc", "finish_collective_rpc",
-            "handle_resume", "finish_resume", "client_add_request", "client_pause_returned", "enter", "complete"} <= actions
+    assert {
+        "arrive_from_client",
+        "arrive_from_coordinator",
+        "handle_add",
+        "handle_pause",
+        "handle_start_wave",
+        "notify_idle",
+        "step",
+        "finish_forward",
+        "finish_sync",
+        "handle_collective_rpc",
+        "finish_collective_rpc",
+        "handle_resume",
+        "finish_resume",
+        "client_add_request",
+        "client_pause_returned",
+        "enter",
+        "complete",
+    } <= actions
     result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "conforms", result.get("explanation")
 
@@ -73,15 +117,21 @@ def test_the_fuzz_scenario_recorded_by_the_patch_conforms(tmp_path: Path, seed: 
 def test_pre_fix_issue_36594_hangs_and_the_recorded_prefix_shows_the_models_violation(tmp_path: Path) -> None:
     payload = run_patched(tmp_path, "--scenario", "issue-36594", variant="pre-fix")
     assert payload["outcome"] == "hang diagnosed"
-    assert {payload["waits"]["rank:0"], payload["waits"]["rank:1"]} == {"all_reduce(worker_dp)#1", "all_reduce(worker_world)#1"}
+    assert {payload["waits"]["rank:0"], payload["waits"]["rank:1"]} == {
+        "all_reduce(worker_dp)#1",
+        "all_reduce(worker_world)#1",
+    }
     result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "violated" and result["property"] == "quiescent_during_rpc", result
 
 
 @pytest.mark.parametrize(("mutant", "action"), [("skip-start-wave", None), ("wrong-wave", "handle_add")])
-def test_a_patch_that_leaves_out_or_misreports_an_event_diverges(tmp_path: Path, mutant: str, action: str | None) -> None:
-    payload = run_patched(tmp_path, "--scenario", "issue-36594", "--seed", "7",
-                          hook="instrumentation_mutants:install", mutant=mutant)
+def test_a_patch_that_leaves_out_or_misreports_an_event_diverges(
+    tmp_path: Path, mutant: str, action: str | None
+) -> None:
+    payload = run_patched(
+        tmp_path, "--scenario", "issue-36594", "--seed", "7", hook="instrumentation_mutants:install", mutant=mutant
+    )
     assert payload["outcome"] == "completed"
     result = replay_traces(tmp_path, profile="vllm-dp-pause")
     assert result["verdict"] == "diverges", result
@@ -90,7 +140,9 @@ def test_a_patch_that_leaves_out_or_misreports_an_event_diverges(tmp_path: Path,
 
 
 def test_the_patch_module_imports_no_torch_z3_or_numpy() -> None:
-    code = ("import sys, lockstep.instrumentation.vllm_dp_pause; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'z3', 'numpy')))")
+    code = (
+        "import sys, lockstep.instrumentation.vllm_dp_pause; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'z3', 'numpy')))"
+    )
     completed = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert completed.stdout.strip() == "[]", completed.stderr

@@ -43,7 +43,10 @@ def test_events_collectives_and_deferred_lines_are_valid_and_numbered(tmp_path: 
     assert all(event_problems(event) == [] for event in events)
     assert [event["index"] for event in events] == list(range(6))
     assert [(event["action"], event.get("clock")) for event in events[1:5]] == [
-        ("enter", {"worker_dp": 1}), ("complete", {"worker_dp": 1}), ("enter", {"worker_dp": 2}), ("complete", {"worker_dp": 2})
+        ("enter", {"worker_dp": 1}),
+        ("complete", {"worker_dp": 1}),
+        ("enter", {"worker_dp": 2}),
+        ("complete", {"worker_dp": 2}),
     ]
     assert events[0]["clock"] == {"send:coordinator": 1}
 

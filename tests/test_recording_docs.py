@@ -21,8 +21,12 @@ from lockstep.spec.collectives import Communicator
 ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "recording_tables.py"
 DOCUMENT = ROOT / "docs" / "recording-vllm.md"
-MODELS = {"pp-broadcast": "pp_broadcast", "async-placeholders": "async_placeholders",
-          "computed-tokens": "computed_tokens", "cudagraph-pp": "cudagraph_pp"}
+MODELS = {
+    "pp-broadcast": "pp_broadcast",
+    "async-placeholders": "async_placeholders",
+    "computed-tokens": "computed_tokens",
+    "cudagraph-pp": "cudagraph_pp",
+}
 
 
 def load_tool() -> object:
@@ -39,8 +43,12 @@ def test_every_recorded_action_names_its_vllm_function(name: str) -> None:
     for variant in protocol.variants:
         for instance in protocol.instances:
             machine = protocol.instance(variant.name, instance.name).machine()
-            inferred = {action for library in machine.communicators if isinstance(library, Communicator)
-                        for action in library.completion_actions}
+            inferred = {
+                action
+                for library in machine.communicators
+                if isinstance(library, Communicator)
+                for action in library.completion_actions
+            }
             missing = [action.name for action in machine.actions if not action.mirrors and action.name not in inferred]
             assert not missing, f"{name} {variant.name} {instance.name}: no mirrors for {missing}"
 
@@ -50,8 +58,11 @@ def test_every_source_entry_is_an_action(name: str) -> None:
     protocol = PROTOCOLS[name]
     module = importlib.import_module(f"lockstep.models.{MODELS[name]}.sources")
     for variant in protocol.variants:
-        actions = {action.name for instance in protocol.instances
-                   for action in protocol.instance(variant.name, instance.name).machine().actions}
+        actions = {
+            action.name
+            for instance in protocol.instances
+            for action in protocol.instance(variant.name, instance.name).machine().actions
+        }
         table = module.sources(variant.name)
         assert set(table) <= actions, f"{name} {variant.name}: not actions: {sorted(set(table) - actions)}"
         assert all(text.strip() for text in table.values())
@@ -63,7 +74,10 @@ def test_the_document_tables_are_current() -> None:
     assert tool.splice(text, tool.generated()) == text, "run python tools/recording_tables.py"  # type: ignore[attr-defined]
     for name in PROTOCOLS:
         assert f"### {name}\n" in text
-    assert "| `handle_pause` | `rank:{rank}` | `rank` | _handle_client_request(UTILITY) → EngineCoreProc.pause_scheduler" in text
+    assert (
+        "| `handle_pause` | `rank:{rank}` | `rank` | _handle_client_request(UTILITY) → EngineCoreProc.pause_scheduler"
+        in text
+    )
 
 
 def test_check_fails_on_a_stale_document(tmp_path: Path) -> None:

@@ -46,8 +46,21 @@ def counterexample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``lockstep check dp-pause --variant pre-fix --trace-out F`` as a user runs it."""
     target = tmp_path_factory.mktemp("check") / "pre-fix.jsonl"
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "check", "dp-pause", "--variant", "pre-fix", "--trace-out", str(target), "--json"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "check",
+            "dp-pause",
+            "--variant",
+            "pre-fix",
+            "--trace-out",
+            str(target),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert completed.returncode == 1, completed.stderr
     return target
@@ -57,7 +70,9 @@ def test_the_fixture_is_what_the_checker_writes(counterexample: Path) -> None:
     assert lines_of(counterexample)[1:] == lines_of(PRE_FIX)[1:]
 
 
-def test_pre_fix_counterexample_is_violated_against_pre_fix(counterexample: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_pre_fix_counterexample_is_violated_against_pre_fix(
+    counterexample: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, result = replay_json(capsys, str(counterexample))
     assert code == 1
     assert result["verdict"] == "violated"
@@ -104,7 +119,10 @@ def test_a_dropped_event_diverges_with_the_false_guard(tmp_path: Path, capsys: p
     assert isinstance(explanation, dict)
     assert explanation["reason"] == "no candidate state enables handle_add for rank:0"
     why = explanation["candidates"][0]["why"]
-    assert any("handle_add(rank=0) is not enabled" in text and "is false" in text and "input_queue = [<>, <>]" in text for text in why), why
+    assert any(
+        "handle_add(rank=0) is not enabled" in text and "is false" in text and "input_queue = [<>, <>]" in text
+        for text in why
+    ), why
     assert result["longest_conforming_prefix"] == 1
 
 
@@ -144,7 +162,9 @@ def test_one_map_entry_can_be_observed(tmp_path: Path, capsys: pytest.CaptureFix
     assert result["verdict"] == "violated"
     events[2]["observed"] = {"requests[1]": 1}
     code, result = replay_json(capsys, str(write_events(tmp_path / "entry.jsonl", header, events)))
-    assert result["verdict"] == "diverges" and "requests[1] = 0, but 1 was observed" in json.dumps(result["explanation"])
+    assert result["verdict"] == "diverges" and "requests[1] = 0, but 1 was observed" in json.dumps(
+        result["explanation"]
+    )
 
 
 def test_unrecorded_actions_are_closed_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -161,7 +181,11 @@ def test_unrecorded_actions_are_closed_over(tmp_path: Path, capsys: pytest.Captu
 
 def test_too_many_candidates_is_inconclusive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     header, events = events_of(PRE_FIX)
-    bare = [{key: value for key, value in event.items() if key != "observed"} for event in events if event["actor"] != "client"]
+    bare = [
+        {key: value for key, value in event.items() if key != "observed"}
+        for event in events
+        if event["actor"] != "client"
+    ]
     trace = write_events(tmp_path / "bare.jsonl", header, bare)
     code, result = replay_json(capsys, str(trace), "--unrecorded", "client", "--max-candidates", "3")
     assert code == 3 and result["verdict"] == "inconclusive"
@@ -173,20 +197,37 @@ def test_a_recording_of_collectives_only(capsys: pytest.CaptureFixture[str]) -> 
     the merged order conforms to pre-fix. Real runtime recordings are replayed in test_replay_runtime.py."""
     code, result = replay_json(capsys, str(FIXTURES / "collectives-only-pre-fix"))
     assert code == 2 and "parameters.unrecorded" in result["error"]  # the header may not widen the check
-    code, result = replay_json(capsys, str(FIXTURES / "collectives-only-pre-fix"),
-                               "--unrecorded", "rank:*", "--unrecorded", "client", "--unrecorded", "coordinator")
+    code, result = replay_json(
+        capsys,
+        str(FIXTURES / "collectives-only-pre-fix"),
+        "--unrecorded",
+        "rank:*",
+        "--unrecorded",
+        "client",
+        "--unrecorded",
+        "coordinator",
+    )
     assert code == 0 and result["verdict"] == "conforms" and result["events"] == 8
     assert isinstance(result["candidate_states_max"], int) and result["candidate_states_max"] > 1
 
 
 def test_an_enter_the_model_cannot_have_diverges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     header, events = events_of(PRE_FIX)
-    enter = {"actor": "rank:1", "action": "enter", "args": {"communicator": "worker_dp", "op": "forward"}, "clock": {"worker_dp": 1}}
-    code, result = replay_json(capsys, str(write_events(tmp_path / "enter.jsonl", header, events[:10] + [enter] + events[10:])))
+    enter = {
+        "actor": "rank:1",
+        "action": "enter",
+        "args": {"communicator": "worker_dp", "op": "forward"},
+        "clock": {"worker_dp": 1},
+    }
+    code, result = replay_json(
+        capsys, str(write_events(tmp_path / "enter.jsonl", header, events[:10] + [enter] + events[10:]))
+    )
     assert result["verdict"] == "diverges" and result["event"] == 10
     assert "member 1 has not entered forward on worker_dp" in json.dumps(result["explanation"])
     enter["actor"] = "rank:0"
-    code, result = replay_json(capsys, str(write_events(tmp_path / "enter.jsonl", header, events[:10] + [enter] + events[10:])))
+    code, result = replay_json(
+        capsys, str(write_events(tmp_path / "enter.jsonl", header, events[:10] + [enter] + events[10:]))
+    )
     assert result["verdict"] == "violated" and result["event"] == 17
 
 

@@ -46,7 +46,11 @@ AGAINST_POST_FIX: dict[str, tuple[str, str, str]] = {
     "dp-pause-pre-fix": ("rank-0.jsonl", "handle_pause", "engines_running[0] = true, but false was observed"),
     "pp-broadcast-pre-fix": ("rank-0.jsonl", "gpu_post", "gpu_post(rank=0) is not enabled"),
     "async-placeholders-pre-fix": ("rank-0.jsonl", "sample", "repair.scan_steps = 2, but 3 was observed"),
-    "computed-tokens-pre-fix": ("rank-0.jsonl", "sample_tokens", "runner.num_computed_tokens_np[0] = [0], but [1] was observed"),
+    "computed-tokens-pre-fix": (
+        "rank-0.jsonl",
+        "sample_tokens",
+        "runner.num_computed_tokens_np[0] = [0], but [1] was observed",
+    ),
     "cudagraph-pp-no-copy-in": ("rank-1.jsonl", "prepare_inputs", "persistent[1] = [0, 0], but [-1, -1] was observed"),
 }
 
@@ -66,16 +70,35 @@ def read(path: Path) -> tuple[Event, list[Event]]:
 
 def write(path: Path, header: Event, events: list[Event]) -> None:
     """Write ``events`` after ``header``, renumbering their indices 0, 1, 2, ... as a recorder would."""
-    path.write_text("".join(json.dumps(line) + "\n" for line in [header, *({**event, "index": i} for i, event in enumerate(events))]))
+    path.write_text(
+        "".join(
+            json.dumps(line) + "\n" for line in [header, *({**event, "index": i} for i, event in enumerate(events))]
+        )
+    )
 
 
 def record(tmp_path_factory: pytest.TempPathFactory, protocol: str, *arguments: str) -> Path:
     """A fresh run of the runtime (``lockstep run ... --trace-dir``): real processes, real gloo collectives."""
     folder = tmp_path_factory.mktemp(protocol) / "traces"
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", protocol, *arguments, "--hang-timeout", "10", "--trace-dir", str(folder),
-         "--no-replay", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            protocol,
+            *arguments,
+            "--hang-timeout",
+            "10",
+            "--trace-dir",
+            str(folder),
+            "--no-replay",
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert json.loads(completed.stdout)["outcome"] == "completed"
@@ -104,13 +127,19 @@ def test_each_recording_replays_as_its_variant_predicts(name: str, capsys: pytes
     code, result = replay_json(capsys, folder)
     assert (result["verdict"], result["property"]) == (verdict, failing), result
     assert code == (0 if verdict == "conforms" else 1)
-    assert result["longest_conforming_prefix"] == result["events"] == sum(len(read(path)[1]) for path in folder.glob("*.jsonl"))
+    assert (
+        result["longest_conforming_prefix"]
+        == result["events"]
+        == sum(len(read(path)[1]) for path in folder.glob("*.jsonl"))
+    )
     if witness is not None:
         assert witness in result["witnessed"]
 
 
 @pytest.mark.parametrize("name", sorted(AGAINST_POST_FIX))
-def test_a_pre_fix_recording_diverges_from_post_fix_where_the_variants_differ(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pre_fix_recording_diverges_from_post_fix_where_the_variants_differ(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     file, action, why = AGAINST_POST_FIX[name]
     code, result = replay_json(capsys, RECORDINGS / name, "--variant", "post-fix")
     assert code == 1 and result["verdict"] == "diverges", result
@@ -124,7 +153,9 @@ def test_a_pre_fix_recording_diverges_from_post_fix_where_the_variants_differ(na
 
 
 # ------------------------------------------------------------------------------------ mutations
-Mutation = Callable[[Path], tuple[str, int]]  # mutates a copied recording; returns (file, line the divergence must name)
+Mutation = Callable[
+    [Path], tuple[str, int]
+]  # mutates a copied recording; returns (file, line the divergence must name)
 
 
 def drop_broadcast(rank: int) -> Mutation:
@@ -133,13 +164,23 @@ def drop_broadcast(rank: int) -> Mutation:
     def mutate(folder: Path) -> tuple[str, int]:
         path = folder / f"rank-{rank}.jsonl"
         header, events = read(path)
-        position = next(i for i, event in enumerate(events) if event["action"] == "enter" and event["args"] == {"communicator": "pp", "op": "broadcast"})
-        assert events[position + 1]["action"] == "complete" and events[position + 1]["clock"] == events[position]["clock"]
-        write(path, header, events[:position] + events[position + 2:])
+        position = next(
+            i
+            for i, event in enumerate(events)
+            if event["action"] == "enter" and event["args"] == {"communicator": "pp", "op": "broadcast"}
+        )
+        assert (
+            events[position + 1]["action"] == "complete" and events[position + 1]["clock"] == events[position]["clock"]
+        )
+        write(path, header, events[:position] + events[position + 2 :])
         if rank == 0:  # the broadcaster's next step needs its broadcast done: it is where the replay stops
             return path.name, position + 2
         rank_0 = read(folder / "rank-0.jsonl")[1]  # rank 0's complete needs rank 1's enter
-        matching = next(i for i, event in enumerate(rank_0) if event["action"] == "complete" and event["clock"] == events[position]["clock"])
+        matching = next(
+            i
+            for i, event in enumerate(rank_0)
+            if event["action"] == "complete" and event["clock"] == events[position]["clock"]
+        )
         return "rank-0.jsonl", matching + 2
 
     return mutate
@@ -174,19 +215,27 @@ def wrong_step_counter(folder: Path) -> tuple[str, int]:
 # mutation -> (recording, how, the explanation's reason, texts its candidates' explanation must hold)
 MUTATIONS: dict[str, tuple[str, Mutation, str, tuple[str, ...]]] = {
     "broadcaster drops its broadcast": (
-        "pp-broadcast-post-fix", drop_broadcast(0), "no candidate state enables gpu_complete for rank:0",
+        "pp-broadcast-post-fix",
+        drop_broadcast(0),
+        "no candidate state enables gpu_complete for rank:0",
         ("gpu_complete(rank=0) is not enabled: (len(pp.queue[rank]) == 0) is false", "pp.queue = [<broadcast("),
     ),
     "receiver drops its broadcast": (
-        "pp-broadcast-post-fix", drop_broadcast(1), "no candidate state agrees with rank:0 complete",
+        "pp-broadcast-post-fix",
+        drop_broadcast(1),
+        "no candidate state agrees with rank:0 complete",
         ("member 0's op on pp has not completed (pp.queue[0] = <broadcast(",),
     ),
     "handle_pause swapped before its cause": (
-        "dp-pause-post-fix", swap_before_pause, "no candidate state enables handle_pause for rank:",
+        "dp-pause-post-fix",
+        swap_before_pause,
+        "no candidate state enables handle_pause for rank:",
         ("is not enabled: ((input_queue[rank][0].kind == PAUSE)", "is false (input_queue = ["),
     ),
     "wrong step_counter": (
-        "dp-pause-post-fix", wrong_step_counter, "the observed values contradict every successor",
+        "dp-pause-post-fix",
+        wrong_step_counter,
+        "the observed values contradict every successor",
         ("step_counter[", "= 1, but 0 was observed"),
     ),
 }
@@ -201,7 +250,9 @@ def test_a_mutated_recording_diverges_at_the_mutation(
     if source == "checked-in":
         original = RECORDINGS / name
     else:
-        original = request.getfixturevalue("fresh_pp_broadcast" if name.startswith("pp-broadcast") else "fresh_dp_pause")
+        original = request.getfixturevalue(
+            "fresh_pp_broadcast" if name.startswith("pp-broadcast") else "fresh_dp_pause"
+        )
     folder = tmp_path / "mutated"
     shutil.copytree(original, folder)
     file, line = mutate(folder)
@@ -216,7 +267,9 @@ def test_a_mutated_recording_diverges_at_the_mutation(
     assert result["longest_conforming_prefix"] == result["event"]
 
 
-def test_a_fresh_run_conforms(fresh_pp_broadcast: Path, fresh_dp_pause: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_fresh_run_conforms(
+    fresh_pp_broadcast: Path, fresh_dp_pause: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for folder, witness in ((fresh_pp_broadcast, "L2_pipelined_prefill"), (fresh_dp_pause, "resumed")):
         code, result = replay_json(capsys, folder)
         assert code == 0 and result["verdict"] == "conforms", result

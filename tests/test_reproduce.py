@@ -3,7 +3,8 @@
 The dp-pause pre-fix ``seed`` counterexample (written by ``lockstep check`` itself) reproduces a
 real hang, and so do the three post-fix findings (``stale-wave-after-resume``, ``double-resume``,
 ``request-after-resume``): the runtime, held to the counterexample's order, hangs with the waits
-the model names, and its own trace violates the counterexample's property. The plan maps every choice of the counterexample; input the runtime
+the model names, and its own trace violates the counterexample's property. The plan maps every choice of the
+counterexample; input the runtime
 cannot follow, or that is not a model counterexample, exits 2 with the file named.
 """
 
@@ -21,20 +22,19 @@ from lockstep.traces.merge import open_traces
 ROOT = Path(__file__).resolve().parent.parent
 
 
-
-
-
-
-
-
 def test_the_pre_fix_seed_counterexample_hangs_for_real(tmp_path: Path) -> None:
     code, result, _ = reproduce(tmp_path, counterexample(tmp_path, "dp-pause", "--variant", "pre-fix"))
     assert code == 1 and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed"
     assert result["waits"] == {"rank:0": "all_reduce(worker_dp)#1", "rank:1": "all_reduce(worker_world)#1"} | {
-        actor: what for actor, what in result["waits"].items() if not actor.startswith("rank:")}
+        actor: what for actor, what in result["waits"].items() if not actor.startswith("rank:")
+    }
     assert result["replay"]["verdict"] == "violated" and result["replay"]["property"] == result["property"]
     assert {path.name for path in (tmp_path / "run").glob("*.jsonl")} == {
-        "client.jsonl", "coordinator.jsonl", "rank-0.jsonl", "rank-1.jsonl"}
+        "client.jsonl",
+        "coordinator.jsonl",
+        "rank-0.jsonl",
+        "rank-1.jsonl",
+    }
 
 
 def test_the_stale_wave_finding_hangs_for_real_post_fix(tmp_path: Path) -> None:
@@ -45,10 +45,16 @@ def test_the_stale_wave_finding_hangs_for_real_post_fix(tmp_path: Path) -> None:
     assert result["replay"]["verdict"] == "violated" and result["replay"]["property"] == "no_hang"
 
 
-@pytest.mark.parametrize(("instance", "waits"), [
-    ("double-resume", {"rank:0": "all_reduce(engine_dp)#", "rank:1": "all_reduce(worker_dp)#"}),  # resume barrier alone
-    ("request-after-resume", {"rank:0": "all_reduce(worker_dp)#", "rank:1": "receive(input_queue)"}),  # steps alone
-])
+@pytest.mark.parametrize(
+    ("instance", "waits"),
+    [
+        (
+            "double-resume",
+            {"rank:0": "all_reduce(engine_dp)#", "rank:1": "all_reduce(worker_dp)#"},
+        ),  # resume barrier alone
+        ("request-after-resume", {"rank:0": "all_reduce(worker_dp)#", "rank:1": "receive(input_queue)"}),  # steps alone
+    ],
+)
 def test_the_other_post_fix_findings_hang_for_real(tmp_path: Path, instance: str, waits: dict[str, str]) -> None:
     """Late requests and a second resume call come from the counterexample's client program."""
     code, result, _ = reproduce(tmp_path, counterexample(tmp_path, "dp-pause", "--instance", instance))
@@ -65,9 +71,13 @@ def test_the_plan_takes_every_choice_of_the_counterexample(tmp_path: Path) -> No
     planned = plan(trace.header, events)
     arrivals = [event for event in events if event["action"].startswith("arrive_from_")]
     assert planned.scenario == "counterexample" and planned.ranks == 2
-    assert sum(choice.point == "arrival" and choice.actor.startswith("rank:") for choice in planned.choices) == len(arrivals)
+    assert sum(choice.point == "arrival" and choice.actor.startswith("rank:") for choice in planned.choices) == len(
+        arrivals
+    )
     program = planned.extra["client_program"]
-    assert program == [{"action": event["action"], "args": event["args"]} for event in events if event["actor"] == "client"]
+    assert program == [
+        {"action": event["action"], "args": event["args"]} for event in events if event["actor"] == "client"
+    ]
     for rank in range(2):
         schedule = planned.extra["schedule"][f"rank:{rank}"]
         assert schedule["before_arrival"] == sorted(schedule["before_arrival"])
@@ -75,7 +85,9 @@ def test_the_plan_takes_every_choice_of_the_counterexample(tmp_path: Path) -> No
 
 
 def test_an_instance_the_runtime_client_cannot_follow_exits_2(tmp_path: Path) -> None:
-    code, _, error = reproduce(tmp_path, counterexample(tmp_path, "dp-pause", "--variant", "pre-fix", "--instance", "barrier-request"))
+    code, _, error = reproduce(
+        tmp_path, counterexample(tmp_path, "dp-pause", "--variant", "pre-fix", "--instance", "barrier-request")
+    )
     assert code == 2 and "counterexample.jsonl" in error and "rpc=1" in error
 
 

@@ -26,36 +26,37 @@ CPU_ACTIONS = ("schedule", "process_output", "execute_model", "sample_tokens")
 GPU_ACTIONS = ("gpu_compute", "gpu_post", "gpu_complete")
 
 
-
-
-
-
-
-
 def threads(events: list[dict[str, Any]]) -> dict[tuple[str, str], list[tuple[str, str]]]:
     """Each actor's CPU events and each rank's stream events, as (action, arguments), in order."""
     found: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for event in events:
         thread = "cpu" if event["action"] in CPU_ACTIONS else "gpu" if event["action"] in GPU_ACTIONS else None
         if thread is not None:
-            found.setdefault((event["actor"], thread), []).append((event["action"], json.dumps(event["args"], sort_keys=True)))
+            found.setdefault((event["actor"], thread), []).append(
+                (event["action"], json.dumps(event["args"], sort_keys=True))
+            )
     return found
 
 
 def assert_follows(path: Path, run: Path) -> None:
     """The runtime's events of every thread start with the counterexample's."""
     model = threads([json.loads(line) for line in path.read_text().splitlines()[1:]])
-    runtime = threads([json.loads(line) for file in sorted(run.glob("*.jsonl")) for line in file.read_text().splitlines()[1:]])
+    runtime = threads(
+        [json.loads(line) for file in sorted(run.glob("*.jsonl")) for line in file.read_text().splitlines()[1:]]
+    )
     assert model
     for thread, steps in model.items():
         assert runtime.get(thread, [])[: len(steps)] == steps, thread
 
 
-@pytest.mark.parametrize(("instance", "rank_0"), [
-    ("seed", "receive(rpc)"),  # it skipped the broadcast of the last step and waits for the next RPC
-    ("chunks-then-decode", "send->1(pp)#"),  # it went on to the decode's forward
-    ("decode-gap", "send->1(pp)#"),
-])
+@pytest.mark.parametrize(
+    ("instance", "rank_0"),
+    [
+        ("seed", "receive(rpc)"),  # it skipped the broadcast of the last step and waits for the next RPC
+        ("chunks-then-decode", "send->1(pp)#"),  # it went on to the decode's forward
+        ("decode-gap", "send->1(pp)#"),
+    ],
+)
 def test_skip_disagree_hangs_for_real_and_names_the_waits(tmp_path: Path, instance: str, rank_0: str) -> None:
     path = counterexample(tmp_path, "pp-broadcast", "--variant", "skip-disagree", "--instance", instance)
     code, result, _ = reproduce(tmp_path, path, timeout=2)
@@ -81,8 +82,11 @@ def test_pre_fix_seed_violates_no_false_dependency_for_real(tmp_path: Path) -> N
 def test_a_leave_out_choice_is_taken_and_the_stale_read_happens(tmp_path: Path) -> None:
     path = counterexample(tmp_path, "pp-broadcast", "--variant", "skip-whole-receive", "--instance", "decode-gap")
     trace = open_traces([path])
-    assert [event["args"]["leave_out"] for event in (record.event for record in trace.records())
-            if event["action"] == "schedule"] == [-1, 1, -1]
+    assert [
+        event["args"]["leave_out"]
+        for event in (record.event for record in trace.records())
+        if event["action"] == "schedule"
+    ] == [-1, 1, -1]
     code, result, _ = reproduce(tmp_path, path, timeout=2)
     assert code == 1 and result["outcome"] == "completed", result
     assert result["replay"]["property"] == result["property"] == "S3_no_stale_read"
@@ -90,7 +94,9 @@ def test_a_leave_out_choice_is_taken_and_the_stale_read_happens(tmp_path: Path) 
 
 
 def test_the_run_takes_the_header_workload_and_the_plan_refuses_an_impossible_leave_out(tmp_path: Path) -> None:
-    path = counterexample(tmp_path, "pp-broadcast", "--variant", "skip-disagree", "--set", "requests=2", "--set", "chunks=3")
+    path = counterexample(
+        tmp_path, "pp-broadcast", "--variant", "skip-disagree", "--set", "requests=2", "--set", "chunks=3"
+    )
     trace = open_traces([path])
     events = [record.event for record in trace.records()]
     planned = plan(trace.header, events)

@@ -37,9 +37,23 @@ POST_FIX_SCENARIOS = ("seed", "spec-decode", "kv-load-failure", "preemption", "a
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", "async-placeholders", "--hang-timeout", "10", "--json",
-         "--trace-dir", str(folder), *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "async-placeholders",
+            "--hang-timeout",
+            "10",
+            "--json",
+            "--trace-dir",
+            str(folder),
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in completed.stderr, completed.stderr
     return completed.returncode, json.loads(completed.stdout), time.monotonic() - started
@@ -61,13 +75,22 @@ def test_post_fix_run_completes_and_conforms(tmp_path: Path, scenario: str) -> N
     assert payload["outcome"] == "completed" and payload["replay"]["verdict"] == "conforms", payload
     events = events_of(tmp_path / "traces")
     header = json.loads((tmp_path / "traces" / "rank-0.jsonl").read_text().split("\n")[0])
-    for name in ("max_tokens", "num_spec_tokens", "history_toggles", "preemptions", "chunked_prefill", "kv_load_failures"):
+    for name in (
+        "max_tokens",
+        "num_spec_tokens",
+        "history_toggles",
+        "preemptions",
+        "chunked_prefill",
+        "kv_load_failures",
+    ):
         assert name in header["parameters"], name
     assert {event["actor"] for event in events} == {"scheduler", "runner"}
     assert payload["replay"]["longest_conforming_prefix"] == len(events)
     repairs = [event for event in events if event["action"] == "sample" and event["observed"]["repair.done"]]
     assert repairs, "no repair happened"
-    assert all(event["observed"]["repair.scan_steps"] <= 1 + event["observed"]["repair.run_length"] for event in repairs)
+    assert all(
+        event["observed"]["repair.scan_steps"] <= 1 + event["observed"]["repair.run_length"] for event in repairs
+    )
     assert seconds < 30
 
 
@@ -89,8 +112,17 @@ def test_pre_fix_run_violates_scan_cost_and_diverges_from_post_fix(tmp_path: Pat
 
 def test_history_toggle_finding_shows_in_a_post_fix_run(tmp_path: Path) -> None:
     """The model's finding: a skipped repair leaves two steps' -1 and the next writes one row over both."""
-    code, payload, _ = run(tmp_path / "traces", "--variant", "post-fix", "--scenario", "history-toggle", "--seed", "1",
-                           "--set", "max_tokens=5")
+    code, payload, _ = run(
+        tmp_path / "traces",
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "history-toggle",
+        "--seed",
+        "1",
+        "--set",
+        "max_tokens=5",
+    )
     assert code == 1 and payload["replay"]["verdict"] == "violated", payload
     assert payload["replay"]["property"] == "tokens_aligned"
     event = events_of(tmp_path / "traces")[payload["replay"]["event"]]
@@ -103,7 +135,10 @@ def test_runtime_scans_match_the_model_folds_on_every_small_list() -> None:
         for elements in itertools.product((-1, 0, 1), repeat=length):
             if elements[-1] != -1:
                 continue
-            for runtime_scan, model_scan in ((forward_first_placeholder, FORWARD), (backward_first_placeholder, BACKWARD)):
+            for runtime_scan, model_scan in (
+                (forward_first_placeholder, FORWARD),
+                (backward_first_placeholder, BACKWARD),
+            ):
                 found, reads = runtime_scan(list(elements))
                 environment = Environment({})
                 assert found == evaluate(first_placeholder(model_scan, elements, length).expression, environment)
@@ -115,13 +150,22 @@ def test_runtime_scans_match_the_model_folds_on_every_small_list() -> None:
     assert forward == [7] and backward == [-1, 0, 7]
 
 
-@pytest.mark.parametrize("spec, preemptions, chunks, failures", [(0, False, False, 0), (2, False, False, 0),
-                                                                 (1, False, False, 2), (2, True, True, 2)])
+@pytest.mark.parametrize(
+    "spec, preemptions, chunks, failures",
+    [(0, False, False, 0), (2, False, False, 0), (1, False, False, 2), (2, True, True, 2)],
+)
 def test_both_variants_lists_equal_after_every_turn(spec: int, preemptions: bool, chunks: bool, failures: int) -> None:
     turns = repairs = 0
     for seed in range(25):
-        bounds = ScenarioBounds(max_tokens=8, num_spec_tokens=spec, history_toggles=False, preemptions=preemptions,
-                                chunked_prefill=chunks, kv_load_failures=failures, interruptions=4)
+        bounds = ScenarioBounds(
+            max_tokens=8,
+            num_spec_tokens=spec,
+            history_toggles=False,
+            preemptions=preemptions,
+            chunked_prefill=chunks,
+            kv_load_failures=failures,
+            interruptions=4,
+        )
         before = Pipeline("pre-fix", bounds, 3, SeededChoices(seed))
         after = Pipeline("post-fix", bounds, 3, SeededChoices(seed))
         while True:
@@ -143,14 +187,25 @@ def test_recorded_choices_fed_back_reproduce_the_run(tmp_path: Path) -> None:
     assert {"next", "kind", "accepted", "copy_lands"} <= points
     script = tmp_path / "choices.jsonl"
     script.write_text("".join(json.dumps(choice) + "\n" for choice in payload["choices"]))
-    code, again, _ = run(tmp_path / "second", "--variant", "post-fix", "--scenario", "all-operations", "--seed", "99",
-                         "--choices", str(script))
+    code, again, _ = run(
+        tmp_path / "second",
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "all-operations",
+        "--seed",
+        "99",
+        "--choices",
+        str(script),
+    )
     assert code == 0, again
 
     def per_actor(folder: Path) -> dict[str, list[tuple[str, str, str]]]:
         found: dict[str, list[tuple[str, str, str]]] = {}
         for event in events_of(folder):  # the threads' lines may interleave differently; each actor's may not
-            found.setdefault(event["actor"], []).append((event["action"], json.dumps(event["args"]), json.dumps(event["observed"])))
+            found.setdefault(event["actor"], []).append(
+                (event["action"], json.dumps(event["args"]), json.dumps(event["observed"]))
+            )
         return found
 
     assert per_actor(tmp_path / "first") == per_actor(tmp_path / "second")

@@ -31,9 +31,23 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", "computed-tokens", "--hang-timeout", "10", "--json",
-         "--trace-dir", str(folder), *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "computed-tokens",
+            "--hang-timeout",
+            "10",
+            "--json",
+            "--trace-dir",
+            str(folder),
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in completed.stderr, completed.stderr
     return completed.returncode, json.loads(completed.stdout), time.monotonic() - started
@@ -50,10 +64,13 @@ def events_of(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
-@pytest.mark.parametrize("scenario, ranks", [("chunked-prefill", 1), pytest.param("context-limit", 1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "scenario, ranks", [("chunked-prefill", 1), pytest.param("context-limit", 1, marks=pytest.mark.slow)]
+)
 def test_post_fix_run_completes_and_conforms(tmp_path: Path, scenario: str, ranks: int) -> None:
-    code, payload, seconds = run(tmp_path / "traces", "--variant", "post-fix", "--scenario", scenario, "--seed", "2",
-                                 "--ranks", str(ranks))
+    code, payload, seconds = run(
+        tmp_path / "traces", "--variant", "post-fix", "--scenario", scenario, "--seed", "2", "--ranks", str(ranks)
+    )
     assert code == 0, payload
     assert payload["outcome"] == "completed" and payload["replay"]["verdict"] == "conforms", payload
     events = events_of(tmp_path / "traces")["rank-0.jsonl"]
@@ -65,16 +82,24 @@ def test_post_fix_run_completes_and_conforms(tmp_path: Path, scenario: str, rank
 
 
 def test_pipeline_runs_two_rank_processes_and_conforms(tmp_path: Path) -> None:
-    code, payload, _ = run(tmp_path / "traces", "--variant", "post-fix", "--scenario", "pipeline", "--ranks", "2", "--seed", "2")
+    code, payload, _ = run(
+        tmp_path / "traces", "--variant", "post-fix", "--scenario", "pipeline", "--ranks", "2", "--seed", "2"
+    )
     assert code == 0 and payload["replay"]["verdict"] == "conforms", payload
     files = events_of(tmp_path / "traces")
     assert sorted(files) == ["rank-0.jsonl", "rank-1.jsonl"]
-    assert {event["action"] for event in files["rank-0.jsonl"] if event["actor"] == "rank:0"} == {"execute_model", "pp_receive"}
+    assert {event["action"] for event in files["rank-0.jsonl"] if event["actor"] == "rank:0"} == {
+        "execute_model",
+        "pp_receive",
+    }
     assert {event["action"] for event in files["rank-1.jsonl"]} == {"execute_model", "sample_tokens"}
     received = [event for event in files["rank-1.jsonl"] if event["action"] == "execute_model"]
     assert all("recv:hidden:0>1" in event["clock"] for event in received)  # the hidden states over torch.distributed
-    mirrors = [event["observed"]["runner.num_computed_tokens_np[0]"] for event in files["rank-0.jsonl"]
-               if event["action"] == "pp_receive"]
+    mirrors = [
+        event["observed"]["runner.num_computed_tokens_np[0]"]
+        for event in files["rank-0.jsonl"]
+        if event["action"] == "pp_receive"
+    ]
     assert len(mirrors) == len([event for event in files["rank-1.jsonl"] if event["action"] == "sample_tokens"])
 
 
@@ -82,14 +107,20 @@ def all_rejected(folder: Path, steps: int = 12, actor: str = "rank:0") -> Path:
     """A choices script: the last rank accepts no draft, ``steps`` times."""
     script = folder / "rejected.jsonl"
     script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text("".join(json.dumps({"actor": actor, "point": "accepted", "options": ["0"], "chosen": "0"}) + "\n"
-                              for _ in range(steps)))
+    script.write_text(
+        "".join(
+            json.dumps({"actor": actor, "point": "accepted", "options": ["0"], "chosen": "0"}) + "\n"
+            for _ in range(steps)
+        )
+    )
     return script
 
 
 def test_pre_fix_seed_violates_bounded_slack_and_diverges_from_post_fix(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
-    code, payload, _ = run(folder, "--variant", "pre-fix", "--scenario", "seed", "--choices", str(all_rejected(tmp_path)))
+    code, payload, _ = run(
+        folder, "--variant", "pre-fix", "--scenario", "seed", "--choices", str(all_rejected(tmp_path))
+    )
     assert payload["outcome"] == "completed"
     assert code == 1 and payload["replay"]["verdict"] == "violated", payload
     assert payload["replay"]["property"] == "U3_bounded_slack"
@@ -102,7 +133,9 @@ def test_pre_fix_seed_violates_bounded_slack_and_diverges_from_post_fix(tmp_path
 
     # replay names the first batch built with more slack than the step in flight allows (the
     # scheduler's and the runner's threads share the file, so its index varies by a line or so)
-    assert first == min(index for index, event in enumerate(events) if event["action"] == "execute_model" and slack(event) > 1)
+    assert first == min(
+        index for index, event in enumerate(events) if event["action"] == "execute_model" and slack(event) > 1
+    )
     assert first in (12, 13, 14)  # the model's shortest counterexample breaks U3 at its event 13
     event = events[first]
     assert event["action"] == "execute_model"
@@ -114,15 +147,21 @@ def test_pre_fix_seed_violates_bounded_slack_and_diverges_from_post_fix(tmp_path
     assert against_post_fix["verdict"] == "diverges"
     diverged = events[against_post_fix["event"]]
     assert diverged["action"] == "sample_tokens"  # the first postprocess: v0.21.0 advances the mirror there
-    assert against_post_fix["event"] == min(index for index, event in enumerate(events) if event["action"] == "sample_tokens")
+    assert against_post_fix["event"] == min(
+        index for index, event in enumerate(events) if event["action"] == "sample_tokens"
+    )
 
 
 def test_post_fix_bound_stays_within_the_drafts_in_flight(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
-    code, payload, _ = run(folder, "--variant", "post-fix", "--scenario", "seed", "--choices", str(all_rejected(tmp_path)))
+    code, payload, _ = run(
+        folder, "--variant", "post-fix", "--scenario", "seed", "--choices", str(all_rejected(tmp_path))
+    )
     assert code == 0 and payload["replay"]["verdict"] == "conforms", payload
     built = [event["observed"] for event in events_of(folder)["rank-0.jsonl"] if event["action"] == "execute_model"]
-    slack = [observed["metadata.seq_lens_cpu_upper_bound[0]"][0] - observed["metadata.seq_lens[0]"][0] for observed in built]
+    slack = [
+        observed["metadata.seq_lens_cpu_upper_bound[0]"][0] - observed["metadata.seq_lens[0]"][0] for observed in built
+    ]
     assert max(slack) == 1 and min(slack) == 0  # the draft of the step in flight, never more
 
 
@@ -130,19 +169,34 @@ def test_recorded_acceptances_fed_back_give_the_same_trace(tmp_path: Path) -> No
     code, payload, _ = run(tmp_path / "first", "--variant", "post-fix", "--scenario", "chunked-prefill", "--seed", "5")
     assert code == 0, payload
     choices = payload["choices"]
-    assert {choice["point"] for choice in choices} == {"accepted"} and {choice["actor"] for choice in choices} == {"rank:0"}
+    assert {choice["point"] for choice in choices} == {"accepted"} and {choice["actor"] for choice in choices} == {
+        "rank:0"
+    }
     assert all(choice["options"] == [str(count) for count in range(len(choice["options"]))] for choice in choices)
     assert {choice["chosen"] for choice in choices} == {"0", "1"}  # both outcomes occur in this run
     script = tmp_path / "choices.jsonl"
     script.write_text("".join(json.dumps(choice) + "\n" for choice in choices))
-    code, again, _ = run(tmp_path / "second", "--variant", "post-fix", "--scenario", "chunked-prefill", "--seed", "99",
-                         "--choices", str(script))
+    code, again, _ = run(
+        tmp_path / "second",
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "chunked-prefill",
+        "--seed",
+        "99",
+        "--choices",
+        str(script),
+    )
     assert code == 0, again
 
     def per_actor(folder: Path) -> dict[str, list[tuple[str, str, str]]]:
         found: dict[str, list[tuple[str, str, str]]] = {}
-        for event in events_of(folder)["rank-0.jsonl"]:  # the threads' lines may interleave differently; each actor's may not
-            found.setdefault(event["actor"], []).append((event["action"], json.dumps(event["args"]), json.dumps(event["observed"])))
+        for event in events_of(folder)[
+            "rank-0.jsonl"
+        ]:  # the threads' lines may interleave differently; each actor's may not
+            found.setdefault(event["actor"], []).append(
+                (event["action"], json.dumps(event["args"]), json.dumps(event["observed"]))
+            )
         return found
 
     first, second = per_actor(tmp_path / "first"), per_actor(tmp_path / "second")
@@ -152,22 +206,40 @@ def test_recorded_acceptances_fed_back_give_the_same_trace(tmp_path: Path) -> No
 
 
 def test_forced_rejections_appear_as_the_sample_arguments(tmp_path: Path) -> None:
-    code, payload, _ = run(tmp_path / "traces", "--variant", "post-fix", "--scenario", "sync-scheduling",
-                           "--choices", str(all_rejected(tmp_path)))
+    code, payload, _ = run(
+        tmp_path / "traces",
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "sync-scheduling",
+        "--choices",
+        str(all_rejected(tmp_path)),
+    )
     assert code == 0 and payload["replay"]["verdict"] == "conforms", payload
     events = events_of(tmp_path / "traces")["rank-0.jsonl"]
     samples = [event for event in events if event["action"] == "sample_tokens"]
     assert samples and all(event["args"] == {"accepted": 0} for event in samples)
     assert len(payload["choices"]) == len(samples)
     built = [event["observed"] for event in events if event["action"] == "execute_model"]
-    assert all(observed["metadata.seq_lens_cpu_upper_bound[0]"] == observed["metadata.seq_lens[0]"] for observed in built)
+    assert all(
+        observed["metadata.seq_lens_cpu_upper_bound[0]"] == observed["metadata.seq_lens[0]"] for observed in built
+    )
 
 
 @pytest.mark.slow
 def test_pre_fix_pipeline_drifts_on_both_ranks(tmp_path: Path) -> None:
     folder = tmp_path / "traces"
-    code, payload, _ = run(folder, "--variant", "pre-fix", "--scenario", "pipeline", "--ranks", "2",
-                           "--choices", str(all_rejected(tmp_path, actor="rank:1")))
+    code, payload, _ = run(
+        folder,
+        "--variant",
+        "pre-fix",
+        "--scenario",
+        "pipeline",
+        "--ranks",
+        "2",
+        "--choices",
+        str(all_rejected(tmp_path, actor="rank:1")),
+    )
     assert code == 1 and payload["replay"]["verdict"] == "violated", payload
     assert payload["replay"]["property"] == "U3_bounded_slack"
     files = events_of(folder)
@@ -179,8 +251,17 @@ def test_pre_fix_pipeline_drifts_on_both_ranks(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_sync_pipeline_early_drafts_finding_shows_in_a_post_fix_run(tmp_path: Path) -> None:
     """The model's finding: with PP and sync scheduling the bound is not exact in v0.22.0 either."""
-    code, payload, _ = run(tmp_path / "traces", "--variant", "post-fix", "--scenario", "sync-pipeline-early-drafts",
-                           "--ranks", "2", "--seed", "1")
+    code, payload, _ = run(
+        tmp_path / "traces",
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "sync-pipeline-early-drafts",
+        "--ranks",
+        "2",
+        "--seed",
+        "1",
+    )
     assert code == 1 and payload["replay"]["verdict"] == "violated", payload
     assert payload["replay"]["property"] == "U2_exact"
 
@@ -188,13 +269,43 @@ def test_sync_pipeline_early_drafts_finding_shows_in_a_post_fix_run(tmp_path: Pa
 def test_model_counterexample_reproduces_for_real(tmp_path: Path) -> None:
     """``lockstep reproduce``: the pre-fix seed counterexample's acceptances, run in real processes."""
     counterexample = tmp_path / "counterexample.jsonl"
-    checked = subprocess.run([sys.executable, "-m", "lockstep", "check", "computed-tokens", "--variant", "pre-fix",
-                              "--instance", "seed", "--trace-out", str(counterexample)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+    checked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "check",
+            "computed-tokens",
+            "--variant",
+            "pre-fix",
+            "--instance",
+            "seed",
+            "--trace-out",
+            str(counterexample),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert checked.returncode == 1, checked.stderr
     model_events = [json.loads(line) for line in counterexample.read_text().splitlines()[1:]]
-    completed = subprocess.run([sys.executable, "-m", "lockstep", "reproduce", str(counterexample), "--json",
-                                "--trace-dir", str(tmp_path / "traces")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "reproduce",
+            str(counterexample),
+            "--json",
+            "--trace-dir",
+            str(tmp_path / "traces"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "Traceback" not in completed.stderr, completed.stderr
     payload = json.loads(completed.stdout)
     assert completed.returncode == 1 and payload["verdict"] == "reproduced", payload
@@ -228,21 +339,33 @@ def scheduler_finishes(bounds: Bounds, accepted: list[int]) -> int:
             sampled = []
             for row in step.rows:
                 chunk = row.computed + row.scheduled < bounds.prefill_len
-                sampled.append(0 if row.scheduled == 0 or chunk else 1 + min(row.drafts, accepted[moves % len(accepted)]))
+                sampled.append(
+                    0 if row.scheduled == 0 or chunk else 1 + min(row.drafts, accepted[moves % len(accepted)])
+                )
             scheduler.update_from_output(sampled)
         moves += 1
         assert moves < 100
     assert scheduler.finished()
-    assert all(request.num_output_tokens == min(bounds.max_tokens, bounds.max_model_len - bounds.prefill_len)
-               for request in scheduler.requests)
+    assert all(
+        request.num_output_tokens == min(bounds.max_tokens, bounds.max_model_len - bounds.prefill_len)
+        for request in scheduler.requests
+    )
     return scheduler.steps
 
 
 @pytest.mark.parametrize("instance", [instance.name for instance in PROTOCOL.instances])
 def test_scheduler_finishes_every_instance(instance: str) -> None:
     values = PROTOCOL.instance("post-fix", instance).parameters
-    bounds = Bounds(requests=values["requests"], prefill_len=values["prefill_len"], budget=values["budget"],
-                    drafts=values["drafts"], max_tokens=values["max_tokens"], max_model_len=values["max_model_len"],
-                    asynchronous=values["async_scheduling"] == 1, padded_rows=values["padded_rows"], ranks=values["ranks"])
+    bounds = Bounds(
+        requests=values["requests"],
+        prefill_len=values["prefill_len"],
+        budget=values["budget"],
+        drafts=values["drafts"],
+        max_tokens=values["max_tokens"],
+        max_model_len=values["max_model_len"],
+        asynchronous=values["async_scheduling"] == 1,
+        padded_rows=values["padded_rows"],
+        ranks=values["ranks"],
+    )
     every_accepted, none_accepted = scheduler_finishes(bounds, [1]), scheduler_finishes(bounds, [0])
     assert every_accepted <= none_accepted

@@ -35,9 +35,23 @@ ROOT = Path(__file__).resolve().parent.parent
 def run(folder: Path, *arguments: str) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", "cudagraph-pp", "--hang-timeout", "10", "--json",
-         "--trace-dir", str(folder), *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "cudagraph-pp",
+            "--hang-timeout",
+            "10",
+            "--json",
+            "--trace-dir",
+            str(folder),
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Traceback" not in completed.stderr, completed.stderr
     return completed.returncode, json.loads(completed.stdout), time.monotonic() - started
@@ -56,8 +70,10 @@ def events_of(folder: Path, ranks: int) -> dict[str, list[dict[str, Any]]]:
 
 def comparisons(folder: Path, ranks: int) -> dict[int, list[dict[str, Any]]]:
     """Each rank's per-step comparison of its output with the eager reference."""
-    return {rank: json.loads((folder / f"rank-{rank}.outputs.json").read_text(encoding="utf-8"))["steps"]
-            for rank in range(ranks)}
+    return {
+        rank: json.loads((folder / f"rank-{rank}.outputs.json").read_text(encoding="utf-8"))["steps"]
+        for rank in range(ranks)
+    }
 
 
 @pytest.mark.parametrize("scenario", ["seed", "full-and-piecewise"])
@@ -78,8 +94,9 @@ def test_post_fix_outputs_equal_eager_and_traces_conform(tmp_path: Path, scenari
     assert seconds < 60
 
 
-@pytest.mark.parametrize(("variant", "broken"), [("no-persistent-buffer", "A1_address_stability"),
-                                                 ("no-copy-in", "A2_freshness")])
+@pytest.mark.parametrize(
+    ("variant", "broken"), [("no-persistent-buffer", "A1_address_stability"), ("no-copy-in", "A2_freshness")]
+)
 def test_mutant_outputs_differ_from_eager_and_traces_violate(tmp_path: Path, variant: str, broken: str) -> None:
     code, payload, _ = run(tmp_path, "--variant", variant, "--set", "steps=2")
     assert payload["outcome"] == "completed", payload
@@ -97,19 +114,36 @@ def test_mutant_outputs_differ_from_eager_and_traces_violate(tmp_path: Path, var
     assert against_post_fix["verdict"] == "diverges", against_post_fix
 
 
-EXPECTED = {"pre-fix": ("conforms", None, True), "post-fix": ("conforms", None, True),
-            "no-persistent-buffer": ("violated", "A1_address_stability", False),
-            "no-copy-in": ("violated", "A2_freshness", False)}
+EXPECTED = {
+    "pre-fix": ("conforms", None, True),
+    "post-fix": ("conforms", None, True),
+    "no-persistent-buffer": ("violated", "A1_address_stability", False),
+    "no-copy-in": ("violated", "A2_freshness", False),
+}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(EXPECTED))
-@pytest.mark.parametrize(("ranks", "scenario", "seed"), [(3, "piecewise", 3), (4, "full-and-piecewise", 2),
-                                                         (2, "full-decode-only", 4)])
-def test_every_variant_at_more_stages_and_modes(tmp_path: Path, variant: str, ranks: int, scenario: str, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("ranks", "scenario", "seed"), [(3, "piecewise", 3), (4, "full-and-piecewise", 2), (2, "full-decode-only", 4)]
+)
+def test_every_variant_at_more_stages_and_modes(
+    tmp_path: Path, variant: str, ranks: int, scenario: str, seed: int
+) -> None:
     """Deeper pipelines and the other cudagraph modes: the same verdicts; a mutant's error reaches every later stage."""
-    code, payload, _ = run(tmp_path, "--variant", variant, "--ranks", str(ranks), "--scenario", scenario,
-                           "--seed", str(seed), "--set", "steps=3")
+    code, payload, _ = run(
+        tmp_path,
+        "--variant",
+        variant,
+        "--ranks",
+        str(ranks),
+        "--scenario",
+        scenario,
+        "--seed",
+        str(seed),
+        "--set",
+        "steps=3",
+    )
     verdict, broken, equal = EXPECTED[variant]
     assert payload["outcome"] == "completed", payload
     assert (payload["replay"]["verdict"], payload["replay"]["property"]) == (verdict, broken), payload["replay"]
@@ -140,7 +174,7 @@ def test_graph_manager_full_and_piecewise_match_eager() -> None:
     persistent = {key: torch.zeros(4, 8) for key in ("hidden_states", "residual")}
     manager = GraphManager(1, pipeline, 2, use_cuda_graphs=False)
     for descriptor in plan.order:
-        manager.capture(descriptor, {key: tensor[:descriptor.num_tokens] for key, tensor in persistent.items()})
+        manager.capture(descriptor, {key: tensor[: descriptor.num_tokens] for key, tensor in persistent.items()})
     assert manager.output is not None and manager.output["hidden_states"].shape[0] == 4  # sized by the first capture
     values = {key: torch.randn(4, 8) for key in persistent}
     for descriptor in plan.order:
@@ -160,8 +194,9 @@ def test_runtime_plan_and_dispatch_agree_with_the_model(mode: int, decode_query_
         for max_num_reqs in range(1, 5):
             max_num_tokens = largest
             plan = DescriptorPlan.build(mode, largest, max_num_tokens, max_num_reqs, decode_query_len)
-            by_size, order = capture_plan(MODE_NAMES[mode], capture_sizes(largest, decode_query_len), max_num_reqs,
-                                          decode_query_len)
+            by_size, order = capture_plan(
+                MODE_NAMES[mode], capture_sizes(largest, decode_query_len), max_num_reqs, decode_query_len
+            )
             assert [d.label for d in plan.order] == [d.label for d in order]
             table = dispatch_plan(by_size, max_num_tokens, max_num_reqs, decode_query_len)
             for tokens in range(1, max_num_tokens + 1):

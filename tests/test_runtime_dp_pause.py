@@ -33,14 +33,15 @@ def run(*arguments: str, timeout: float = 60) -> tuple[int, dict[str, Any], floa
     started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-m", "lockstep", "run", "dp-pause", "--hang-timeout", str(TIMEOUT), "--json", *arguments],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     seconds = time.monotonic() - started
     assert "Traceback" not in completed.stderr, completed.stderr
     payload = json.loads(completed.stdout) if completed.stdout.strip() else {}
     return completed.returncode, payload, seconds
-
-
 
 
 def replay_verdict(folder: Path) -> str:
@@ -97,7 +98,9 @@ def test_post_fix_completes_with_one_valid_trace_per_process(post_fix_run: tuple
     assert_gone(payload["pids"])
 
 
-def test_post_fix_collectives_are_enter_then_complete_per_member(post_fix_run: tuple[int, dict[str, Any], Path]) -> None:
+def test_post_fix_collectives_are_enter_then_complete_per_member(
+    post_fix_run: tuple[int, dict[str, Any], Path],
+) -> None:
     _, _, folder = post_fix_run
     counts: dict[str, list[int]] = {}
     for rank in (0, 1):
@@ -151,9 +154,25 @@ def test_sigkill_mid_run_leaves_valid_prefixes(tmp_path: Path) -> None:
     runs.mkdir()
     environment = dict(os.environ, LOCKSTEP_RUN_ROOT=str(runs), LOCKSTEP_KEEP_RUN_DIR="1")
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "lockstep", "run", "dp-pause", "--variant", "post-fix", "--hang-timeout", "30",
-         "--sync-interval", "32", "--trace-dir", str(folder)],
-        cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "dp-pause",
+            "--variant",
+            "post-fix",
+            "--hang-timeout",
+            "30",
+            "--sync-interval",
+            "32",
+            "--trace-dir",
+            str(folder),
+        ],
+        cwd=ROOT,
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 60
     target = folder / "rank-1.jsonl"
@@ -179,7 +198,9 @@ def test_sigkill_mid_run_leaves_valid_prefixes(tmp_path: Path) -> None:
     assert replay_verdict(folder) == "conforms"  # the prefix follows the model
 
 
-def test_recorded_choices_fed_back_reproduce_the_choices(post_fix_run: tuple[int, dict[str, Any], Path], tmp_path: Path) -> None:
+def test_recorded_choices_fed_back_reproduce_the_choices(
+    post_fix_run: tuple[int, dict[str, Any], Path], tmp_path: Path
+) -> None:
     _, payload, _ = post_fix_run
     script = tmp_path / "choices.jsonl"
     script.write_text("".join(json.dumps(choice) + "\n" for choice in payload["choices"]))
@@ -200,7 +221,9 @@ def test_choice_sources() -> None:
     picks = [first.choose("rank:0", "delay", ["0", "1", "2"]) for _ in range(20)]
     assert picks == [second.choose("rank:0", "delay", ["0", "1", "2"]) for _ in range(20)]
     assert len(set(picks)) > 1
-    scripted = ScriptedChoices([Choice("rank:0", "arrival", ("client", "coordinator"), "coordinator")], fallback=SeededChoices(1))
+    scripted = ScriptedChoices(
+        [Choice("rank:0", "arrival", ("client", "coordinator"), "coordinator")], fallback=SeededChoices(1)
+    )
     assert scripted.peek("rank:0", "arrival") == "coordinator"
     assert scripted.choose("rank:0", "arrival", ["client", "coordinator"]) == "coordinator"
     assert scripted.peek("rank:0", "arrival") is None
@@ -223,7 +246,9 @@ def test_choice_sources() -> None:
         (["dp-pause", "--backend", "nccl"], "--backend nccl needs 2 CUDA devices"),
     ],
 )
-def test_bad_arguments_exit_2_with_a_message(arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_arguments_exit_2_with_a_message(
+    arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     if "nccl" in arguments:
         import torch
 
@@ -233,7 +258,16 @@ def test_bad_arguments_exit_2_with_a_message(arguments: list[str], message: str,
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("arguments", [["dp-pause", "--ranks", "0"], ["dp-pause", "--hang-timeout", "x"], ["dp-pause", "--timeout", "x"], ["dp-pause", "--backend", "mpi"], []])
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["dp-pause", "--ranks", "0"],
+        ["dp-pause", "--hang-timeout", "x"],
+        ["dp-pause", "--timeout", "x"],
+        ["dp-pause", "--backend", "mpi"],
+        [],
+    ],
+)
 def test_argument_errors_exit_2(arguments: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(["run", *arguments])
@@ -262,15 +296,27 @@ def test_a_client_that_reads_publications_between_requests_conforms(tmp_path: Pa
     from lockstep.impl.launcher import launch
     from lockstep.impl.runtime import RunConfig
 
-    program = [{"action": "client_add_request", "args": {"rank": 0}}, {"action": "client_read_publication", "args": {}},
-               {"action": "client_add_request", "args": {"rank": 1}}]
+    program = [
+        {"action": "client_add_request", "args": {"rank": 0}},
+        {"action": "client_read_publication", "args": {}},
+        {"action": "client_add_request", "args": {"rank": 1}},
+    ]
     schedule = {f"rank:{rank}": {"before_arrival": [], "before_event": []} for rank in range(2)}
     for seed in (0, 1):
         folder = tmp_path / f"seed-{seed}"
         folder.mkdir()
-        config = RunConfig(protocol="dp-pause", variant="post-fix", scenario="counterexample", ranks=2, requests=2,
-                           sync_interval=2, seed=seed, timeout=5, trace_dir=str(folder),
-                           extra={"schedule": schedule, "client_program": program})
+        config = RunConfig(
+            protocol="dp-pause",
+            variant="post-fix",
+            scenario="counterexample",
+            ranks=2,
+            requests=2,
+            sync_interval=2,
+            seed=seed,
+            timeout=5,
+            trace_dir=str(folder),
+            extra={"schedule": schedule, "client_program": program},
+        )
         assert launch(config, deadline=60).outcome == "completed"
         assert '"client_read_publication"' in (folder / "client.jsonl").read_text()
         assert replay_verdict(folder) == "conforms"

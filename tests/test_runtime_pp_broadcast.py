@@ -32,27 +32,44 @@ SMALL = ("--set", "hidden=64", "--set", "chunk_tokens=8", "--set", "layers=2")
 def run(*arguments: str, timeout: float = 90) -> tuple[int, dict[str, Any], float]:
     started = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "lockstep", "run", "pp-broadcast", "--hang-timeout", str(TIMEOUT), "--json",
-         *SMALL, *arguments], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "run",
+            "pp-broadcast",
+            "--hang-timeout",
+            str(TIMEOUT),
+            "--json",
+            *SMALL,
+            *arguments,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     seconds = time.monotonic() - started
     assert "Traceback" not in completed.stderr, completed.stderr
     payload = json.loads(completed.stdout) if completed.stdout.strip() else {}
     return completed.returncode, payload, seconds
 
 
-
-
 @pytest.fixture(scope="module")
 def post_fix(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
     folder = tmp_path_factory.mktemp("post-fix") / "traces"
-    code, payload, _ = run("--variant", "post-fix", "--scenario", "chunks-then-decode", "--seed", "5", "--trace-dir", str(folder))
+    code, payload, _ = run(
+        "--variant", "post-fix", "--scenario", "chunks-then-decode", "--seed", "5", "--trace-dir", str(folder)
+    )
     return code, payload, folder
 
 
 @pytest.fixture(scope="module")
 def pre_fix(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
     folder = tmp_path_factory.mktemp("pre-fix") / "traces"
-    code, payload, _ = run("--variant", "pre-fix", "--scenario", "chunks-then-decode", "--seed", "5", "--trace-dir", str(folder))
+    code, payload, _ = run(
+        "--variant", "pre-fix", "--scenario", "chunks-then-decode", "--seed", "5", "--trace-dir", str(folder)
+    )
     return code, payload, folder
 
 
@@ -109,7 +126,9 @@ def test_pre_fix_is_serialised_by_causal_order(pre_fix: tuple[int, dict[str, Any
         assert step.broadcast and step.broadcast_precedes_next_forward and step.sample_precedes_next_forward, step
 
 
-def test_pre_fix_diverges_from_the_post_fix_model_at_rank_0_broadcast(pre_fix: tuple[int, dict[str, Any], Path]) -> None:
+def test_pre_fix_diverges_from_the_post_fix_model_at_rank_0_broadcast(
+    pre_fix: tuple[int, dict[str, Any], Path],
+) -> None:
     _, _, folder = pre_fix
     result = replay_traces(folder, variant="post-fix", profile="runtime")
     assert result["verdict"] == "diverges"
@@ -127,16 +146,32 @@ def test_skip_disagree_hangs_and_the_waits_are_named(tmp_path: Path) -> None:
 
 
 def test_choices_fed_back_give_the_same_run(tmp_path: Path) -> None:
-    code, payload, _ = run("--variant", "post-fix", "--scenario", "decode-gap", "--seed", "11", "--trace-dir", str(tmp_path / "first"))
+    code, payload, _ = run(
+        "--variant", "post-fix", "--scenario", "decode-gap", "--seed", "11", "--trace-dir", str(tmp_path / "first")
+    )
     assert code == 0, payload
     script = tmp_path / "choices.jsonl"
     script.write_text("".join(json.dumps(choice) + "\n" for choice in payload["choices"]))
-    again, replayed, _ = run("--variant", "post-fix", "--scenario", "decode-gap", "--seed", "999", "--choices", str(script),
-                             "--trace-dir", str(tmp_path / "second"))
+    again, replayed, _ = run(
+        "--variant",
+        "post-fix",
+        "--scenario",
+        "decode-gap",
+        "--seed",
+        "999",
+        "--choices",
+        str(script),
+        "--trace-dir",
+        str(tmp_path / "second"),
+    )
     assert again == 0 and replayed["choices"] == payload["choices"]
 
     def schedule(folder: Path) -> list[Any]:
-        return [(event["args"], event["observed"]) for event in validate_lines(folder / "engine.jsonl") if event["action"] == "schedule"]
+        return [
+            (event["args"], event["observed"])
+            for event in validate_lines(folder / "engine.jsonl")
+            if event["action"] == "schedule"
+        ]
 
     assert schedule(tmp_path / "first") == schedule(tmp_path / "second")
 
@@ -144,6 +179,8 @@ def test_choices_fed_back_give_the_same_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("ranks", [3, 4])
 def test_post_fix_conforms_at_more_stages(tmp_path: Path, ranks: int) -> None:
-    code, payload, _ = run("--variant", "post-fix", "--scenario", "decode-gap", "--ranks", str(ranks), "--trace-dir", str(tmp_path))
+    code, payload, _ = run(
+        "--variant", "post-fix", "--scenario", "decode-gap", "--ranks", str(ranks), "--trace-dir", str(tmp_path)
+    )
     assert code == 0 and payload["replay"]["verdict"] == "conforms", payload
     assert all(not step.broadcast and not step.sample_precedes_next_forward for step in chunked_steps(tmp_path))

@@ -41,7 +41,9 @@ def test_the_published_trace_schema_is_the_shipped_one() -> None:
     assert json.loads((DOCUMENTED / "trace.schema.json").read_text()) == trace_schema()
 
 
-def test_check_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_outputs_follow_the_schema(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     check = validator("check.schema.json")
     for arguments in (
@@ -62,8 +64,15 @@ def test_replay_and_lemma_outputs_follow_their_schemas(capsys: pytest.CaptureFix
         ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--variant", "post-fix", "--json"],
         ["replay", str(FIXTURES / "collectives-only-pre-fix"), "--trust-header", "--json"],
         ["replay", str(FIXTURES / "runtime" / "dp-pause-post-fix"), "--profile", "runtime", "--json"],
-        ["replay", str(FIXTURES / "runtime" / "dp-pause-pre-fix"), "--variant", "post-fix", "--profile", "runtime",
-         "--json"],
+        [
+            "replay",
+            str(FIXTURES / "runtime" / "dp-pause-pre-fix"),
+            "--variant",
+            "post-fix",
+            "--profile",
+            "runtime",
+            "--json",
+        ],
     ):
         replay.validate(output(capsys, *arguments))
     validator("prove-lemmas.schema.json").validate(output(capsys, "prove-lemmas", "--json"))
@@ -81,8 +90,10 @@ def test_traces_the_tool_writes_follow_the_trace_schema(tmp_path: Path, capsys: 
 
 def test_every_json_command_has_a_schema() -> None:
     published = {path.name for path in SCHEMAS.glob("*.schema.json")}
-    assert published == {f"{name}.schema.json" for name in
-                         ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list", "error")}
+    assert published == {
+        f"{name}.schema.json"
+        for name in ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list", "error")
+    }
     assert {f"{name}.schema.json" for name in NAMES} == published
     assert {path.name for path in DOCUMENTED.glob("*.schema.json")} == {"trace.schema.json"}  # one copy of each
     for name in NAMES:
@@ -100,7 +111,9 @@ def test_run_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_p
     without_traces = output(capsys, "run", "async-placeholders", "--json")
     run.validate(without_traces)
     assert isinstance(without_traces, dict) and without_traces["replay"] is None and without_traces["choices"]
-    with_traces = output(capsys, "run", "async-placeholders", "--variant", "pre-fix", "--trace-dir", str(tmp_path / "traces"), "--json")
+    with_traces = output(
+        capsys, "run", "async-placeholders", "--variant", "pre-fix", "--trace-dir", str(tmp_path / "traces"), "--json"
+    )
     run.validate(with_traces)
     assert isinstance(with_traces, dict) and with_traces["replay"]["verdict"] == "violated"
     with pytest.raises(jsonschema.ValidationError):
@@ -109,7 +122,9 @@ def test_run_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_p
         run.validate({**with_traces, "unpublished": 1})
 
 
-def test_fuzz_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fuzz_outputs_follow_the_schema(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)  # the counterexample goes to lockstep-out/
     fuzz = validator("fuzz.schema.json")
     found = output(capsys, "fuzz", "computed-tokens", "--variant", "pre-fix", "--examples", "20", "--json")
@@ -127,8 +142,16 @@ def test_fuzz_outputs_follow_the_schema(capsys: pytest.CaptureFixture[str], tmp_
 
 def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     reproduce = validator("reproduce.schema.json")
-    result = output(capsys, "reproduce", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--hang-timeout", "3",
-                    "--trace-dir", str(tmp_path / "traces"), "--json")
+    result = output(
+        capsys,
+        "reproduce",
+        str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"),
+        "--hang-timeout",
+        "3",
+        "--trace-dir",
+        str(tmp_path / "traces"),
+        "--json",
+    )
     reproduce.validate(result)
     assert isinstance(result, dict) and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed"
     with pytest.raises(jsonschema.ValidationError):
@@ -136,25 +159,32 @@ def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str],
 
 
 def test_outputs_name_their_schema_version(capsys: pytest.CaptureFixture[str]) -> None:
-    for name, arguments in (("list", ["list", "--json"]), ("prove-lemmas", ["prove-lemmas", "--json"]),
-                            ("replay", ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--json"])):
+    for name, arguments in (
+        ("list", ["list", "--json"]),
+        ("prove-lemmas", ["prove-lemmas", "--json"]),
+        ("replay", ["replay", str(FIXTURES / "dp-pause-pre-fix-seed.jsonl"), "--json"]),
+    ):
         result = output(capsys, *arguments)
         version = schema(name)["properties"]["schema_version"]["const"]
         assert isinstance(result, dict) and result["schema_version"] == version
 
 
-@pytest.mark.parametrize(("arguments", "kind", "code"), [
-    (["check", "dp-pause", "--max-states", "0", "--json"], "usage", 2),  # does not parse
-    (["check", "dp-pause", "--max-st", "5", "--json"], "usage", 2),
-    (["check", "no-such-protocol", "--json"], "usage", 2),  # parses; the command refuses it
-    (["fuzz", "dp-pause", "--scenario", "random", "--json"], "usage", 2),
-    (["replay", "no-such-file.jsonl", "--json"], "usage", 2),
-    (["run", "no-such-protocol", "--json"], "usage", 2),
-    (["reproduce", "no-such-file.jsonl", "--json"], "usage", 2),
-    (["list", "--model-file", "no-such-model.py", "--json"], "usage", 2),
-])
-def test_errors_under_json_are_one_object_following_the_schema(capsys: pytest.CaptureFixture[str], arguments: list[str],
-                                                               kind: str, code: int) -> None:
+@pytest.mark.parametrize(
+    ("arguments", "kind", "code"),
+    [
+        (["check", "dp-pause", "--max-states", "0", "--json"], "usage", 2),  # does not parse
+        (["check", "dp-pause", "--max-st", "5", "--json"], "usage", 2),
+        (["check", "no-such-protocol", "--json"], "usage", 2),  # parses; the command refuses it
+        (["fuzz", "dp-pause", "--scenario", "random", "--json"], "usage", 2),
+        (["replay", "no-such-file.jsonl", "--json"], "usage", 2),
+        (["run", "no-such-protocol", "--json"], "usage", 2),
+        (["reproduce", "no-such-file.jsonl", "--json"], "usage", 2),
+        (["list", "--model-file", "no-such-model.py", "--json"], "usage", 2),
+    ],
+)
+def test_errors_under_json_are_one_object_following_the_schema(
+    capsys: pytest.CaptureFixture[str], arguments: list[str], kind: str, code: int
+) -> None:
     try:
         returned = main(arguments)
     except SystemExit as stopped:  # a command line that does not parse

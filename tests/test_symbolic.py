@@ -41,7 +41,9 @@ def z3_value(expression: Expression, state: dict[str, Value], width: int | None)
         result = Translator(symbols).translate(expression)
         assert solver.check() == z3.sat
         model = solver.model()
-        return "value", decode(expression.sort if not _unbounded(expression.sort) else integers(None, None), result, model)  # type: ignore[arg-type]
+        return "value", decode(
+            expression.sort if not _unbounded(expression.sort) else integers(None, None), result, model
+        )  # type: ignore[arg-type]
 
 
 def _unbounded(sort: Sort) -> bool:
@@ -108,7 +110,12 @@ def successors_by_z3(
             model = solver.model()
             grounded = encoding.grounded[values_module.integer_of(model.eval(selector, model_completion=True))]
             found.add((grounded.action, grounded.arguments, encoding.decode_state(post, model)))
-            solver.add(z3.Or(selector != model.eval(selector, model_completion=True), *[c != model.eval(c, model_completion=True) for c in components]))
+            solver.add(
+                z3.Or(
+                    selector != model.eval(selector, model_completion=True),
+                    *[c != model.eval(c, model_completion=True) for c in components],
+                )
+            )
         return found
 
 
@@ -154,16 +161,23 @@ def small_machine(fixed: bool) -> Machine:
     Rank = IndexSort("Rank", 2)
     stage = machine.variable("stage", MapSort(Rank, integers(0, 3)), (0, 0))
     total = machine.variable("total", integers(0, 4 if fixed else 2), 0)  # too small when not fixed
-    group = Communicator(machine, "group", Rank, {"sum": all_reduce_sum(), "barrier": barrier()}, payload=integers(0, 1))
+    group = Communicator(
+        machine, "group", Rank, {"sum": all_reduce_sum(), "barrier": barrier()}, payload=integers(0, 1)
+    )
 
     def post_sum(rank: Term) -> Step:
         return Step(stage[rank] == 0, {stage: stage.set(rank, 1), **group.post(rank, "sum", 1)})
 
     def skip(rank: Term) -> Step:
-        return Step((stage[rank] == 0) & (rank == 1) & (not fixed), {stage: stage.set(rank, 2), **group.post(rank, "barrier")})
+        return Step(
+            (stage[rank] == 0) & (rank == 1) & (not fixed), {stage: stage.set(rank, 2), **group.post(rank, "barrier")}
+        )
 
     def after_sum(rank: Term) -> Step:
-        return Step((stage[rank] == 1) & group.done(rank), {stage: stage.set(rank, 2), total: total + group.result_of(rank), **group.post(rank, "barrier")})
+        return Step(
+            (stage[rank] == 1) & group.done(rank),
+            {stage: stage.set(rank, 2), total: total + group.result_of(rank), **group.post(rank, "barrier")},
+        )
 
     def finish(rank: Term) -> Step:
         return Step((stage[rank] == 2) & group.done(rank), {stage: stage.set(rank, 3), **group.consume(rank)})
@@ -230,8 +244,6 @@ def test_bmc_finds_the_dp_pause_pre_fix_violations_at_the_explicit_lengths() -> 
         assert mine.path.length == theirs.path.length, name
     assert symbolic.counterexample is not None and explicit.counterexample is not None
     assert symbolic.counterexample.path.length == explicit.counterexample.path.length  # type: ignore[union-attr]
-
-
 
 
 def test_k_induction_proves_the_fixed_small_machine() -> None:
@@ -303,8 +315,12 @@ def test_bmc_names_bool_action_parameters() -> None:
     assert mine.path.steps[-1].arguments == {"up": True}
 
 
-@pytest.mark.parametrize("limit", [["--solver-timeout", "0.001"], ["--solver-timeout", "0.0001"], ["--timeout", "0.05"]])
-def test_a_tiny_solver_timeout_is_inconclusive_with_valid_json(capsys: pytest.CaptureFixture[str], limit: list[str]) -> None:
+@pytest.mark.parametrize(
+    "limit", [["--solver-timeout", "0.001"], ["--solver-timeout", "0.0001"], ["--timeout", "0.05"]]
+)
+def test_a_tiny_solver_timeout_is_inconclusive_with_valid_json(
+    capsys: pytest.CaptureFixture[str], limit: list[str]
+) -> None:
     """Z3 cancelled after ~1 ms can answer sat with a model that breaks its own assertions; that
     answer used to be decoded (a TranslationBug traceback, exit 1). It is unknown: exit 3, JSON."""
     code = main(["check", "computed-tokens", "--engine", "bmc", "--depth", "12", *limit, "--json"])

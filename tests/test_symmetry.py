@@ -14,7 +14,9 @@ from lockstep.spec.terms import Term, all_of, any_of, constant, sum_of
 Rank = IndexSort("Rank", 3)
 
 
-def ranks_machine(*, guarded: bool = True, members: tuple[int, ...] | None = None, initial: tuple[int, ...] = (0, 0, 0)) -> tuple[Machine, Term]:
+def ranks_machine(
+    *, guarded: bool = True, members: tuple[int, ...] | None = None, initial: tuple[int, ...] = (0, 0, 0)
+) -> tuple[Machine, Term]:
     """Three ranks, each with a counter in 0..2 that only it increments."""
     machine = Machine("ranks")
     counters = machine.variable("counters", MapSort(Rank, integers(0, 2)), initial)
@@ -32,7 +34,9 @@ def ranks_machine(*, guarded: bool = True, members: tuple[int, ...] | None = Non
 def with_properties(machine: Machine, counters: Term) -> Machine:
     machine.always("total_bounded", sum_of(Rank, lambda rank: counters[rank]) <= 6)
     machine.always("not_all_two", ~all_of(Rank, lambda rank: counters[rank] == 2))
-    machine.sometimes("spread", any_of(Rank, lambda low: any_of(Rank, lambda high: (counters[low] == 0) & (counters[high] == 2))))
+    machine.sometimes(
+        "spread", any_of(Rank, lambda low: any_of(Rank, lambda high: (counters[low] == 0) & (counters[high] == 2)))
+    )
     return machine
 
 
@@ -45,8 +49,11 @@ def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
     verdicts = {p.name: p.verdict for p in plain.properties}
     assert {p.name: p.verdict for p in reduced.properties} == verdicts
     assert verdicts == {
-        IN_BOUNDS: Verdict.HOLDS, "total_bounded": Verdict.HOLDS, "not_all_two": Verdict.VIOLATED,
-        "spread": Verdict.HOLDS, "no_deadlock": Verdict.HOLDS,
+        IN_BOUNDS: Verdict.HOLDS,
+        "total_bounded": Verdict.HOLDS,
+        "not_all_two": Verdict.VIOLATED,
+        "spread": Verdict.HOLDS,
+        "no_deadlock": Verdict.HOLDS,
     }
     for result in (plain, reduced):
         assert result.property_result("not_all_two").path.length == 6  # type: ignore[union-attr]
@@ -62,7 +69,9 @@ def test_counterexamples_under_symmetry_are_concrete_paths() -> None:
         path = result.property_result(name).path
         assert path is not None
         assert_replayable(machine, path)
-        assert any(step.state != canonical(step.state) for step in path.steps), "the path is not a chain of representatives"
+        assert any(step.state != canonical(step.state) for step in path.steps), (
+            "the path is not a chain of representatives"
+        )
     spread = result.property_result("spread").path
     assert spread is not None
     assert spread.final_state in {((0, 0, 2),), ((0, 2, 0),), ((2, 0, 0),)}
@@ -106,8 +115,12 @@ def test_symmetry_over_two_sorts() -> None:
     Pair = IndexSort("Pair", 2)
     stages = machine.variable("stages", MapSort(Stage, integers(0, 2)), (0, 0))
     pairs = machine.variable("pairs", MapSort(Pair, integers(0, 2)), (0, 0))
-    machine.add_action("stage", lambda s: Step(stages[s] < 2, {stages: stages.set(s, stages[s] + 1)}), actor="stage:{s}", s=Stage)
-    machine.add_action("pair", lambda p: Step(pairs[p] < 2, {pairs: pairs.set(p, pairs[p] + 1)}), actor="pair:{p}", p=Pair)
+    machine.add_action(
+        "stage", lambda s: Step(stages[s] < 2, {stages: stages.set(s, stages[s] + 1)}), actor="stage:{s}", s=Stage
+    )
+    machine.add_action(
+        "pair", lambda p: Step(pairs[p] < 2, {pairs: pairs.set(p, pairs[p] + 1)}), actor="pair:{p}", p=Pair
+    )
     machine.set_final(all_of(Stage, lambda s: stages[s] == 2) & all_of(Pair, lambda p: pairs[p] == 2))
     machine.declare_symmetric(Stage)
     machine.declare_symmetric(Pair)
@@ -118,16 +131,25 @@ def test_symmetry_over_two_sorts() -> None:
 def test_refused_when_a_property_names_a_rank() -> None:
     machine, counters = ranks_machine()
     machine.always("first_small", counters[1] <= 2)
-    with pytest.raises(SymmetryError, match=r"symmetry over Rank \[0, 1, 2\] is broken by property first_small: it names Rank 1"):
+    with pytest.raises(
+        SymmetryError, match=r"symmetry over Rank \[0, 1, 2\] is broken by property first_small: it names Rank 1"
+    ):
         check(machine, symmetry=True)
     assert check(machine).verdict is Verdict.HOLDS, "without symmetry the same machine is fine"
 
 
 def test_refused_when_ranks_are_ordered() -> None:
     machine, counters = ranks_machine()
-    machine.add_action("overtake", lambda rank, other: Step(rank < other, {counters: counters.set(rank, counters[other])}),
-                       actor="rank:{rank}", rank=Rank, other=Rank)
-    with pytest.raises(SymmetryError, match=r"broken by action overtake: < orders or computes with Rank values \(\(rank < other\)\)"):
+    machine.add_action(
+        "overtake",
+        lambda rank, other: Step(rank < other, {counters: counters.set(rank, counters[other])}),
+        actor="rank:{rank}",
+        rank=Rank,
+        other=Rank,
+    )
+    with pytest.raises(
+        SymmetryError, match=r"broken by action overtake: < orders or computes with Rank values \(\(rank < other\)\)"
+    ):
         check(machine, symmetry=True)
 
 
@@ -156,7 +178,12 @@ def test_symmetry_refused_when_a_rank_leaks_into_an_integer() -> None:
     machine = Machine("leak")
     last = machine.variable("last", integers(-1, 2), -1)
     seen = machine.variable("seen", MapSort(Rank, integers(0, 1)), (0, 0, 0))
-    machine.add_action("touch", lambda rank: Step(seen[rank] == 0, {seen: seen.set(rank, 1), last: rank}), actor="rank:{rank}", rank=Rank)
+    machine.add_action(
+        "touch",
+        lambda rank: Step(seen[rank] == 0, {seen: seen.set(rank, 1), last: rank}),
+        actor="rank:{rank}",
+        rank=Rank,
+    )
     machine.declare_symmetric(Rank)
     machine.finish()
     with pytest.raises(SymmetryError, match="stores a Rank value in last of sort Int"):
@@ -168,7 +195,9 @@ def test_symmetry_refused_when_a_rank_is_compared_with_an_integer_constant() -> 
     machine = Machine("compare")
     seen = machine.variable("seen", MapSort(Rank, integers(0, 1)), (0, 0, 0))
     one = constant(1, integers(0, 2))  # an integer, not a Rank: permuting ranks does not move it
-    machine.add_action("touch", lambda rank: Step(rank != one, {seen: seen.set(rank, 1)}), actor="rank:{rank}", rank=Rank)
+    machine.add_action(
+        "touch", lambda rank: Step(rank != one, {seen: seen.set(rank, 1)}), actor="rank:{rank}", rank=Rank
+    )
     machine.declare_symmetric(Rank)
     machine.finish()
     with pytest.raises(SymmetryError, match="it compares Rank with Int"):

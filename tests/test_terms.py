@@ -83,14 +83,21 @@ BUILT: list[tuple[str, Callable[[], Term], Operation]] = [
         lambda: pair.with_field("count", x),
         operation(Operator.WITH_FIELD, PAIR, Constant(0, INTEGER), X, sort=Pair),
     ),
-    ("record", lambda: record_of(Pair, on=flag, count=3), operation(Operator.RECORD, Constant(3, Small), FLAG, sort=Pair)),
+    (
+        "record",
+        lambda: record_of(Pair, on=flag, count=3),
+        operation(Operator.RECORD, Constant(3, Small), FLAG, sort=Pair),
+    ),
     ("sequence", lambda: sequence_of(Queue, x, 0), operation(Operator.SEQUENCE, X, Constant(0, Small), sort=Queue)),
     ("enum literal", lambda: mode == "GREEN", operation(Operator.EQUAL, MODE, Constant(1, Color), sort=BOOL)),
     ("enum attribute", lambda: mode != Color.BLUE, operation(Operator.NOT_EQUAL, MODE, Constant(2, Color), sort=BOOL)),
     ("index literal", lambda: rank == 1, operation(Operator.EQUAL, RANK, Constant(1, Rank), sort=BOOL)),
     ("literal outside sort", lambda: x == 7, operation(Operator.EQUAL, X, Constant(7, INTEGER), sort=BOOL)),
-    ("is empty", lambda: queue.is_empty(), operation(Operator.EQUAL, operation(Operator.LENGTH, QUEUE, sort=INTEGER),
-                                                    Constant(0, INTEGER), sort=BOOL)),
+    (
+        "is empty",
+        lambda: queue.is_empty(),
+        operation(Operator.EQUAL, operation(Operator.LENGTH, QUEUE, sort=INTEGER), Constant(0, INTEGER), sort=BOOL),
+    ),
 ]
 
 

@@ -61,7 +61,9 @@ def test_reader_streams_the_events_in_order() -> None:
         ("causal-order.jsonl", 4, "out of causal order"),
     ],
 )
-def test_bad_input_exits_2_naming_file_and_line(name: str, line: int, problem: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_exits_2_naming_file_and_line(
+    name: str, line: int, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     trust = ("--trust-header",) if name == "causal-order.jsonl" else ()  # its header exempts every actor
     code, out, err = run("replay", str(BAD / name), *trust, capsys=capsys)
     assert code == 2
@@ -81,16 +83,22 @@ def test_not_utf8_is_named_as_binary(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_values_beyond_the_headers_bounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = PRE_FIX.read_text().split("\n")
     observed = tmp_path / "observed.jsonl"
-    observed.write_text("\n".join([lines[0], lines[1], lines[2], lines[3].replace('"requests":[1,0]', '"requests":[7,0]')]) + "\n")
+    observed.write_text(
+        "\n".join([lines[0], lines[1], lines[2], lines[3].replace('"requests":[1,0]', '"requests":[7,0]')]) + "\n"
+    )
     code, _, err = run("replay", str(observed), capsys=capsys)
     assert code == 2 and f"{observed}:4: observed.requests[0] = 7 is beyond its bounds (0..1)" in err
     parameter = tmp_path / "parameter.jsonl"
     parameter.write_text("\n".join([lines[0].replace('"ranks":2', '"ranks":99'), *lines[1:]]))
     code, _, err = run("replay", str(parameter), capsys=capsys)
-    assert code == 2 and f"{parameter}:1: header: parameter ranks of dp-pause must be at most 8" in err.replace("at least 2 and ", "")
+    assert code == 2 and f"{parameter}:1: header: parameter ranks of dp-pause must be at most 8" in err.replace(
+        "at least 2 and ", ""
+    )
 
 
-def test_a_cut_short_final_line_is_a_warning_and_the_prefix_decides(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_cut_short_final_line_is_a_warning_and_the_prefix_decides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     killed = tmp_path / "killed.jsonl"
     killed.write_text(PRE_FIX.read_text() + '{"index":17,"actor":"rank:0","act')
     code, out, err = run("replay", str(killed), "--json", capsys=capsys)
@@ -151,7 +159,10 @@ def test_merge_reports_a_complete_no_order_can_explain(tmp_path: Path, capsys: p
     lines[2] = lines[2].replace('"index":0', '"index":1')
     rank1.write_text("\n".join(lines))
     code, _, err = run("trace", "merge", str(folder), "-o", str(tmp_path / "out.jsonl"), capsys=capsys)
-    assert code == 2 and f"{rank1}:2: event out of causal order: complete of worker_dp#1 by rank:1 before its own enter" in err
+    assert (
+        code == 2
+        and f"{rank1}:2: event out of causal order: complete of worker_dp#1 by rank:1 before its own enter" in err
+    )
     assert not (tmp_path / "out.jsonl").exists()
 
 

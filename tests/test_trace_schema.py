@@ -36,15 +36,18 @@ def test_both_schema_files_are_the_generation_from_the_types() -> None:
     assert schema_files_main(["--check", "--root", str(ROOT)]) == 0
 
 
-def test_the_schema_command_finds_and_rewrites_a_stale_copy(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_schema_command_finds_and_rewrites_a_stale_copy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "docs" / "schemas").mkdir(parents=True)
     published = tmp_path / "docs" / "schemas" / "trace.schema.json"
     published.write_text("{}\n")
     shipped = tmp_path / "trace-schema.json"
     shipped.write_text(schema_text())
-    monkeypatch.setattr("lockstep.traces.schema_files.schema_files", lambda root: [shipped, root / "docs" / "schemas" /
-                                                                                  "trace.schema.json"])
+    monkeypatch.setattr(
+        "lockstep.traces.schema_files.schema_files",
+        lambda root: [shipped, root / "docs" / "schemas" / "trace.schema.json"],
+    )
     assert schema_files_main(["--check", "--root", str(tmp_path)]) == 1 and "stale" in capsys.readouterr().err
     assert published.read_text() == "{}\n"
     assert schema_files_main(["--root", str(tmp_path)]) == 0
@@ -87,8 +90,9 @@ def test_event_decoders_problems_and_schema_agree(name: str, obj: object, valid:
     assert _decodes(EventLine, obj) is valid
     assert (event_problems(obj) == []) is valid
     assert _validator("event").is_valid(obj) is valid
-    bad_actor = isinstance(obj, dict) and isinstance(obj.get("actor"), str) and not event_problems(
-        {**obj, "actor": "rank:0"})
+    bad_actor = (
+        isinstance(obj, dict) and isinstance(obj.get("actor"), str) and not event_problems({**obj, "actor": "rank:0"})
+    )
     assert _decodes(fast_event_type(), obj) is (valid or bad_actor)  # the fast type leaves the pattern to the reader
 
 
@@ -115,25 +119,40 @@ def _error(path: Path) -> TraceInputError:
 GOOD = '{"index":0,"actor":"rank:0","action":"x","args":{}}'
 
 
-@pytest.mark.parametrize(("line", "problem"), [
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":1e400}}',
-     "bad event: field 'args.a' must be a finite number, got inf"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":NaN}}', "malformed JSON: NaN is not a JSON value"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":-Infinity}}', "-Infinity is not a JSON value"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":null}',
-     "field 'clock' must be a JSON object, got None"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"observed":null}', "field 'observed' must be a JSON object"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"clock":{"tp":1.0}}',
-     "field 'clock.tp' must be a non-negative"),
-    ('{"index":0,"actor":"rank 0","action":"x","args":{}}', "field 'actor' must be a string like 'rank:1'"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"\\ud800":1}}', "lone UTF-16 surrogate escape"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":"\\udc00"}}', "lone UTF-16 surrogate escape"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * 65 + "]" * 65 + "}}", "JSON nested too deeply"),
-    ('{"index":0,"actor":"rank:0","action":"x","args":{},"time":1}', "bad event: unexpected field 'time'"),
-    ('[' + GOOD + ']', "bad event: event must be a JSON object"),
-    ("", "malformed JSON at column 1: Expecting value"),
-    (GOOD + " x", "malformed JSON at column 53: Extra data"),
-])
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        (
+            '{"index":0,"actor":"rank:0","action":"x","args":{"a":1e400}}',
+            "bad event: field 'args.a' must be a finite number, got inf",
+        ),
+        ('{"index":0,"actor":"rank:0","action":"x","args":{"a":NaN}}', "malformed JSON: NaN is not a JSON value"),
+        ('{"index":0,"actor":"rank:0","action":"x","args":{"a":-Infinity}}', "-Infinity is not a JSON value"),
+        (
+            '{"index":0,"actor":"rank:0","action":"x","args":{},"clock":null}',
+            "field 'clock' must be a JSON object, got None",
+        ),
+        (
+            '{"index":0,"actor":"rank:0","action":"x","args":{},"observed":null}',
+            "field 'observed' must be a JSON object",
+        ),
+        (
+            '{"index":0,"actor":"rank:0","action":"x","args":{},"clock":{"tp":1.0}}',
+            "field 'clock.tp' must be a non-negative",
+        ),
+        ('{"index":0,"actor":"rank 0","action":"x","args":{}}', "field 'actor' must be a string like 'rank:1'"),
+        ('{"index":0,"actor":"rank:0","action":"x","args":{"\\ud800":1}}', "lone UTF-16 surrogate escape"),
+        ('{"index":0,"actor":"rank:0","action":"x","args":{"a":"\\udc00"}}', "lone UTF-16 surrogate escape"),
+        (
+            '{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * 65 + "]" * 65 + "}}",
+            "JSON nested too deeply",
+        ),
+        ('{"index":0,"actor":"rank:0","action":"x","args":{},"time":1}', "bad event: unexpected field 'time'"),
+        ("[" + GOOD + "]", "bad event: event must be a JSON object"),
+        ("", "malformed JSON at column 1: Expecting value"),
+        (GOOD + " x", "malformed JSON at column 53: Extra data"),
+    ],
+)
 def test_the_reader_names_what_the_decoder_refuses(tmp_path: Path, line: str, problem: str) -> None:
     error = _error(_trace(tmp_path, line))
     assert error.line == 2 and problem in error.problem, error
@@ -168,9 +187,11 @@ def test_the_writer_checks_with_the_decoder_and_explains_with_the_problems(tmp_p
 
     header = TraceHeader("demo", "base", "small", {}, TraceSource(kind="model"))
     with TraceWriter(tmp_path / "trace.jsonl", header) as writer:
-        for arguments, problem in (({"actor": "Rank"}, "field 'actor' must be a string like"),
-                                   ({"args": {"x": float("inf")}}, "field 'args.x' must be a finite number, got inf"),
-                                   ({"args": {"x": "\ud800"}}, "line cannot be written as JSON")):
+        for arguments, problem in (
+            ({"actor": "Rank"}, "field 'actor' must be a string like"),
+            ({"args": {"x": float("inf")}}, "field 'args.x' must be a finite number, got inf"),
+            ({"args": {"x": "\ud800"}}, "line cannot be written as JSON"),
+        ):
             options: dict[str, Any] = {"actor": "rank:0", "action": "x", **arguments}
             with pytest.raises(TraceFormatError, match=problem):
                 writer.append(**options)

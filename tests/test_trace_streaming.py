@@ -28,8 +28,14 @@ from lockstep.traces.swimlanes import survey, write_swimlanes
 ROOT = Path(__file__).resolve().parent.parent
 COUNTEREXAMPLE = ROOT / "tests" / "fixtures" / "traces" / "dp-pause-pre-fix-seed.jsonl"
 HEADER: dict[str, Any] = {
-    "format": "lockstep-trace", "version": 1, "protocol": "dp-pause", "variant": "post-fix", "instance": "seed",
-    "parameters": {"ranks": 2}, "source": {"kind": "runtime"}}
+    "format": "lockstep-trace",
+    "version": 1,
+    "protocol": "dp-pause",
+    "variant": "post-fix",
+    "instance": "seed",
+    "parameters": {"ranks": 2},
+    "source": {"kind": "runtime"},
+}
 
 
 class Tracked(dict):  # type: ignore[type-arg]
@@ -64,12 +70,22 @@ def runtime_events(count: int) -> Iterator[dict[str, Any]]:
         cycle, phase = divmod(index, 6)
         rank = phase % 2
         if phase < 2:
-            yield {"index": index, "actor": f"rank:{rank}", "action": "step", "args": {"rank": rank},
-                   "observed": {f"step_counter[{rank}]": cycle}}
+            yield {
+                "index": index,
+                "actor": f"rank:{rank}",
+                "action": "step",
+                "args": {"rank": rank},
+                "observed": {f"step_counter[{rank}]": cycle},
+            }
         elif phase < 6:
             action = "enter" if phase < 4 else "complete"
-            yield {"index": index, "actor": f"rank:{rank}", "action": action,
-                   "args": {"communicator": "worker_dp", "op": "forward"}, "clock": {"worker_dp": cycle + 1}}
+            yield {
+                "index": index,
+                "actor": f"rank:{rank}",
+                "action": action,
+                "args": {"communicator": "worker_dp", "op": "forward"},
+                "clock": {"worker_dp": cycle + 1},
+            }
 
 
 def model_events(count: int) -> Iterator[dict[str, Any]]:
@@ -138,8 +154,12 @@ def _write_trace(path: Path, events: Iterator[dict[str, Any]], header: dict[str,
 def _peak_kilobytes(*arguments: str) -> int:
     """The peak resident memory of ``lockstep ARGUMENTS`` in a child process (its own, from wait4)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "lockstep", *arguments], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=environment)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lockstep", *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
     _, status, usage = os.wait4(process.pid, 0)
     assert process.stderr is not None
     error = process.stderr.read().decode()
@@ -155,10 +175,12 @@ def test_show_and_export_memory_is_flat_in_the_trace_length(tmp_path: Path) -> N
     for count in (5_000, 100_000):
         trace = _write_trace(tmp_path / f"trace-{count}.jsonl", runtime_events(count), HEADER)
         model = _write_trace(tmp_path / f"model-{count}.jsonl", model_events(count), MODEL_HEADER)
-        runs = {"graphml": ("export", str(trace), "--format", "graphml", "-o", str(tmp_path / "out.graphml")),
-                "perfetto": ("export", str(trace), "--format", "perfetto"),
-                "itf": ("export", str(model), "--format", "itf", "-o", str(tmp_path / "out.itf.json")),
-                "show": ("show", str(trace))}
+        runs = {
+            "graphml": ("export", str(trace), "--format", "graphml", "-o", str(tmp_path / "out.graphml")),
+            "perfetto": ("export", str(trace), "--format", "perfetto"),
+            "itf": ("export", str(model), "--format", "itf", "-o", str(tmp_path / "out.itf.json")),
+            "show": ("show", str(trace)),
+        }
         for name, arguments in runs.items():
             peaks.setdefault(name, []).append(_peak_kilobytes(*arguments))
     for name, (short, long) in peaks.items():

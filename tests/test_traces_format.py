@@ -39,9 +39,7 @@ def make_header(**changes: Any) -> TraceHeader:
         "variant": "buggy_skip",
         "instance": "ranks2_steps3",
         "parameters": {"ranks": 2, "steps": 3, "groups": ["tp", "dp"]},
-        "source": TraceSource(
-            kind="runtime", backend="gloo", device="cpu", torch="2.5.1", host="box"
-        ),
+        "source": TraceSource(kind="runtime", backend="gloo", device="cpu", torch="2.5.1", host="box"),
     }
     fields.update(changes)
     return TraceHeader(**fields)
@@ -49,9 +47,7 @@ def make_header(**changes: Any) -> TraceHeader:
 
 def sample_events() -> list[TraceEvent]:
     return [
-        TraceEvent(
-            index=0, actor="rank:0", action="all_reduce", args={"group": "tp", "bytes": 4096}
-        ),
+        TraceEvent(index=0, actor="rank:0", action="all_reduce", args={"group": "tp", "bytes": 4096}),
         TraceEvent(
             index=1,
             actor="coordinator",
@@ -61,9 +57,7 @@ def sample_events() -> list[TraceEvent]:
             clock={"tp": 3, "dp": 0},
         ),
         TraceEvent(index=2, actor="group:dp", action="barrier"),
-        TraceEvent(
-            index=3, actor="client", action="send", args={"text": 'héllo\u2028wörld\n"quoted"'}
-        ),
+        TraceEvent(index=3, actor="client", action="send", args={"text": 'héllo\u2028wörld\n"quoted"'}),
     ]
 
 
@@ -116,9 +110,7 @@ def test_to_json_adds_format_and_version_and_omits_missing_optional_fields() -> 
 def test_to_json_turns_tuples_and_mappings_into_plain_json() -> None:
     from types import MappingProxyType
 
-    event = TraceEvent(
-        index=0, actor="rank:0", action="send", args=MappingProxyType({"shape": (2, 3)})
-    )
+    event = TraceEvent(index=0, actor="rank:0", action="send", args=MappingProxyType({"shape": (2, 3)}))
     assert event.to_json()["args"] == {"shape": [2, 3]}
     assert event_problems(event.to_json()) == []
 
@@ -132,9 +124,7 @@ def test_header_and_events_round_trip_line_by_line(tmp_path: Path) -> None:
     events = sample_events()
     with TraceWriter(path, header) as writer:
         assert writer.path == path
-        assert read_lines(path) == [
-            json.dumps(header.to_json(), separators=(",", ":"), ensure_ascii=False)
-        ]
+        assert read_lines(path) == [json.dumps(header.to_json(), separators=(",", ":"), ensure_ascii=False)]
         for event in events:
             writer.write(event)
         assert writer.events_written == len(events)
@@ -180,9 +170,7 @@ def test_fsync_option_writes_the_same_bytes(tmp_path: Path) -> None:
 
 def test_every_written_line_validates_against_shipped_schema(tmp_path: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    path = write_trace(
-        tmp_path / "trace.jsonl", make_header(source=TraceSource(kind="model")), sample_events()
-    )
+    path = write_trace(tmp_path / "trace.jsonl", make_header(source=TraceSource(kind="model")), sample_events())
     lines = [json.loads(line) for line in read_lines(path)]
     def_validator("header").validate(lines[0])
     event_validator = def_validator("event")
@@ -305,17 +293,13 @@ EVENT_CASES: list[tuple[str, object, bool]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("name", "obj", "valid"), HEADER_CASES, ids=[case[0] for case in HEADER_CASES]
-)
+@pytest.mark.parametrize(("name", "obj", "valid"), HEADER_CASES, ids=[case[0] for case in HEADER_CASES])
 def test_header_problems_agree_with_schema(name: str, obj: object, valid: bool) -> None:
     assert def_validator("header").is_valid(obj) is valid
     assert (header_problems(obj) == []) is valid, header_problems(obj)
 
 
-@pytest.mark.parametrize(
-    ("name", "obj", "valid"), EVENT_CASES, ids=[case[0] for case in EVENT_CASES]
-)
+@pytest.mark.parametrize(("name", "obj", "valid"), EVENT_CASES, ids=[case[0] for case in EVENT_CASES])
 def test_event_problems_agree_with_schema(name: str, obj: object, valid: bool) -> None:
     assert def_validator("event").is_valid(obj) is valid
     assert (event_problems(obj) == []) is valid, event_problems(obj)
@@ -331,9 +315,7 @@ def test_event_problems_agree_with_schema(name: str, obj: object, valid: bool) -
         ("event", changed(GOOD_EVENT, index=-1), "index"),
     ],
 )
-def test_schema_and_problems_reject_and_name_the_field(
-    kind: str, obj: dict[str, Any], field: str
-) -> None:
+def test_schema_and_problems_reject_and_name_the_field(kind: str, obj: dict[str, Any], field: str) -> None:
     errors = list(def_validator(kind).iter_errors(obj))
     assert errors, "schema accepted a bad line"
     problems = (header_problems if kind == "header" else event_problems)(obj)
@@ -368,9 +350,7 @@ def test_problems_refuse_values_json_cannot_hold() -> None:
     assert event_problems({**GOOD_EVENT, "observed": {"a": [1, math.inf]}}) == [
         "field 'observed.a[1]' must be a finite number, got inf"
     ]
-    assert event_problems({**GOOD_EVENT, "args": {1: "x"}}) == [
-        "field 'args' must have string keys, got 1"
-    ]
+    assert event_problems({**GOOD_EVENT, "args": {1: "x"}}) == ["field 'args' must have string keys, got 1"]
     assert "must be a JSON value" in event_problems({**GOOD_EVENT, "args": {"s": {1, 2}}})[0]
 
 
@@ -402,9 +382,7 @@ def test_nan_and_infinity_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
     with TraceWriter(path, make_header()) as writer:
         with pytest.raises(TraceFormatError, match="args.loss"):
-            writer.write(
-                TraceEvent(index=0, actor="rank:0", action="step", args={"loss": float("nan")})
-            )
+            writer.write(TraceEvent(index=0, actor="rank:0", action="step", args={"loss": float("nan")}))
         with pytest.raises(TraceFormatError, match="observed.x"):
             writer.append("rank:0", "step", observed={"x": float("-inf")})
         assert writer.events_written == 0
@@ -459,9 +437,7 @@ def test_threads_appending_get_distinct_consecutive_indices(tmp_path: Path) -> N
     events = [json.loads(line) for line in read_lines(path)[1:]]
     assert [event["index"] for event in events] == list(range(1600))
     for rank in range(8):
-        assert [
-            event["args"]["step"] for event in events if event["actor"] == f"rank:{rank}"
-        ] == list(range(200))
+        assert [event["args"]["step"] for event in events if event["actor"] == f"rank:{rank}"] == list(range(200))
 
 
 # --- a killed writer leaves a readable prefix ------------------------------------------------
@@ -477,9 +453,7 @@ writer = TraceWriter(sys.argv[1], header)
 def run_child(body: str, path: Path, **popen_options: Any) -> subprocess.Popen[bytes]:
     environment = {**os.environ, "PYTHONPATH": str(REPOSITORY_ROOT)}
     script = CHILD_PRELUDE + textwrap.dedent(body)
-    return subprocess.Popen(
-        [sys.executable, "-c", script, str(path)], env=environment, **popen_options
-    )
+    return subprocess.Popen([sys.executable, "-c", script, str(path)], env=environment, **popen_options)
 
 
 def check_prefix(path: Path) -> list[dict[str, Any]]:

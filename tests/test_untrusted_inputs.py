@@ -7,7 +7,8 @@ truncates an existing output when it fails; ``--trace-out`` never overwrites the
 names from a model go into output file names sanitised; a counterexample's header parameters
 are checked against the model's bounds before anything runs; a model whose code raises (or calls
 ``sys.exit``) while it runs is exit 5 with its file and line (with ``--json``, one JSON object);
-``--timeout`` also stops a model file whose import does not end (exit 3); Ctrl-C in commands that read traces is a message and exit 3.
+``--timeout`` also stops a model file whose import does not end (exit 3); Ctrl-C in commands that read traces is a
+message and exit 3.
 """
 
 from __future__ import annotations
@@ -29,8 +30,15 @@ from lockstep.traces.output import safe_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCKSTEP = Path(sys.executable).parent / "lockstep"
-HEADER = {"format": "lockstep-trace", "version": 1, "protocol": "dp-pause", "variant": "post-fix", "instance": "seed",
-          "parameters": {}, "source": {"kind": "runtime"}}
+HEADER = {
+    "format": "lockstep-trace",
+    "version": 1,
+    "protocol": "dp-pause",
+    "variant": "post-fix",
+    "instance": "seed",
+    "parameters": {},
+    "source": {"kind": "runtime"},
+}
 DOC = ROOT / "docs" / "adding-a-protocol.md"
 
 
@@ -54,31 +62,62 @@ def counterexample(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-COMMANDS = [("replay",), ("trace", "merge", "-o", "{out}"), ("show",), ("export", "--format", "dot"),
-            ("export", "--format", "graphml")]
+COMMANDS = [
+    ("replay",),
+    ("trace", "merge", "-o", "{out}"),
+    ("show",),
+    ("export", "--format", "dot"),
+    ("export", "--format", "graphml"),
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command[:2]))
-def test_deeply_nested_json_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_deeply_nested_json_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: tuple[str, ...]
+) -> None:
     depth = 100_000
-    path = trace_with(tmp_path, "deep.jsonl", '{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * depth + "]" * depth + "}}")
+    path = trace_with(
+        tmp_path,
+        "deep.jsonl",
+        '{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * depth + "]" * depth + "}}",
+    )
     arguments = [part.format(out=tmp_path / "out.jsonl") for part in command]
-    code, _, err = run(capsys, *arguments[:2], str(path), *arguments[2:]) if command[0] == "trace" else run(capsys, *arguments, str(path))
+    code, _, err = (
+        run(capsys, *arguments[:2], str(path), *arguments[2:])
+        if command[0] == "trace"
+        else run(capsys, *arguments, str(path))
+    )
     assert code == 2 and "deep.jsonl:2: JSON nested too deeply" in err, err
-    moderate = trace_with(tmp_path, "moderate.jsonl", '{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * 200 + "]" * 200 + "}}")
-    code, _, err = run(capsys, *arguments[:2], str(moderate), *arguments[2:]) if command[0] == "trace" else run(capsys, *arguments, str(moderate))
+    moderate = trace_with(
+        tmp_path,
+        "moderate.jsonl",
+        '{"index":0,"actor":"rank:0","action":"x","args":{"a":' + "[" * 200 + "]" * 200 + "}}",
+    )
+    code, _, err = (
+        run(capsys, *arguments[:2], str(moderate), *arguments[2:])
+        if command[0] == "trace"
+        else run(capsys, *arguments, str(moderate))
+    )
     assert code == 2 and "moderate.jsonl:2: JSON nested too deeply" in err, err
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command[:2]))
-def test_a_lone_surrogate_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_a_lone_surrogate_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, command: tuple[str, ...]
+) -> None:
     path = trace_with(tmp_path, "surrogate.jsonl", '{"index":0,"actor":"rank:0","action":"x","args":{"a":"\\ud800"}}')
     arguments = [part.format(out=tmp_path / "out.jsonl") for part in command]
-    code, _, err = run(capsys, *arguments[:2], str(path), *arguments[2:]) if command[0] == "trace" else run(capsys, *arguments, str(path))
+    code, _, err = (
+        run(capsys, *arguments[:2], str(path), *arguments[2:])
+        if command[0] == "trace"
+        else run(capsys, *arguments, str(path))
+    )
     assert code == 2 and "surrogate.jsonl:2:" in err and "surrogate" in err.split("surrogate.jsonl:2:")[1], err
 
 
-def test_a_failed_export_leaves_an_existing_output_as_it_was(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_failed_export_leaves_an_existing_output_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = trace_with(tmp_path, "surrogate.jsonl", '{"index":0,"actor":"rank:0","action":"x","args":{"a":"\\ud800"}}')
     output = tmp_path / "graph.xml"
     output.write_text("kept\n")
@@ -87,7 +126,9 @@ def test_a_failed_export_leaves_an_existing_output_as_it_was(capsys: pytest.Capt
     assert {file.name for file in tmp_path.iterdir()} == {"surrogate.jsonl", "graph.xml"}  # no temporary file left
 
 
-def test_export_refuses_to_overwrite_its_input(capsys: pytest.CaptureFixture[str], tmp_path: Path, counterexample: Path) -> None:
+def test_export_refuses_to_overwrite_its_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, counterexample: Path
+) -> None:
     copy = tmp_path / "trace.jsonl"
     copy.write_bytes(counterexample.read_bytes())
     code, _, err = run(capsys, "export", str(copy), "--format", "dot", "-o", str(copy))
@@ -105,8 +146,9 @@ def test_trace_out_never_overwrites_the_model_file(capsys: pytest.CaptureFixture
     assert code == 1 and "would overwrite the input" in err and model.read_text() == before
 
 
-def test_names_from_a_model_stay_inside_the_output_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_names_from_a_model_stay_inside_the_output_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     source = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
     model = tmp_path / "escaping.py"
     model.write_text(source.replace('"early-stop"', '"../../escaped"'))
@@ -122,9 +164,14 @@ def test_names_from_a_model_stay_inside_the_output_folder(capsys: pytest.Capture
 
 @pytest.mark.parametrize("text", ["nan", "inf", "-inf"])
 def test_non_finite_numbers_are_refused(capsys: pytest.CaptureFixture[str], text: str) -> None:
-    for arguments in (["check", "dp-pause", f"--max-memory={text}"], ["check", "dp-pause", f"--timeout={text}"],
-                      ["run", "dp-pause", f"--timeout={text}"], ["run", "dp-pause", f"--hang-timeout={text}"],
-                      ["reproduce", "x.jsonl", f"--timeout={text}"], ["reproduce", "x.jsonl", f"--hang-timeout={text}"]):
+    for arguments in (
+        ["check", "dp-pause", f"--max-memory={text}"],
+        ["check", "dp-pause", f"--timeout={text}"],
+        ["run", "dp-pause", f"--timeout={text}"],
+        ["run", "dp-pause", f"--hang-timeout={text}"],
+        ["reproduce", "x.jsonl", f"--timeout={text}"],
+        ["reproduce", "x.jsonl", f"--hang-timeout={text}"],
+    ):
         with pytest.raises(SystemExit) as stopped:
             main(arguments)
         assert stopped.value.code == 2
@@ -136,8 +183,11 @@ def test_stdin_and_pipes_are_read_once(tmp_path: Path, counterexample: Path) -> 
     for arguments in (["replay", "-"], ["replay", "/dev/stdin"]):
         completed = subprocess.run([str(LOCKSTEP), *arguments], input=data, capture_output=True, timeout=120)
         assert completed.returncode == 1 and b"violated" in completed.stderr, (arguments, completed.stderr)
-    completed = subprocess.run(["bash", "-c", f'"{LOCKSTEP}" trace merge <(cat "{counterexample}") -o "{tmp_path / "m.jsonl"}"'],
-                               capture_output=True, timeout=120)
+    completed = subprocess.run(
+        ["bash", "-c", f'"{LOCKSTEP}" trace merge <(cat "{counterexample}") -o "{tmp_path / "m.jsonl"}"'],
+        capture_output=True,
+        timeout=120,
+    )
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "m.jsonl").read_bytes() == data
     fifo = tmp_path / "fifo"
@@ -149,9 +199,16 @@ def test_stdin_and_pipes_are_read_once(tmp_path: Path, counterexample: Path) -> 
     assert completed.returncode == 0 and b"quiescent_during_rpc is violated" in completed.stdout, completed.stderr
 
 
-@pytest.mark.parametrize("command", [("trace", "merge", "{fifo}", "-o", "{out}"), ("show", "{fifo}"),
-                                     ("export", "{fifo}", "--format", "perfetto"), ("replay", "{fifo}")],
-                         ids=lambda command: command[0])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("trace", "merge", "{fifo}", "-o", "{out}"),
+        ("show", "{fifo}"),
+        ("export", "{fifo}", "--format", "perfetto"),
+        ("replay", "{fifo}"),
+    ],
+    ids=lambda command: command[0],
+)
 def test_ctrl_c_while_reading_stops_cleanly(tmp_path: Path, command: tuple[str, ...]) -> None:
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -171,11 +228,16 @@ def test_ctrl_c_while_reading_stops_cleanly(tmp_path: Path, command: tuple[str, 
     assert not (tmp_path / "out.jsonl").exists()
 
 
-def test_reproduce_checks_the_header_parameters_before_running(tmp_path: Path, counterexample: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_reproduce_checks_the_header_parameters_before_running(
+    tmp_path: Path, counterexample: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     header, *events = counterexample.read_text().splitlines()
-    for value, expected in ((9, "ranks=9 is out of the model's bounds (2 to 8)"), ([2], "ranks must be an integer, got [2]"),
-                            (10**9, "ranks=1000000000 is out of the model's bounds"), (True, "ranks must be an integer")):
+    for value, expected in (
+        (9, "ranks=9 is out of the model's bounds (2 to 8)"),
+        ([2], "ranks must be an integer, got [2]"),
+        (10**9, "ranks=1000000000 is out of the model's bounds"),
+        (True, "ranks must be an integer"),
+    ):
         edited = json.loads(header)
         edited["parameters"]["ranks"] = value
         path = tmp_path / "edited.jsonl"
@@ -204,10 +266,14 @@ def _model(tmp_path: Path, name: str, insert: str, at_import: bool = False) -> P
 def test_a_model_whose_code_raises_is_exit_5_with_file_and_line(tmp_path: Path) -> None:
     model = _model(tmp_path, "raising.py", "    raise RuntimeError('boom')\n")
     line = model.read_text().splitlines().index("    raise RuntimeError('boom')") + 1
-    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120
+    )
     assert completed.returncode == 5 and f"raising.py:{line}: model error: RuntimeError: boom" in completed.stderr
     assert "Traceback" not in completed.stderr and completed.stdout == ""
-    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model), "--json"], capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "--model-file", str(model), "--json"], capture_output=True, text=True, timeout=120
+    )
     payload = json.loads(completed.stdout)
     assert completed.returncode == 5 and payload["exit_code"] == 5 and payload["line"] == line
     assert "RuntimeError: boom" in payload["error"] and payload["kind"] == "model"
@@ -215,18 +281,29 @@ def test_a_model_whose_code_raises_is_exit_5_with_file_and_line(tmp_path: Path) 
 
 def test_a_model_calling_sys_exit_is_not_a_silent_success(tmp_path: Path) -> None:
     model = _model(tmp_path, "exiting.py", "    import sys\n    sys.exit(0)\n")
-    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120
+    )
     assert completed.returncode == 5 and "model error: the code called sys.exit(0)" in completed.stderr
     model = _model(tmp_path, "exiting_at_import.py", "import sys\nsys.exit(0)\n", at_import=True)
-    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120)
-    assert completed.returncode == 2 and "exiting_at_import.py:5: loading the model failed: SystemExit: 0" in completed.stderr
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "--model-file", str(model)], capture_output=True, text=True, timeout=120
+    )
+    assert (
+        completed.returncode == 2
+        and "exiting_at_import.py:5: loading the model failed: SystemExit: 0" in completed.stderr
+    )
 
 
 def test_timeout_covers_importing_the_model_file(tmp_path: Path) -> None:
     model = tmp_path / "endless.py"
     model.write_text("while True:\n    pass\n")
-    completed = subprocess.run([str(LOCKSTEP), "check", "--model-file", str(model), "--timeout", "2"],
-                               capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "--model-file", str(model), "--timeout", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert completed.returncode == 3 and "importing the model took longer than --timeout 2 s" in completed.stderr
 
 
@@ -237,10 +314,15 @@ def test_a_reader_that_closes_stdout_stops_the_command_quietly(tmp_path: Path) -
     with trace.open("w", encoding="utf-8") as out:
         out.write(json.dumps(HEADER) + "\n")
         out.writelines(json.dumps(event) + "\n" for event in runtime_events(20_000))
-    for command in (["show", str(trace)], ["export", str(trace), "--format", "dot"],
-                    ["export", str(trace), "--format", "perfetto"]):
+    for command in (
+        ["show", str(trace)],
+        ["export", str(trace), "--format", "dot"],
+        ["export", str(trace), "--format", "perfetto"],
+    ):
         # `lockstep ... | head -c 1`: the reader is gone after one byte
-        shown = subprocess.Popen([str(LOCKSTEP), *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+        shown = subprocess.Popen(
+            [str(LOCKSTEP), *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path
+        )
         assert shown.stdout is not None and shown.stderr is not None
         assert shown.stdout.read(1)
         shown.stdout.close()

@@ -33,7 +33,9 @@ TORCH_LIMIT = 100_000  # the torch kernels on the CPU: the same code, checked on
 
 def summary(result: CheckResult) -> tuple[Any, ...]:
     stats = result.stats
-    verdicts = tuple((item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties)
+    verdicts = tuple(
+        (item.name, item.verdict.value, item.path.length if item.path else None) for item in result.properties
+    )
     return stats.states, stats.transitions, stats.depth, result.verdict.value, result.stopped, verdicts
 
 
@@ -41,13 +43,23 @@ def paths(result: CheckResult) -> tuple[Any, ...]:
     """Every counterexample and witness, step by step, with the details: what only the same
     discovery order as the reference's gives."""
     return tuple(
-        (item.name, item.detail, None if item.path is None else tuple((step.action, tuple(step.arguments.items())) for step in item.path.steps))
+        (
+            item.name,
+            item.detail,
+            None
+            if item.path is None
+            else tuple((step.action, tuple(step.arguments.items())) for step in item.path.steps),
+        )
         for item in result.properties
     )
 
 
 def _checked_instances() -> list[Instance]:
-    return [instance for instance in pinned_instances() if not any(prop.kind.value == "leads-to" for prop in instance.machine().properties)]
+    return [
+        instance
+        for instance in pinned_instances()
+        if not any(prop.kind.value == "leads-to" for prop in instance.machine().properties)
+    ]
 
 
 INSTANCES = _checked_instances()
@@ -127,7 +139,11 @@ def test_symmetry_gives_the_reference_orbit_counts(variant: str) -> None:
     assert summary(check(instance, "bfs-vec", symmetry=True)) == summary(reference)
     assert summary(check(instance, "bfs-gpu", device="cpu", symmetry=True)) == summary(reference)
     plain = check(instance, "bfs-vec")
-    assert reference.stats.states is not None and plain.stats.states is not None and reference.stats.states < plain.stats.states
+    assert (
+        reference.stats.states is not None
+        and plain.stats.states is not None
+        and reference.stats.states < plain.stats.states
+    )
 
 
 def test_stop_at_first_stops_at_a_shortest_violation_in_every_explicit_engine() -> None:
@@ -139,7 +155,11 @@ def test_stop_at_first_stops_at_a_shortest_violation_in_every_explicit_engine() 
         violated = [item for item in result.properties if item.verdict.value == "violated"]
         assert result.stopped == "first-violation" and result.exit_code == 1
         assert violated and all(item.path is not None and item.path.length == shortest for item in violated)
-        assert result.stats.states is not None and full.stats.states is not None and result.stats.states < full.stats.states
+        assert (
+            result.stats.states is not None
+            and full.stats.states is not None
+            and result.stats.states < full.stats.states
+        )
     assert check(instance, "dfs", stop_at_first=True).stopped == "first-violation"
 
 
@@ -218,7 +238,9 @@ def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_
     machine = Machine("shapes")
     table = machine.variable("table", MapSort(IndexSort("Key", 2), integers(0, 1)), (0, 0))
     machine.add_action("flip", lambda: Step(table[0] == 0, {table: table.set(0, 1)}), actor="flipper")
-    odd = Operation(Operator.EQUAL, (table.expression, Constant(0, integers(0, 1))), BOOL)  # a map compared with a number
+    odd = Operation(
+        Operator.EQUAL, (table.expression, Constant(0, integers(0, 1))), BOOL
+    )  # a map compared with a number
     machine.always("odd", Term(odd))
     finished = machine.finish()
     with pytest.raises(UsageError, match=r"property odd: comparison of values of different shapes; use --engine bfs"):

@@ -17,7 +17,10 @@ from lockstep.models import get_protocol
 
 
 @pytest.mark.parametrize("workers", [2, 3])
-@pytest.mark.parametrize(("protocol", "variant", "name"), [("dp-pause", "pre-fix", "seed"), ("async-placeholders", "post-fix", "all-operations")])
+@pytest.mark.parametrize(
+    ("protocol", "variant", "name"),
+    [("dp-pause", "pre-fix", "seed"), ("async-placeholders", "post-fix", "all-operations")],
+)
 def test_partitioned_search_equals_one_process(protocol: str, variant: str, name: str, workers: int) -> None:
     instance = get_protocol(protocol).instance(variant, name)
     assert summary(check(instance, "bfs-vec", workers=workers)) == summary(check(instance, "bfs-vec"))
@@ -45,7 +48,19 @@ def test_the_cli_runs_a_partitioned_check(capsys: pytest.CaptureFixture[str]) ->
 def test_torchrun_processes_join_one_partitioned_check(tmp_path: Path) -> None:
     """Under torchrun every process joins the job's group; rank 0 prints the one JSON object."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    command = [str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "lockstep", "check", "dp-pause", "--workers", "2", "--json"]
+    command = [
+        str(torchrun),
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "lockstep",
+        "check",
+        "dp-pause",
+        "--workers",
+        "2",
+        "--json",
+    ]
     finished = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert finished.returncode == 0, finished.stderr[-2000:]
     objects = [json.loads(line) for line in finished.stdout.splitlines() if line.startswith("{")]

@@ -92,8 +92,13 @@ def gloo_rank(rank: int, scenario: str, directory: Path, port: int) -> None:
     import torch.distributed as dist
 
     world_size = WORLD_SIZES[scenario]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS),
+    )
     hidden = torch.ones(4)
     if scenario == "gloo-desync":
         tensor_parallel = dist.new_group([0, 1, 2], group_desc="tp")
@@ -130,8 +135,14 @@ def nccl_rank(directory: Path, port: int, phase: str) -> None:
     import torch.distributed as dist
 
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS), device_id=torch.device("cuda", 0))
+    dist.init_process_group(
+        "nccl",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=TIMEOUT_SECONDS),
+        device_id=torch.device("cuda", 0),
+    )
     hidden = torch.ones(8, device="cuda")
     sub = dist.new_group([0], group_desc="tp")
     dist.all_reduce(hidden)
@@ -154,8 +165,10 @@ def versions() -> list[str]:
 
     lines = [f"- torch {torch.__version__}", f"- Python {platform.python_version()}"]
     if torch.cuda.is_available():
-        lines.append(f"- CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
-                     f"{torch.cuda.get_device_name(0)}")
+        lines.append(
+            f"- CUDA {torch.version.cuda}, NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+            f"{torch.cuda.get_device_name(0)}"
+        )
     else:
         lines.append("- CPU only (no CUDA, no NCCL)")
     return lines
@@ -168,27 +181,43 @@ def record(out: Path, scenario: str) -> Path:
     script = [sys.executable, str(Path(__file__).resolve()), str(out), "--scenario", scenario]
     port = free_port()
     if scenario == "nccl-single":
-        subprocess.run([*script, "--rank", "0", "--port", str(port), "--phase", "live"], env=environment,
-                       check=True, timeout=120)
+        subprocess.run(
+            [*script, "--rank", "0", "--port", str(port), "--phase", "live"], env=environment, check=True, timeout=120
+        )
         (directory / "timeout").mkdir(exist_ok=True)
-        environment.update(TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_NCCL_ENABLE_MONITORING="1",
-                           TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(directory / "timeout" / "nccl_trace_rank_"))
-        subprocess.run([*script, "--rank", "0", "--port", str(free_port()), "--phase", "timeout"], env=environment,
-                       timeout=180)
+        environment.update(
+            TORCH_NCCL_DUMP_ON_TIMEOUT="1",
+            TORCH_NCCL_ENABLE_MONITORING="1",
+            TORCH_NCCL_DEBUG_INFO_TEMP_FILE=str(directory / "timeout" / "nccl_trace_rank_"),
+        )
+        subprocess.run(
+            [*script, "--rank", "0", "--port", str(free_port()), "--phase", "timeout"], env=environment, timeout=180
+        )
     else:
-        ranks = [subprocess.Popen([*script, "--rank", str(rank), "--port", str(port)], env=environment)
-                 for rank in range(WORLD_SIZES[scenario])]
+        ranks = [
+            subprocess.Popen([*script, "--rank", str(rank), "--port", str(port)], env=environment)
+            for rank in range(WORLD_SIZES[scenario])
+        ]
         for process in ranks:
             if process.wait(timeout=120) != 0:
                 raise SystemExit(f"a rank of {scenario} exited with {process.returncode}")
     readme = directory / "README.md"
-    readme.write_text("\n".join([
-        f"# Flight-recorder dumps: {scenario}", "",
-        "Recorded for real by `tools/record_flight_recorder.py` (see its docstring for the scenario) with",
-        *versions(), f"- TORCH_FR_BUFFER_SIZE={environment['TORCH_FR_BUFFER_SIZE']}", "",
-        "`pickle/nccl_trace_rank_<r>` come from `_dump_fr_trace()` (or `_dump_nccl_trace()`), `json/rank<r>.json`",
-        "from the JSON variant. They are data only: lockstep reads them with a restricted unpickler.", "",
-    ]))
+    readme.write_text(
+        "\n".join(
+            [
+                f"# Flight-recorder dumps: {scenario}",
+                "",
+                "Recorded for real by `tools/record_flight_recorder.py` (see its docstring for the scenario) with",
+                *versions(),
+                f"- TORCH_FR_BUFFER_SIZE={environment['TORCH_FR_BUFFER_SIZE']}",
+                "",
+                "`pickle/nccl_trace_rank_<r>` come from `_dump_fr_trace()` (or `_dump_nccl_trace()`), "
+                "`json/rank<r>.json`",
+                "from the JSON variant. They are data only: lockstep reads them with a restricted unpickler.",
+                "",
+            ]
+        )
+    )
     return directory
 
 

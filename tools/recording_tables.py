@@ -33,8 +33,10 @@ DOCUMENT = ROOT / "docs" / "recording-vllm.md"
 
 def machines(protocol: Protocol) -> dict[str, list[Machine]]:
     """Every instance's machine, per variant (an action may exist only at some parameter values)."""
-    return {variant.name: [protocol.instance(variant.name, instance.name).machine() for instance in protocol.instances]
-            for variant in protocol.variants}
+    return {
+        variant.name: [protocol.instance(variant.name, instance.name).machine() for instance in protocol.instances]
+        for variant in protocol.variants
+    }
 
 
 def actions_of(built: list[Machine]) -> dict[str, Action]:
@@ -67,10 +69,15 @@ def protocol_table(protocol: Protocol) -> str:
     communicators = [library for library in reference.communicators if isinstance(library, Communicator)]
     inferred = {name for library in communicators for name in library.completion_actions}
     internal = {f"{library.name}.{part}" for library in communicators for part in ("queue", "result")}
-    lines = [f"### {protocol.name}", "",
-             f"{protocol.title} ({protocol.change}). Post-fix: {post.release}; pre-fix: {pre.release}.", "",
-             f"| event (model action) | actor | args | vLLM function ({post.release}) | pre-fix ({pre.release}), where it differs | observed keys |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"### {protocol.name}",
+        "",
+        f"{protocol.title} ({protocol.change}). Post-fix: {post.release}; pre-fix: {pre.release}.",
+        "",
+        f"| event (model action) | actor | args | vLLM function ({post.release}) | pre-fix ({pre.release}), where it "
+        f"differs | observed keys |",
+        "|---|---|---|---|---|---|",
+    ]
     names = list(post_actions) + [name for name in pre_actions if name not in post_actions]
     for name in names:
         if name in inferred:
@@ -80,14 +87,23 @@ def protocol_table(protocol: Protocol) -> str:
         post_text = post_actions[name].mirrors if name in post_actions else "(not in this release)"
         pre_text = pre_actions[name].mirrors if name in pre_actions else "(not in this release)"
         arguments = ", ".join(f"`{parameter.name}`" for parameter in action.parameters) or "—"
-        lines.append(f"| `{name}` | `{action.actor}` | {arguments} | {cell(post_text)} | "
-                     f"{cell('' if pre_text == post_text else pre_text)} | {observed_keys(machine, action, internal)} |")
+        lines.append(
+            f"| `{name}` | `{action.actor}` | {arguments} | {cell(post_text)} | "
+            f"{cell('' if pre_text == post_text else pre_text)} | {observed_keys(machine, action, internal)} |"
+        )
     if communicators:
-        lines += ["", "Collectives (each member writes `enter`/`complete` with `recorder.collective(communicator, op)`; "
-                  "replay infers " + ", ".join(f"`{name}`" for name in sorted(inferred)) + "):", "",
-                  "| communicator | ops | what it is |", "|---|---|---|"]
-        lines += [f"| `{library.name}` | {', '.join(f'`{op}`' for op in library.specs)} | {cell(library.description)} |"
-                  for library in communicators]
+        lines += [
+            "",
+            "Collectives (each member writes `enter`/`complete` with `recorder.collective(communicator, op)`; "
+            "replay infers " + ", ".join(f"`{name}`" for name in sorted(inferred)) + "):",
+            "",
+            "| communicator | ops | what it is |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| `{library.name}` | {', '.join(f'`{op}`' for op in library.specs)} | {cell(library.description)} |"
+            for library in communicators
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -112,7 +128,9 @@ def main() -> int:
     updated = splice(current, generated())
     if arguments.check:
         if updated != current:
-            sys.stderr.write(f"{arguments.document}: recording tables are stale: run python tools/recording_tables.py\n")
+            sys.stderr.write(
+                f"{arguments.document}: recording tables are stale: run python tools/recording_tables.py\n"
+            )
             return 1
         return 0
     arguments.document.write_text(updated)

@@ -70,9 +70,18 @@ def check(
         engine = "bfs-vec" if compiled and vectorisable(machine, only) is None else "bfs"
         if engine == "bfs-vec" and workers == 1:
             try:
-                return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
+                return _restricted(
+                    _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only
+                )
             except Unsupported as error:  # a construct the kernels do not compile: the reference engine checks it
-                search = ExplicitSearch(system_for(machine, compiled), order="bfs", symmetry=symmetry, limits=limits, progress=progress, stop_at_first=stop_at_first)
+                search = ExplicitSearch(
+                    system_for(machine, compiled),
+                    order="bfs",
+                    symmetry=symmetry,
+                    limits=limits,
+                    progress=progress,
+                    stop_at_first=stop_at_first,
+                )
                 fallback = search.run()
                 fallback.warnings.append(f"bfs-vec cannot compile this model ({error}); checked with bfs")
                 return _restricted(fallback, only)
@@ -86,13 +95,18 @@ def check(
         if engine == "induction":
             from lockstep.checkers.symbolic import Induction
 
-            return _with_liveness(Induction(machine, k=induction_k, solver_timeout=solver_timeout, only=safety).run(), liveness & set(only or liveness))
+            return _with_liveness(
+                Induction(machine, k=induction_k, solver_timeout=solver_timeout, only=safety).run(),
+                liveness & set(only or liveness),
+            )
         if depth is None:
             raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         from lockstep.checkers.symbolic import BoundedModelChecker
 
         timeout = None if limits is None else limits.timeout_seconds
-        checker = BoundedModelChecker(machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=safety)
+        checker = BoundedModelChecker(
+            machine, depth, solver_timeout=solver_timeout, progress=progress, timeout=timeout, only=safety
+        )
         return _with_liveness(checker.run(), liveness & set(only or liveness))
     if engine in VECTOR_ENGINES:
         why = vectorisable(machine, only)
@@ -102,21 +116,43 @@ def check(
             from lockstep.checkers.vector.distributed import check_distributed
 
             distributed = check_distributed(
-                machine, engine, workers, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, device=device, progress=progress
+                machine,
+                engine,
+                workers,
+                symmetry=symmetry,
+                compact=compact,
+                stop_at_first=stop_at_first,
+                limits=limits,
+                device=device,
+                progress=progress,
             )
             return _restricted(distributed, only)
         try:
-            return _restricted(_vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only)
+            return _restricted(
+                _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only
+            )
         except Unsupported as error:
             raise UsageError(f"--engine {engine} cannot check {machine.name}: {error}; use --engine bfs") from None
     search = ExplicitSearch(
-        system_for(machine, compiled), order=engine, symmetry=symmetry, limits=limits, progress=progress, stop_at_first=stop_at_first
+        system_for(machine, compiled),
+        order=engine,
+        symmetry=symmetry,
+        limits=limits,
+        progress=progress,
+        stop_at_first=stop_at_first,
     )
     return _restricted(search.run(), only)
 
 
 def _vector_check(
-    machine: Machine, engine: str, symmetry: bool, limits: Limits | None, progress: Progress | None, device: str | None, compact: bool, stop_at_first: bool
+    machine: Machine,
+    engine: str,
+    symmetry: bool,
+    limits: Limits | None,
+    progress: Progress | None,
+    device: str | None,
+    compact: bool,
+    stop_at_first: bool,
 ) -> CheckResult:
     from lockstep.checkers.vector.backend import make_backend
 
@@ -124,7 +160,16 @@ def _vector_check(
         backend = make_backend(engine, device)
     except RuntimeError as error:
         raise UsageError(str(error)) from None
-    search = VectorSearch(machine, backend, engine=engine, symmetry=symmetry, compact=compact, stop_at_first=stop_at_first, limits=limits, progress=progress)
+    search = VectorSearch(
+        machine,
+        backend,
+        engine=engine,
+        symmetry=symmetry,
+        compact=compact,
+        stop_at_first=stop_at_first,
+        limits=limits,
+        progress=progress,
+    )
     return search.run()
 
 
@@ -138,7 +183,9 @@ def _check_options(engine: str, *, device: str | None, compact: bool, stop_at_fi
     if compact and not vector:
         raise UsageError(f"--compact applies to --engine bfs-vec and bfs-gpu, not to {engine}")
     if stop_at_first and engine in SYMBOLIC_ENGINES:
-        raise UsageError(f"--stop-at-first applies to the explicit engines; {engine} already stops at the shortest violation")
+        raise UsageError(
+            f"--stop-at-first applies to the explicit engines; {engine} already stops at the shortest violation"
+        )
     if workers < 1:
         raise UsageError(f"--workers must be at least 1, not {workers}")
     if workers > 1 and not vector:
@@ -158,7 +205,13 @@ def _with_liveness(result: CheckResult, positions: set[int]) -> CheckResult:
         return result
     properties = result.machine.properties
     extra = [
-        PropertyResult(properties[i].name, properties[i].kind, Verdict.INCONCLUSIVE, None, "leads-to is checked by the explicit engines (bfs, dfs)")
+        PropertyResult(
+            properties[i].name,
+            properties[i].kind,
+            Verdict.INCONCLUSIVE,
+            None,
+            "leads-to is checked by the explicit engines (bfs, dfs)",
+        )
         for i in sorted(positions)
     ]
     return dataclasses.replace(result, properties=[*result.properties, *extra])

@@ -20,7 +20,8 @@ values are compared with the caller's:
 ``guard_coverage``: ``lockstep.checkers.guard_coverage``), and whether the trace reached a final state (the
 model's ``final`` predicate). A conforming replay is downgraded to ``inconclusive`` when the
 trace has no events, when an expected actor (by default every rank of the instance that is not
-exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or, with ``require_complete``,
+exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or,
+with ``require_complete``,
 when the trace stops before a final state. The verdict lists every exemption with its origin.
 """
 
@@ -44,12 +45,36 @@ from lockstep.traces.reader import Record, TraceInputError
 PathLike = str | os.PathLike[str]
 
 # Parameters that size a run (how many ranks, requests, steps it has): the header may supply them.
-SIZING = frozenset({
-    "ranks", "requests", "late_requests", "pause_modes", "request_steps", "rpc", "resumes", "sync_interval",
-    "chunks", "decodes", "gaps", "max_tokens", "num_spec_tokens", "history_toggles", "preemptions",
-    "chunked_prefill", "kv_load_failures", "prefill_len", "budget", "drafts", "steps", "max_num_reqs",
-    "decode_query_len", "largest_capture_size", "padded_rows", "abort_request",
-})
+SIZING = frozenset(
+    {
+        "ranks",
+        "requests",
+        "late_requests",
+        "pause_modes",
+        "request_steps",
+        "rpc",
+        "resumes",
+        "sync_interval",
+        "chunks",
+        "decodes",
+        "gaps",
+        "max_tokens",
+        "num_spec_tokens",
+        "history_toggles",
+        "preemptions",
+        "chunked_prefill",
+        "kv_load_failures",
+        "prefill_len",
+        "budget",
+        "drafts",
+        "steps",
+        "max_num_reqs",
+        "decode_query_len",
+        "largest_capture_size",
+        "padded_rows",
+        "abort_request",
+    }
+)
 TRUSTED = "header (trusted)"
 TRUST_HINT = "pass --trust-header (trust_header=True) to accept the header's value, or give it yourself"
 
@@ -80,9 +105,15 @@ class Coverage:
     guards: dict[str, Any] | None = None  # guard conjuncts seen true/false (guard_coverage=True)
 
     def to_json(self) -> dict[str, Any]:
-        return {"events_per_actor": self.events_per_actor, "actions": self.actions,
-                "witnesses_reached": self.witnesses_reached, "witnesses_missed": self.witnesses_missed,
-                "expected_actors": self.expected_actors, "complete": self.complete, "guards": self.guards}
+        return {
+            "events_per_actor": self.events_per_actor,
+            "actions": self.actions,
+            "witnesses_reached": self.witnesses_reached,
+            "witnesses_missed": self.witnesses_missed,
+            "expected_actors": self.expected_actors,
+            "complete": self.complete,
+            "guards": self.guards,
+        }
 
 
 @dataclass
@@ -112,11 +143,16 @@ class ReplayVerdict:
 
     def to_json(self) -> dict[str, Any]:
         payload = self.result.to_json()
-        payload.update(model=self.model, warnings=list(self.warnings),
-                       exempt=[exemption.to_json() for exemption in self.exemptions],
-                       coverage=self.coverage.to_json(), parameters=dict(self.instance.parameters),
-                       parameter_origins=dict(self.parameter_origins), missing_evidence=list(self.missing),
-                       model_origin=dict(self.model_origin))
+        payload.update(
+            model=self.model,
+            warnings=list(self.warnings),
+            exempt=[exemption.to_json() for exemption in self.exemptions],
+            coverage=self.coverage.to_json(),
+            parameters=dict(self.instance.parameters),
+            parameter_origins=dict(self.parameter_origins),
+            missing_evidence=list(self.missing),
+            model_origin=dict(self.model_origin),
+        )
         return payload
 
 
@@ -150,15 +186,17 @@ def replay_traces(
     chosen = _protocol(protocol or header["protocol"], file, explicit=protocol is not None)
     variant_name = _variant(chosen, variant or header["variant"], file, explicit=variant is not None)
     recorder = recorder_profile(profile, chosen.name)
-    model, origins = _instance(chosen, variant_name, instance, dict(parameters or {}), recorder, header, file,
-                               trust_header)
+    model, origins = _instance(
+        chosen, variant_name, instance, dict(parameters or {}), recorder, header, file, trust_header
+    )
     from lockstep.checkers import system_for
 
     system = system_for(model.machine())
     exemptions = _exemptions(system, header, file, list(unrecorded), recorder, trust_header)
     own = chosen.name == header["protocol"] and variant_name == header["variant"]
-    options = ReplayOptions(max_candidates, closure_depth, frozenset(exemption.name for exemption in exemptions),
-                            strict=own)
+    options = ReplayOptions(
+        max_candidates, closure_depth, frozenset(exemption.name for exemption in exemptions), strict=own
+    )
     try:
         replayer = Replayer(system, options)
     except ValueError as error:
@@ -174,24 +212,36 @@ def replay_traces(
     result = replayer.result()
     exempt_actors = {exemption.name for exemption in exemptions if exemption.origin != TRUSTED}
     if expected_actors is None:
-        expected = sorted(actor for actor in replayer.actors if actor.startswith("rank:")
-                          and actor not in exempt_actors and "rank:*" not in exempt_actors)
+        expected = sorted(
+            actor
+            for actor in replayer.actors
+            if actor.startswith("rank:") and actor not in exempt_actors and "rank:*" not in exempt_actors
+        )
     else:
         expected = sorted(expected_actors)
     sometimes = [prop.name for prop in system.machine.properties if prop.kind.name == "SOMETIMES"]
-    coverage = Coverage(dict(sorted(events_per_actor.items())), dict(sorted(actions.items())),
-                        dict(result.witnessed), [name for name in sometimes if name not in result.witnessed], expected)
+    coverage = Coverage(
+        dict(sorted(events_per_actor.items())),
+        dict(sorted(actions.items())),
+        dict(result.witnessed),
+        [name for name in sometimes if name not in result.witnessed],
+        expected,
+    )
     coverage.guards = guards.to_json() if guards is not None else None
     if require_complete and replayer.stopped is None:
         coverage.complete = _complete(replayer)
     verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, origins)
-    verdict.model_origin = {"protocol": "caller" if protocol else "header", "variant": "caller" if variant else "header",
-                            "instance": "caller" if instance else "default"}
+    verdict.model_origin = {
+        "protocol": "caller" if protocol else "header",
+        "variant": "caller" if variant else "header",
+        "instance": "caller" if instance else "default",
+    }
     verdict.missing = _missing(coverage, result, required_actions, required_witnesses, require_complete)
     if result.verdict == CONFORMS and verdict.missing:
         result.verdict = INCONCLUSIVE
-        result.explanation = {"detail": "the trace follows the model but is not evidence enough: "
-                                        + "; ".join(verdict.missing)}
+        result.explanation = {
+            "detail": "the trace follows the model but is not evidence enough: " + "; ".join(verdict.missing)
+        }
     return verdict
 
 
@@ -203,8 +253,13 @@ def _counted(records: Iterable[Record], actors: Counter[str], actions: Counter[s
         yield record
 
 
-def _missing(coverage: Coverage, result: ReplayResult, actions: Collection[str], witnesses: Collection[str],
-             require_complete: bool) -> list[str]:
+def _missing(
+    coverage: Coverage,
+    result: ReplayResult,
+    actions: Collection[str],
+    witnesses: Collection[str],
+    require_complete: bool,
+) -> list[str]:
     missing: list[str] = []
     if result.events == 0:
         missing.append("the trace has no events")
@@ -260,17 +315,33 @@ def _header_parameters(protocol: Protocol, header: Mapping[str, Any], file: str)
     return values
 
 
-def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: dict[str, int],
-              profile: RecorderProfile | None, header: Mapping[str, Any], file: str,
-              trust_header: bool) -> tuple[Instance, dict[str, str]]:
+def _instance(
+    protocol: Protocol,
+    variant: str,
+    instance: str | None,
+    explicit: dict[str, int],
+    profile: RecorderProfile | None,
+    header: Mapping[str, Any],
+    file: str,
+    trust_header: bool,
+) -> tuple[Instance, dict[str, str]]:
     """The caller's instance, with sizing parameters the caller left open taken from the header."""
     recorded = _header_parameters(protocol, header, file)
     base = protocol.instance(variant, instance).parameters
-    fixed: dict[str, str] = {name: f"instance {instance}" for name in protocol.instance_spec(
-        instance or protocol.default_instance).parameters} if instance else {}
+    fixed: dict[str, str] = (
+        {
+            name: f"instance {instance}"
+            for name in protocol.instance_spec(instance or protocol.default_instance).parameters
+        }
+        if instance
+        else {}
+    )
     sizing = SIZING | ({protocol.rank_parameter} if protocol.rank_parameter else set())
-    taken = {name: value for name, value in recorded.items()
-             if name in sizing and name not in explicit and name not in fixed and value != base.get(name)}
+    taken = {
+        name: value
+        for name, value in recorded.items()
+        if name in sizing and name not in explicit and name not in fixed and value != base.get(name)
+    }
     try:
         protocol.instance(variant, instance, taken)
     except UsageError as error:
@@ -286,8 +357,11 @@ def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: 
             continue
         if not trust_header or name in explicit:
             origin = fixed.get(name, f"instance {model.name} (the caller's model)")
-            raise HeaderMismatch(file, 1, f"header: parameters.{name} is {value}, but {origin} gives "
-                                 f"{model.parameters.get(name)}; {TRUST_HINT}")
+            raise HeaderMismatch(
+                file,
+                1,
+                f"header: parameters.{name} is {value}, but {origin} gives {model.parameters.get(name)}; {TRUST_HINT}",
+            )
         trusted[name] = value
     if trusted:
         overrides.update(trusted)
@@ -298,11 +372,18 @@ def _instance(protocol: Protocol, variant: str, instance: str | None, explicit: 
     return model, origins
 
 
-def _exemptions(system: Any, header: Mapping[str, Any], file: str, unrecorded: list[str],
-                profile: RecorderProfile | None, trust_header: bool) -> list[Exemption]:
+def _exemptions(
+    system: Any,
+    header: Mapping[str, Any],
+    file: str,
+    unrecorded: list[str],
+    profile: RecorderProfile | None,
+    trust_header: bool,
+) -> list[Exemption]:
     kind = str(header["source"]["kind"])
-    found: dict[str, str] = {name: f"collective completion (a {kind} recording)"
-                             for name in sorted(default_unrecorded(system, kind))}
+    found: dict[str, str] = {
+        name: f"collective completion (a {kind} recording)" for name in sorted(default_unrecorded(system, kind))
+    }
     if profile is not None:
         found.update({name: f"profile {profile.name}" for name in profile.unrecorded if name not in found})
     found.update({name: "caller" for name in unrecorded if name not in found})
@@ -311,8 +392,12 @@ def _exemptions(system: Any, header: Mapping[str, Any], file: str, unrecorded: l
         raise TraceInputError(file, 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
     widening = [name for name in listed if name not in found]
     if widening and not trust_header:
-        raise HeaderMismatch(file, 1, f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
-                             f"which the caller did not exempt; {TRUST_HINT}")
+        raise HeaderMismatch(
+            file,
+            1,
+            f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
+            f"which the caller did not exempt; {TRUST_HINT}",
+        )
     found.update({name: TRUSTED for name in widening})
     return [Exemption(name, origin) for name, origin in found.items()]
 
@@ -322,7 +407,10 @@ PROFILES = {"vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause"}  # name -
 
 def _dp_pause_runtime(sizing: Mapping[str, int]) -> dict[str, int]:
     """The runtime bounds waves by its requests and records the declared (not derived) response bound."""
-    return {"max_wave": sizing["requests"] + 3, "response_bound": get_protocol("dp-pause").parameter("response_bound").default}
+    return {
+        "max_wave": sizing["requests"] + 3,
+        "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
+    }
 
 
 # The reference runtime's recordings (``lockstep.impl.*.parameters.model_parameters`` without a
@@ -370,4 +458,16 @@ def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
     return replay_traces(trace_dir, **runtime_expectations(config))
 
 
-__all__ = ["PROFILES", "RUNTIME_PROFILES", "SIZING", "Coverage", "Exemption", "HeaderMismatch", "ReplayVerdict", "recorder_profile", "replay_traces", "runtime_expectations", "runtime_replay"]
+__all__ = [
+    "PROFILES",
+    "RUNTIME_PROFILES",
+    "SIZING",
+    "Coverage",
+    "Exemption",
+    "HeaderMismatch",
+    "ReplayVerdict",
+    "recorder_profile",
+    "replay_traces",
+    "runtime_expectations",
+    "runtime_replay",
+]

@@ -167,7 +167,9 @@ def trace_events(machine: Machine, path: Path) -> list[TraceEvent]:
             for position, (name, value) in enumerate(step.arguments.items())
         }
         clock = dict(sequencer.completed) if sequencer.groups else None
-        events.append(TraceEvent(index, step.actor, step.action, cast(JSONObject, arguments), cast(JSONObject, observed), clock))
+        events.append(
+            TraceEvent(index, step.actor, step.action, cast(JSONObject, arguments), cast(JSONObject, observed), clock)
+        )
         previous = step.state
     return events
 
@@ -191,7 +193,11 @@ def write_counterexample(
         variant=variant,
         instance=instance,
         # a lasso's cycle start travels with the trace, so a replay knows the steps from it on repeat
-        parameters={**parameters, "property": property_name, **({} if path.loop_start is None else {"loop_start": path.loop_start})},
+        parameters={
+            **parameters,
+            "property": property_name,
+            **({} if path.loop_start is None else {"loop_start": path.loop_start}),
+        },
         source=TraceSource(kind="model", backend=backend, host=platform.node() or None),
     )
     return write_trace(file, header, trace_events(machine, path))

@@ -77,7 +77,9 @@ def explain(
                     continue
                 any_enabled = True
                 for target, _ in targets:
-                    why.extend(f"{label} leads to a state where {text}" for text in _contradictions(replayer, target, checks))
+                    why.extend(
+                        f"{label} leads to a state where {text}" for text in _contradictions(replayer, target, checks)
+                    )
         else:
             why.append(_collective_reason(replayer, state, event))
         rows.append({"state": render_state(replayer, state), "why": why})
@@ -123,5 +125,6 @@ def _collective_reason(replayer: Replayer, state: State, event: dict[str, Any]) 
     assert isinstance(sort, MapSort) and isinstance(value, tuple)
     pending = sort.value.render(value[int(member)]) if member.isdigit() and int(member) < len(value) else "?"
     if event["action"] == "enter":
-        return f"member {member} has not entered {event['args'].get('op') or 'an op'} on {name} ({variable}[{member}] = {pending})"
+        op = event["args"].get("op") or "an op"
+        return f"member {member} has not entered {op} on {name} ({variable}[{member}] = {pending})"
     return f"member {member}'s op on {name} has not completed ({variable}[{member}] = {pending})"

@@ -95,7 +95,9 @@ class ExplicitSearch:
         stats = Statistics()
         properties = self.machine.properties
         in_bounds = next(i for i, prop in enumerate(properties) if prop.name == IN_BOUNDS)
-        deadlock_checks = [i for i, prop in enumerate(properties) if prop.at_deadlock is not None or prop.name == NO_DEADLOCK]
+        deadlock_checks = [
+            i for i, prop in enumerate(properties) if prop.at_deadlock is not None or prop.name == NO_DEADLOCK
+        ]
         frontier: deque[int] = deque()
         first = self._add(self.system.initial(), -1, (-1, ()), 0)
         assert first is not None
@@ -110,7 +112,9 @@ class ExplicitSearch:
                 expanded += 1
                 if len(self.found) == len(properties):
                     break
-                if self.stop_at_first and any(properties[position].kind is PropertyKind.ALWAYS for position in self.found):
+                if self.stop_at_first and any(
+                    properties[position].kind is PropertyKind.ALWAYS for position in self.found
+                ):
                     stopped = FIRST_VIOLATION
                     break
                 state_id = pop()
@@ -154,7 +158,9 @@ class ExplicitSearch:
         stats.states = len(self.states)
         stats.seconds = time.monotonic() - started
         complete = stopped is None and not frontier and not truncated
-        results = [self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))]
+        results = [
+            self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))
+        ]
         for position in self.liveness:
             results[position] = self._liveness(position, complete)
         warnings = [

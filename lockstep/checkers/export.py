@@ -48,7 +48,11 @@ def itf_value(sort: Sort, value: Value) -> Any:
         return sort.members[int(value)]  # type: ignore[call-overload]
     if isinstance(sort, MapSort):
         assert isinstance(value, tuple)
-        return {"#map": [[itf_value(sort.key, key), itf_value(sort.value, item)] for key, item in zip(sort.key.values(), value)]}
+        return {
+            "#map": [
+                [itf_value(sort.key, key), itf_value(sort.value, item)] for key, item in zip(sort.key.values(), value)
+            ]
+        }
     if isinstance(sort, SequenceSort):
         assert isinstance(value, tuple)
         return [itf_value(sort.element, item) for item in value]
@@ -123,7 +127,9 @@ def write_itf(machine: Machine, header: Mapping[str, Any], records: Iterable[Rec
 def _render_state(machine: Machine, state: State) -> str:
     values = unpack(machine, state)
     return "\n".join(
-        f"{name} = {variable.sort.render(values[name])}" for name, variable in machine.variables.items() if not variable.monitor
+        f"{name} = {variable.sort.render(values[name])}"
+        for name, variable in machine.variables.items()
+        if not variable.monitor
     )
 
 
@@ -134,11 +140,16 @@ def state_graph(machine: Machine, max_states: int | None = None) -> tuple[nx.DiG
     assert search.edges is not None
     graph: nx.DiGraph = nx.DiGraph(name=machine.name)
     for state_id, state in enumerate(search.states):
-        graph.add_node(state_id, label=_render_state(machine, state), fingerprint=fingerprint(state), initial=state_id == 0)
+        graph.add_node(
+            state_id, label=_render_state(machine, state), fingerprint=fingerprint(state), initial=state_id == 0
+        )
     for source, edges in enumerate(search.edges):
         for action_position, arguments, target in edges:
             action = machine.actions[action_position]
-            rendered = ", ".join(f"{parameter.name}={parameter.sort.render(value)}" for parameter, value in zip(action.parameters, arguments))
+            rendered = ", ".join(
+                f"{parameter.name}={parameter.sort.render(value)}"
+                for parameter, value in zip(action.parameters, arguments)
+            )
             label = f"{action.name}({rendered})" if rendered else action.name
             if graph.has_edge(source, target):
                 graph.edges[source, target]["label"] += f"\n{label}"

@@ -32,11 +32,23 @@ from lockstep.traces.flight_recorder import (
 
 Verdict = Literal["consistent", "hang", "desync"]
 # Ops whose members must all pass equal input sizes (output sizes for the reduce-scatters).
-EQUAL_INPUT_OPERATIONS = frozenset({
-    "all_reduce", "allreduce", "allreduce_coalesced", "all_reduce_barrier", "broadcast", "_broadcast_oop", "reduce",
-    "_reduce_oop", "all_gather", "_all_gather_base", "all_gather_into_tensor", "all_gather_into_tensor_coalesced",
-    "barrier",
-})
+EQUAL_INPUT_OPERATIONS = frozenset(
+    {
+        "all_reduce",
+        "allreduce",
+        "allreduce_coalesced",
+        "all_reduce_barrier",
+        "broadcast",
+        "_broadcast_oop",
+        "reduce",
+        "_reduce_oop",
+        "all_gather",
+        "_all_gather_base",
+        "all_gather_into_tensor",
+        "all_gather_into_tensor_coalesced",
+        "barrier",
+    }
+)
 EQUAL_OUTPUT_OPERATIONS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"})
 
 
@@ -155,11 +167,24 @@ def diagnose(directory: FlightRecorderDirectory) -> Diagnosis:
             keyed.setdefault(group_key(entry), []).append(entry)
     groups = tuple(_diagnose_group(key, directory.dumps) for key in sorted(keyed, key=_group_order(directory)))
     positions = tuple(_position(dump, groups) for dump in directory.dumps)
-    verdict: Verdict = ("desync" if any(group.verdict == "desync" for group in groups)
-                        else "hang" if any(group.verdict == "hang" for group in groups) else "consistent")
-    return Diagnosis(directory.path, directory.ranks, tuple(sorted({dump.version for dump in directory.dumps})),
-                     tuple(sorted({dump.encoding for dump in directory.dumps})), groups, positions, verdict,
-                     _summary(positions) if verdict != "consistent" else "", directory.warnings)
+    verdict: Verdict = (
+        "desync"
+        if any(group.verdict == "desync" for group in groups)
+        else "hang"
+        if any(group.verdict == "hang" for group in groups)
+        else "consistent"
+    )
+    return Diagnosis(
+        directory.path,
+        directory.ranks,
+        tuple(sorted({dump.version for dump in directory.dumps})),
+        tuple(sorted({dump.encoding for dump in directory.dumps})),
+        groups,
+        positions,
+        verdict,
+        _summary(positions) if verdict != "consistent" else "",
+        directory.warnings,
+    )
 
 
 def group_key(entry: FlightRecorderEntry) -> str:
@@ -219,7 +244,7 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
         notes.append("p2p ops (send/recv) are listed but not matched")
     tracks_completion = backend != "gloo"
     if not tracks_completion:
-        notes.append("gloo records no completion (entries stay \"scheduled\"): only order and sequence ids are used")
+        notes.append('gloo records no completion (entries stay "scheduled"): only order and sequence ids are used')
     disagreement = _first_disagreement(collectives, [rank for rank in members if rank in {d.rank for d in dumps}])
     waits: list[Wait] = []
     if disagreement is not None:
@@ -235,15 +260,29 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
     elif waits:
         verdict = "hang"
         notes.append("every member posted the pending op; it did not complete")
-    return GroupDiagnosis(key, label, first.group_description, tuple(members), "pg_config" if configured else "dumps",
-                          backend, pattern, operations, disagreement, tuple(waits), verdict, tuple(notes))
+    return GroupDiagnosis(
+        key,
+        label,
+        first.group_description,
+        tuple(members),
+        "pg_config" if configured else "dumps",
+        backend,
+        pattern,
+        operations,
+        disagreement,
+        tuple(waits),
+        verdict,
+        tuple(notes),
+    )
 
 
 def _losses(rank: int, sequences: list[int]) -> list[str]:
     notes = []
     if sequences and sequences[0] > 1:
-        notes.append(f"rank {rank}'s entries start at #{sequences[0]}: #1 to #{sequences[0] - 1} were lost "
-                     "from the ring buffer (it wrapped)")
+        notes.append(
+            f"rank {rank}'s entries start at #{sequences[0]}: #1 to #{sequences[0] - 1} were lost "
+            "from the ring buffer (it wrapped)"
+        )
     gaps = [(before, after) for before, after in zip(sequences, sequences[1:]) if after > before + 1]
     for before, after in gaps:
         notes.append(f"rank {rank} has no entries from #{before + 1} to #{after - 1}")
@@ -270,8 +309,9 @@ def _first_disagreement(collectives: dict[int, dict[int, PostedOperation]], memb
     last = max(max(by_sequence) for by_sequence in known.values() if by_sequence)
     for sequence in range(max(starts), last + 1):
         posted = tuple(known[rank][sequence] for rank in members if sequence in known[rank])
-        absent = tuple(rank for rank in members if sequence not in known[rank]
-                       and (not known[rank] or sequence > max(known[rank])))
+        absent = tuple(
+            rank for rank in members if sequence not in known[rank] and (not known[rank] or sequence > max(known[rank]))
+        )
         if not posted:
             continue
         signatures = [_signature(item) for item in posted]

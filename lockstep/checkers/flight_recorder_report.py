@@ -31,8 +31,10 @@ def user_frames(frames: Iterable[Frame], limit: int) -> list[Frame]:
 
 def render(diagnosis: Diagnosis, operations: bool = False, frames: int = 4) -> str:
     """The diagnosis as text; ``operations`` adds every op each rank posted, ``frames`` bounds each stack."""
-    lines = [f"flight-recorder dumps in {diagnosis.directory}: {ranks_text(diagnosis.ranks)} "
-             f"({', '.join(diagnosis.encodings)}; format {', '.join(diagnosis.versions)})"]
+    lines = [
+        f"flight-recorder dumps in {diagnosis.directory}: {ranks_text(diagnosis.ranks)} "
+        f"({', '.join(diagnosis.encodings)}; format {', '.join(diagnosis.versions)})"
+    ]
     lines += [f"warning: {warning}" for warning in diagnosis.warnings]
     headline = f"verdict: {diagnosis.verdict}"
     lines.append(headline + (f": {diagnosis.summary}" if diagnosis.summary else ": every group's ranks agree"))
@@ -46,8 +48,7 @@ def render(diagnosis: Diagnosis, operations: bool = False, frames: int = 4) -> s
 
 def _group_lines(group: GroupDiagnosis, operations: bool, frames: int) -> list[str]:
     source = "from pg_config" if group.members_source == "pg_config" else "from the dumps"
-    last = max((item.sequence for posted in group.operations.values() for item in posted if not item.is_p2p),
-               default=0)
+    last = max((item.sequence for posted in group.operations.values() for item in posted if not item.is_p2p), default=0)
     status = f"consistent through #{last}" if group.verdict == "consistent" else group.verdict
     lines = [f"{group.label}: {ranks_text(group.members)} ({source}), {group.backend}, {group.pattern}: {status}"]
     disagreement = group.disagreement
@@ -95,43 +96,75 @@ def _frame_text(frame: Frame) -> str:
 def diagnosis_to_json(diagnosis: Diagnosis) -> dict[str, Any]:
     """Plain data for ``json.dumps``: the verdict, warnings, groups (ops per rank, disagreement, waits), positions."""
     return {
-        "directory": str(diagnosis.directory), "ranks": list(diagnosis.ranks), "versions": list(diagnosis.versions),
-        "encodings": list(diagnosis.encodings), "verdict": diagnosis.verdict, "exit_code": diagnosis.exit_code,
-        "summary": diagnosis.summary, "warnings": list(diagnosis.warnings),
+        "directory": str(diagnosis.directory),
+        "ranks": list(diagnosis.ranks),
+        "versions": list(diagnosis.versions),
+        "encodings": list(diagnosis.encodings),
+        "verdict": diagnosis.verdict,
+        "exit_code": diagnosis.exit_code,
+        "summary": diagnosis.summary,
+        "warnings": list(diagnosis.warnings),
         "groups": [_group_json(group) for group in diagnosis.groups],
-        "positions": [{"rank": position.rank, "known": position.known,
-                       "wait": _wait_json(position.wait) if position.wait else None}
-                      for position in diagnosis.positions],
+        "positions": [
+            {
+                "rank": position.rank,
+                "known": position.known,
+                "wait": _wait_json(position.wait) if position.wait else None,
+            }
+            for position in diagnosis.positions
+        ],
     }
 
 
 def _group_json(group: GroupDiagnosis) -> dict[str, Any]:
     disagreement = group.disagreement
     return {
-        "key": group.key, "label": group.label, "description": group.description, "members": list(group.members),
-        "members_source": group.members_source, "backend": group.backend, "pattern": group.pattern,
-        "verdict": group.verdict, "notes": list(group.notes),
-        "operations": {str(rank): [_posted_json(item) for item in posted]
-                       for rank, posted in sorted(group.operations.items())},
-        "disagreement": None if disagreement is None else {
-            "sequence": disagreement.sequence, "reason": disagreement.reason, "absent": list(disagreement.absent),
-            "posted": [_posted_json(item) for item in disagreement.posted]},
+        "key": group.key,
+        "label": group.label,
+        "description": group.description,
+        "members": list(group.members),
+        "members_source": group.members_source,
+        "backend": group.backend,
+        "pattern": group.pattern,
+        "verdict": group.verdict,
+        "notes": list(group.notes),
+        "operations": {
+            str(rank): [_posted_json(item) for item in posted] for rank, posted in sorted(group.operations.items())
+        },
+        "disagreement": None
+        if disagreement is None
+        else {
+            "sequence": disagreement.sequence,
+            "reason": disagreement.reason,
+            "absent": list(disagreement.absent),
+            "posted": [_posted_json(item) for item in disagreement.posted],
+        },
         "waits": [_wait_json(wait) for wait in group.waits],
     }
 
 
 def _wait_json(wait: Wait) -> dict[str, Any]:
-    return {"rank": wait.rank, "group": wait.group_key, "group_label": wait.group_label,
-            "operation": _posted_json(wait.posted)}
+    return {
+        "rank": wait.rank,
+        "group": wait.group_key,
+        "group_label": wait.group_label,
+        "operation": _posted_json(wait.posted),
+    }
 
 
 def _posted_json(item: PostedOperation) -> dict[str, Any]:
     entry = item.entries[0]
     return {
-        "rank": item.rank, "sequence": item.sequence, "operation": item.operation, "p2p": item.is_p2p,
-        "state": item.state, "profiling_names": [each.profiling_name for each in item.entries],
+        "rank": item.rank,
+        "sequence": item.sequence,
+        "operation": item.operation,
+        "p2p": item.is_p2p,
+        "state": item.state,
+        "profiling_names": [each.profiling_name for each in item.entries],
         "record_ids": [each.record_id for each in item.entries],
-        "input_sizes": [list(shape) for shape in entry.input_sizes], "input_dtypes": list(entry.input_dtypes),
-        "output_sizes": [list(shape) for shape in entry.output_sizes], "output_dtypes": list(entry.output_dtypes),
+        "input_sizes": [list(shape) for shape in entry.input_sizes],
+        "input_dtypes": list(entry.input_dtypes),
+        "output_sizes": [list(shape) for shape in entry.output_sizes],
+        "output_dtypes": list(entry.output_dtypes),
         "frames": [{"name": frame.name, "filename": frame.filename, "line": frame.line} for frame in entry.frames],
     }

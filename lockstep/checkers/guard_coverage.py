@@ -58,9 +58,11 @@ class GuardCoverage:
         return frozenset(seen)
 
     def to_json(self) -> dict[str, Any]:
-        return {"conjuncts": {key: {"true": true, "false": false} for key, (true, false) in self.counts.items()},
-                "never_true": sorted(key for key, (true, _) in self.counts.items() if not true),
-                "never_false": sorted(key for key, (_, false) in self.counts.items() if not false)}
+        return {
+            "conjuncts": {key: {"true": true, "false": false} for key, (true, false) in self.counts.items()},
+            "never_true": sorted(key for key, (true, _) in self.counts.items() if not true),
+            "never_false": sorted(key for key, (_, false) in self.counts.items() if not false),
+        }
 
 
 __all__ = ["GuardCoverage"]

@@ -213,5 +213,7 @@ def _fair_cycle(entry: Node, inside: list[Move], demanded: set[Instance]) -> lis
 
 
 def _path(graph: StateGraph, prefix: list[Move], cycle: list[Move], make_step: MakeStep) -> Path:
-    steps = [make_step(action, arguments, graph.states[target[0]]) for _, action, arguments, target in [*prefix, *cycle]]
+    steps = [
+        make_step(action, arguments, graph.states[target[0]]) for _, action, arguments, target in [*prefix, *cycle]
+    ]
     return Path(graph.states[0], tuple(steps), loop_start=len(prefix))

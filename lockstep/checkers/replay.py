@@ -105,7 +105,11 @@ class Replayer:
         self._unrecorded = self._unrecorded_positions(self.options.unrecorded)
         self._slots = {name: slot for slot, name in enumerate(machine.variables)}
         self._communicators = {c.name: c for c in machine.communicators if isinstance(c, Communicator)}
-        self._always = [i for i, prop in enumerate(machine.properties) if prop.kind is PropertyKind.ALWAYS and prop.name != IN_BOUNDS]
+        self._always = [
+            i
+            for i, prop in enumerate(machine.properties)
+            if prop.kind is PropertyKind.ALWAYS and prop.name != IN_BOUNDS
+        ]
         self._sometimes = [i for i, prop in enumerate(machine.properties) if prop.kind is PropertyKind.SOMETIMES]
         self._tables: dict[State, dict[Binding, list[tuple[State, str | None]]]] = {}
         self._internal_memo: dict[State, tuple[State, ...]] = {}
@@ -139,8 +143,13 @@ class Replayer:
         args = event["args"]
         observed = event.get("observed")
         # what replay reads of the event: not its index, nor its clock (but a collective's communicator)
-        key: object = (event["actor"], name, tuple(args.items()), tuple(observed.items()) if observed else None,
-                       tuple(event.get("clock") or ()) if name in COLLECTIVE_ACTIONS and "communicator" not in args else None)
+        key: object = (
+            event["actor"],
+            name,
+            tuple(args.items()),
+            tuple(observed.items()) if observed else None,
+            tuple(event.get("clock") or ()) if name in COLLECTIVE_ACTIONS and "communicator" not in args else None,
+        )
         node = self._node
         try:
             step = node.steps.get(key)
@@ -172,7 +181,11 @@ class Replayer:
                 collective = self._collective(record)
             else:
                 known = ", ".join(sorted(self._actions)[:12])
-                raise TraceInputError(record.path, record.line, f"unknown action {name!r} for {self.machine.name} (actions: {known}, ...; enter, complete)")
+                raise TraceInputError(
+                    record.path,
+                    record.line,
+                    f"unknown action {name!r} for {self.machine.name} (actions: {known}, ...; enter, complete)",
+                )
             checks = self._observed(record)
         except TraceInputError as error:
             if self.options.strict:
@@ -194,7 +207,9 @@ class Replayer:
         else:
             slot, member, op = collective
             for state in candidates:
-                if _collective_holds(state, slot, member, op, name == "enter") and (not checks or _matches(state, checks)):
+                if _collective_holds(state, slot, member, op, name == "enter") and (
+                    not checks or _matches(state, checks)
+                ):
                     successors[state] = None
         if not successors:
             return self._diverge(record, candidates, bindings, checks, None)
@@ -203,7 +218,9 @@ class Replayer:
         if None not in successors.values():  # every successor left its sorts
             self.conforming = index + 1
             self.violation = self.violation or (index, IN_BOUNDS)
-            self.stopped = self._result(VIOLATED, explanation={"detail": "every candidate step leaves a variable's sort; replay stops"})
+            self.stopped = self._result(
+                VIOLATED, explanation={"detail": "every candidate step leaves a variable's sort; replay stops"}
+            )
             return False
         following = self._intern({state: None for state, out in successors.items() if out is None})
         size = max(len(candidates) if self._unrecorded else 0, len(following.states))
@@ -242,7 +259,9 @@ class Replayer:
         for name, value in args.items():
             if name not in declared:
                 names = ", ".join(declared) or "none"
-                raise TraceInputError(record.path, record.line, f"action {action.name} has no parameter {name!r} (parameters: {names})")
+                raise TraceInputError(
+                    record.path, record.line, f"action {action.name} has no parameter {name!r} (parameters: {names})"
+                )
             slot, sort = declared[name]
             try:
                 fixed.append((slot, decode(sort, value, f"args.{name}")))
@@ -250,11 +269,14 @@ class Replayer:
                 raise TraceInputError(record.path, record.line, str(error)) from None
         if event["actor"] not in self.actors:
             known = ", ".join(sorted(self.actors))
-            raise TraceInputError(record.path, record.line, f"unknown actor {event['actor']!r} for {self.machine.name} (actors: {known})")
+            raise TraceInputError(
+                record.path, record.line, f"unknown actor {event['actor']!r} for {self.machine.name} (actors: {known})"
+            )
         bindings = [
             (position, arguments)
             for arguments in self._spaces[position]
-            if all(arguments[slot] == value for slot, value in fixed) and self._actor_of[(position, arguments)] == event["actor"]
+            if all(arguments[slot] == value for slot, value in fixed)
+            and self._actor_of[(position, arguments)] == event["actor"]
         ]
         if key is not None:
             self._remember(self._binding_memo, key, bindings)
@@ -310,10 +332,14 @@ class Replayer:
         try:
             member = decode(communicator.members, int(identifier), f"actor {event['actor']}")
         except (ValueError, ValueMismatch) as error:
-            raise TraceInputError(record.path, record.line, f"actor {event['actor']!r} is not a member of {name}: {error}") from None
+            raise TraceInputError(
+                record.path, record.line, f"actor {event['actor']!r} is not a member of {name}: {error}"
+            ) from None
         op = event["args"].get("op")
         if op is not None and op not in communicator.specs:
-            raise TraceInputError(record.path, record.line, f"communicator {name} has no op {op!r} (ops: {', '.join(communicator.specs)})")
+            raise TraceInputError(
+                record.path, record.line, f"communicator {name} has no op {op!r} (ops: {', '.join(communicator.specs)})"
+            )
         assert isinstance(member, int)
         return self._slots[f"{communicator.name}.queue"], member, None if op is None else communicator.op_sort.index(op)
 
@@ -321,7 +347,8 @@ class Replayer:
         positions: set[int] = set()
         for entry in entries:
             matched = {
-                position for position, action in enumerate(self.machine.actions)
+                position
+                for position, action in enumerate(self.machine.actions)
                 if entry in (action.name, action.actor, action.actor.split(":")[0] + ":*")
             }
             if not matched:
@@ -333,7 +360,9 @@ class Replayer:
     def _table(self, state: State) -> dict[Binding, list[tuple[State, str | None]]]:
         table: dict[Binding, list[tuple[State, str | None]]] = {}
         for transition in self.system.transitions(state):
-            table.setdefault((transition.action, transition.arguments), []).append((transition.target, transition.out_of_bounds))
+            table.setdefault((transition.action, transition.arguments), []).append(
+                (transition.target, transition.out_of_bounds)
+            )
         self._remember(self._tables, state, table)
         return table
 
@@ -342,8 +371,15 @@ class Replayer:
         if found is None:
             table = self._tables.get(state) or self._table(state)
             unrecorded = self._unrecorded
-            found = tuple(dict.fromkeys(target for (position, _), targets in table.items() if position in unrecorded
-                                        for target, out in targets if out is None))
+            found = tuple(
+                dict.fromkeys(
+                    target
+                    for (position, _), targets in table.items()
+                    if position in unrecorded
+                    for target, out in targets
+                    if out is None
+                )
+            )
             self._remember(self._internal_memo, state, found)
         return found
 
@@ -370,7 +406,10 @@ class Replayer:
         found = self._property_memo.get(state)
         if found is None:
             values = self.system.property_values(state)
-            found = (frozenset(i for i in self._always if not values[i]), frozenset(i for i in self._sometimes if values[i]))
+            found = (
+                frozenset(i for i in self._always if not values[i]),
+                frozenset(i for i in self._sometimes if values[i]),
+            )
             self._remember(self._property_memo, state, found)
         return found
 
@@ -415,27 +454,49 @@ class Replayer:
         for position, prop in enumerate(self.machine.properties):
             if prop.at_deadlock is None:
                 continue
-            if all(not (self._tables.get(state) or self._table(state)) and not self.system.holds_at_deadlock(position, state)
-                   for state in self.candidates):
+            if all(
+                not (self._tables.get(state) or self._table(state))
+                and not self.system.holds_at_deadlock(position, state)
+                for state in self.candidates
+            ):
                 self.violation = (self.last_index, prop.name)
                 return
 
     # ------------------------------------------------------------------------------ stopping
-    def _result(self, verdict: str, event: int | None = None, explanation: dict[str, Any] | None = None) -> ReplayResult:
+    def _result(
+        self, verdict: str, event: int | None = None, explanation: dict[str, Any] | None = None
+    ) -> ReplayResult:
         prop = None
         if verdict == VIOLATED and self.violation is not None:
             event, prop = self.violation
         return ReplayResult(
-            verdict, event, prop, explanation, self.conforming, self.candidate_states_max, self.events,
-            dict(self.witnessed), tuple(sorted(self.machine.actions[p].name for p in self._unrecorded)),
+            verdict,
+            event,
+            prop,
+            explanation,
+            self.conforming,
+            self.candidate_states_max,
+            self.events,
+            dict(self.witnessed),
+            tuple(sorted(self.machine.actions[p].name for p in self._unrecorded)),
         )
 
     def _inconclusive(self, index: int) -> bool:
-        detail = f"more than {self.options.max_candidates} candidate states at event {index}; raise --max-candidates or record more"
+        detail = (
+            f"more than {self.options.max_candidates} candidate states at event {index}; "
+            "raise --max-candidates or record more"
+        )
         self.stopped = self._result(INCONCLUSIVE, index, {"detail": detail})
         return False
 
-    def _diverge(self, record: Record, candidates: dict[State, None], bindings: list[Binding], checks: tuple[Check, ...], problem: str | None) -> bool:
+    def _diverge(
+        self,
+        record: Record,
+        candidates: dict[State, None],
+        bindings: list[Binding],
+        checks: tuple[Check, ...],
+        problem: str | None,
+    ) -> bool:
         from lockstep.checkers.divergence import explain
 
         explanation = explain(self, record, candidates, bindings, checks, problem)
@@ -478,5 +539,17 @@ def replay(system: TransitionSystem, records: Iterable[Record], options: ReplayO
     return replayer.result()
 
 
-__all__ = ["CONFORMS", "DIVERGES", "EXIT_CODES", "INCONCLUSIVE", "VIOLATED", "Binding", "Check", "ReplayOptions",
-           "ReplayResult", "Replayer", "default_unrecorded", "replay"]
+__all__ = [
+    "CONFORMS",
+    "DIVERGES",
+    "EXIT_CODES",
+    "INCONCLUSIVE",
+    "VIOLATED",
+    "Binding",
+    "Check",
+    "ReplayOptions",
+    "ReplayResult",
+    "Replayer",
+    "default_unrecorded",
+    "replay",
+]

@@ -58,5 +58,9 @@ def default_unrecorded(system: TransitionSystem, source_kind: str) -> frozenset[
     """None for a model counterexample; every communicator's completion action for a runtime recording."""
     if source_kind == "model":
         return frozenset()
-    return frozenset(name for library in system.machine.communicators if isinstance(library, Communicator)
-                     for name in library.completion_actions)
+    return frozenset(
+        name
+        for library in system.machine.communicators
+        if isinstance(library, Communicator)
+        for name in library.completion_actions
+    )

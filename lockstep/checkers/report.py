@@ -132,7 +132,9 @@ def render(
         console.print(f"[yellow]warning:[/yellow] {warning}")
     shortest = result.counterexample
     if shortest is not None and shortest.path is not None:
-        console.print(swimlanes(result.machine, shortest.path, f"counterexample: {shortest.name} ({shortest.path.length} steps)"))
+        console.print(
+            swimlanes(result.machine, shortest.path, f"counterexample: {shortest.name} ({shortest.path.length} steps)")
+        )
         blocked = blocked_summary(result.machine, shortest.path)
         description = described(result.machine, shortest.name)
         if description:
@@ -146,11 +148,15 @@ def render(
                 extra = blocked_summary(result.machine, other.path)
                 sentence = described(result.machine, other.name)
                 console.print(
-                    f"also violated: {other.name} after {other.path.length} steps" + (f" ({extra})" if extra else "") + (f": {sentence}" if sentence else "")
+                    f"also violated: {other.name} after {other.path.length} steps"
+                    + (f" ({extra})" if extra else "")
+                    + (f": {sentence}" if sentence else "")
                 )
     for other in result.properties:  # k-induction: a failed step, shown as its states and actions
         if other.verdict is Verdict.INCONCLUSIVE and other.path is not None:
-            console.print(state_table(result.machine, other.path.initial, f"{other.name}: the failed induction step starts in"))
+            console.print(
+                state_table(result.machine, other.path.initial, f"{other.name}: the failed induction step starts in")
+            )
             title = f"{other.name}: {other.detail} ({other.path.length + 1} states)"
             console.print(swimlanes(result.machine, other.path, title))
     if trace_file is not None:
@@ -158,7 +164,9 @@ def render(
     if expected is not None:
         match = expected == result.verdict.value
         style = "green" if match else "bold red"
-        console.print(Text(f"expected {expected}: {'as pinned' if match else 'DIFFERS from the pinned verdict'}", style=style))
+        console.print(
+            Text(f"expected {expected}: {'as pinned' if match else 'DIFFERS from the pinned verdict'}", style=style)
+        )
 
 
 def described(machine: Machine, name: str) -> str:
@@ -228,8 +236,18 @@ def steps_json(machine: Machine, path: Path) -> list[dict[str, Any]]:
     result = []
     for row, step in zip(rows(machine, path), path.steps, strict=True):
         action = machine.action_named(step.action)
-        arguments = {parameter.name: parameter.sort.to_json(step.arguments[parameter.name]) for parameter in action.parameters}
-        result.append({"index": row.index, "actor": row.actor, "action": row.action, "arguments": arguments, "mirrors": row.mirrors})
+        arguments = {
+            parameter.name: parameter.sort.to_json(step.arguments[parameter.name]) for parameter in action.parameters
+        }
+        result.append(
+            {
+                "index": row.index,
+                "actor": row.actor,
+                "action": row.action,
+                "arguments": arguments,
+                "mirrors": row.mirrors,
+            }
+        )
     return result
 
 
@@ -247,8 +265,13 @@ def tool_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             return None
 
-    return {"lockstep": version("lockstep"), "python": platform.python_version(), "numpy": version("numpy"),
-            "z3-solver": version("z3-solver"), "torch": version("torch")}
+    return {
+        "lockstep": version("lockstep"),
+        "python": platform.python_version(),
+        "numpy": version("numpy"),
+        "z3-solver": version("z3-solver"),
+        "torch": version("torch"),
+    }
 
 
 @dataclass(frozen=True)
@@ -268,7 +291,9 @@ class PinnedRow:
     @classmethod
     def of(cls, instance: Instance, result: CheckResult) -> PinnedRow:
         shortest = result.counterexample
-        unwitnessed = [item.name for item in result.properties if item.verdict is Verdict.VIOLATED and item.path is None]
+        unwitnessed = [
+            item.name for item in result.properties if item.verdict is Verdict.VIOLATED and item.path is None
+        ]
         if shortest is not None and shortest.path is not None:
             detail = f"`{shortest.name}` in {shortest.path.length} steps"
         elif unwitnessed and result.stats.states is not None:
@@ -280,9 +305,15 @@ class PinnedRow:
         spec = instance.protocol.instance_spec(instance.name)
         released = instance.variant == instance.protocol.default_variant
         return cls(
-            instance.protocol.name, instance.variant, instance.protocol.variant(instance.variant).release,
-            instance.name, instance.expected, result.verdict.value, detail,
-            spec.finding if released else "", spec.description,
+            instance.protocol.name,
+            instance.variant,
+            instance.protocol.variant(instance.variant).release,
+            instance.name,
+            instance.expected,
+            result.verdict.value,
+            detail,
+            spec.finding if released else "",
+            spec.description,
         )
 
     @property
@@ -297,7 +328,14 @@ def summary_table(rows_: Sequence[PinnedRow]) -> Table:
         table.add_column(column)
     for row in rows_:
         style = "green" if row.as_pinned else "bold red"
-        table.add_row(row.protocol, row.variant, row.instance, row.expected or "-", Text(row.verdict, style=style), row.detail.replace("`", ""))
+        table.add_row(
+            row.protocol,
+            row.variant,
+            row.instance,
+            row.expected or "-",
+            Text(row.verdict, style=style),
+            row.detail.replace("`", ""),
+        )
     return table
 
 
@@ -308,12 +346,18 @@ def markdown_tables(rows_: Sequence[PinnedRow]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for row in rows_:
-        lines.append(f"| `{row.protocol}` | `{row.variant}` ({row.release}) | `{row.instance}` | {row.expected} | {row.verdict} | {row.detail} |")
+        lines.append(
+            f"| `{row.protocol}` | `{row.variant}` ({row.release}) | `{row.instance}` | {row.expected} | "
+            f"{row.verdict} | {row.detail} |"
+        )
     lines += ["", "Findings (violations of a released, post-fix variant that vLLM's source confirms):", ""]
     lines += ["| scenario (instance) | counterexample | vLLM functions involved |", "|---|---|---|"]
     findings = [row for row in rows_ if row.finding]
     for row in findings:
-        lines.append(f"| `{row.protocol} {row.instance}`: {row.scenario} | {row.detail} ({row.variant}, {row.release}) | {row.finding} |")
+        lines.append(
+            f"| `{row.protocol} {row.instance}`: {row.scenario} | {row.detail} ({row.variant}, {row.release}) | "
+            f"{row.finding} |"
+        )
     if not findings:
         lines.append("| none | | |")
     return "\n".join(lines) + "\n"

@@ -77,7 +77,11 @@ def validate(machine: Machine, sort: IndexSort, members: frozenset[int]) -> None
                     f"symmetry over {sort.name} {sorted(members)} is broken by {where}: it names {sort.name} "
                     f"{node.value} ({render(expression)}); declare the symmetry over the other values only"
                 )
-            if isinstance(node, Operation) and node.operator in _ORDERED and any(argument.sort == sort for argument in node.arguments):
+            if (
+                isinstance(node, Operation)
+                and node.operator in _ORDERED
+                and any(argument.sort == sort for argument in node.arguments)
+            ):
                 raise SymmetryError(
                     f"symmetry over {sort.name} is broken by {where}: {node.operator.value} orders or computes "
                     f"with {sort.name} values ({render(node)})"
@@ -95,7 +99,12 @@ def _escape(node: Expression, sort: IndexSort) -> str | None:
     if isinstance(node, Comprehension):
         if node.quantifier in (Quantifier.SUM, Quantifier.MAXIMUM, Quantifier.MINIMUM) and node.body.sort == sort:
             return f"it computes with {sort.name} values"
-        if node.quantifier is Quantifier.MAP and isinstance(node.sort, MapSort) and node.body.sort == sort and node.sort.value != sort:
+        if (
+            node.quantifier is Quantifier.MAP
+            and isinstance(node.sort, MapSort)
+            and node.body.sort == sort
+            and node.sort.value != sort
+        ):
             return f"a {sort.name} value is stored in a map of {node.sort.value.name}"
         return None
     if not isinstance(node, Operation):
@@ -113,7 +122,12 @@ def _escape(node: Expression, sort: IndexSort) -> str | None:
             return f"it indexes a map keyed by {sorts[0].key.name} with {sorts[1].name}"
         if operator is Operator.STORE and sorts[2] == sort and sorts[0].value != sort:
             return f"a {sort.name} value is stored in a map of {sorts[0].value.name}"
-    if operator is Operator.APPEND and isinstance(sorts[0], SequenceSort) and sorts[1] == sort and sorts[0].element != sort:
+    if (
+        operator is Operator.APPEND
+        and isinstance(sorts[0], SequenceSort)
+        and sorts[1] == sort
+        and sorts[0].element != sort
+    ):
         return f"a {sort.name} value is appended to a sequence of {sorts[0].element.name}"
     if operator is Operator.RECORD and isinstance(node.sort, RecordSort):
         for (field, field_sort), argument_sort in zip(node.sort.fields, sorts):

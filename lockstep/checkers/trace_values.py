@@ -54,7 +54,9 @@ def decode(sort: Sort, value: object, where: str) -> Value:
             items = [value[name] for name in names]
         elif isinstance(value, list):
             if len(value) != len(keys):
-                raise ValueMismatch(f"{where} must list {len(keys)} entries (one per {sort.key.name}), got {len(value)}")
+                raise ValueMismatch(
+                    f"{where} must list {len(keys)} entries (one per {sort.key.name}), got {len(value)}"
+                )
             items = value
         else:
             raise ValueMismatch(f"{where} must be a list of {len(keys)} entries, got {_show(value)}")
@@ -67,7 +69,9 @@ def decode(sort: Sort, value: object, where: str) -> Value:
         return tuple(decode(sort.element, item, f"{where}[{position}]") for position, item in enumerate(value))
     if isinstance(sort, RecordSort):
         if not isinstance(value, dict):
-            raise ValueMismatch(f"{where} must be an object with fields {', '.join(n for n, _ in sort.fields)}, got {_show(value)}")
+            raise ValueMismatch(
+                f"{where} must be an object with fields {', '.join(n for n, _ in sort.fields)}, got {_show(value)}"
+            )
         fields = [name for name, _ in sort.fields]
         if set(value) != set(fields):
             raise ValueMismatch(f"{where} must have the fields {', '.join(fields)}, got {', '.join(map(str, value))}")

@@ -46,8 +46,10 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             if stats.states is None:
                 text = f"checking {instance.label}: depth {stats.depth} unrolled"
             else:
-                text = (f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
-                        f"{stats.states_per_second:,.0f} states/s")
+                text = (
+                    f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
+                    f"{stats.states_per_second:,.0f} states/s"
+                )
             status.update(f"{text}, {stats.seconds:.1f} s" if stats.states is None else text)
             if not console.is_terminal and stats.seconds - printed[0] >= PROGRESS_SECONDS:
                 printed[0] = stats.seconds
@@ -75,13 +77,17 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
     """Options that belong to the other family of engines are errors, not silently ignored."""
     engine = arguments.engine
     if engine in SYMBOLIC_ENGINES:
-        explicit = (("--max-depth", arguments.max_depth), ("--max-states", arguments.max_states),
-                    ("--symmetry", arguments.symmetry or None))
+        explicit = (
+            ("--max-depth", arguments.max_depth),
+            ("--max-states", arguments.max_states),
+            ("--symmetry", arguments.symmetry or None),
+        )
         for option, value in explicit:
             if value is not None:
                 hint = "--depth" if engine == "bmc" else "--k"
-                raise UsageError(f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} "
-                                 f"use {hint}")
+                raise UsageError(
+                    f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} use {hint}"
+                )
         if engine == "bmc" and arguments.depth is None:
             raise UsageError("--engine bmc needs --depth K")
         if engine == "bmc" and arguments.induction_k is not None:
@@ -89,8 +95,11 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
         if engine == "induction" and arguments.depth is not None:
             raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
     else:
-        symbolic = (("--depth", arguments.depth), ("--k", arguments.induction_k),
-                    ("--solver-timeout", arguments.solver_timeout))
+        symbolic = (
+            ("--depth", arguments.depth),
+            ("--k", arguments.induction_k),
+            ("--solver-timeout", arguments.solver_timeout),
+        )
         for option, value in symbolic:
             if value is not None:
                 owner = "--engine induction" if option == "--k" else "--engine bmc"
@@ -99,8 +108,9 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
 
 
-def _write_trace(instance: Instance, result: CheckResult, target: Path | None, console: Console,
-                 inputs: Sequence[Path] = ()) -> Path | None:
+def _write_trace(
+    instance: Instance, result: CheckResult, target: Path | None, console: Console, inputs: Sequence[Path] = ()
+) -> Path | None:
     """Write the shortest counterexample; a file that cannot be written is reported, and the result
     of the (possibly long) check is still shown rather than lost."""
     shortest = result.counterexample
@@ -139,8 +149,16 @@ def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -
 def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.all:
         _validate_engine_options(arguments)
-        if any((arguments.protocol, arguments.variant, arguments.instance, arguments.set, arguments.ranks,
-                arguments.properties)):
+        if any(
+            (
+                arguments.protocol,
+                arguments.variant,
+                arguments.instance,
+                arguments.set,
+                arguments.ranks,
+                arguments.properties,
+            )
+        ):
             raise UsageError(
                 "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no "
                 "protocol, variant, instance, --ranks, --set or --property"
@@ -198,5 +216,3 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         differ = "[bold red]some verdicts differ from their pins[/bold red]"
         console.print("every verdict is as pinned" if all_as_pinned else differ)
     return EXIT_OK if all_as_pinned else EXIT_VIOLATED
-
-

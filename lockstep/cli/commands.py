@@ -26,19 +26,31 @@ FILE = click.Path(path_type=Path)
 JSON_HELP = "print exactly one JSON object on stdout"
 
 protocol_argument = click.argument("protocol", required=False, shell_complete=completion.protocols)
-variant_option = click.option("--variant", metavar="NAME", shell_complete=completion.variants,
-                              help="pre-fix, post-fix or a mutant (default: post-fix)")
-instance_option = click.option("--instance", metavar="NAME", shell_complete=completion.instances,
-                               help="named instance (default: seed)")
+variant_option = click.option(
+    "--variant",
+    metavar="NAME",
+    shell_complete=completion.variants,
+    help="pre-fix, post-fix or a mutant (default: post-fix)",
+)
+instance_option = click.option(
+    "--instance", metavar="NAME", shell_complete=completion.instances, help="named instance (default: seed)"
+)
 ranks_option = click.option("--ranks", type=POSITIVE_INTEGER, help="the model's rank parameter")
-set_option = click.option("--set", "set", multiple=True, metavar="NAME=VALUE", shell_complete=completion.assignments,
-                          help="override a parameter (repeatable)")
+set_option = click.option(
+    "--set",
+    "set",
+    multiple=True,
+    metavar="NAME=VALUE",
+    shell_complete=completion.assignments,
+    help="override a parameter (repeatable)",
+)
 json_option = click.option("--json", is_flag=True, help=JSON_HELP)
 
 
 @click.command("list")
-@click.option("--model-file", type=FILE, metavar="PATH",
-              help="list the model a Python file defines instead of the built-in ones")
+@click.option(
+    "--model-file", type=FILE, metavar="PATH", help="list the model a Python file defines instead of the built-in ones"
+)
 @json_option
 def list_command(**options: Any) -> Invocation:
     """The protocols, their variants (with the vLLM release each stands for) and instances, on stdout."""
@@ -47,8 +59,14 @@ def list_command(**options: Any) -> Invocation:
 
 @click.command("prove-lemmas")
 @json_option
-@click.option("--solver-timeout", type=POSITIVE_NUMBER, default=30.0, show_default=True, metavar="SECONDS",
-              help="limit per Z3 query")
+@click.option(
+    "--solver-timeout",
+    type=POSITIVE_NUMBER,
+    default=30.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="limit per Z3 query",
+)
 def prove_lemmas(**options: Any) -> Invocation:
     """Prove the built-in lemmas for all sizes with Z3."""
     return call("lockstep.cli.listing:command_prove_lemmas", "prove-lemmas", options)
@@ -57,43 +75,78 @@ def prove_lemmas(**options: Any) -> Invocation:
 @click.command("check")
 @protocol_argument
 @click.option("--all", "all", is_flag=True, help="every built-in instance × variant against its pinned verdict")
-@click.option("--markdown", is_flag=True,
-              help="with --all: print the README's generated tables (markdown) on stdout; with --json too, as its "
-              "'markdown' field")
-@click.option("--model-file", type=FILE, metavar="PATH",
-              help="check the model a Python file defines (its PROTOCOL) instead of a built-in one")
+@click.option(
+    "--markdown",
+    is_flag=True,
+    help="with --all: print the README's generated tables (markdown) on stdout; with --json too, as its "
+    "'markdown' field",
+)
+@click.option(
+    "--model-file",
+    type=FILE,
+    metavar="PATH",
+    help="check the model a Python file defines (its PROTOCOL) instead of a built-in one",
+)
 @variant_option
 @instance_option
 @ranks_option
 @set_option
-@click.option("--engine", type=click.Choice(ENGINES), default="auto",
-              help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
-              "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
-              "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
-              "k-induction")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
+    "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
+    "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
+    "k-induction",
+)
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
-@click.option("--compact", is_flag=True,
-              help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is "
-              "reported)")
-@click.option("--stop-at-first", is_flag=True,
-              help="explicit engines: stop at the first violation (shortest with the BFS engines)")
-@click.option("--workers", type=POSITIVE_INTEGER, default=1, metavar="N",
-              help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)")
+@click.option(
+    "--compact",
+    is_flag=True,
+    help="bfs-vec/bfs-gpu: store 64-bit fingerprints, not whole states (the omission probability is reported)",
+)
+@click.option(
+    "--stop-at-first",
+    is_flag=True,
+    help="explicit engines: stop at the first violation (shortest with the BFS engines)",
+)
+@click.option(
+    "--workers",
+    type=POSITIVE_INTEGER,
+    default=1,
+    metavar="N",
+    help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)",
+)
 @click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll")
-@click.option("--k", "induction_k", type=POSITIVE_INTEGER, metavar="K",
-              help="induction: the k of k-induction (default: 1..10)")
-@click.option("--solver-timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
-              help="bmc: limit per Z3 query (unknown = inconclusive)")
+@click.option(
+    "--k", "induction_k", type=POSITIVE_INTEGER, metavar="K", help="induction: the k of k-induction (default: 1..10)"
+)
+@click.option(
+    "--solver-timeout", type=POSITIVE_NUMBER, metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)"
+)
 @click.option("--symmetry", is_flag=True, help="reduce by the model's declared symmetry")
 @click.option("--max-states", type=POSITIVE_INTEGER, metavar="N", help="stop after this many states (inconclusive)")
-@click.option("--max-depth", type=POSITIVE_INTEGER, metavar="N",
-              help="explore at most this many steps deep (holds-within-bound)")
-@click.option("--max-memory", type=POSITIVE_NUMBER, metavar="GIB",
-              help="stop above this resident memory (default: 75% of RAM)")
-@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
-              help="wall-clock limit of the whole check (importing a --model-file included)")
-@click.option("--property", "properties", multiple=True, metavar="NAME", shell_complete=completion.properties,
-              help="check only this property (repeatable)")
+@click.option(
+    "--max-depth", type=POSITIVE_INTEGER, metavar="N", help="explore at most this many steps deep (holds-within-bound)"
+)
+@click.option(
+    "--max-memory", type=POSITIVE_NUMBER, metavar="GIB", help="stop above this resident memory (default: 75% of RAM)"
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="wall-clock limit of the whole check (importing a --model-file included)",
+)
+@click.option(
+    "--property",
+    "properties",
+    multiple=True,
+    metavar="NAME",
+    shell_complete=completion.properties,
+    help="check only this property (repeatable)",
+)
 @json_option
 @click.option("--trace-out", type=FILE, metavar="FILE", help="where to write the counterexample trace")
 @click.option("--interpreted", is_flag=True, help="use the reference interpreter instead of compiled code")
@@ -109,26 +162,60 @@ def check(**options: Any) -> Invocation:
 @instance_option
 @ranks_option
 @set_option
-@click.option("--steps", type=POSITIVE_INTEGER, default=DEFAULT_STEPS, metavar="S",
-              help=f"the most steps an example takes (default {DEFAULT_STEPS})")
-@click.option("--examples", type=POSITIVE_INTEGER, metavar="N",
-              help=f"examples to run (default {DEFAULT_EXAMPLES}; with --impl {DEFAULT_RUNTIME_EXAMPLES})")
+@click.option(
+    "--steps",
+    type=POSITIVE_INTEGER,
+    default=DEFAULT_STEPS,
+    metavar="S",
+    help=f"the most steps an example takes (default {DEFAULT_STEPS})",
+)
+@click.option(
+    "--examples",
+    type=POSITIVE_INTEGER,
+    metavar="N",
+    help=f"examples to run (default {DEFAULT_EXAMPLES}; with --impl {DEFAULT_RUNTIME_EXAMPLES})",
+)
 @click.option("--seed", type=NON_NEGATIVE, metavar="S", help="fix Hypothesis's seed (default: a fresh one each run)")
-@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
-              help="wall-clock limit of the whole session (nothing found by then: exit 3)")
-@click.option("--shrink-seconds", type=POSITIVE_NUMBER, default=DEFAULT_SHRINK_SECONDS, metavar="SECONDS",
-              help=f"stop Hypothesis's shrinking after this long (default {DEFAULT_SHRINK_SECONDS:g}); the shortest "
-              "failing run so far is then re-minimised")
+@click.option(
+    "--timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="wall-clock limit of the whole session (nothing found by then: exit 3)",
+)
+@click.option(
+    "--shrink-seconds",
+    type=POSITIVE_NUMBER,
+    default=DEFAULT_SHRINK_SECONDS,
+    metavar="SECONDS",
+    help=f"stop Hypothesis's shrinking after this long (default {DEFAULT_SHRINK_SECONDS:g}); the shortest "
+    "failing run so far is then re-minimised",
+)
 @json_option
-@click.option("--trace-out", type=FILE, metavar="FILE",
-              help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)")
-@click.option("--impl", is_flag=True,
-              help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, the "
-              "run's trace is replayed against the model (a pool of rank processes is reused across runs)")
-@click.option("--scenario", metavar="NAME", shell_complete=completion.runtime_scenarios,
-              help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)")
-@click.option("--hang-timeout", type=POSITIVE_NUMBER, default=5.0, metavar="SECONDS",
-              help="with --impl: seconds blocked in one collective that count as a hang (default 5)")
+@click.option(
+    "--trace-out",
+    type=FILE,
+    metavar="FILE",
+    help="where to write the counterexample trace (with --impl: a folder for the failing run's traces)",
+)
+@click.option(
+    "--impl",
+    is_flag=True,
+    help="fuzz the torch reference runtime against the model: Hypothesis draws each run's schedule, the "
+    "run's trace is replayed against the model (a pool of rank processes is reused across runs)",
+)
+@click.option(
+    "--scenario",
+    metavar="NAME",
+    shell_complete=completion.runtime_scenarios,
+    help="with --impl: the runtime scenario (default: the protocol's fuzzing scenario)",
+)
+@click.option(
+    "--hang-timeout",
+    type=POSITIVE_NUMBER,
+    default=5.0,
+    metavar="SECONDS",
+    help="with --impl: seconds blocked in one collective that count as a hang (default 5)",
+)
 def fuzz(**options: Any) -> Invocation:
     """Run random bounded interleavings of a protocol instance with Hypothesis, checking every safety property
     after each step; a failure is shrunk, re-minimised by BFS around it, shown and written as a trace."""
@@ -137,15 +224,33 @@ def fuzz(**options: Any) -> Invocation:
 
 @click.command("reproduce")
 @click.argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", type=click.Path())
-@click.option("--backend", type=click.Choice(("gloo", "nccl")), default="gloo", show_default=True,
-              help="worker-level groups' backend")
-@click.option("--hang-timeout", type=POSITIVE_NUMBER, default=10.0, metavar="SECONDS",
-              help="seconds blocked in one collective or receive that count as a hang (default 10)")
-@click.option("--timeout", type=POSITIVE_NUMBER, metavar="SECONDS",
-              help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)")
+@click.option(
+    "--backend",
+    type=click.Choice(("gloo", "nccl")),
+    default="gloo",
+    show_default=True,
+    help="worker-level groups' backend",
+)
+@click.option(
+    "--hang-timeout",
+    type=POSITIVE_NUMBER,
+    default=10.0,
+    metavar="SECONDS",
+    help="seconds blocked in one collective or receive that count as a hang (default 10)",
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)",
+)
 @click.option("--seed", type=int, default=0, help="seed for the choices past the counterexample's end (default 0)")
-@click.option("--trace-dir", type=FILE, metavar="DIR",
-              help="where the run's traces go (default: lockstep-out/<counterexample>-reproduced/)")
+@click.option(
+    "--trace-dir",
+    type=FILE,
+    metavar="DIR",
+    help="where the run's traces go (default: lockstep-out/<counterexample>-reproduced/)",
+)
 @json_option
 def reproduce(**options: Any) -> Invocation:
     """Run a model counterexample (COUNTEREXAMPLE.jsonl, from `lockstep check` or `fuzz`) for real in the torch
@@ -155,32 +260,80 @@ def reproduce(**options: Any) -> Invocation:
 
 @click.command("replay")
 @click.argument("paths", nargs=-1, metavar="PATH...", type=click.Path())
-@click.option("--flight-recorder", metavar="DIR", type=click.Path(),
-              help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON) instead of traces: "
-                   "per process group, where the ranks disagree and who waits where")
+@click.option(
+    "--flight-recorder",
+    metavar="DIR",
+    type=click.Path(),
+    help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON) instead of traces: "
+    "per process group, where the ranks disagree and who waits where",
+)
 @click.option("--operations", is_flag=True, help="with --flight-recorder: list every rank's ops per group")
-@click.option("--protocol", metavar="NAME", shell_complete=completion.protocols,
-              help="replay against this protocol instead of the header's")
-@click.option("--variant", metavar="NAME", shell_complete=completion.variants,
-              help="replay against this variant instead of the header's")
-@click.option("--max-candidates", type=POSITIVE_INTEGER, default=100_000, metavar="K",
-              help="stop (exit 3) when more model states than this fit the events (default 100000)")
-@click.option("--closure-depth", type=NON_NEGATIVE, default=16, metavar="N",
-              help="unrecorded steps allowed between two recorded events (default 16)")
-@click.option("--unrecorded", multiple=True, metavar="NAME",
-              help="an action, actor or actor kind ('group:*') the trace does not record (repeatable)")
+@click.option(
+    "--protocol",
+    metavar="NAME",
+    shell_complete=completion.protocols,
+    help="replay against this protocol instead of the header's",
+)
+@click.option(
+    "--variant",
+    metavar="NAME",
+    shell_complete=completion.variants,
+    help="replay against this variant instead of the header's",
+)
+@click.option(
+    "--max-candidates",
+    type=POSITIVE_INTEGER,
+    default=100_000,
+    metavar="K",
+    help="stop (exit 3) when more model states than this fit the events (default 100000)",
+)
+@click.option(
+    "--closure-depth",
+    type=NON_NEGATIVE,
+    default=16,
+    metavar="N",
+    help="unrecorded steps allowed between two recorded events (default 16)",
+)
+@click.option(
+    "--unrecorded",
+    multiple=True,
+    metavar="NAME",
+    help="an action, actor or actor kind ('group:*') the trace does not record (repeatable)",
+)
 @click.option("--instance", metavar="NAME", help="replay against this instance of the model (default: its default)")
-@click.option("--set", "set", multiple=True, metavar="NAME=VALUE",
-              help="a model parameter's value (repeatable); the header may not widen the check past it")
-@click.option("--profile", metavar="NAME", help="the recorder profile the trace was written under: runtime (lockstep run) or vllm-dp-pause")
-@click.option("--trust-header", is_flag=True,
-              help="take the header's parameters and unrecorded actions even where they widen the check")
-@click.option("--expect-actor", multiple=True, metavar="ACTOR",
-              help="an actor the trace must have events from (repeatable; default: every rank)")
-@click.option("--guard-coverage", is_flag=True,
-              help="report each guard conjunct as seen true and false along the trace (coverage.guards)")
-@click.option("--require-complete", is_flag=True,
-              help="a trace that stops before a final state of the model is inconclusive (exit 3)")
+@click.option(
+    "--set",
+    "set",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="a model parameter's value (repeatable); the header may not widen the check past it",
+)
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="the recorder profile the trace was written under: runtime (lockstep run) or vllm-dp-pause",
+)
+@click.option(
+    "--trust-header",
+    is_flag=True,
+    help="take the header's parameters and unrecorded actions even where they widen the check",
+)
+@click.option(
+    "--expect-actor",
+    multiple=True,
+    metavar="ACTOR",
+    help="an actor the trace must have events from (repeatable; default: every rank)",
+)
+@click.option(
+    "--guard-coverage",
+    is_flag=True,
+    help="report each guard conjunct as seen true and false along the trace (coverage.guards)",
+)
+@click.option(
+    "--require-complete",
+    is_flag=True,
+    help="a trace that stops before a final state of the model is inconclusive (exit 3)",
+)
 @json_option
 def replay(**options: Any) -> Invocation:
     """Replay trace files (PATH: files, or a directory of per-actor files, merged in causal order) against the
@@ -214,8 +367,13 @@ def show(**options: Any) -> Invocation:
 
 @click.command("export")
 @click.argument("paths", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
-@click.option("--format", "format", required=True, type=click.Choice(TRACE_FORMATS),
-              help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)")
+@click.option(
+    "--format",
+    "format",
+    required=True,
+    type=click.Choice(TRACE_FORMATS),
+    help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)",
+)
 @click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
 def export(**options: Any) -> Invocation:
     """Write a trace (TRACE: trace files or a trace directory) as Perfetto trace events, ITF, DOT or GraphML."""
@@ -224,13 +382,19 @@ def export(**options: Any) -> Invocation:
 
 @click.command("graph")
 @protocol_argument
-@click.option("--model-file", type=FILE, metavar="PATH",
-              help="the model a Python file defines, instead of a built-in one")
+@click.option(
+    "--model-file", type=FILE, metavar="PATH", help="the model a Python file defines, instead of a built-in one"
+)
 @click.option("--variant", metavar="NAME", shell_complete=completion.variants, help="default: post-fix")
 @click.option("--instance", metavar="NAME", shell_complete=completion.instances, help="default: seed")
 @click.option("--format", "format", required=True, type=click.Choice(("dot", "graphml")))
-@click.option("--max-states", type=POSITIVE_INTEGER, default=5000, metavar="K",
-              help="explore at most K states (default 5000); more: exit 3")
+@click.option(
+    "--max-states",
+    type=POSITIVE_INTEGER,
+    default=5000,
+    metavar="K",
+    help="explore at most K states (default 5000); more: exit 3",
+)
 @click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
 def graph(**options: Any) -> Invocation:
     """Export a protocol instance's reachable state graph (DOT or GraphML)."""

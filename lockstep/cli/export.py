@@ -55,7 +55,9 @@ REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find th
 def _instance(header: dict[str, Any]) -> Instance:
     protocol = get_protocol(str(header["protocol"]))
     known = {parameter.name for parameter in protocol.parameters}
-    values = {name: value for name, value in header.get("parameters", {}).items() if name in known and isinstance(value, int)}
+    values = {
+        name: value for name, value in header.get("parameters", {}).items() if name in known and isinstance(value, int)
+    }
     return protocol.instance(header["variant"], overrides=values)
 
 
@@ -96,10 +98,15 @@ def _model_path(instance: Instance, records: list[Record], loop_start: object) -
         try:
             action = machine.action_named(str(event["action"]))
             position = machine.actions.index(action)
-            arguments = tuple(decode(parameter.sort, event["args"].get(parameter.name), parameter.name) for parameter in action.parameters)
+            arguments = tuple(
+                decode(parameter.sort, event["args"].get(parameter.name), parameter.name)
+                for parameter in action.parameters
+            )
         except (KeyError, ValueError):
             return None
-        found = next((t for t in system.transitions(current) if t.action == position and t.arguments == arguments), None)
+        found = next(
+            (t for t in system.transitions(current) if t.action == position and t.arguments == arguments), None
+        )
         if found is None:
             return None
         named = {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
@@ -122,14 +129,18 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
             machine, path = rebuilt
             prop = parameters.get("property")
             title = f"{header['protocol']} {header['variant']} {header.get('instance') or ''}: " + (
-                f"counterexample of {prop} ({path.length} steps)" if isinstance(prop, str) else f"{path.length} steps")
+                f"counterexample of {prop} ({path.length} steps)" if isinstance(prop, str) else f"{path.length} steps"
+            )
             console.print(swimlanes(machine, path, title))
             blocked = blocked_summary(machine, path)
             if blocked:
                 console.print(f"at the end: {escape(blocked)}")
             if isinstance(prop, str):
                 sentence = described(machine, prop)
-                console.print(f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]" + (f": {escape(sentence)}" if sentence else ""))
+                console.print(
+                    f"[bold red]{escape(prop)} is violated at step {path.length}[/bold red]"
+                    + (f": {escape(sentence)}" if sentence else "")
+                )
             return EXIT_OK
     highlight, why = (None, "")
     if not arguments.no_replay and layout.events <= REPLAY_LIMIT:
@@ -189,8 +200,10 @@ def command_graph(arguments: argparse.Namespace, console: Console) -> int:
     else:
         text = "\n".join(nx.generate_graphml(graph)) + "\n"
     _write(text, arguments.output, [arguments.model_file] if arguments.model_file is not None else [])
-    console.print(f"{instance.label}: {graph.number_of_nodes():,} states, {graph.number_of_edges():,} edges"
-                  + ("" if complete else f" (cut at --max-states {arguments.max_states}: the graph is partial)"))
+    console.print(
+        f"{instance.label}: {graph.number_of_nodes():,} states, {graph.number_of_edges():,} edges"
+        + ("" if complete else f" (cut at --max-states {arguments.max_states}: the graph is partial)")
+    )
     return EXIT_OK if complete else EXIT_INCONCLUSIVE
 
 

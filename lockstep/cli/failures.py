@@ -31,7 +31,9 @@ from rich.console import Console
 from rich.markup import escape
 
 EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_ERROR, EXIT_TERMINATED = 2, 3, 5, 128 + signal.SIGTERM
-EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # the reader of stdout went away (`lockstep show T | head`), as shells report it
+EXIT_BROKEN_PIPE = (
+    128 + signal.SIGPIPE
+)  # the reader of stdout went away (`lockstep show T | head`), as shells report it
 ERROR_SCHEMA_VERSION = 1  # of the error object (error.schema.json)
 
 
@@ -60,8 +62,19 @@ def restore(previous: Any) -> None:
 
 def error_json(message: str, kind: str, exit_code: int, file: str | None = None, line: int | None = None) -> str:
     """The one JSON line a ``--json`` command prints on stdout when it ends without a result."""
-    return json.dumps({"schema_version": ERROR_SCHEMA_VERSION, "error": message, "kind": kind, "file": file,
-                       "line": line, "exit_code": exit_code}) + "\n"
+    return (
+        json.dumps(
+            {
+                "schema_version": ERROR_SCHEMA_VERSION,
+                "error": message,
+                "kind": kind,
+                "file": file,
+                "line": line,
+                "exit_code": exit_code,
+            }
+        )
+        + "\n"
+    )
 
 
 def wants_json(arguments: Any) -> bool:

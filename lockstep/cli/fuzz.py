@@ -66,8 +66,14 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         from lockstep.checkers.fuzz import fuzz
 
         with console.status(f"fuzzing {instance.label}…"):
-            result = fuzz(instance, steps=arguments.steps, examples=arguments.examples, seed=arguments.seed,
-                          timeout=arguments.timeout, shrink_seconds=arguments.shrink_seconds)
+            result = fuzz(
+                instance,
+                steps=arguments.steps,
+                examples=arguments.examples,
+                seed=arguments.seed,
+                timeout=arguments.timeout,
+                shrink_seconds=arguments.shrink_seconds,
+            )
     except UsageError as error:
         return usage_error(console, str(error), arguments)
     except (ModelError, DefinitionError) as error:
@@ -85,8 +91,12 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     """``lockstep fuzz PROTOCOL --impl``: the runtime against the model (``checkers.fuzz.runtime``)."""
     for option in ("model_file", "instance"):
         if getattr(arguments, option) is not None:
-            return usage_error(console, f"--{option.replace('_', '-')} does not apply to --impl (the runtime runs the "
-                               "built-in protocols' scenarios)", arguments)
+            return usage_error(
+                console,
+                f"--{option.replace('_', '-')} does not apply to --impl (the runtime runs the "
+                "built-in protocols' scenarios)",
+                arguments,
+            )
     from lockstep.checkers.fuzz.runtime import fuzz_runtime
 
     try:
@@ -96,11 +106,18 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
             settings[name] = value
         label = f"{arguments.protocol} {arguments.variant or 'post-fix'} runtime"
         with console.status(f"fuzzing the {label} against its model…"):
-            result = fuzz_runtime(str(arguments.protocol), arguments.variant or "post-fix", scenario=arguments.scenario,
-                                  ranks=arguments.ranks, settings=settings,
-                                  examples=arguments.examples or DEFAULT_RUNTIME_EXAMPLES, seed=arguments.seed,
-                                  hang_timeout=arguments.hang_timeout, timeout=arguments.timeout,
-                                  keep_traces=None if arguments.trace_out is None else str(arguments.trace_out))
+            result = fuzz_runtime(
+                str(arguments.protocol),
+                arguments.variant or "post-fix",
+                scenario=arguments.scenario,
+                ranks=arguments.ranks,
+                settings=settings,
+                examples=arguments.examples or DEFAULT_RUNTIME_EXAMPLES,
+                seed=arguments.seed,
+                hang_timeout=arguments.hang_timeout,
+                timeout=arguments.timeout,
+                keep_traces=None if arguments.trace_out is None else str(arguments.trace_out),
+            )
     except (ValueError, UsageError) as error:
         return usage_error(console, str(error), arguments)
     if arguments.json:
@@ -108,21 +125,29 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
         return result.exit_code
     outcome = result.outcome
     per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0
-    console.print(Text.assemble((label, "bold"), f" (scenario {result.scenario}, {result.ranks} ranks)  ",
-                                (outcome, OUTCOME_STYLES[outcome]),
-                                f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), "
-                                f"{result.seconds:.1f} s, "
-                                f"{per_run:.2f} s/run, {result.pool_starts} pool start(s))"))
+    console.print(
+        Text.assemble(
+            (label, "bold"),
+            f" (scenario {result.scenario}, {result.ranks} ranks)  ",
+            (outcome, OUTCOME_STYLES[outcome]),
+            f"  ({len(result.runs)} runs, seed {result.seed} (--seed re-runs it), "
+            f"{result.seconds:.1f} s, "
+            f"{per_run:.2f} s/run, {result.pool_starts} pool start(s))",
+        )
+    )
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {escape(result.stopped)}[/yellow]")
     observed = [run for run in result.runs if run.observed_violation is not None]
     if observed:
-        console.print(f"{len(observed)} run(s) showed for real what the model predicts for {result.variant}: "
-                      + ", ".join(sorted({str(run.observed_violation) for run in observed})))
+        console.print(
+            f"{len(observed)} run(s) showed for real what the model predicts for {result.variant}: "
+            + ", ".join(sorted({str(run.observed_violation) for run in observed}))
+        )
     failing = result.failing
     if failing is not None:
-        console.print(f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] "
-                      f"{escape(str(failing.failure))}")
+        console.print(
+            f"[bold red]run {failing.number} (seed {failing.seed}):[/bold red] {escape(str(failing.failure))}"
+        )
         explanation = (failing.replay or {}).get("explanation") or {}
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
             reasons = "; ".join(escape(reason) for reason in candidate.get("why", []))
@@ -140,8 +165,9 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     return result.exit_code
 
 
-def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, console: Console,
-                 inputs: Sequence[Path] = ()) -> Path | None:
+def _write_trace(
+    instance: Instance, result: FuzzResult, target: Path | None, console: Console, inputs: Sequence[Path] = ()
+) -> Path | None:
     if result.path is None or result.property_name is None:
         return None
     from lockstep.checkers.counterexample import write_counterexample
@@ -152,8 +178,14 @@ def _write_trace(instance: Instance, result: FuzzResult, target: Path | None, co
     try:
         refuse_inputs(file, inputs)  # never over the model file
         return write_counterexample(
-            file, result.machine, result.path, protocol=instance.protocol.name, variant=instance.variant,
-            instance=instance.name, parameters=instance.parameters, property_name=result.property_name,
+            file,
+            result.machine,
+            result.path,
+            protocol=instance.protocol.name,
+            variant=instance.variant,
+            instance=instance.name,
+            parameters=instance.parameters,
+            property_name=result.property_name,
             backend="lockstep-fuzz",
         )
     except OutputError as error:
@@ -197,8 +229,10 @@ def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Pa
             f"no safety property failed in {result.examples:,} examples of at most {result.steps} steps "
             "(random runs prove nothing: `lockstep check` explores every interleaving)"
         )
-        console.print(f"{result.completed:,} of {result.runs:,} runs reached a final state"
-                      + ("" if result.completed else " (more --steps may be needed to reach the end of the scenario)"))
+        console.print(
+            f"{result.completed:,} of {result.runs:,} runs reached a final state"
+            + ("" if result.completed else " (more --steps may be needed to reach the end of the scenario)")
+        )
     if result.witnessed:
         console.print(f"sometimes properties witnessed: {', '.join(result.witnessed)}")
     if result.unchecked:

@@ -44,8 +44,15 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
 
     protocols = selected_protocols(arguments)
     if arguments.json:
-        sys.stdout.write(json.dumps({"schema_version": LIST_SCHEMA_VERSION,
-                                     "protocols": [_protocol_json(protocol) for protocol in protocols]}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "schema_version": LIST_SCHEMA_VERSION,
+                    "protocols": [_protocol_json(protocol) for protocol in protocols],
+                }
+            )
+            + "\n"
+        )
         return EXIT_OK
     console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     table = Table(title="lockstep models", title_justify="left")
@@ -87,16 +94,27 @@ def _protocol_json(protocol: Protocol) -> dict[str, Any]:
         "change": protocol.change,
         "default_variant": protocol.default_variant,
         "default_instance": protocol.default_instance,
-        "variants": [{"name": variant.name, "release": variant.release, "description": variant.description}
-                     for variant in protocol.variants],
+        "variants": [
+            {"name": variant.name, "release": variant.release, "description": variant.description}
+            for variant in protocol.variants
+        ],
         "parameters": [
-            {"name": parameter.name, "default": parameter.default, "minimum": parameter.minimum,
-             "maximum": parameter.maximum, "description": parameter.description}
+            {
+                "name": parameter.name,
+                "default": parameter.default,
+                "minimum": parameter.minimum,
+                "maximum": parameter.maximum,
+                "description": parameter.description,
+            }
             for parameter in protocol.parameters
         ],
         "instances": [
-            {"name": instance.name, "description": instance.description, "parameters": dict(instance.parameters),
-             "expected": dict(instance.expected)}
+            {
+                "name": instance.name,
+                "description": instance.description,
+                "parameters": dict(instance.parameters),
+                "expected": dict(instance.expected),
+            }
             for instance in protocol.instances
         ],
     }
@@ -122,16 +140,29 @@ def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int
             }
             for item in outcomes
         ]
-        sys.stdout.write(json.dumps({"schema_version": LEMMAS_SCHEMA_VERSION, "lemmas": rows,
-                                     "as_expected": all(item.as_expected for item in outcomes)}) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "schema_version": LEMMAS_SCHEMA_VERSION,
+                    "lemmas": rows,
+                    "as_expected": all(item.as_expected for item in outcomes),
+                }
+            )
+            + "\n"
+        )
     else:
         table = Table(title="lockstep prove-lemmas", title_justify="left")
         for column in ("lemma", "expected", "outcome", "seconds", "detail"):
             table.add_column(column)
         for item in outcomes:
             style = "green" if item.as_expected else "bold red"
-            table.add_row(item.lemma.name, item.lemma.expected, f"[{style}]{item.outcome}[/{style}]",
-                          f"{item.seconds:.2f}", item.detail)
+            table.add_row(
+                item.lemma.name,
+                item.lemma.expected,
+                f"[{style}]{item.outcome}[/{style}]",
+                f"{item.seconds:.2f}",
+                item.detail,
+            )
         console.print(table)
     if all(item.as_expected for item in outcomes):
         return EXIT_OK

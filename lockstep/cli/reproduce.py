@@ -52,8 +52,10 @@ def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         raise ReproduceError(f"{path}:0: cannot read: {error.strerror or error}") from None
     header = trace.header
     if header["source"]["kind"] != "model":
-        raise ReproduceError(f"{path}:1: a runtime recording, not a model counterexample "
-                             "(run it again with `lockstep run --choices`, or replay it)")
+        raise ReproduceError(
+            f"{path}:1: a runtime recording, not a model counterexample "
+            "(run it again with `lockstep run --choices`, or replay it)"
+        )
     return header, events
 
 
@@ -71,19 +73,23 @@ def _trace_dir(arguments: argparse.Namespace) -> Path:
     return folder
 
 
-def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]],
-            trace_dir: Path) -> Any:
+def _config(
+    arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path
+) -> Any:
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
 
     protocol = RUNTIME_PROTOCOLS.get(str(header["protocol"]))
     file = arguments.counterexample
     if protocol is None:
-        raise ReproduceError(f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: "
-                             f"{', '.join(RUNTIME_PROTOCOLS)}")
+        raise ReproduceError(
+            f"{file}:1: the runtime has no protocol {header['protocol']!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}"
+        )
     if header["variant"] not in protocol.variants:
-        raise ReproduceError(f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
-                             f"not variant {header['variant']!r}")
+        raise ReproduceError(
+            f"{file}:1: the {protocol.name} runtime runs {', '.join(protocol.variants)}, "
+            f"not variant {header['variant']!r}"
+        )
     _check_parameters(file, header)  # before planning: a plan sizes its tables by them
     try:
         plan = protocol.plan_reproduction(header, events)
@@ -93,10 +99,19 @@ def _config(arguments: argparse.Namespace, header: dict[str, Any], events: list[
     trace_dir.mkdir(parents=True, exist_ok=True)
     choices = trace_dir / "choices.json"  # not *.jsonl: the trace directory holds only trace files
     choices.write_text("".join(json.dumps(choice.to_json()) + "\n" for choice in plan.choices), encoding="utf-8")
-    return RunConfig(protocol=protocol.name, variant=str(header["variant"]), scenario=plan.scenario, ranks=plan.ranks,
-                     backend=arguments.backend, seed=arguments.seed, timeout=arguments.hang_timeout,
-                     trace_dir=str(trace_dir.resolve()), choices=str(choices.resolve()), extra=dict(plan.extra),
-                     **plan.settings)
+    return RunConfig(
+        protocol=protocol.name,
+        variant=str(header["variant"]),
+        scenario=plan.scenario,
+        ranks=plan.ranks,
+        backend=arguments.backend,
+        seed=arguments.seed,
+        timeout=arguments.hang_timeout,
+        trace_dir=str(trace_dir.resolve()),
+        choices=str(choices.resolve()),
+        extra=dict(plan.extra),
+        **plan.settings,
+    )
 
 
 def _check_parameters(file: str, header: dict[str, Any]) -> None:
@@ -117,8 +132,9 @@ def _check_parameters(file: str, header: dict[str, Any]) -> None:
             raise ReproduceError(f"{file}:1: header parameter {spec.name} must be an integer, got {value!r}")
         if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
             bound = f"{spec.minimum} to {spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
-            raise ReproduceError(f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds "
-                                 f"({bound})")
+            raise ReproduceError(
+                f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds ({bound})"
+            )
 
 
 def _check_plan(file: str, protocol: Any, plan: Any) -> None:
@@ -126,13 +142,15 @@ def _check_plan(file: str, protocol: Any, plan: Any) -> None:
     the plan's other fields come from parameters the model's bounds already limit)."""
     fewest, most = protocol.ranks
     if not fewest <= plan.ranks <= most:
-        raise ReproduceError(f"{file}:1: header parameter ranks={plan.ranks}: the {protocol.name} runtime runs "
-                             f"{fewest} to {most} ranks")
+        raise ReproduceError(
+            f"{file}:1: header parameter ranks={plan.ranks}: the {protocol.name} runtime runs {fewest} to {most} ranks"
+        )
     for name, setting in protocol.settings.items():
         value = plan.extra.get(name)
         if value is not None and (type(value) is not int or not setting.low <= value <= setting.high):
-            raise ReproduceError(f"{file}:1: header parameter {name}={value!r}: the runtime runs "
-                                 f"{setting.low} to {setting.high}")
+            raise ReproduceError(
+                f"{file}:1: header parameter {name}={value!r}: the runtime runs {setting.low} to {setting.high}"
+            )
 
 
 def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
@@ -148,12 +166,18 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     except ValueError as error:  # ReproduceError, RunUsageError
         return usage_error(console, str(error), arguments)
     wanted = header["parameters"].get("property")
-    console.print(f"reproducing {arguments.counterexample} ({header['protocol']} {header['variant']} "
-                  f"{header['instance']}: {wanted or 'a violation'} in {len(events)} steps) with real processes, "
-                  f"{config.ranks} ranks, {config.backend}", markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"reproducing {arguments.counterexample} ({header['protocol']} {header['variant']} "
+        f"{header['instance']}: {wanted or 'a violation'} in {len(events)} steps) with real processes, "
+        f"{config.ranks} ranks, {config.backend}",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     outcome = launch(config, deadline=deadline(arguments.timeout, config))
-    console.print(f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False,
-                  highlight=False)
+    console.print(
+        f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False, highlight=False
+    )
     if outcome.outcome != "completed":
         console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
     replayed = replay_run(config, console)
@@ -171,17 +195,31 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
         same = " (the counterexample's property)" if replayed.get("property") == wanted else ""
         what.append(f"the runtime's trace violates {replayed.get('property')}{same}")
     colour = {"reproduced": "red", "not reproduced": "green"}.get(verdict, "yellow")
-    console.print(f"[bold {colour}]{verdict}[/bold {colour}]" + (": " + "; ".join(what) if what else ""),
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"[bold {colour}]{verdict}[/bold {colour}]" + (": " + "; ".join(what) if what else ""),
+        soft_wrap=True,
+        highlight=False,
+    )
     console.print(f"traces: {config.trace_dir}", markup=False, highlight=False)
     if arguments.json:
-        payload = {"schema_version": SCHEMA_VERSION, "verdict": verdict, "exit_code": code,
-                   "counterexample": arguments.counterexample,
-                   "protocol": config.protocol, "variant": config.variant, "property": wanted,
-                   "outcome": outcome.outcome, "message": outcome.message, "waits": outcome.waits,
-                   "seconds": round(outcome.seconds, 3), "events": outcome.events, "trace_dir": config.trace_dir,
-                   "replay": None if replayed is None else {key: replayed.get(key) for key in
-                                                            ("verdict", "event", "property", "model")}}
+        payload = {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": verdict,
+            "exit_code": code,
+            "counterexample": arguments.counterexample,
+            "protocol": config.protocol,
+            "variant": config.variant,
+            "property": wanted,
+            "outcome": outcome.outcome,
+            "message": outcome.message,
+            "waits": outcome.waits,
+            "seconds": round(outcome.seconds, 3),
+            "events": outcome.events,
+            "trace_dir": config.trace_dir,
+            "replay": None
+            if replayed is None
+            else {key: replayed.get(key) for key in ("verdict", "event", "property", "model")},
+        }
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
     return code

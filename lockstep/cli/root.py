@@ -37,25 +37,37 @@ class Entry:
 
 
 COMMANDS = {
-    "list": Entry("lockstep.cli.commands:list_command",
-                  "protocols, variants (with the vLLM release each stands for) and instances"),
+    "list": Entry(
+        "lockstep.cli.commands:list_command",
+        "protocols, variants (with the vLLM release each stands for) and instances",
+    ),
     "prove-lemmas": Entry("lockstep.cli.commands:prove_lemmas", "prove the built-in lemmas for all sizes with Z3"),
-    "check": Entry("lockstep.cli.commands:check",
-                   "model-check a protocol instance, or every built-in one against its pinned verdict (--all)"),
-    "run": Entry("lockstep.cli.runtime:run",
-                 "run a protocol in the torch reference runtime (real processes and collectives)"),
-    "reproduce": Entry("lockstep.cli.commands:reproduce",
-                       "run a model counterexample's choices in the torch reference runtime"),
-    "fuzz": Entry("lockstep.cli.commands:fuzz",
-                  "random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)"),
-    "replay": Entry("lockstep.cli.commands:replay",
-                    "check that recorded traces follow a model (protocol, variant and bounds from the header)"),
+    "check": Entry(
+        "lockstep.cli.commands:check",
+        "model-check a protocol instance, or every built-in one against its pinned verdict (--all)",
+    ),
+    "run": Entry(
+        "lockstep.cli.runtime:run", "run a protocol in the torch reference runtime (real processes and collectives)"
+    ),
+    "reproduce": Entry(
+        "lockstep.cli.commands:reproduce", "run a model counterexample's choices in the torch reference runtime"
+    ),
+    "fuzz": Entry(
+        "lockstep.cli.commands:fuzz",
+        "random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)",
+    ),
+    "replay": Entry(
+        "lockstep.cli.commands:replay",
+        "check that recorded traces follow a model (protocol, variant and bounds from the header)",
+    ),
     "trace": Entry("lockstep.cli.commands:trace", "trace file tools (merge)"),
     "show": Entry("lockstep.cli.commands:show", "draw a trace as per-actor swimlanes in the terminal"),
     "export": Entry("lockstep.cli.commands:export", "write a trace as Perfetto trace events, ITF, DOT or GraphML"),
     "graph": Entry("lockstep.cli.commands:graph", "export an instance's reachable state graph (DOT or GraphML)"),
-    "completion": Entry("lockstep.cli.commands:completion_command",
-                        "print the shell completion script (bash, zsh, fish) of protocol, variant and instance names"),
+    "completion": Entry(
+        "lockstep.cli.commands:completion_command",
+        "print the shell completion script (bash, zsh, fish) of protocol, variant and instance names",
+    ),
 }
 
 
@@ -74,8 +86,9 @@ class LazyGroup(click.Group):
         assert isinstance(command, click.Command), entry.target
         return command
 
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0]
         if name not in COMMANDS and not ctx.resilient_parsing and not name.startswith("-"):
             close = difflib.get_close_matches(name, COMMANDS)
@@ -90,20 +103,23 @@ class LazyGroup(click.Group):
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         from click.shell_completion import CompletionItem
 
-        found = [CompletionItem(name, help=entry.help) for name, entry in COMMANDS.items()
-                 if name.startswith(incomplete)]
+        found = [
+            CompletionItem(name, help=entry.help) for name, entry in COMMANDS.items() if name.startswith(incomplete)
+        ]
         return [*found, *click.Command.shell_complete(self, ctx, incomplete)]
 
 
-@click.group("lockstep", cls=LazyGroup, invoke_without_command=True,
-             context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    "lockstep", cls=LazyGroup, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.version_option(__version__, "--version", prog_name="lockstep", message="%(prog)s %(version)s")
 @click.pass_context
 def lockstep(ctx: click.Context) -> None:
     """Formal checking of LLM inference-engine protocols (vLLM first).
 
     Exit codes: 0 holds / conforms / as pinned, 1 violated, 2 usage or input error, 3 inconclusive,
-    4 a runtime process crashed, 5 a model or internal error, 141 stdout closed by its reader, 143 SIGTERM. With --json, stdout
+    4 a runtime process crashed, 5 a model or internal error, 141 stdout closed by its reader, 143 SIGTERM. With
+    --json, stdout
     carries exactly one JSON object.
     """
     if ctx.invoked_subcommand is None:  # `lockstep` alone: what there is to run

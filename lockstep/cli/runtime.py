@@ -36,8 +36,12 @@ from lockstep.cli.numbers import POSITIVE_NUMBER, ParamType
 from lockstep.impl.arguments import RunUsageError, add_run_arguments, config_from_arguments
 
 SCHEMA_VERSION = 1  # of run's --json object: 1 added hang_timeout (was timeout) and the whole run's timeout
-COMPLETIONS = {"protocol": completion.runtime_protocols, "variant": completion.runtime_variants,
-               "scenario": completion.runtime_scenarios, "settings": completion.runtime_settings}
+COMPLETIONS = {
+    "protocol": completion.runtime_protocols,
+    "variant": completion.runtime_variants,
+    "scenario": completion.runtime_scenarios,
+    "settings": completion.runtime_settings,
+}
 
 
 class ArgparseType(ParamType):
@@ -70,16 +74,23 @@ def click_parameter(action: argparse.Action) -> click.Parameter | None:
         kind = ArgparseType(action.type)
     complete = COMPLETIONS.get(action.dest)
     if not action.option_strings:  # a positional argument
-        return click.Argument([action.dest], type=kind, required=action.nargs != "?", metavar=action.metavar,
-                              shell_complete=complete)
+        return click.Argument(
+            [action.dest], type=kind, required=action.nargs != "?", metavar=action.metavar, shell_complete=complete
+        )
     help = (action.help or "").replace("%%", "%")
     if isinstance(action, argparse._StoreTrueAction):
         return click.Option([*action.option_strings, action.dest], is_flag=True, help=help)
     multiple = isinstance(action, argparse._AppendAction)
     metavar = action.metavar or (None if action.choices is not None else action.dest.upper())
-    return click.Option([*action.option_strings, action.dest], type=kind, multiple=multiple,
-                        default=() if multiple else action.default, metavar=metavar, help=help,
-                        shell_complete=complete)
+    return click.Option(
+        [*action.option_strings, action.dest],
+        type=kind,
+        multiple=multiple,
+        default=() if multiple else action.default,
+        metavar=metavar,
+        help=help,
+        shell_complete=complete,
+    )
 
 
 def click_parameters(parser: argparse.ArgumentParser) -> list[click.Parameter]:
@@ -94,19 +105,30 @@ def _command() -> click.Command:
     parser = argparse.ArgumentParser(add_help=False)
     add_run_arguments(parser)
     extra = [
-        click.Option(["--timeout"], type=POSITIVE_NUMBER, metavar="SECONDS",
-                     help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)"),
-        click.Option(["--no-replay"], is_flag=True,
-                     help="do not replay the recorded traces against the model after the run"),
+        click.Option(
+            ["--timeout"],
+            type=POSITIVE_NUMBER,
+            metavar="SECONDS",
+            help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)",
+        ),
+        click.Option(
+            ["--no-replay"], is_flag=True, help="do not replay the recorded traces against the model after the run"
+        ),
     ]
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
 
-    protocols = "\n\n".join(f"{protocol.name}: variants {', '.join(protocol.variants)}; scenarios "
-                            f"{', '.join(protocol.scenarios)}; {protocol.ranks[0]} to {protocol.ranks[1]} ranks"
-                            for protocol in RUNTIME_PROTOCOLS.values())
-    return click.Command("run", params=[*click_parameters(parser), *extra], callback=_invoke,
-                         help="Run a protocol (PROTOCOL) in the torch reference runtime: real processes and "
-                         "collectives.", epilog=f"Protocols (the first scenario is the default):\n\n{protocols}")
+    protocols = "\n\n".join(
+        f"{protocol.name}: variants {', '.join(protocol.variants)}; scenarios "
+        f"{', '.join(protocol.scenarios)}; {protocol.ranks[0]} to {protocol.ranks[1]} ranks"
+        for protocol in RUNTIME_PROTOCOLS.values()
+    )
+    return click.Command(
+        "run",
+        params=[*click_parameters(parser), *extra],
+        callback=_invoke,
+        help="Run a protocol (PROTOCOL) in the torch reference runtime: real processes and collectives.",
+        epilog=f"Protocols (the first scenario is the default):\n\n{protocols}",
+    )
 
 
 run = _command()
@@ -130,13 +152,16 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
         console.print(f"replay of the run's traces failed: {error}", markup=False, highlight=False, soft_wrap=True)
         return {"verdict": "error", "detail": str(error)}
     verdict = result["verdict"]
-    detail = {"conforms": f"{result.get('longest_conforming_prefix')} events follow {result['model']}",
-              "violated": f"{result.get('property')} fails after event {result.get('event')} of {result['model']}",
-              "diverges": f"at event {result.get('event')} from {result['model']}: "
-                          f"{(result.get('explanation') or {}).get('reason', '')}",
-              "inconclusive": (result.get('explanation') or {}).get('detail', '')}.get(verdict, "")
-    console.print(f"replay against the model: {verdict} {detail}".rstrip(), markup=False, highlight=False,
-                  soft_wrap=True)
+    detail = {
+        "conforms": f"{result.get('longest_conforming_prefix')} events follow {result['model']}",
+        "violated": f"{result.get('property')} fails after event {result.get('event')} of {result['model']}",
+        "diverges": f"at event {result.get('event')} from {result['model']}: "
+        f"{(result.get('explanation') or {}).get('reason', '')}",
+        "inconclusive": (result.get("explanation") or {}).get("detail", ""),
+    }.get(verdict, "")
+    console.print(
+        f"replay against the model: {verdict} {detail}".rstrip(), markup=False, highlight=False, soft_wrap=True
+    )
     return result
 
 
@@ -163,15 +188,25 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
         Path(config.trace_dir).mkdir(parents=True, exist_ok=True)
     limit = deadline(arguments.timeout, config)
     outcome = launch(config, deadline=limit)
-    label = (f"{config.protocol}/{config.variant} scenario {config.scenario}, {config.ranks} ranks, {config.backend}, "
-             f"seed {config.seed}")
+    label = (
+        f"{config.protocol}/{config.variant} scenario {config.scenario}, {config.ranks} ranks, {config.backend}, "
+        f"seed {config.seed}"
+    )
     colour = {"completed": "green", "hang diagnosed": "red"}.get(outcome.outcome, "yellow")
-    console.print(f"lockstep run {label}: [bold {colour}]{outcome.outcome}[/bold {colour}] in {outcome.seconds:.2f} s "
-                  f"({outcome.steps} steps, {outcome.events} events)", soft_wrap=True, markup=True, highlight=False)
+    console.print(
+        f"lockstep run {label}: [bold {colour}]{outcome.outcome}[/bold {colour}] in {outcome.seconds:.2f} s "
+        f"({outcome.steps} steps, {outcome.events} events)",
+        soft_wrap=True,
+        markup=True,
+        highlight=False,
+    )
     if outcome.outcome != "completed":
         console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
-    console.print(f"traces: {config.trace_dir if config.trace_dir else 'not recorded (no --trace-dir)'}",
-                  markup=False, highlight=False)
+    console.print(
+        f"traces: {config.trace_dir if config.trace_dir else 'not recorded (no --trace-dir)'}",
+        markup=False,
+        highlight=False,
+    )
     replayed = None if getattr(arguments, "no_replay", False) else replay_run(config, console)
     code = outcome.exit_code
     if code == 0 and replayed is not None and replayed["verdict"] in ("error", "inconclusive"):
@@ -180,10 +215,20 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
         code = 1  # the run completed, but its trace does not follow the model (or a property fails)
     if arguments.json:
         replay_fields = ("verdict", "event", "property", "model", "longest_conforming_prefix")
-        payload = {"schema_version": SCHEMA_VERSION, "protocol": config.protocol, "variant": config.variant,
-                   "scenario": config.scenario, "ranks": config.ranks, "backend": config.backend, "seed": config.seed,
-                   "hang_timeout": config.timeout, "timeout": limit, **outcome.to_json(), "exit_code": code,
-                   "replay": None if replayed is None else {key: replayed.get(key) for key in replay_fields}}
+        payload = {
+            "schema_version": SCHEMA_VERSION,
+            "protocol": config.protocol,
+            "variant": config.variant,
+            "scenario": config.scenario,
+            "ranks": config.ranks,
+            "backend": config.backend,
+            "seed": config.seed,
+            "hang_timeout": config.timeout,
+            "timeout": limit,
+            **outcome.to_json(),
+            "exit_code": code,
+            "replay": None if replayed is None else {key: replayed.get(key) for key in replay_fields},
+        }
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
     return code

@@ -3,7 +3,8 @@
 ``command_replay`` and ``command_trace`` run them (their options: ``lockstep.cli.commands``) and
 return the exit code: 0 conforms (or merged), 1 violated or diverges, 2 bad input (one message
 naming the file, line and problem; never a traceback), 3 the candidate set outgrew
-``--max-candidates`` or lacks evidence (below). Human output goes to stderr; with ``--json`` stdout carries one JSON object
+``--max-candidates`` or lacks evidence (below). Human output goes to stderr; with ``--json`` stdout carries one JSON
+object
 ``{schema_version, verdict, event, property, explanation, longest_conforming_prefix,
 candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by
 a killed run is a warning; the events before it decide the exit code.
@@ -57,14 +58,20 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     try:
         trace = open_traces(arguments.paths)
         verdict = replay_traces(
-            trace, protocol=arguments.protocol, variant=arguments.variant, instance=arguments.instance,
+            trace,
+            protocol=arguments.protocol,
+            variant=arguments.variant,
+            instance=arguments.instance,
             parameters=dict(parse_assignment(text) for text in arguments.set),
-            unrecorded=arguments.unrecorded, profile=arguments.profile,
+            unrecorded=arguments.unrecorded,
+            profile=arguments.profile,
             trust_header=arguments.trust_header,
             expected_actors=list(arguments.expect_actor) if arguments.expect_actor else None,
-            require_complete=arguments.require_complete, guard_coverage=arguments.guard_coverage,
+            require_complete=arguments.require_complete,
+            guard_coverage=arguments.guard_coverage,
             max_candidates=arguments.max_candidates,
-            closure_depth=arguments.closure_depth)
+            closure_depth=arguments.closure_depth,
+        )
     except (TraceInputError, UsageError) as error:
         return _error(console, str(error), arguments)
     except OSError as error:
@@ -87,11 +94,25 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
     from lockstep.traces.flight_recorder import FlightRecorderError
 
-    if (arguments.paths or arguments.protocol or arguments.variant or arguments.unrecorded or arguments.instance
-            or arguments.set or arguments.profile or arguments.trust_header or arguments.expect_actor
-            or arguments.require_complete or arguments.guard_coverage):
-        return _error(console, "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
-                      "(checking a dump against a model is not built)", arguments)
+    if (
+        arguments.paths
+        or arguments.protocol
+        or arguments.variant
+        or arguments.unrecorded
+        or arguments.instance
+        or arguments.set
+        or arguments.profile
+        or arguments.trust_header
+        or arguments.expect_actor
+        or arguments.require_complete
+        or arguments.guard_coverage
+    ):
+        return _error(
+            console,
+            "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
+            "(checking a dump against a model is not built)",
+            arguments,
+        )
     try:
         diagnosis = diagnose_directory(arguments.flight_recorder)
     except FlightRecorderError as error:
@@ -108,11 +129,15 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
     files = ", ".join(trace.files) if len(trace.files) <= 3 else f"{len(trace.files)} files"
     model = escape(instance.label)
     if result.verdict == "conforms":
-        console.print(f"[bold green]conforms[/bold green]: {result.events} events of {escape(files)} follow {model}; "
-                      f"at most {result.candidate_states_max} candidate states")
+        console.print(
+            f"[bold green]conforms[/bold green]: {result.events} events of {escape(files)} follow {model}; "
+            f"at most {result.candidate_states_max} candidate states"
+        )
     elif result.verdict == "violated":
-        console.print(f"[bold red]violated[/bold red]: {result.failed_property} fails after event {result.event}; "
-                      f"the {result.longest_conforming_prefix} events replayed follow {model}")
+        console.print(
+            f"[bold red]violated[/bold red]: {result.failed_property} fails after event {result.event}; "
+            f"the {result.longest_conforming_prefix} events replayed follow {model}"
+        )
     elif result.verdict == "inconclusive":
         detail = (result.explanation or {}).get("detail", "")
         console.print(f"[bold yellow]inconclusive[/bold yellow]: {escape(detail)}")
@@ -120,9 +145,11 @@ def _render(console: Console, result: ReplayResult, instance: Instance, trace: T
         explanation = result.explanation or {}
         event = explanation.get("event", {})
         where = f"{explanation.get('file')}:{explanation.get('line')}"
-        console.print(f"[bold red]diverges[/bold red] at event {result.event} ({escape(where)}) from {model}: "
-                      f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} "
-                      f"{escape(json.dumps(event.get('args', {})))}")
+        console.print(
+            f"[bold red]diverges[/bold red] at event {result.event} ({escape(where)}) from {model}: "
+            f"{escape(str(event.get('actor')))} {escape(str(event.get('action')))} "
+            f"{escape(json.dumps(event.get('args', {})))}"
+        )
         console.print(f"  {escape(str(explanation.get('reason', '')))}")
         for number, candidate in enumerate(explanation.get("candidates", []), start=1):
             console.print(f"  candidate {number} of {explanation.get('candidate_count')}:")
@@ -145,8 +172,9 @@ def _render_evidence(console: Console, verdict: ReplayVerdict) -> None:
         exempt = ", ".join(f"{item.name} ({item.origin})" for item in verdict.exemptions)
         console.print(f"  exempt: {escape(exempt)}", soft_wrap=True)
     if verdict.coverage.witnesses_missed:
-        console.print(f"  witnesses not reached: {escape(', '.join(verdict.coverage.witnesses_missed))}",
-                      soft_wrap=True)
+        console.print(
+            f"  witnesses not reached: {escape(', '.join(verdict.coverage.witnesses_missed))}", soft_wrap=True
+        )
 
 
 def command_trace(arguments: argparse.Namespace, console: Console) -> int:
@@ -157,8 +185,7 @@ def command_trace(arguments: argparse.Namespace, console: Console) -> int:
     except TraceInputError as error:
         return _error(console, str(error), arguments)
     except OSError as error:
-        return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}",
-                      arguments)
+        return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}", arguments)
     _warn(console, warnings)
     console.print(f"merged {count} events into {escape(str(arguments.output))}")
     return EXIT_OK

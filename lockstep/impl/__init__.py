@@ -15,4 +15,3 @@ action names. Its parts:
 
 Importing this package imports no torch; the modules that need it import it.
 """
-

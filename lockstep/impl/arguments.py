@@ -33,29 +33,64 @@ def _bounded(kind: type, low: float, high: float | None = None) -> Any:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("protocol", metavar="PROTOCOL", help=f"the protocol to run ({', '.join(RUNTIME_PROTOCOLS)})")
-    parser.add_argument("--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)")
-    parser.add_argument("--scenario", help="the protocol's scenario (default: its first; `lockstep run --help` lists them)")
+    parser.add_argument(
+        "--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)"
+    )
+    parser.add_argument(
+        "--scenario", help="the protocol's scenario (default: its first; `lockstep run --help` lists them)"
+    )
     parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
-    parser.add_argument("--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)")
-    parser.add_argument("--sync-interval", type=_bounded(int, 1, 32), default=32,
-                        help="dp-pause: steps between engine all-reduces (vLLM: 32, the default)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", dest="settings",
-                        help="a protocol setting (repeatable); every protocol's settings: " + _settings_help())
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
-                        help="worker-level groups' backend (the engine-level group is always gloo)")
+    parser.add_argument(
+        "--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)"
+    )
+    parser.add_argument(
+        "--sync-interval",
+        type=_bounded(int, 1, 32),
+        default=32,
+        help="dp-pause: steps between engine all-reduces (vLLM: 32, the default)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        dest="settings",
+        help="a protocol setting (repeatable); every protocol's settings: " + _settings_help(),
+    )
+    parser.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="worker-level groups' backend (the engine-level group is always gloo)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the choice source (default 0)")
-    parser.add_argument("--hang-timeout", type=_bounded(float, 0.5), default=10.0, metavar="SECONDS",
-                        help="seconds blocked in one collective or receive that count as a hang (default 10)")
+    parser.add_argument(
+        "--hang-timeout",
+        type=_bounded(float, 0.5),
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds blocked in one collective or receive that count as a hang (default 10)",
+    )
     parser.add_argument("--trace-dir", type=Path, metavar="DIR", help="write one trace file per process here")
-    parser.add_argument("--choices", type=Path, metavar="FILE",
-                        help="feed the choices from this JSON Lines file (from --json's choices), then the seed")
+    parser.add_argument(
+        "--choices",
+        type=Path,
+        metavar="FILE",
+        help="feed the choices from this JSON Lines file (from --json's choices), then the seed",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
 def _settings_help() -> str:
-    parts = [f"{protocol.name}: " + ", ".join(f"{name} ({setting.help}; {setting.low}..{setting.high}, default {setting.default})"
-                                             for name, setting in protocol.settings.items())
-             for protocol in RUNTIME_PROTOCOLS.values() if protocol.settings]
+    parts = [
+        f"{protocol.name}: "
+        + ", ".join(
+            f"{name} ({setting.help}; {setting.low}..{setting.high}, default {setting.default})"
+            for name, setting in protocol.settings.items()
+        )
+        for protocol in RUNTIME_PROTOCOLS.values()
+        if protocol.settings
+    ]
     return "; ".join(parts) or "none"
 
 
@@ -87,12 +122,19 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
     """The RunConfig the arguments describe (RunUsageError if they name something unknown)."""
     protocol = RUNTIME_PROTOCOLS.get(arguments.protocol)
     if protocol is None:
-        raise RunUsageError(f"the runtime has no protocol {arguments.protocol!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+        raise RunUsageError(
+            f"the runtime has no protocol {arguments.protocol!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}"
+        )
     if arguments.variant not in protocol.variants:
-        raise RunUsageError(f"{protocol.name} has no runtime variant {arguments.variant!r}; choose one of {', '.join(protocol.variants)}")
+        raise RunUsageError(
+            f"{protocol.name} has no runtime variant {arguments.variant!r}; choose one of "
+            f"{', '.join(protocol.variants)}"
+        )
     scenario = arguments.scenario or protocol.scenarios[0]
     if scenario not in protocol.scenarios:
-        raise RunUsageError(f"unknown scenario {scenario!r} for {protocol.name}; choose one of {', '.join(protocol.scenarios)}")
+        raise RunUsageError(
+            f"unknown scenario {scenario!r} for {protocol.name}; choose one of {', '.join(protocol.scenarios)}"
+        )
     ranks = protocol.default_ranks if arguments.ranks is None else arguments.ranks
     fewest, most = protocol.ranks
     if not fewest <= ranks <= most:
@@ -111,10 +153,20 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
         if not Path(arguments.choices).is_file():
             raise RunUsageError(f"--choices {arguments.choices}: no such file")
         choices = str(Path(arguments.choices).resolve())
-    config = RunConfig(protocol=protocol.name, variant=arguments.variant, scenario=scenario,
-                       ranks=ranks, requests=arguments.requests, sync_interval=arguments.sync_interval,
-                       backend=arguments.backend, seed=arguments.seed, timeout=arguments.hang_timeout,
-                       trace_dir=trace_dir, choices=choices, extra=extra)
+    config = RunConfig(
+        protocol=protocol.name,
+        variant=arguments.variant,
+        scenario=scenario,
+        ranks=ranks,
+        requests=arguments.requests,
+        sync_interval=arguments.sync_interval,
+        backend=arguments.backend,
+        seed=arguments.seed,
+        timeout=arguments.hang_timeout,
+        trace_dir=trace_dir,
+        choices=choices,
+        extra=extra,
+    )
     problem = protocol.validate(config) if protocol.validate is not None else None
     if problem is not None:
         raise RunUsageError(problem)

@@ -48,7 +48,12 @@ class Choice:
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> Choice:
-        return cls(str(value["actor"]), str(value["point"]), tuple(str(o) for o in value.get("options", ())), str(value["chosen"]))
+        return cls(
+            str(value["actor"]),
+            str(value["point"]),
+            tuple(str(o) for o in value.get("options", ())),
+            str(value["chosen"]),
+        )
 
 
 class ChoiceSource:
@@ -97,8 +102,9 @@ class SeededChoices(ChoiceSource):
 class ScriptedChoices(ChoiceSource):
     """Choices fed from a list (per actor, in order); the fallback answers beyond the list."""
 
-    def __init__(self, script: Sequence[Choice], fallback: ChoiceSource | None = None,
-                 log: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, script: Sequence[Choice], fallback: ChoiceSource | None = None, log: str | os.PathLike[str] | None = None
+    ) -> None:
         super().__init__(log)
         self._script: dict[str, list[Choice]] = {}
         for choice in script:
@@ -127,7 +133,8 @@ class ScriptedChoices(ChoiceSource):
         if choice.point != point or choice.chosen not in options:
             raise ChoiceDivergence(
                 f"{actor}: scripted choice #{position + 1} is {choice.chosen!r} at {choice.point}, but the run asks "
-                f"{point} among {', '.join(options)}")
+                f"{point} among {', '.join(options)}"
+            )
         return choice.chosen
 
 
@@ -150,8 +157,9 @@ def read_choices(path: str | os.PathLike[str]) -> list[Choice]:
     return found
 
 
-def choice_source(seed: int, script: Sequence[Choice] | None = None,
-                  log: str | os.PathLike[str] | None = None) -> ChoiceSource:
+def choice_source(
+    seed: int, script: Sequence[Choice] | None = None, log: str | os.PathLike[str] | None = None
+) -> ChoiceSource:
     """The run's choice source: the script (falling back to the seed) if one is given, else the seed."""
     if script is None:
         return SeededChoices(seed, log)

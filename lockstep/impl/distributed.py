@@ -46,8 +46,9 @@ class Groups:
 
     def create(self, name: str, backend: str) -> None:
         """A group of every rank (collective over all ranks: each rank calls it in the same order)."""
-        self.groups[name] = dist.new_group(list(range(self.world_size)), backend=backend,
-                                           timeout=datetime.timedelta(seconds=self.timeout))
+        self.groups[name] = dist.new_group(
+            list(range(self.world_size)), backend=backend, timeout=datetime.timedelta(seconds=self.timeout)
+        )
         self.backends[name] = backend
 
 
@@ -166,8 +167,9 @@ class Collective:
     # Added for pp-broadcast (additive): a broadcast traced like ``all_reduce``, and send/recv whose
     # trace events are the caller's model actions (``Event``) with message clocks, see ``send``.
 
-    def broadcast(self, op: str, tensor: torch.Tensor, source: int,
-                  posted: Event | None = None, completed: Event | None = None) -> torch.Tensor:
+    def broadcast(
+        self, op: str, tensor: torch.Tensor, source: int, posted: Event | None = None, completed: Event | None = None
+    ) -> torch.Tensor:
         """Broadcast ``tensor`` from member ``source`` (in place on the others), a blocking call.
 
         Traced like ``all_reduce``: ``enter`` (``clock[name]`` = this member's collective sequence
@@ -241,7 +243,9 @@ class Collective:
             self._raise_timeout(error, what, started)
             raise
         self.status.update("running", "")
-        self._write(completed, {**self.recorder.receive(channel), **self.recorder.send(f"{self.name}:{me}>{source}:ack")})
+        self._write(
+            completed, {**self.recorder.receive(channel), **self.recorder.send(f"{self.name}:{me}>{source}:ack")}
+        )
         ack = torch.ones(1, dtype=torch.int32, device=tensor.device)
         self._acks = [(work, kept) for work, kept in self._acks if not work.is_completed()]
         self._acks.append((dist.isend(ack, source, group=self.group), ack))

@@ -79,10 +79,20 @@ class Outcome:
         return EXIT_CODES[self.outcome]
 
     def to_json(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "exit_code": self.exit_code, "message": self.message,
-                "seconds": round(self.seconds, 3), "steps": self.steps, "events": self.events,
-                "waits": self.waits, "trace_dir": self.trace_dir, "choices": self.choices, "pids": self.pids,
-                "step_seconds": self.step_seconds, "trace_seconds": self.trace_seconds}
+        return {
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "message": self.message,
+            "seconds": round(self.seconds, 3),
+            "steps": self.steps,
+            "events": self.events,
+            "waits": self.waits,
+            "trace_dir": self.trace_dir,
+            "choices": self.choices,
+            "pids": self.pids,
+            "step_seconds": self.step_seconds,
+            "trace_seconds": self.trace_seconds,
+        }
 
 
 def free_port() -> int:
@@ -98,8 +108,11 @@ def _order(actor: str) -> tuple[int, int, str]:
 
 def waits_of(statuses: dict[str, dict[str, Any]]) -> dict[str, str]:
     """What each process is blocked in, by actor (ranks first)."""
-    return {actor: str(statuses[actor]["what"]) for actor in sorted(statuses, key=_order)
-            if statuses[actor]["state"] in BLOCKED and statuses[actor].get("what")}
+    return {
+        actor: str(statuses[actor]["what"])
+        for actor in sorted(statuses, key=_order)
+        if statuses[actor]["state"] in BLOCKED and statuses[actor].get("what")
+    }
 
 
 def describe_waits(waits: dict[str, str]) -> str:
@@ -193,8 +206,9 @@ def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = Fals
     group = 0
     try:
         processes, logs, group = start_ranks(["--config", str(config_path)], config.ranks, run_dir / "logs")
-        outcome = watch_run(config, run_dir, lambda: [process.poll() for process in processes], started, deadline,
-                            run_dir / "logs")
+        outcome = watch_run(
+            config, run_dir, lambda: [process.poll() for process in processes], started, deadline, run_dir / "logs"
+        )
     finally:
         if group:
             _kill_group(group)
@@ -218,7 +232,9 @@ def _loopback_store() -> socket.socket:
     return listener
 
 
-def start_ranks(arguments: list[str], ranks: int, logs: Path) -> tuple[list[subprocess.Popen[bytes]], list[IO[bytes]], int]:
+def start_ranks(
+    arguments: list[str], ranks: int, logs: Path
+) -> tuple[list[subprocess.Popen[bytes]], list[IO[bytes]], int]:
     """Start ``python -P -m lockstep.impl.rank ARGUMENTS`` for every rank in one new process group
     registered with the guardian; each rank's output goes to ``logs/rank-<r>.log``. Returns the
     processes, their open log files and the group (on an error, what started is killed)."""
@@ -244,8 +260,14 @@ def start_ranks(arguments: list[str], ranks: int, logs: Path) -> tuple[list[subp
                 inherited = (store.fileno(),)
             log = open(logs / f"rank-{rank}.log", "wb")  # noqa: SIM115 - the caller closes it
             files.append(log)
-            process = subprocess.Popen(python_command("lockstep.impl.rank", *arguments), env=environment, stdout=log,
-                                       stderr=subprocess.STDOUT, process_group=group, pass_fds=inherited)
+            process = subprocess.Popen(
+                python_command("lockstep.impl.rank", *arguments),
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=group,
+                pass_fds=inherited,
+            )
             if not group:
                 group = process.pid
                 guardian().protect(group=group)
@@ -271,17 +293,31 @@ def _kill_group(group: int) -> None:
         pass
 
 
-def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | None]], started: float, deadline: float,
-              logs: Path) -> Outcome:
+def watch_run(
+    config: RunConfig, run_dir: Path, codes: Callable[[], list[int | None]], started: float, deadline: float, logs: Path
+) -> Outcome:
     """Watch one run to its outcome. ``codes()`` gives each rank's exit status for this run (None:
     still running); ``logs`` holds ``rank-<r>.log`` (the tail of a failed rank's log is kept)."""
-    def finish(outcome: str, message: str, statuses: dict[str, dict[str, Any]], waits: dict[str, str] | None = None) -> Outcome:
+
+    def finish(
+        outcome: str, message: str, statuses: dict[str, dict[str, Any]], waits: dict[str, str] | None = None
+    ) -> Outcome:
         steps, events = _totals(statuses)
         pids = {actor: int(status["pid"]) for actor, status in statuses.items()}
         nanoseconds = sum(int(status.get("step_ns", 0)) for status in statuses.values())
-        return Outcome(outcome, message, time.monotonic() - started, steps, events, waits or {}, config.trace_dir,
-                       _choices(run_dir), pids, nanoseconds / 1e9 / steps if steps else 0.0,
-                       sum(int(status.get("trace_ns", 0)) for status in statuses.values()) / 1e9)
+        return Outcome(
+            outcome,
+            message,
+            time.monotonic() - started,
+            steps,
+            events,
+            waits or {},
+            config.trace_dir,
+            _choices(run_dir),
+            pids,
+            nanoseconds / 1e9 / steps if steps else 0.0,
+            sum(int(status.get("trace_ns", 0)) for status in statuses.values()) / 1e9,
+        )
 
     while True:
         time.sleep(0.05)
@@ -307,13 +343,17 @@ def watch_run(config: RunConfig, run_dir: Path, codes: Callable[[], list[int | N
             return finish(ERROR, f"rank {rank} exited with status {code}:\n{tail}", statuses)
         if dead:  # a helper died on its own (a rank that died is reported above): not a hang
             waits = {actor: what for actor, what in waits_of(statuses).items() if actor not in dead}
-            message = "; ".join(f"{actor.replace(':', ' ')} (pid {statuses[actor]['pid']}) died {why}" for actor, why in dead.items())
+            message = "; ".join(
+                f"{actor.replace(':', ' ')} (pid {statuses[actor]['pid']}) died {why}" for actor, why in dead.items()
+            )
             return finish(CRASHED, message + (f"; {describe_waits(waits)}" if waits else ""), statuses, waits)
         if all(code == 0 for code in current):
             return finish(COMPLETED, "every rank finished", statuses)
         if time.monotonic() - started > deadline:
             waits = waits_of(statuses)
-            return finish(INCONCLUSIVE, f"no outcome within {deadline:.0f} s; " + describe_waits(waits), statuses, waits)
+            return finish(
+                INCONCLUSIVE, f"no outcome within {deadline:.0f} s; " + describe_waits(waits), statuses, waits
+            )
 
 
 class Watchdog(threading.Thread):

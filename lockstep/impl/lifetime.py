@@ -115,8 +115,13 @@ class Guardian:
     def __init__(self) -> None:
         remove_abandoned()
         self._lock = threading.Lock()
-        self._process = subprocess.Popen(python_command("lockstep.impl.lifetime"), stdin=subprocess.PIPE,
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._process = subprocess.Popen(
+            python_command("lockstep.impl.lifetime"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         assert self._process.stdin is not None
         self._pipe: IO[bytes] = self._process.stdin
 

@@ -56,14 +56,16 @@ class RankPool:
     def _start(self) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix="lockstep-pool-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
         (self.directory / "logs").mkdir()
-        base = RunConfig(protocol=self.protocol, ranks=self.ranks, backend=self.backend, timeout=self.timeout,
-                         monitored=True)
+        base = RunConfig(
+            protocol=self.protocol, ranks=self.ranks, backend=self.backend, timeout=self.timeout, monitored=True
+        )
         base.write(self.directory / "pool.json")
         if not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):
             guardian().protect(directory=self.directory)
         self.number = 0
-        self.processes, self.logs, self.group = start_ranks(["--pool", str(self.directory)], self.ranks,
-                                                            self.directory / "logs")
+        self.processes, self.logs, self.group = start_ranks(
+            ["--pool", str(self.directory)], self.ranks, self.directory / "logs"
+        )
         self.started += 1
 
     def _stop(self, kill: bool) -> None:
@@ -110,7 +112,12 @@ class RankPool:
 
     def run(self, config: RunConfig, deadline: float | None = None) -> Outcome:
         """Run ``config`` (its protocol, ranks, backend and timeout must be the pool's) to an outcome."""
-        if (config.protocol, config.ranks, config.backend, config.timeout) != (self.protocol, self.ranks, self.backend, self.timeout):
+        if (config.protocol, config.ranks, config.backend, config.timeout) != (
+            self.protocol,
+            self.ranks,
+            self.backend,
+            self.timeout,
+        ):
             raise ValueError("a pool runs one protocol, rank count, backend and timeout")
         if self.directory is None:
             self._start()
@@ -121,8 +128,14 @@ class RankPool:
         self._hand({"config": str(run_dir / "config.json")})
         reports = [self.directory / f"{self.number}.rank-{rank}" for rank in range(self.ranks)]
         started = time.monotonic()
-        outcome = watch_run(config, run_dir, lambda: [_reported(path, process) for path, process in zip(reports, self.processes)],
-                            started, deadline or max(60.0, 6 * config.timeout), self.directory / "logs")
+        outcome = watch_run(
+            config,
+            run_dir,
+            lambda: [_reported(path, process) for path, process in zip(reports, self.processes)],
+            started,
+            deadline or max(60.0, 6 * config.timeout),
+            self.directory / "logs",
+        )
         if outcome.outcome != COMPLETED:
             self._stop(kill=True)  # a rank may be stuck in a collective: the next run starts afresh
         return outcome

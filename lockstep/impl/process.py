@@ -29,8 +29,14 @@ def open_process(
     if parameters is None:  # the protocol's package: lockstep.impl.<protocol, dashes as underscores>
         package = "lockstep.impl." + config.protocol.replace("-", "_")
         parameters = importlib.import_module(f"{package}.parameters").model_parameters(config)
-    source = TraceSource("runtime", backend=config.backend, device=config.extra.get("device"),
-                         torch=config.extra.get("torch"), cuda=config.extra.get("cuda"), host=platform.node())
+    source = TraceSource(
+        "runtime",
+        backend=config.backend,
+        device=config.extra.get("device"),
+        torch=config.extra.get("torch"),
+        cuda=config.extra.get("cuda"),
+        host=platform.node(),
+    )
     recorder = Recorder(config, actor, parameters, source)
     status = StatusBoard(config.run_dir, actor)
     status.count(events=0)

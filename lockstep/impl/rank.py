@@ -10,7 +10,8 @@ The protocol's package (``lockstep.impl.protocols``) provides ``run_rank`` (and 
 Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,
 shares them over the default group, and starts the protocol's helper processes (dp-pause: the
 coordinator and client) itself, and a watchdog that diagnoses a hang; rank 0's guardian
-(``lockstep.impl.lifetime``) removes the run directory when rank 0 ends. Exit status: 0 finished, 1 timed out in a collective
+(``lockstep.impl.lifetime``) removes the run directory when rank 0 ends. Exit status: 0 finished, 1 timed out in a
+collective
 (hung), 3 another failure.
 """
 

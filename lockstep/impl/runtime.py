@@ -98,8 +98,14 @@ class StatusBoard:
             self.counters.update(counters)
 
     def _write(self) -> None:
-        record = {"actor": self.actor, "pid": os.getpid(), "state": self.state, "what": self.what,
-                  "since": self.since, **self.counters}
+        record = {
+            "actor": self.actor,
+            "pid": os.getpid(),
+            "state": self.state,
+            "what": self.what,
+            "since": self.since,
+            **self.counters,
+        }
         data = json.dumps(record).encode("utf-8")[: STATUS_SIZE - 1]
         os.pwrite(self._descriptor, data + b" " * (STATUS_SIZE - len(data)), 0)
 
@@ -139,9 +145,15 @@ class Recorder(EventRecorder):
         super().__init__(actor, path, TraceHeader(config.protocol, config.variant, config.scenario, parameters, source))
         self.status: StatusBoard | None = None  # gets the event count
 
-    def record(self, action: str, args: Mapping[str, JSONValue] | None = None,
-               observed: Mapping[str, JSONValue] | RawObject | None = None, clock: Mapping[str, int] | None = None,
-               actor: str | None = None, flush: bool = True) -> None:
+    def record(
+        self,
+        action: str,
+        args: Mapping[str, JSONValue] | None = None,
+        observed: Mapping[str, JSONValue] | RawObject | None = None,
+        clock: Mapping[str, int] | None = None,
+        actor: str | None = None,
+        flush: bool = True,
+    ) -> None:
         super().record(action, args, observed, clock, actor, flush)
         if self.status is not None:
             self.status.counters["events"] = self.events

@@ -6,7 +6,8 @@
 Each returns a function that undoes the patch. Recording happens only while ``LOCKSTEP_TRACE_DIR``
 is set; ``LOCKSTEP_TRACE_PARAMETERS`` (JSON) gives the model bounds vLLM cannot know (``requests``,
 ``max_wave``), and ``LOCKSTEP_TRACE_VARIANT`` the variant (default: ``post-fix``, vLLM v0.21.0; an
-engine core without ``pending_pause``, v0.20.0, records ``pre-fix``). Imports only the standard library and ``lockstep.record``.
+engine core without ``pending_pause``, v0.20.0, records ``pre-fix``). Imports only the standard library and
+``lockstep.record``.
 
 Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process; run vLLM with
 ``--distributed-executor-backend uni`` so the worker's DP all-reduce is in that process):
@@ -29,7 +30,8 @@ Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process
   ``ParallelConfig.sync_dp_state`` (pre-fix ``has_unfinished_dp``) on it; ``finish_sync`` when the
   loop comes back to ``_handle_shutdown``, because ``run_busy_loop`` sets ``engines_running``,
   queues ``wave_complete`` and bumps ``current_wave`` inline after the call.
-- client (actor ``client``, patched by ``vllm_dp_pause_client``): ``client_add_request`` before ``_send_input(ADD)`` (FIRST_REQ follows it
+- client (actor ``client``, patched by ``vllm_dp_pause_client``): ``client_add_request`` before ``_send_input(ADD)``
+(FIRST_REQ follows it
   when ``engines_running`` is false), ``client_<call>`` before ``_call_utility_async`` sends,
   ``client_<call>_returned`` after ``call_utility_async`` has every engine's reply.
 
@@ -74,16 +76,20 @@ def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
     as ``record.parameters`` writes it (the declared default)."""
     from lockstep.models import get_protocol
 
-    return {"max_wave": sizing["requests"] + 3,
-            "response_bound": get_protocol("dp-pause").parameter("response_bound").default}
+    return {
+        "max_wave": sizing["requests"] + 3,
+        "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
+    }
 
 
 # What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``): the actions
 # above are left out, and the client resumes without waiting for control messages to settle.
-PROFILE = RecorderProfile("vllm-dp-pause", "dp-pause", tuple(UNRECORDED), {"settle_before_resume": 0},
-                          _profile_values)
-CALLS = {"pause_scheduler": "client_pause", "collective_rpc": "client_collective_rpc",
-         "resume_scheduler": "client_resume"}  # the utilities the model has, by the client's event
+PROFILE = RecorderProfile("vllm-dp-pause", "dp-pause", tuple(UNRECORDED), {"settle_before_resume": 0}, _profile_values)
+CALLS = {
+    "pause_scheduler": "client_pause",
+    "collective_rpc": "client_collective_rpc",
+    "resume_scheduler": "client_resume",
+}  # the utilities the model has, by the client's event
 
 
 @dataclass
@@ -102,8 +108,12 @@ class Targets:
 def header_parameters(ranks: int, sync_interval: int) -> dict[str, Any]:
     """The model's parameters for the trace header: the run's ranks and sync interval, the
     client's no-settling resume, the unrecorded actions, then ``$LOCKSTEP_TRACE_PARAMETERS``."""
-    values: dict[str, Any] = {"ranks": ranks, "sync_interval": sync_interval, "settle_before_resume": 0,
-                              "unrecorded": list(UNRECORDED)}
+    values: dict[str, Any] = {
+        "ranks": ranks,
+        "sync_interval": sync_interval,
+        "settle_before_resume": 0,
+        "unrecorded": list(UNRECORDED),
+    }
     values.update(json.loads(os.environ.get(PARAMETERS_ENVIRONMENT) or "{}"))
     return record.parameters("dp-pause", **values)
 
@@ -202,12 +212,20 @@ class EngineTrace:
     def observed(self, **overrides: Any) -> dict[str, Any]:
         """The rank's entries of the model's variables, read from vLLM's attributes."""
         engine, scheduler, r = self.engine, self.engine.scheduler, self.rank
-        values = {"mode": self.mode, "engines_running": bool(engine.engines_running),
-                  "current_wave": int(engine.current_wave), "step_counter": int(engine.step_counter) % self.sync_interval,
-                  "pause_state": scheduler.pause_state.name, "requests": len(scheduler.waiting) + len(scheduler.running),
-                  "finished_pending": bool(scheduler.finished_req_ids), "pause_future": bool(engine._idle_state_callbacks)}
+        values = {
+            "mode": self.mode,
+            "engines_running": bool(engine.engines_running),
+            "current_wave": int(engine.current_wave),
+            "step_counter": int(engine.step_counter) % self.sync_interval,
+            "pause_state": scheduler.pause_state.name,
+            "requests": len(scheduler.waiting) + len(scheduler.running),
+            "finished_pending": bool(scheduler.finished_req_ids),
+            "pause_future": bool(engine._idle_state_callbacks),
+        }
         if self.post_fix:
-            values.update(pending_pause=bool(engine.pending_pause), ignore_start_dp_wave=bool(engine.ignore_start_dp_wave))
+            values.update(
+                pending_pause=bool(engine.pending_pause), ignore_start_dp_wave=bool(engine.ignore_start_dp_wave)
+            )
         values.update(overrides)
         return {f"{name}[{r}]": value for name, value in values.items()}
 
@@ -216,7 +234,9 @@ class EngineTrace:
         items = self.outputs.take_held()
         clock: dict[str, int] = {}
         for client_index, outputs in items:
-            if client_index == -1 and (_field(outputs, "start_wave") is not None or _field(outputs, "wave_complete") is not None):
+            if client_index == -1 and (
+                _field(outputs, "start_wave") is not None or _field(outputs, "wave_complete") is not None
+            ):
                 clock.update(self.recorder.send(f"{self.actor}>coordinator"))
             elif client_index != -1 and _field(outputs, "utility_output") is not None:
                 clock.update(self.recorder.send(f"{self.actor}>client"))
@@ -228,7 +248,9 @@ class EngineTrace:
         if kind == "START_DP_WAVE":  # the coordinator is unrecorded: no receive clock
             self.recorder.event("arrive_from_coordinator", {"rank": self.rank})
         elif kind is not None:
-            self.recorder.event("arrive_from_client", {"rank": self.rank}, clock=self.recorder.receive(f"client>{self.actor}"))
+            self.recorder.event(
+                "arrive_from_client", {"rank": self.rank}, clock=self.recorder.receive(f"client>{self.actor}")
+            )
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
@@ -273,6 +295,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 return original(self)
             finally:
                 recorder.close()
+
         return wrapper
 
     def handle_client_request(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -285,10 +308,17 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
             with trace.holding():
                 result = original(self, request_type, request)
                 trace.utility, trace.mode = None, "TOP"
-                trace.event({"ADD": "handle_add", "START_DP_WAVE": "handle_start_wave", "pause_scheduler": "handle_pause",
-                             "collective_rpc": "finish_collective_rpc"}.get(kind)
-                            or ("finish_resume" if trace.resume_barrier else "handle_resume"))
+                trace.event(
+                    {
+                        "ADD": "handle_add",
+                        "START_DP_WAVE": "handle_start_wave",
+                        "pause_scheduler": "handle_pause",
+                        "collective_rpc": "finish_collective_rpc",
+                    }.get(kind)
+                    or ("finish_resume" if trace.resume_barrier else "handle_resume")
+                )
             return result
+
         return wrapper
 
     def collective_rpc(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -300,6 +330,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
             trace.event("handle_collective_rpc")
             with trace.recorder.collective("worker_world", "rpc"):  # the body's collective spans every rank
                 return original(self, *args, **kwargs)
+
         return wrapper
 
     def notify_idle_state_callbacks(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -312,6 +343,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 trace.mode = "TOP"
                 trace.event("notify_idle")
             return result
+
         return wrapper
 
     def process_engine_step(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -329,6 +361,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 trace.mode = "FORWARD_DUMMY" if trace.dummy else "TOP"
                 trace.event("step")
             return executed
+
         return wrapper
 
     def has_global_unfinished_reqs(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -345,6 +378,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 trace.mode = "TOP"
                 trace.event("finish_forward", engines_running=bool(result))
             return result
+
         return wrapper
 
     def handle_shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -355,6 +389,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 trace.event("finish_sync")
                 trace.outputs.unhold()
             return original(self)
+
         return wrapper
 
     def resume_scheduler(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -363,12 +398,19 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
             if trace is not None:
                 trace.utility = "resume_scheduler"
             return original(self, *args, **kwargs)
+
         return wrapper
 
-    for name, make in (("run_busy_loop", run_busy_loop), ("_handle_client_request", handle_client_request),
-                       ("collective_rpc", collective_rpc), ("_notify_idle_state_callbacks", notify_idle_state_callbacks),
-                       ("_process_engine_step", process_engine_step), ("_has_global_unfinished_reqs", has_global_unfinished_reqs),
-                       ("_handle_shutdown", handle_shutdown), ("resume_scheduler", resume_scheduler)):
+    for name, make in (
+        ("run_busy_loop", run_busy_loop),
+        ("_handle_client_request", handle_client_request),
+        ("collective_rpc", collective_rpc),
+        ("_notify_idle_state_callbacks", notify_idle_state_callbacks),
+        ("_process_engine_step", process_engine_step),
+        ("_has_global_unfinished_reqs", has_global_unfinished_reqs),
+        ("_handle_shutdown", handle_shutdown),
+        ("resume_scheduler", resume_scheduler),
+    ):
         _patch(engine_class, name, make, undo)
 
 
@@ -390,6 +432,7 @@ def _patch_parallel_config(parallel_config: type, undo: list[Callable[[], None]]
             if trace is None or not trace.checking:
                 return original(*args, **kwargs)
             return _engine_sync(trace, "sync_sum", lambda: original(*args, **kwargs))
+
         return wrapper
 
     def has_unfinished_dp(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -405,6 +448,7 @@ def _patch_parallel_config(parallel_config: type, undo: list[Callable[[], None]]
                 result = original(*args, **kwargs)
             trace.mode = "TOP"
             return result
+
         return wrapper
 
     _patch(parallel_config, "sync_dp_state", sync_dp_state, undo)
@@ -423,6 +467,7 @@ def _patch_worker_dp(module: Any, undo: list[Callable[[], None]]) -> None:
             trace.dummy = False
             with trace.recorder.collective("worker_dp", "forward"):
                 return original(*args, **kwargs)
+
         return wrapper
 
     _patch(module, "_run_ar", run_ar, undo)
@@ -445,6 +490,7 @@ def install(targets: Targets) -> Callable[[], None]:
     def uninstall() -> None:
         while undo:
             undo.pop()()
+
     return uninstall
 
 
@@ -473,5 +519,15 @@ def install_runtime(role: str) -> Callable[[], None]:
     return install(Targets())  # the coordinator: unrecorded (see the module's doc)
 
 
-__all__ = ["PARAMETERS_ENVIRONMENT", "PROFILE", "VARIANT_ENVIRONMENT", "SYNC_INTERVAL", "UNRECORDED", "Targets", "header_parameters", "install",
-           "install_runtime", "install_vllm"]
+__all__ = [
+    "PARAMETERS_ENVIRONMENT",
+    "PROFILE",
+    "VARIANT_ENVIRONMENT",
+    "SYNC_INTERVAL",
+    "UNRECORDED",
+    "Targets",
+    "header_parameters",
+    "install",
+    "install_runtime",
+    "install_vllm",
+]

@@ -39,14 +39,18 @@ def _client_trace(client: Any, sync_interval: int) -> ClientTrace | None:
     return _clients[id(client)]
 
 
-def _either(original: Callable[..., Any], before: Callable[..., None], after: Callable[..., None]) -> Callable[..., Any]:
+def _either(
+    original: Callable[..., Any], before: Callable[..., None], after: Callable[..., None]
+) -> Callable[..., Any]:
     """A wrapper calling ``before(self, ...)``, the original (awaited if it is a coroutine function), then ``after``."""
     if inspect.iscoroutinefunction(original):
+
         async def asynchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
             before(self, *args, **kwargs)
             result = await original(self, *args, **kwargs)
             after(self, *args, **kwargs)
             return result
+
         return asynchronous
 
     def synchronous(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -54,6 +58,7 @@ def _either(original: Callable[..., Any], before: Callable[..., None], after: Ca
         result = original(self, *args, **kwargs)
         after(self, *args, **kwargs)
         return result
+
     return synchronous
 
 
@@ -70,8 +75,12 @@ def patch_client(client_class: type, sync_interval: int, undo: list[Callable[[],
             clock = trace.recorder.send(f"client>rank:{rank}")
             if not self.engines_running:  # add_request_async sends FIRST_REQ right after this
                 clock.update(trace.recorder.send("client>coordinator"))
-            trace.recorder.event("client_add_request", {"rank": rank},
-                                 {"client.current_wave": int(request.current_wave), "client.engines_running": True}, clock)
+            trace.recorder.event(
+                "client_add_request",
+                {"rank": rank},
+                {"client.current_wave": int(request.current_wave), "client.engines_running": True},
+                clock,
+            )
 
     def calling(self: Any, method: str, *args: Any, engine: Any = None, **kwargs: Any) -> None:
         trace = _client_trace(self, sync_interval)

@@ -32,7 +32,9 @@ def _protocol_of(module: ModuleType | object, origin: str) -> Protocol:
         return module
     protocol = getattr(module, "PROTOCOL", None)
     if not isinstance(protocol, Protocol):
-        raise UsageError(f"{origin}: defines no PROTOCOL (a lockstep.spec.protocol.Protocol); see docs/adding-a-protocol.md")
+        raise UsageError(
+            f"{origin}: defines no PROTOCOL (a lockstep.spec.protocol.Protocol); see docs/adding-a-protocol.md"
+        )
     return protocol
 
 
@@ -63,7 +65,11 @@ class _Alarm:
         raise ModelLoadTimeout(f"{self.file}: importing the model took longer than --timeout {self.seconds:g} s")
 
     def __enter__(self) -> _Alarm:
-        if self.seconds is not None and threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        if (
+            self.seconds is not None
+            and threading.current_thread() is threading.main_thread()
+            and hasattr(signal, "setitimer")
+        ):
             self.previous = signal.signal(signal.SIGALRM, self._expire)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
             self.armed = True

@@ -107,7 +107,9 @@ class Communicator:
             raise DefinitionError(f"communicator {name!r} offers no operations")
         for op_name, spec in operations.items():
             if spec.kind in (Kind.SEND, Kind.RECV):
-                raise DefinitionError(f"communicator {name!r}: declare send/recv with point_to_point=True, not as {op_name!r}")
+                raise DefinitionError(
+                    f"communicator {name!r}: declare send/recv with point_to_point=True, not as {op_name!r}"
+                )
             if spec.source is not None and not members.contains(spec.source):
                 raise DefinitionError(f"communicator {name!r}: broadcast source {spec.source} is not a member")
         if interleaved_point_to_point and not point_to_point:
@@ -136,11 +138,17 @@ class Communicator:
         )
         self.queue_sort = SequenceSort(self.posted_sort, capacity)
         self.queue = machine.variable(
-            f"{name}.queue", MapSort(members, self.queue_sort), tuple(() for _ in range(size)), f"ops posted on {name}, not yet complete"
+            f"{name}.queue",
+            MapSort(members, self.queue_sort),
+            tuple(() for _ in range(size)),
+            f"ops posted on {name}, not yet complete",
         )
         zero_result = tuple(0 for _ in range(width))
         self.result = machine.variable(
-            f"{name}.result", MapSort(members, self.result_vector_sort), tuple(zero_result for _ in range(size)), f"result of the last op on {name}"
+            f"{name}.result",
+            MapSort(members, self.result_vector_sort),
+            tuple(zero_result for _ in range(size)),
+            f"result of the last op on {name}",
         )
         self.completion_actions: list[str] = []
         machine.communicators.append(self)
@@ -148,7 +156,11 @@ class Communicator:
 
     # ------------------------------------------------------------------------------ model-facing API
     def post(
-        self, member: TermLike, op: str, payload: TermLike | tuple[TermLike, ...] | None = None, peer: TermLike | None = None
+        self,
+        member: TermLike,
+        op: str,
+        payload: TermLike | tuple[TermLike, ...] | None = None,
+        peer: TermLike | None = None,
     ) -> dict[Term, Term]:
         """The update that makes ``member`` post ``op`` (merge it into an action's updates).
 
@@ -161,10 +173,18 @@ class Communicator:
             peer = member_term
         values = payload if isinstance(payload, tuple) else ((payload,) if payload is not None else ())
         if len(values) > self.width:
-            raise DefinitionError(f"communicator {self.name!r}: payload of {len(values)} values exceeds width {self.width}")
+            raise DefinitionError(
+                f"communicator {self.name!r}: payload of {len(values)} values exceeds width {self.width}"
+            )
         padded = list(values) + [0] * (self.width - len(values))
-        vector = map_of(self.lane_sort, lambda lane: _select_constant(lane, [lift(v, self.payload_sort) for v in padded]), self.payload_sort)
-        entry = record_of(self.posted_sort, op=constant(op, self.op_sort), peer=lift(peer, self.members), payload=vector)
+        vector = map_of(
+            self.lane_sort,
+            lambda lane: _select_constant(lane, [lift(v, self.payload_sort) for v in padded]),
+            self.payload_sort,
+        )
+        entry = record_of(
+            self.posted_sort, op=constant(op, self.op_sort), peer=lift(peer, self.members), payload=vector
+        )
         return {self.queue: self.queue.set(member_term, self.queue[member_term].append(entry))}
 
     def send(self, sender: TermLike, receiver: TermLike, payload: TermLike | None = None) -> dict[Term, Term]:
@@ -240,25 +260,38 @@ class Communicator:
         machine, queue, members = self.machine, self.queue, self.members
         collective_ops = [name for name, spec in self.specs.items() if spec.is_collective]
         if collective_ops:
+
             def complete() -> Step:
                 def front_op(member: Term) -> Term:
                     return queue[member].head().field("op")
 
                 every_member_waits = all_of(members, lambda member: ~queue[member].is_empty())
-                same_op = all_of(members, lambda first: all_of(members, lambda second: front_op(first) == front_op(second)))
-                collective = all_of(members, lambda member: disjunction(*[front_op(member) == name for name in collective_ops]))
+                same_op = all_of(
+                    members, lambda first: all_of(members, lambda second: front_op(first) == front_op(second))
+                )
+                collective = all_of(
+                    members, lambda member: disjunction(*[front_op(member) == name for name in collective_ops])
+                )
                 return Step(
                     guard=every_member_waits & same_op & collective,
                     updates={
                         queue: map_of(members, lambda member: queue[member].tail(), self.queue_sort),
-                        self.result: map_of(members, lambda member: self._reduced(front_op(member)), self.result_vector_sort),
+                        self.result: map_of(
+                            members, lambda member: self._reduced(front_op(member)), self.result_vector_sort
+                        ),
                     },
                 )
 
             name = f"{self.name}.complete"
-            machine.add_action(name, complete, actor=f"group:{self.name}", description=f"the front collective op of every member of {self.name} completes")
+            machine.add_action(
+                name,
+                complete,
+                actor=f"group:{self.name}",
+                description=f"the front collective op of every member of {self.name} completes",
+            )
             self.completion_actions.append(name)
         if "send" in self.specs:
+
             def transfer(sender: Term, receiver: Term) -> Step:
                 send_front, recv_front = queue[sender].head(), queue[receiver].head()
                 return Step(
@@ -273,12 +306,22 @@ class Communicator:
                     ),
                     updates={
                         queue: queue.set(sender, queue[sender].tail()).set(receiver, queue[receiver].tail()),
-                        self.result: self.result.set(receiver, map_of(self.lane_sort, lambda lane: send_front.field("payload")[lane], self.result_sort)),
+                        self.result: self.result.set(
+                            receiver,
+                            map_of(self.lane_sort, lambda lane: send_front.field("payload")[lane], self.result_sort),
+                        ),
                     },
                 )
 
             name = f"{self.name}.transfer"
-            machine.add_action(name, transfer, actor=f"group:{self.name}", description=f"a send meets its recv on {self.name}", sender=members, receiver=members)
+            machine.add_action(
+                name,
+                transfer,
+                actor=f"group:{self.name}",
+                description=f"a send meets its recv on {self.name}",
+                sender=members,
+                receiver=members,
+            )
             self.completion_actions.append(name)
 
     def _reduced(self, op: Term) -> Term:
@@ -322,7 +365,13 @@ class Communicator:
             )
         )
         counters = [
-            machine.monitor(f"{NO_HANG}.{c.name}", c.any_pending(), ~c.any_pending(), hang_bound, response_actions=tuple(c.completion_actions))
+            machine.monitor(
+                f"{NO_HANG}.{c.name}",
+                c.any_pending(),
+                ~c.any_pending(),
+                hang_bound,
+                response_actions=tuple(c.completion_actions),
+            )
             for c in communicators
         ]
         machine.add_builtin(

@@ -243,12 +243,20 @@ class CompiledSystem:
         self._property_values = self._compile_properties()
         self._properties = [self._compile_predicate(prop.predicate) for prop in machine.properties]
         self._deadlock = [
-            None if prop.at_deadlock is None else self._compile_predicate(prop.at_deadlock) for prop in machine.properties
+            None if prop.at_deadlock is None else self._compile_predicate(prop.at_deadlock)
+            for prop in machine.properties
         ]
         self._final = self._compile_predicate(machine.final)
 
     def _namespace(self) -> dict[str, object]:
-        return {"_store": store, "_select": select, "_at": element_at, "_tail": tail, "Transition": Transition, **self._emitter.constants}
+        return {
+            "_store": store,
+            "_select": select,
+            "_at": element_at,
+            "_tail": tail,
+            "Transition": Transition,
+            **self._emitter.constants,
+        }
 
     def _compile_predicate(self, expression: Expression) -> Callable[[State], bool]:
         source = f"def predicate(s):\n    return bool({self._emitter.source(expression)})\n"
@@ -287,7 +295,9 @@ class CompiledSystem:
                 checks.append(f"(None if {check} else {name!r})")
         out_of_bounds = "None" if not checks else " or ".join(checks)
         arguments = "(" + "".join(f"p_{name}, " for name in parameter_names) + ")"
-        lines.append(f"{indent}result.append(Transition({position}, {arguments}, ({', '.join(target)},), {out_of_bounds}))")
+        lines.append(
+            f"{indent}result.append(Transition({position}, {arguments}, ({', '.join(target)},), {out_of_bounds}))"
+        )
         return lines
 
     def _check_source(self, expression: Expression, sort: Sort, value: str) -> str | None:
@@ -320,7 +330,11 @@ class CompiledSystem:
         return f"{emitter.constant(_membership(sort))}({value})"
 
     def _compile_action(self, position: int, action: Action) -> Callable[[State], list[Transition]]:
-        lines = ["def transitions(s):", "    result = []", *self._action_block(position, action, "    ", "return result")]
+        lines = [
+            "def transitions(s):",
+            "    result = []",
+            *self._action_block(position, action, "    ", "return result"),
+        ]
         lines.append("    return result")
         return self._define("\n".join(lines) + "\n", f"<lockstep-action {action.name}>", "transitions")  # type: ignore[return-value]
 
@@ -369,7 +383,9 @@ class CompiledSystem:
             return tuple(self.holds(position, state) for position in range(len(self.machine.properties)))
 
     def holds(self, predicate: int, state: State) -> bool:
-        return _predicate_value(self._properties[predicate], state, f"property {self.machine.properties[predicate].name}")
+        return _predicate_value(
+            self._properties[predicate], state, f"property {self.machine.properties[predicate].name}"
+        )
 
     def holds_at_deadlock(self, predicate: int, state: State) -> bool:
         function = self._deadlock[predicate]

@@ -170,9 +170,7 @@ def evaluate(expression: Expression, environment: Environment) -> Value:
 
 def _comprehend(expression: Comprehension, environment: Environment) -> Value:
     variable = expression.variable
-    results = [
-        evaluate(expression.body, environment.binding(variable.name, value)) for value in variable.sort.values()
-    ]
+    results = [evaluate(expression.body, environment.binding(variable.name, value)) for value in variable.sort.values()]
     match expression.quantifier:
         case Quantifier.ALL:
             return all(results)

@@ -124,7 +124,9 @@ class Layout:
             raise LayoutError(f"{path}: the range {low}..{high} needs {width} bits, more than a word's {WORD_BITS}")
         if self._used + width > WORD_BITS:
             self._word, self._used = self._word + 1, 0
-        self._leaves.append(Leaf(len(self._leaves), path, low, high, width, self._word, self._used, isinstance(scalar, BoolSort)))
+        self._leaves.append(
+            Leaf(len(self._leaves), path, low, high, width, self._word, self._used, isinstance(scalar, BoolSort))
+        )
         self._used += width
 
     def _place(self, sort: Sort, path: str, inside: bool) -> None:
@@ -138,7 +140,10 @@ class Layout:
             return
         length = len(self._leaves)
         self._add(f"{path}#length", IntSort(0, sort.capacity))
-        element_width = sum((high - low).bit_length() for low, high in (scalar_range(leaf) for _, leaf in scalar_leaves(sort.element, "")))
+        element_width = sum(
+            (high - low).bit_length()
+            for low, high in (scalar_range(leaf) for _, leaf in scalar_leaves(sort.element, ""))
+        )
         region = element_width * sort.capacity
         packed = not inside and 0 < region <= WORD_BITS
         if packed and self._used + region > WORD_BITS:
@@ -147,7 +152,9 @@ class Layout:
         for slot in range(sort.capacity):
             self._place(sort.element, f"{path}[{slot}]", inside or packed)
         per_slot = (len(self._leaves) - first) // sort.capacity if sort.capacity else 0
-        self.sequences[length] = SequenceSlots(length, first, sort.capacity, per_slot, self._word if packed else None, base, element_width)
+        self.sequences[length] = SequenceSlots(
+            length, first, sort.capacity, per_slot, self._word if packed else None, base, element_width
+        )
 
     # ------------------------------------------------------------------ tuple states <-> leaf values
     def leaf_values(self, state: Sequence[Value]) -> list[int]:

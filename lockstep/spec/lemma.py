@@ -45,7 +45,9 @@ class Lemma:
             if not evaluate(self.invariant, Environment(state, {INDEX: index})):
                 raise DefinitionError(f"lemma {self.name}: the strengthening fails after {values[:index]}")
             bindings = {ELEMENT: value, INDEX: index}
-            state = {name: evaluate(expression, Environment(state, bindings)) for name, expression in self.updates.items()}
+            state = {
+                name: evaluate(expression, Environment(state, bindings)) for name, expression in self.updates.items()
+            }
         if not evaluate(self.invariant, Environment(state, {INDEX: len(values)})):
             raise DefinitionError(f"lemma {self.name}: the strengthening fails after {values}")
         return bool(evaluate(self.conclusion, Environment(state, {SIZE: len(values)})))
@@ -85,7 +87,9 @@ def lemma(
     missing = set(accumulators) - set(updated)
     if missing:
         raise DefinitionError(f"lemma {name}: step must give every accumulator a new value; missing {sorted(missing)}")
-    updates = {accumulator: lift(value, accumulators[accumulator][0]).expression for accumulator, value in updated.items()}
+    updates = {
+        accumulator: lift(value, accumulators[accumulator][0]).expression for accumulator, value in updated.items()
+    }
     invariant_term, conclusion_term = lift(invariant(dict(terms), index_term)), lift(conclusion(dict(terms), size_term))
     for label, term in (("invariant", invariant_term), ("conclusion", conclusion_term)):
         if term.sort != BOOL:
@@ -154,7 +158,9 @@ def integer_lemma(
     for label, term in (("domain", domain_term), ("conclusion", conclusion_term)):
         if term.sort != BOOL:
             raise DefinitionError(f"lemma {name}: the {label} must be Bool, not {term.sort.name}")
-    return IntegerLemma(name, statement, expected, tuple(parameters), domain_term.expression, conclusion_term.expression)
+    return IntegerLemma(
+        name, statement, expected, tuple(parameters), domain_term.expression, conclusion_term.expression
+    )
 
 
 AnyLemma = Lemma | IntegerLemma

@@ -103,7 +103,9 @@ class Machine:
     def __init__(self, name: str, *, hang_bound: int | None = None) -> None:
         """``hang_bound``: the steps within which every posted collective op must complete (the
         ``no_hang`` property); a machine with communicators needs it."""
-        if hang_bound is not None and (isinstance(hang_bound, bool) or not isinstance(hang_bound, int) or hang_bound < 1):
+        if hang_bound is not None and (
+            isinstance(hang_bound, bool) or not isinstance(hang_bound, int) or hang_bound < 1
+        ):
             raise DefinitionError(f"machine {name}: hang_bound must be a positive integer, not {hang_bound!r}")
         self.name = name
         self.hang_bound = hang_bound
@@ -152,16 +154,25 @@ class Machine:
 
         def register(function: Callable[..., Step]) -> Callable[..., Step]:
             self.add_action(
-                name or function.__name__, function, actor=actor, description=description or inspect.cleandoc(function.__doc__ or ""),
-                mirrors=mirrors, **parameters,
+                name or function.__name__,
+                function,
+                actor=actor,
+                description=description or inspect.cleandoc(function.__doc__ or ""),
+                mirrors=mirrors,
+                **parameters,
             )
             return function
 
         return register
 
     def add(
-        self, definition: ActionDefinition[...], *context: object, name: str | None = None, actor: str | None = None,
-        sorts: Mapping[str, Sort] | None = None, **parameters: Sort,
+        self,
+        definition: ActionDefinition[...],
+        *context: object,
+        name: str | None = None,
+        actor: str | None = None,
+        sorts: Mapping[str, Sort] | None = None,
+        **parameters: Sort,
     ) -> Action:
         """Bind a module-level action (``lockstep.spec.actions.action``): ``context`` fills the
         function's leading arguments (the model's state, its variant), ``parameters`` give the sort of
@@ -169,12 +180,23 @@ class Machine:
         ``**keywords`` receives in order). ``name`` and ``actor`` override the definition's."""
         function = functools.partial(definition.function, *context) if context else definition.function
         return self.add_action(
-            name or definition.name, function, actor=actor or definition.actor, description=definition.description,
-            mirrors=definition.mirrors, **{**(sorts or {}), **parameters},
+            name or definition.name,
+            function,
+            actor=actor or definition.actor,
+            description=definition.description,
+            mirrors=definition.mirrors,
+            **{**(sorts or {}), **parameters},
         )
 
     def add_action(
-        self, name: str, function: Callable[..., Step], *, actor: str, description: str = "", mirrors: str = "", **parameters: Sort
+        self,
+        name: str,
+        function: Callable[..., Step],
+        *,
+        actor: str,
+        description: str = "",
+        mirrors: str = "",
+        **parameters: Sort,
     ) -> Action:
         self._open(f"action {name!r}")
         if any(existing.name == name for existing in self.actions):
@@ -186,7 +208,8 @@ class Machine:
         if not matches:
             raise DefinitionError(
                 f"action {name!r}: the function takes {signature} but the parameters declared are "
-                f"{list(parameters)}; declare one sort per function argument, e.g. @machine.action(actor=..., rank=Rank)"
+                f"{list(parameters)}; declare one sort per function argument, e.g. @machine.action(actor=..., "
+                f"rank=Rank)"
             )
         for parameter_name, sort in parameters.items():
             if not sort.is_finite:
@@ -195,7 +218,9 @@ class Machine:
         try:
             actor.format(**{parameter_name: "" for parameter_name in parameters})
         except (KeyError, IndexError) as error:
-            raise DefinitionError(f"action {name!r}: actor template {actor!r} names an unknown parameter {error}") from None
+            raise DefinitionError(
+                f"action {name!r}: actor template {actor!r} names an unknown parameter {error}"
+            ) from None
         step = function(**{parameter_name: Term(symbol) for parameter_name, symbol in symbols.items()})
         if not isinstance(step, Step):
             raise DefinitionError(f"action {name!r} must return Step(guard, updates), not {type(step).__name__}")
@@ -216,7 +241,9 @@ class Machine:
             if variable is None or variable.sort != target.sort:
                 raise DefinitionError(f"action {name!r}: {target!r} is not a variable of machine {self.name}")
             if any(updated == variable.name for updated, _ in updates):
-                raise DefinitionError(f"action {name!r} updates {variable.name!r} twice; merge the two updates into one")
+                raise DefinitionError(
+                    f"action {name!r} updates {variable.name!r} twice; merge the two updates into one"
+                )
             value_term = lift(value, variable.sort)
             _check_assignable(name, variable, value_term)
             updates.append((variable.name, value_term.expression))
@@ -238,7 +265,9 @@ class Machine:
 
     def _check_references(self, where: str, expression: Expression, parameters: set[str]) -> None:
         for node in walk(expression):
-            if isinstance(node, Variable) and (node.name not in self.variables or self.variables[node.name].sort != node.sort):
+            if isinstance(node, Variable) and (
+                node.name not in self.variables or self.variables[node.name].sort != node.sort
+            ):
                 raise DefinitionError(f"{where} reads {node.name!r}, which is not a variable of machine {self.name}")
             if isinstance(node, Parameter) and node.name not in parameters:
                 raise DefinitionError(f"{where} uses parameter {node.name!r} of another action")
@@ -248,11 +277,15 @@ class Machine:
         if any(existing.name == prop.name for existing in self.properties):
             raise DefinitionError(f"machine {self.name} already has a property named {prop.name!r}")
         if not prop.builtin and prop.name in (IN_BOUNDS, NO_DEADLOCK, NO_COLLECTIVE_MISMATCH, NO_HANG):
-            raise DefinitionError(f"property name {prop.name!r} is reserved for a built-in property; choose another name")
+            raise DefinitionError(
+                f"property name {prop.name!r} is reserved for a built-in property; choose another name"
+            )
         self._check_references(f"property {prop.name!r}", prop.predicate, set())
         self.properties.append(prop)
 
-    def always(self, name: str, predicate: TermLike, description: str = "", *, at_deadlock: TermLike | None = None) -> None:
+    def always(
+        self, name: str, predicate: TermLike, description: str = "", *, at_deadlock: TermLike | None = None
+    ) -> None:
         """An invariant: ``predicate`` holds in every reachable state."""
         term = _boolean(predicate, f"property {name!r}")
         deadlock = None if at_deadlock is None else _boolean(at_deadlock, f"property {name!r}").expression
@@ -264,7 +297,13 @@ class Machine:
         self._add_property(Property(name, PropertyKind.SOMETIMES, term.expression, description))
 
     def leads_to(
-        self, name: str, trigger: TermLike, response: TermLike, description: str = "", *, fair: tuple[str, ...] | None = None
+        self,
+        name: str,
+        trigger: TermLike,
+        response: TermLike,
+        description: str = "",
+        *,
+        fair: tuple[str, ...] | None = None,
     ) -> None:
         """Liveness: every time ``trigger`` holds, ``response`` holds then or later, on every run in
         which the ``fair`` actions (default: all) are weakly fair: an action instance (an action
@@ -295,7 +334,13 @@ class Machine:
         counter = self.monitor(name, trigger, response, bound, response_actions=response_actions)
         deadlock = None if at_deadlock is None else _boolean(at_deadlock, f"property {name!r}").expression
         self._add_property(
-            Property(name, PropertyKind.ALWAYS, (counter < bound).expression, description or f"within {bound} steps", deadlock)
+            Property(
+                name,
+                PropertyKind.ALWAYS,
+                (counter < bound).expression,
+                description or f"within {bound} steps",
+                deadlock,
+            )
         )
 
     def monitor(
@@ -341,7 +386,9 @@ class Machine:
         self._open("a symmetry")
         chosen = frozenset(range(sort.count) if members is None else members)
         if not chosen <= set(range(sort.count)) or len(chosen) < 2:
-            raise DefinitionError(f"symmetry over {sort.name}: members {sorted(chosen)} must be at least two values of the sort")
+            raise DefinitionError(
+                f"symmetry over {sort.name}: members {sorted(chosen)} must be at least two values of the sort"
+            )
         self.symmetric.append((sort, chosen))
 
     # ------------------------------------------------------------------------------------- freezing
@@ -360,7 +407,10 @@ class Machine:
                 raise DefinitionError(f"property {prop.name!r}: fair actions {unknown} are not actions of {self.name}")
         self._add_monitor_updates()
         self.properties.insert(
-            0, Property(IN_BOUNDS, PropertyKind.ALWAYS, Constant(True, BOOL), "every update stays inside its sort", builtin=True)
+            0,
+            Property(
+                IN_BOUNDS, PropertyKind.ALWAYS, Constant(True, BOOL), "every update stays inside its sort", builtin=True
+            ),
         )
         self.properties.append(
             Property(
@@ -390,8 +440,14 @@ class Machine:
         for response in self._responses:
             name = f"monitor.{response.name}"
             environment = Environment(initial)
-            value = -1 if evaluate(response.response.expression, environment) else (0 if evaluate(response.trigger.expression, environment) else -1)
-            self.variables[name] = StateVariable(name, self.variables[name].sort, value, self.variables[name].description, True)
+            value = (
+                -1
+                if evaluate(response.response.expression, environment)
+                else (0 if evaluate(response.trigger.expression, environment) else -1)
+            )
+            self.variables[name] = StateVariable(
+                name, self.variables[name].sort, value, self.variables[name].description, True
+            )
 
     # ------------------------------------------------------------------------------------- querying
     @property
@@ -426,7 +482,8 @@ def _check_assignable(action: str, variable: StateVariable, value: Term) -> None
 
     if not same_kind(value.sort, variable.sort):
         raise DefinitionError(
-            f"action {action!r}: cannot assign a value of sort {value.sort.name} to {variable.name!r} of sort {variable.sort.name}"
+            f"action {action!r}: cannot assign a value of sort {value.sort.name} to {variable.name!r} of sort "
+            f"{variable.sort.name}"
         )
 
 

@@ -146,7 +146,8 @@ def explain_guard(machine: Machine, action: Action, state: State, arguments: Map
             from lockstep.spec.expressions import variables_of
 
             read = ", ".join(
-                f"{name} = {machine.variables[name].sort.render(values[name])}" for name in sorted(variables_of(conjunct))
+                f"{name} = {machine.variables[name].sort.render(values[name])}"
+                for name in sorted(variables_of(conjunct))
             )
             failed.append(f"{render(conjunct)} is false" + (f" ({read})" if read else ""))
     return failed

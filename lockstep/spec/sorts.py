@@ -127,9 +127,7 @@ class EnumSort(Sort):
         try:
             return self.members.index(member)
         except ValueError:
-            raise SortError(
-                f"{member!r} is not a member of {self.name}; members: {', '.join(self.members)}"
-            ) from None
+            raise SortError(f"{member!r} is not a member of {self.name}; members: {', '.join(self.members)}") from None
 
     def render(self, value: Value) -> str:
         assert isinstance(value, int)

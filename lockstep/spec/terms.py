@@ -186,9 +186,7 @@ class Term:
         if not isinstance(sort, RecordSort):
             raise DefinitionError(f".field({name!r}) needs a record, {self!r} has sort {sort.name}")
         position = _defined(sort.field_index, name)
-        return Term(
-            Operation(Operator.FIELD, (self.expression, Constant(position, INTEGER)), sort.fields[position][1])
-        )
+        return Term(Operation(Operator.FIELD, (self.expression, Constant(position, INTEGER)), sort.fields[position][1]))
 
     def with_field(self, name: str, value: TermLike) -> Term:
         sort = self.sort

@@ -57,8 +57,9 @@ def collective_of(event: Mapping[str, Any]) -> tuple[str, int] | None:
     return communicator, int(clock[communicator])
 
 
-def perfetto_events(header: Mapping[str, Any], records: Iterable[Record], highlight: int | None = None
-                    ) -> Iterator[dict[str, Any]]:
+def perfetto_events(
+    header: Mapping[str, Any], records: Iterable[Record], highlight: int | None = None
+) -> Iterator[dict[str, Any]]:
     """The trace's Chrome trace events, one at a time; ``highlight`` marks one event (e.g. a violation)."""
     title = f"lockstep {header['protocol']} {header['variant']} {header.get('instance') or ''}".strip()
     yield {"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": title}}
@@ -92,26 +93,48 @@ def perfetto_events(header: Mapping[str, Any], records: Iterable[Record], highli
                     phase = "s"
                 else:
                     phase = "t"
-                yield {"ph": phase, "name": name, "cat": "collective", "id": flow_id, "pid": 1, "tid": tid, "ts": ts,
-                       "bp": "e"}
+                yield {
+                    "ph": phase,
+                    "name": name,
+                    "cat": "collective",
+                    "id": flow_id,
+                    "pid": 1,
+                    "tid": tid,
+                    "ts": ts,
+                    "bp": "e",
+                }
             else:
                 open_slices.pop((actor, communicator), None)
                 flows.pop(collective, None)  # every member entered before any completes: the flow is whole
                 yield {"ph": "E", "pid": 1, "tid": tid, "ts": ts + TICK, "args": arguments}
             continue
-        slice_ = {"ph": "X", "name": label(event), "cat": actor.split(":")[0], "pid": 1, "tid": tid, "ts": ts,
-                  "dur": TICK, "args": arguments}
+        slice_ = {
+            "ph": "X",
+            "name": label(event),
+            "cat": actor.split(":")[0],
+            "pid": 1,
+            "tid": tid,
+            "ts": ts,
+            "dur": TICK,
+            "args": arguments,
+        }
         if highlight is not None and index == highlight:
             slice_["cname"] = "terrible"
             slice_["name"] = f"✗ {slice_['name']}"
         yield slice_
     for (actor, _), (_, name) in sorted(open_slices.items()):
-        yield {"ph": "E", "pid": 1, "tid": tracks[actor], "ts": last + 2 * TICK,
-               "args": {"note": f"{name} never completed"}}
+        yield {
+            "ph": "E",
+            "pid": 1,
+            "tid": tracks[actor],
+            "ts": last + 2 * TICK,
+            "args": {"note": f"{name} never completed"},
+        }
 
 
-def write_perfetto(header: Mapping[str, Any], records: Iterable[Record], file: IO[str],
-                   highlight: int | None = None) -> None:
+def write_perfetto(
+    header: Mapping[str, Any], records: Iterable[Record], file: IO[str], highlight: int | None = None
+) -> None:
     """The trace as one Chrome trace-event JSON document, one trace event per line."""
     file.write('{"traceEvents":[\n')
     separator = ""
@@ -132,15 +155,18 @@ def path_edges(records: Iterable[Record]) -> Iterator[tuple[int, int, str, Mappi
         yield index, index + 1, f"{record.event['actor']}: {label(record.event)}", record.event
 
 
-def write_dot(header: Mapping[str, Any], records: Iterable[Record], file: IO[str],
-              highlight: int | None = None) -> None:
+def write_dot(
+    header: Mapping[str, Any], records: Iterable[Record], file: IO[str], highlight: int | None = None
+) -> None:
     """The trace's path in Graphviz DOT."""
     title = _dot_string(str(header["protocol"]) + " " + str(header["variant"]))
     file.write(f'digraph {title} {{\n  rankdir=TB;\n  node [shape=circle];\n  0 [label="init"];\n')
     for source, target, text, _ in path_edges(records):
         style = ", color=red, fontcolor=red" if highlight is not None and source == highlight else ""
-        file.write(f"  {target} [label={_dot_string(str(target))}];\n"
-                   f"  {source} -> {target} [label={_dot_string(text)}{style}];\n")
+        file.write(
+            f"  {target} [label={_dot_string(str(target))}];\n"
+            f"  {source} -> {target} [label={_dot_string(text)}{style}];\n"
+        )
     file.write("}\n")
 
 

@@ -36,16 +36,62 @@ _RANK_AT_END = re.compile(r"(\d+)$")
 
 # Opcodes that build containers and scalars; everything else (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
 # INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, buffers) is refused before loading.
-_SAFE_OPCODES = frozenset({
-    "PROTO", "FRAME", "STOP", "MARK", "POP", "POP_MARK", "DUP",
-    "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4", "FLOAT", "BINFLOAT",
-    "NONE", "NEWTRUE", "NEWFALSE",
-    "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8",
-    "BINBYTES", "SHORT_BINBYTES", "BINBYTES8",
-    "EMPTY_LIST", "APPEND", "APPENDS", "LIST", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
-    "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET",
-    "PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET", "MEMOIZE",
-})
+_SAFE_OPCODES = frozenset(
+    {
+        "PROTO",
+        "FRAME",
+        "STOP",
+        "MARK",
+        "POP",
+        "POP_MARK",
+        "DUP",
+        "INT",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG",
+        "LONG1",
+        "LONG4",
+        "FLOAT",
+        "BINFLOAT",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "STRING",
+        "BINSTRING",
+        "SHORT_BINSTRING",
+        "UNICODE",
+        "BINUNICODE",
+        "SHORT_BINUNICODE",
+        "BINUNICODE8",
+        "BINBYTES",
+        "SHORT_BINBYTES",
+        "BINBYTES8",
+        "EMPTY_LIST",
+        "APPEND",
+        "APPENDS",
+        "LIST",
+        "EMPTY_TUPLE",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "EMPTY_DICT",
+        "DICT",
+        "SETITEM",
+        "SETITEMS",
+        "EMPTY_SET",
+        "ADDITEMS",
+        "FROZENSET",
+        "PUT",
+        "BINPUT",
+        "LONG_BINPUT",
+        "GET",
+        "BINGET",
+        "LONG_BINGET",
+        "MEMOIZE",
+    }
+)
 
 
 class FlightRecorderError(ValueError):
@@ -159,8 +205,10 @@ def restricted_loads(data: bytes, origin: str | Path) -> object:
             if opcode.name not in _SAFE_OPCODES:
                 detail = f" {argument!r}" if argument is not None else ""
                 raise FlightRecorderError(
-                    origin, f"refused: the pickle asks for {opcode.name}{detail} at byte {position}; a flight-recorder "
-                    "dump holds only containers and scalars, so lockstep will not import or call anything")
+                    origin,
+                    f"refused: the pickle asks for {opcode.name}{detail} at byte {position}; a flight-recorder "
+                    "dump holds only containers and scalars, so lockstep will not import or call anything",
+                )
     except FlightRecorderError:
         raise
     except Exception as error:  # pickletools raises ValueError (truncated) and others on garbage
@@ -226,7 +274,9 @@ def read_directory(path: str | Path) -> FlightRecorderDirectory:
     if not dumps:
         folders = [name for name in ignored if (path / name).is_dir()]
         hint = f"; try one of its folders: {', '.join(folders)}" if folders else ""
-        raise FlightRecorderError(path, f"no flight-recorder dumps (files named like nccl_trace_rank_0 or rank0.json){hint}")
+        raise FlightRecorderError(
+            path, f"no flight-recorder dumps (files named like nccl_trace_rank_0 or rank0.json){hint}"
+        )
     ordered = tuple(dumps[rank] for rank in sorted(dumps))
     warnings = [warning for dump in ordered for warning in dump.warnings]
     versions = {dump.version for dump in ordered}
@@ -251,16 +301,28 @@ def _dump_from_document(path: Path, rank: int, encoding: Literal["pickle", "json
         raise FlightRecorderError(path, "entries is not a list")
     warnings = []
     if version not in KNOWN_VERSIONS:
-        warnings.append(f"{path.name}: format version {version} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
-                        "read by the fields it has")
+        warnings.append(
+            f"{path.name}: format version {version} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
+            "read by the fields it has"
+        )
     entries = tuple(_entry(path, index, raw, encoding) for index, raw in enumerate(raw_entries))
     if entries and entries[0].record_id > 0:
-        warnings.append(f"{path.name}: the ring buffer wrapped; the oldest {entries[0].record_id} entries are lost "
-                        f"(first record id {entries[0].record_id})")
+        warnings.append(
+            f"{path.name}: the ring buffer wrapped; the oldest {entries[0].record_id} entries are lost "
+            f"(first record id {entries[0].record_id})"
+        )
     library = document.get("comm_lib_version", "")
-    return RankDump(path, rank, encoding, version, library if isinstance(library, str) else str(library),
-                    _groups(path, document.get("pg_config")), _status(document.get("pg_status")), entries,
-                    tuple(warnings))
+    return RankDump(
+        path,
+        rank,
+        encoding,
+        version,
+        library if isinstance(library, str) else str(library),
+        _groups(path, document.get("pg_config")),
+        _status(document.get("pg_status")),
+        entries,
+        tuple(warnings),
+    )
 
 
 def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorderEntry:
@@ -294,21 +356,31 @@ def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorder
         is_p2p = name.partition(":")[2].split(" ")[0] in ("send", "recv")
     retired = raw.get("retired")
     return FlightRecorderEntry(
-        record_id=integer("record_id", index), group_index=integer("pg_id", -1),
-        group_name=group[0], group_description=group[1],
-        collective_sequence=integer("collective_seq_id"), p2p_sequence=integer("p2p_seq_id", 0),
-        operation_index=integer("op_id", 0), profiling_name=name,
-        input_sizes=_sizes(path, where, raw.get("input_sizes", [])), input_dtypes=_dtypes(raw.get("input_dtypes")),
-        output_sizes=_sizes(path, where, raw.get("output_sizes", [])), output_dtypes=_dtypes(raw.get("output_dtypes")),
-        state=state, is_p2p=is_p2p, retired=retired if isinstance(retired, bool) else None,
-        timeout_ms=optional_integer("timeout_ms"), time_created_ns=optional_integer("time_created_ns"),
+        record_id=integer("record_id", index),
+        group_index=integer("pg_id", -1),
+        group_name=group[0],
+        group_description=group[1],
+        collective_sequence=integer("collective_seq_id"),
+        p2p_sequence=integer("p2p_seq_id", 0),
+        operation_index=integer("op_id", 0),
+        profiling_name=name,
+        input_sizes=_sizes(path, where, raw.get("input_sizes", [])),
+        input_dtypes=_dtypes(raw.get("input_dtypes")),
+        output_sizes=_sizes(path, where, raw.get("output_sizes", [])),
+        output_dtypes=_dtypes(raw.get("output_dtypes")),
+        state=state,
+        is_p2p=is_p2p,
+        retired=retired if isinstance(retired, bool) else None,
+        timeout_ms=optional_integer("timeout_ms"),
+        time_created_ns=optional_integer("time_created_ns"),
         frames=_frames(raw.get("frames")),
     )
 
 
 def _sizes(path: Path, where: str, value: object) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)) or not all(
-            isinstance(shape, (list, tuple)) and all(isinstance(size, int) for size in shape) for shape in value):
+        isinstance(shape, (list, tuple)) and all(isinstance(size, int) for size in shape) for shape in value
+    ):
         raise FlightRecorderError(path, f"{where}: sizes are not lists of integers ({value!r})")
     return tuple(tuple(shape) for shape in value)
 
@@ -320,9 +392,15 @@ def _dtypes(value: object) -> tuple[str, ...]:
 def _frames(value: object) -> tuple[Frame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(Frame(str(item.get("name", "?")), str(item.get("filename", "?")),
-                       item["line"] if isinstance(item.get("line"), int) else 0)
-                 for item in value if isinstance(item, dict))
+    return tuple(
+        Frame(
+            str(item.get("name", "?")),
+            str(item.get("filename", "?")),
+            item["line"] if isinstance(item.get("line"), int) else 0,
+        )
+        for item in value
+        if isinstance(item, dict)
+    )
 
 
 def _groups(path: Path, value: object) -> tuple[GroupConfig, ...]:
@@ -348,6 +426,9 @@ def _status(value: object) -> dict[str, dict[str, int]]:
     status: dict[str, dict[str, int]] = {}
     for key, row in value.items():
         if isinstance(row, dict):  # JSON dumps write the numbers as strings
-            status[str(key)] = {str(name): int(number) for name, number in row.items()
-                                if isinstance(number, int) or (isinstance(number, str) and number.lstrip("-").isdigit())}
+            status[str(key)] = {
+                str(name): int(number)
+                for name, number in row.items()
+                if isinstance(number, int) or (isinstance(number, str) and number.lstrip("-").isdigit())
+            }
     return status

@@ -26,9 +26,7 @@ from lockstep.traces.schema import SCHEMA_RESOURCE, EventLine, HeaderLine
 from lockstep.traces.schema import TRACE_FORMAT as TRACE_FORMAT
 from lockstep.traces.schema import TRACE_VERSION as TRACE_VERSION
 
-JSONValue: TypeAlias = (
-    None | bool | int | float | str | Sequence["JSONValue"] | Mapping[str, "JSONValue"]
-)
+JSONValue: TypeAlias = None | bool | int | float | str | Sequence["JSONValue"] | Mapping[str, "JSONValue"]
 """A value allowed in ``parameters``, ``args`` and ``observed``."""
 
 
@@ -118,9 +116,7 @@ def schema() -> dict[str, Any]:
 def encode_line(obj: Mapping[str, Any]) -> str:
     """One compact JSON line ending in '\\n'; NaN, infinities and non-JSON values are refused."""
     try:
-        text = json.dumps(
-            obj, separators=(",", ":"), sort_keys=False, ensure_ascii=False, allow_nan=False
-        )
+        text = json.dumps(obj, separators=(",", ":"), sort_keys=False, ensure_ascii=False, allow_nan=False)
         text.encode("utf-8")
     except (ValueError, TypeError) as error:
         raise TraceFormatError(f"line cannot be written as JSON: {error}") from error

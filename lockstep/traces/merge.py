@@ -105,20 +105,23 @@ class CausalOrder:
                 if last is not None and number != last + 1:
                     return f"complete of {communicator}#{number} by {actor} follows its complete of #{last}", False
                 entered = self.entered
-                missing = sorted(member for member in self.members.get(communicator, ())
-                                 if entered.get((communicator, member), -1) < number)
+                missing = sorted(
+                    member
+                    for member in self.members.get(communicator, ())
+                    if entered.get((communicator, member), -1) < number
+                )
                 if missing:
                     waiting = ", ".join(missing)
                     return f"complete of {communicator}#{number} waits for enter of #{number} by {waiting}", True
         if clock:
             for key, number in clock.items():
                 if key.startswith(SEND_PREFIX):
-                    channel = key[len(SEND_PREFIX):]
+                    channel = key[len(SEND_PREFIX) :]
                     last = self.sent.get(channel, 0)
                     if number != last + 1:
                         return f"send of message {number} on {channel} follows message {last}", False
                 elif key.startswith(RECEIVE_PREFIX):
-                    channel = key[len(RECEIVE_PREFIX):]
+                    channel = key[len(RECEIVE_PREFIX) :]
                     last = self.received.get(channel, 0)
                     if number != last + 1:
                         return f"receive of message {number} on {channel} follows receive {last}", False
@@ -148,9 +151,9 @@ class CausalOrder:
         if clock:
             for key, number in clock.items():
                 if key.startswith(SEND_PREFIX):
-                    self.sent[key[len(SEND_PREFIX):]] = number
+                    self.sent[key[len(SEND_PREFIX) :]] = number
                 elif key.startswith(RECEIVE_PREFIX):
-                    self.received[key[len(RECEIVE_PREFIX):]] = number
+                    self.received[key[len(RECEIVE_PREFIX) :]] = number
 
     @staticmethod
     def _collective(event: dict[str, Any]) -> tuple[str, int] | str:
@@ -255,12 +258,15 @@ class TraceInput:
 
     def _missing_senders(self, waits: list[str]) -> str:
         """A hint naming the senders of awaited messages that no input file holds."""
-        missing = sorted({wait.split(" on ", 1)[1].split(">", 1)[0] for wait in waits if " before its send" in wait}
-                         - self._actors)
+        missing = sorted(
+            {wait.split(" on ", 1)[1].split(">", 1)[0] for wait in waits if " before its send" in wait} - self._actors
+        )
         if not missing:
             return ""
-        return (f" (no file holds the events of {', '.join(missing)}: record every actor that sends messages, "
-                "or merge the files that do)")
+        return (
+            f" (no file holds the events of {', '.join(missing)}: record every actor that sends messages, "
+            "or merge the files that do)"
+        )
 
     def _merged(self) -> Iterator[Record]:
         order = CausalOrder(self._members)
@@ -290,8 +296,12 @@ class TraceInput:
                     first = heads[live[0]]
                     assert first is not None
                     raise TraceInputError(
-                        first.path, first.line, "events out of causal order, no file can go on: " + "; ".join(waits)
-                        + self._missing_senders(waits))
+                        first.path,
+                        first.line,
+                        "events out of causal order, no file can go on: "
+                        + "; ".join(waits)
+                        + self._missing_senders(waits),
+                    )
                 head = heads[chosen]
                 assert head is not None
                 order.accept(head)
@@ -340,7 +350,8 @@ def open_traces(paths: Sequence[str | os.PathLike[str]]) -> TraceInput:
                     trace._actors.add(actor)
                     if first != file:
                         raise TraceInputError(
-                            file, record.line,
+                            file,
+                            record.line,
                             f"actor {actor} also has events in {first}: a merged trace given together with its "
                             "sources, or one actor's file given twice",
                         )

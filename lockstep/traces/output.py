@@ -84,8 +84,11 @@ def write_atomically(target: str | os.PathLike[str], write: Callable[[IO[str]], 
     return Path(target)
 
 
-def write_output(target: str | os.PathLike[str] | None, write: Callable[[IO[str]], object],
-                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+def write_output(
+    target: str | os.PathLike[str] | None,
+    write: Callable[[IO[str]], object],
+    inputs: Iterable[str | os.PathLike[str]] = (),
+) -> None:
     """Fill ``target`` through ``write`` all at once (never over one of ``inputs``), or stdout when
     ``target`` is None: written to a temporary file first, then copied, so a failure prints nothing."""
     if target is not None:

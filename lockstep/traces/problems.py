@@ -46,8 +46,11 @@ def _type_info(line_type: type[msgspec.Struct]) -> inspect.StructType:
 
 def _struct_problems(value: dict[Any, Any], info: inspect.StructType, prefix: str) -> list[str]:
     names = [field.encode_name for field in info.fields]
-    problems = [f"missing field '{prefix}{field.encode_name}'" for field in info.fields
-                if field.required and field.encode_name not in value]
+    problems = [
+        f"missing field '{prefix}{field.encode_name}'"
+        for field in info.fields
+        if field.required and field.encode_name not in value
+    ]
     if info.forbid_unknown_fields:
         problems.extend(f"unexpected field '{prefix}{key}'" for key in value if key not in names)
     for field in info.fields:
@@ -91,9 +94,12 @@ def _fits(value: object, kind: inspect.Type) -> bool:
     """Whether ``value`` has the kind the decoder wants (nested values aside)."""
     kind = _bare(kind)
     if isinstance(kind, inspect.StrType):
-        return (isinstance(value, str) and len(value) >= (kind.min_length or 0)
-                and (kind.max_length is None or len(value) <= kind.max_length)
-                and (kind.pattern is None or re.search(kind.pattern, value) is not None))
+        return (
+            isinstance(value, str)
+            and len(value) >= (kind.min_length or 0)
+            and (kind.max_length is None or len(value) <= kind.max_length)
+            and (kind.pattern is None or re.search(kind.pattern, value) is not None)
+        )
     if isinstance(kind, inspect.IntType):
         return _is_integer(value) and _within(value, kind)
     if isinstance(kind, inspect.LiteralType):
@@ -110,8 +116,12 @@ def _fits(value: object, kind: inspect.Type) -> bool:
 
 
 def _within(value: Any, kind: inspect.IntType) -> bool:
-    return ((kind.ge is None or value >= kind.ge) and (kind.gt is None or value > kind.gt)
-            and (kind.le is None or value <= kind.le) and (kind.lt is None or value < kind.lt))
+    return (
+        (kind.ge is None or value >= kind.ge)
+        and (kind.gt is None or value > kind.gt)
+        and (kind.le is None or value <= kind.le)
+        and (kind.lt is None or value < kind.lt)
+    )
 
 
 def _expected(kind: inspect.Type) -> str:

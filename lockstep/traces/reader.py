@@ -130,7 +130,12 @@ def check_header(obj: object, path: str, line: int = 1) -> dict[str, Any]:
     """The header object, or a ``TraceInputError`` saying what is wrong with it."""
     if isinstance(obj, dict) and "format" not in obj and {"index", "actor", "action"} <= obj.keys():
         raise TraceInputError(path, line, "missing header: the first line is an event, not a lockstep-trace header")
-    if isinstance(obj, dict) and obj.get("format") == TRACE_FORMAT and "version" in obj and obj["version"] != TRACE_VERSION:
+    if (
+        isinstance(obj, dict)
+        and obj.get("format") == TRACE_FORMAT
+        and "version" in obj
+        and obj["version"] != TRACE_VERSION
+    ):
         raise TraceInputError(
             path, line, f"unsupported trace version {obj['version']!r}: this lockstep reads version {TRACE_VERSION}"
         )

@@ -52,8 +52,15 @@ _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=
 class EventRecorder(MessageClocks):
     """The trace file of one actor (one process); safe to share between threads."""
 
-    def __init__(self, actor: str, path: str | os.PathLike[str] | None, header: TraceHeader, *,
-                 fsync: bool = False, check_every_event: bool = False) -> None:
+    def __init__(
+        self,
+        actor: str,
+        path: str | os.PathLike[str] | None,
+        header: TraceHeader,
+        *,
+        fsync: bool = False,
+        check_every_event: bool = False,
+    ) -> None:
         super().__init__()  # send / receive: the message clocks
         self.actor = actor
         self.events = 0
@@ -73,9 +80,15 @@ class EventRecorder(MessageClocks):
             TraceWriter(self.path, header, fsync=fsync).close()
             self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
 
-    def record(self, action: str, args: Mapping[str, JSONValue] | None = None,
-               observed: Mapping[str, JSONValue] | RawObject | None = None, clock: Mapping[str, int] | None = None,
-               actor: str | None = None, flush: bool = True) -> None:
+    def record(
+        self,
+        action: str,
+        args: Mapping[str, JSONValue] | None = None,
+        observed: Mapping[str, JSONValue] | RawObject | None = None,
+        clock: Mapping[str, int] | None = None,
+        actor: str | None = None,
+        flush: bool = True,
+    ) -> None:
         """Write one event (handed to the OS before returning); with no file, only count it.
 
         ``flush=False`` keeps the line to be written in one ``write`` with the next event's line; only
@@ -94,9 +107,15 @@ class EventRecorder(MessageClocks):
                 self._deferred = ""
             self.write_nanoseconds += time.perf_counter_ns() - started
 
-    def _line(self, index: int, action: str, args: Mapping[str, JSONValue] | None,
-              observed: Mapping[str, JSONValue] | RawObject | None, clock: Mapping[str, int] | None,
-              actor: str | None) -> str:
+    def _line(
+        self,
+        index: int,
+        action: str,
+        args: Mapping[str, JSONValue] | None,
+        observed: Mapping[str, JSONValue] | RawObject | None,
+        clock: Mapping[str, int] | None,
+        actor: str | None,
+    ) -> str:
         key = (actor, action, tuple(args.items()) if args else ())
         cacheable = True
         try:
@@ -105,14 +124,18 @@ class EventRecorder(MessageClocks):
             cacheable, prefix = False, None
         try:
             if prefix is None:
-                prefix = f',"actor":{_encode(actor or self.actor)},"action":{_encode(action)},"args":{_encode(args or {})}'
+                prefix = (
+                    f',"actor":{_encode(actor or self.actor)},"action":{_encode(action)},"args":{_encode(args or {})}'
+                )
                 if cacheable:
                     self._prefixes[key] = prefix
             line = f'{{"index":{index}{prefix}'
             if observed is not None:
                 line += f',"observed":{observed if isinstance(observed, RawObject) else _encode(observed)}'
             if clock:
-                line += ',"clock":{' + ",".join(f"{self._key(name)}:{int(value)}" for name, value in clock.items()) + "}"
+                line += (
+                    ',"clock":{' + ",".join(f"{self._key(name)}:{int(value)}" for name, value in clock.items()) + "}"
+                )
         except (TypeError, ValueError) as error:  # NaN, a set, an object JSON cannot carry
             raise TraceFormatError(f"bad trace event {index}: {error}") from None
         line += "}\n"

@@ -46,8 +46,9 @@ Actor = Annotated[
     Meta(
         pattern=ACTOR_PATTERN,
         description="Who acted: a kind word, optionally ':' and an id ('rank:1', 'coordinator', 'group:dp').",
-        extra={"expected": "a string like 'rank:1', 'coordinator' or 'group:dp'"
-                           " (a kind word, optionally ':' and an id)"},
+        extra={
+            "expected": "a string like 'rank:1', 'coordinator' or 'group:dp' (a kind word, optionally ':' and an id)"
+        },
     ),
 ]
 
@@ -82,11 +83,15 @@ class EventLine(Struct, forbid_unknown_fields=True, frozen=True, gc=False):
     actor: Actor
     action: NonEmpty
     args: Annotated[JSONObject, Meta(description="The action's arguments.")]
-    observed: Annotated[JSONObject, Meta(description="Optional projection of the state after the step.")
-                        ] | UnsetType = UNSET
-    clock: Annotated[
-        dict[NonEmpty, NonNegative], Meta(description="Optional per-communicator sequence numbers or vector clock.")
-    ] | UnsetType = UNSET
+    observed: (
+        Annotated[JSONObject, Meta(description="Optional projection of the state after the step.")] | UnsetType
+    ) = UNSET
+    clock: (
+        Annotated[
+            dict[NonEmpty, NonNegative], Meta(description="Optional per-communicator sequence numbers or vector clock.")
+        ]
+        | UnsetType
+    ) = UNSET
 
 
 READER_CHECKS = "x-reader-checks"  # the schema's annotation listing what a reader checks beyond it
@@ -118,8 +123,10 @@ def json_schema() -> dict[str, Any]:
 
     def renamed(value: Any) -> Any:
         if isinstance(value, dict):
-            return {key: ("#/$defs/" + names[item.rsplit("/", 1)[1]] if key == "$ref" else renamed(item))
-                    for key, item in value.items()}
+            return {
+                key: ("#/$defs/" + names[item.rsplit("/", 1)[1]] if key == "$ref" else renamed(item))
+                for key, item in value.items()
+            }
         if isinstance(value, list):
             return [renamed(item) for item in value]
         return value

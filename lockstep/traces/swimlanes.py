@@ -35,8 +35,11 @@ HIGHLIGHT, MEMBERS, RESET = "\x1b[1;31m", "\x1b[35m", "\x1b[0m"
 def printable(text: str) -> str:
     """``text`` with every character a terminal would act on (controls, escapes, bidi overrides) written
     as a Python escape: a trace is data, and drawing it must not move the cursor or recolour the screen."""
-    return text if text.isprintable() else "".join(
-        character if character.isprintable() else ascii(character)[1:-1] for character in text)
+    return (
+        text
+        if text.isprintable()
+        else "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
+    )
 
 
 def cell(event: Mapping[str, Any]) -> str:
@@ -62,8 +65,10 @@ def width_of(text: str) -> int:
     """Terminal cells ``text`` takes: two for wide East Asian characters, none for combining marks."""
     if text.isascii():
         return len(text)
-    return sum(0 if unicodedata.combining(character) else 2 if unicodedata.east_asian_width(character) in "WF" else 1
-               for character in text)
+    return sum(
+        0 if unicodedata.combining(character) else 2 if unicodedata.east_asian_width(character) in "WF" else 1
+        for character in text
+    )
 
 
 def _actor_key(actor: str, order: Mapping[str, int]) -> tuple[int, int, str]:
@@ -88,8 +93,9 @@ class SwimlaneLayout:
         return ["#", *self.actors, *([MIRRORS_TITLE] if self.mirrored else [])]
 
 
-def survey(header: Mapping[str, Any], records: Iterable[Record], mirrors: Mapping[str, str], page_width: int
-           ) -> SwimlaneLayout:
+def survey(
+    header: Mapping[str, Any], records: Iterable[Record], mirrors: Mapping[str, str], page_width: int
+) -> SwimlaneLayout:
     """Read ``records`` once for the picture's shape; ``mirrors`` maps an action to its source functions."""
     order: dict[str, int] = {}
     natural: dict[str, int] = {}
@@ -112,8 +118,9 @@ def survey(header: Mapping[str, Any], records: Iterable[Record], mirrors: Mappin
     actors = sorted(order, key=lambda actor: _actor_key(actor, order))
     ranks = {actor for actor in actors if actor.startswith("rank:")}
     index_width = max(1, len(str(last_index or 0)) + 2)  # room for "✗ "
-    widths = [index_width] + [min(MAX_WIDTH, max(width_of(actor), natural[actor], group_cell if actor in ranks else 0))
-                              for actor in actors]
+    widths = [index_width] + [
+        min(MAX_WIDTH, max(width_of(actor), natural[actor], group_cell if actor in ranks else 0)) for actor in actors
+    ]
     if mirrored:
         widths.append(min(MAX_WIDTH, max([len(MIRRORS_TITLE), *(width_of(text) for text in mirrors.values())])))
     _fit(widths, page_width)
@@ -160,12 +167,17 @@ def _row(cells: list[str], widths: list[int]) -> list[str]:
     height = max(len(lines) for lines in laid_out)
     if height == 1:
         return [SEPARATOR.join(lines[0] for lines in laid_out).rstrip()]
-    return [SEPARATOR.join(lines[line] if line < len(lines) else " " * width for lines, width in zip(laid_out, widths))
-            .rstrip() for line in range(height)]
+    return [
+        SEPARATOR.join(
+            lines[line] if line < len(lines) else " " * width for lines, width in zip(laid_out, widths)
+        ).rstrip()
+        for line in range(height)
+    ]
 
 
-def swimlane_lines(layout: SwimlaneLayout, records: Iterable[Record], highlight: int | None = None
-                   ) -> Iterator[tuple[str, str]]:
+def swimlane_lines(
+    layout: SwimlaneLayout, records: Iterable[Record], highlight: int | None = None
+) -> Iterator[tuple[str, str]]:
     """The picture's lines, one at a time, each with its style: "" plain, "highlight" or "members"."""
     widths = layout.widths
     yield layout.title, ""
@@ -191,8 +203,9 @@ def swimlane_lines(layout: SwimlaneLayout, records: Iterable[Record], highlight:
             yield line, style
 
 
-def write_swimlanes(layout: SwimlaneLayout, records: Iterable[Record], file: IO[str], highlight: int | None = None,
-                    color: bool = False) -> None:
+def write_swimlanes(
+    layout: SwimlaneLayout, records: Iterable[Record], file: IO[str], highlight: int | None = None, color: bool = False
+) -> None:
     """Write the picture to ``file`` as the records arrive; ``color`` adds terminal colours."""
     styles = {"": ("", ""), "highlight": (HIGHLIGHT, RESET), "members": (MEMBERS, RESET)}
     for line, style in swimlane_lines(layout, records, highlight):

@@ -44,9 +44,7 @@ class TraceWriter:
     carry indices 0, 1, 2, ... in order; ``append`` numbers them for you.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], header: TraceHeader, *, fsync: bool = False
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], header: TraceHeader, *, fsync: bool = False) -> None:
         header_json = header.to_json()
         problems = header_problems(header_json)
         if problems:

@@ -146,8 +146,16 @@ def fuzz(
         stopped = f"a failure did not reproduce: {error}"
     finished = time.monotonic()
     result = FuzzResult(
-        machine, FuzzOutcome.NOTHING_FOUND, steps, examples, seed, recorder.runs, recorder.steps, recorder.completed,
-        (recorder.failure_time or finished) - started, finished - started,
+        machine,
+        FuzzOutcome.NOTHING_FOUND,
+        steps,
+        examples,
+        seed,
+        recorder.runs,
+        recorder.steps,
+        recorder.completed,
+        (recorder.failure_time or finished) - started,
+        finished - started,
         witnessed=[prop.name for prop in machine.properties if prop.name in recorder.witnessed],
         unchecked=[prop.name for prop in machine.properties if prop.kind is PropertyKind.LEADS_TO],
         stopped=stopped,

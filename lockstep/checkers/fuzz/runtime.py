@@ -75,12 +75,20 @@ class RuntimeExample:
         return "a hang" if self.outcome == "hang diagnosed" else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"number": self.number, "seed": self.seed, "choices": self.choices, "outcome": self.outcome,
-                "message": self.message, "failure": self.failure, "observed_violation": self.observed_violation,
-                "seconds": round(self.seconds, 3),
-                "trace_dir": self.trace_dir,
-                "replay": None if self.replay is None else {key: self.replay.get(key) for key in
-                                                           ("verdict", "event", "property", "model", "explanation")}}
+        return {
+            "number": self.number,
+            "seed": self.seed,
+            "choices": self.choices,
+            "outcome": self.outcome,
+            "message": self.message,
+            "failure": self.failure,
+            "observed_violation": self.observed_violation,
+            "seconds": round(self.seconds, 3),
+            "trace_dir": self.trace_dir,
+            "replay": None
+            if self.replay is None
+            else {key: self.replay.get(key) for key in ("verdict", "event", "property", "model", "explanation")},
+        }
 
 
 @dataclass
@@ -111,24 +119,47 @@ class RuntimeFuzzResult:
 
     def to_json(self) -> dict[str, Any]:
         seconds = [run.seconds for run in self.runs]
-        return {"protocol": self.protocol, "variant": self.variant, "scenario": self.scenario, "ranks": self.ranks,
-                "engine": "fuzz-runtime", "outcome": self.outcome, "exit_code": self.exit_code, "seed": self.seed,
-                "examples": self.examples, "stopped": self.stopped,
-                "stats": {"runs": len(self.runs), "seconds": round(self.seconds, 3),
-                          "observed_violations": sum(run.observed_violation is not None for run in self.runs),
-                          "pool_starts": self.pool_starts,
-                          "seconds_per_example": round(sum(seconds) / len(seconds), 3) if seconds else None,
-                          "examples_to_failure": None if self.failing is None else self.failing.number},
-                "failing": None if self.failing is None else self.failing.to_json()}
+        return {
+            "protocol": self.protocol,
+            "variant": self.variant,
+            "scenario": self.scenario,
+            "ranks": self.ranks,
+            "engine": "fuzz-runtime",
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "seed": self.seed,
+            "examples": self.examples,
+            "stopped": self.stopped,
+            "stats": {
+                "runs": len(self.runs),
+                "seconds": round(self.seconds, 3),
+                "observed_violations": sum(run.observed_violation is not None for run in self.runs),
+                "pool_starts": self.pool_starts,
+                "seconds_per_example": round(sum(seconds) / len(seconds), 3) if seconds else None,
+                "examples_to_failure": None if self.failing is None else self.failing.number,
+            },
+            "failing": None if self.failing is None else self.failing.to_json(),
+        }
 
 
 Runner = Callable[[Any], Any]  # RunConfig -> launcher.Outcome
 
 
-def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ranks: int | None = None,
-                 settings: Mapping[str, int] | None = None, examples: int = 20, seed: int | None = None,
-                 hang_timeout: float = 5.0, timeout: float | None = None, runner: Runner | None = None,
-                 keep_traces: str | None = None, pooled: bool = True) -> RuntimeFuzzResult:
+def fuzz_runtime(
+    protocol: str,
+    variant: str,
+    *,
+    scenario: str | None = None,
+    ranks: int | None = None,
+    settings: Mapping[str, int] | None = None,
+    examples: int = 20,
+    seed: int | None = None,
+    hang_timeout: float = 5.0,
+    timeout: float | None = None,
+    runner: Runner | None = None,
+    keep_traces: str | None = None,
+    pooled: bool = True,
+) -> RuntimeFuzzResult:
     """Fuzz the runtime of ``protocol``/``variant`` against its model (see the module doc).
 
     ``keep_traces`` names a folder for the failing example's traces (else they are removed).
@@ -155,15 +186,19 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
         raise ValueError(f"the {protocol} runtime runs {', '.join(known.variants)}, not {variant!r}")
     chosen_scenario = scenario or known.fuzz_scenario or known.scenarios[0]
     if chosen_scenario not in known.scenarios or chosen_scenario == "counterexample":
-        raise ValueError(f"{protocol} has no scenario {chosen_scenario!r} to fuzz; choose one of "
-                         f"{', '.join(name for name in known.scenarios if name != 'counterexample')}")
+        raise ValueError(
+            f"{protocol} has no scenario {chosen_scenario!r} to fuzz; choose one of "
+            f"{', '.join(name for name in known.scenarios if name != 'counterexample')}"
+        )
     rank_count = known.default_ranks if ranks is None else ranks
     if not known.ranks[0] <= rank_count <= known.ranks[1]:
         raise ValueError(f"{protocol} runs {known.ranks[0]} to {known.ranks[1]} ranks, got {rank_count}")
     values = {name: setting.default for name, setting in known.settings.items()}
     for name, value in (settings or {}).items():
         if name not in known.settings:
-            raise ValueError(f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})")
+            raise ValueError(
+                f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})"
+            )
         values[name] = int(value)
     actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
     seed = chosen_seed(seed)
@@ -172,15 +207,29 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
     work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
     guardian().protect(directory=work)  # removed even if this process is killed
     pool = RankPool(protocol, rank_count, "gloo", hang_timeout) if runner is None and pooled else None
-    run = runner or (pool.run if pool is not None else lambda config: launch(config, deadline=max(60.0, 6 * hang_timeout)))
+    run = runner or (
+        pool.run if pool is not None else lambda config: launch(config, deadline=max(60.0, 6 * hang_timeout))
+    )
 
-    @hypothesis_settings(max_examples=examples, deadline=None, database=None, derandomize=False,
-                         phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    @hypothesis_settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=False,
+        phases=(Phase.generate,),
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategies.data())
     def example(data: Any) -> None:
         run_seed = data.draw(strategies.integers(0, 2**31 - 1), label="seed")
-        choices = [choice for actor in actors for choice in indexed(
-            actor, data.draw(strategies.lists(strategies.integers(0, INDEX_LIMIT), max_size=MAX_CHOICES), label=actor))]
+        choices = [
+            choice
+            for actor in actors
+            for choice in indexed(
+                actor,
+                data.draw(strategies.lists(strategies.integers(0, INDEX_LIMIT), max_size=MAX_CHOICES), label=actor),
+            )
+        ]
         if result.failing is not None or result.stopped is not None:
             return  # drawn all the same: Hypothesis requires the same draws for the same data
         if timeout is not None and time.monotonic() - started > timeout:
@@ -193,9 +242,17 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
         script.write_text("".join(_json_line(choice.to_json()) for choice in choices), encoding="utf-8")
         trace_dir = folder / "trace"
         trace_dir.mkdir()
-        config = RunConfig(protocol=protocol, variant=variant, scenario=chosen_scenario, ranks=rank_count,
-                           seed=run_seed, timeout=hang_timeout, trace_dir=str(trace_dir), choices=str(script),
-                           extra=dict(values))
+        config = RunConfig(
+            protocol=protocol,
+            variant=variant,
+            scenario=chosen_scenario,
+            ranks=rank_count,
+            seed=run_seed,
+            timeout=hang_timeout,
+            trace_dir=str(trace_dir),
+            choices=str(script),
+            extra=dict(values),
+        )
         began = time.monotonic()
         expected = runtime_expectations(config)  # before the run: the runner may not change the judge
         outcome = run(config)
@@ -203,8 +260,16 @@ def fuzz_runtime(protocol: str, variant: str, *, scenario: str | None = None, ra
             replayed: dict[str, Any] | None = replay_traces(trace_dir, **expected).to_json()
         except (TraceInputError, ValueError) as error:
             replayed = {"verdict": "unreadable", "explanation": {"reason": str(error)}}
-        sample = RuntimeExample(number, run_seed, [choice.to_json() for choice in choices], outcome.outcome,
-                                outcome.message, replayed, time.monotonic() - began, str(trace_dir))
+        sample = RuntimeExample(
+            number,
+            run_seed,
+            [choice.to_json() for choice in choices],
+            outcome.outcome,
+            outcome.message,
+            replayed,
+            time.monotonic() - began,
+            str(trace_dir),
+        )
         result.runs.append(sample)
         if sample.failure is not None:
             result.failing = sample

@@ -109,7 +109,11 @@ class Recorder:
         now = time.monotonic()
         if self.deadline is not None and now > self.deadline:
             raise OutOfTime("timeout")
-        if self.failure_time is not None and self.shrink_seconds is not None and now > self.failure_time + self.shrink_seconds:
+        if (
+            self.failure_time is not None
+            and self.shrink_seconds is not None
+            and now > self.failure_time + self.shrink_seconds
+        ):
             raise OutOfTime("shrink-timeout")
         self.runs += 1
         self.last = Run(initial)
@@ -202,7 +206,9 @@ def _action_rule(position: int, action: Action) -> Callable[..., None]:
     take_action.__name__ = take_action.__qualname__ = _identifier(action.name)
     take_action.__doc__ = action.description
     decorated = rule(data=st.data())(take_action) if action.parameters else rule()(take_action)
-    return precondition(lambda self: len(self.run.steps) < self.recorder.max_steps and bool(self.enabled(position)))(decorated)
+    return precondition(lambda self: len(self.run.steps) < self.recorder.max_steps and bool(self.enabled(position)))(
+        decorated
+    )
 
 
 def _step_or_end(self: _ModelStateMachine, data: Any) -> None:
@@ -280,7 +286,9 @@ def state_machine_for(system: TransitionSystem, recorder: Recorder) -> type[_Mod
         function = _action_rule(position, action)
         namespace[function.__name__] = function
     if END_OF_RUN in namespace or len(namespace) != len(machine.actions) + 2:
-        raise UsageError(f"machine {machine.name}: two actions share a rule name, or one is named {END_OF_RUN!r} (the fuzzer's own)")
+        raise UsageError(
+            f"machine {machine.name}: two actions share a rule name, or one is named {END_OF_RUN!r} (the fuzzer's own)"
+        )
     namespace[END_OF_RUN] = _step_or_end
     for position in safety_positions(machine):
         check = _invariant(machine, position)

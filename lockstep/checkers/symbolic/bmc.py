@@ -135,7 +135,9 @@ class BoundedModelChecker:
                 following = encoding.state(depth + 1)
                 selector = integer_constant(f"action@{depth}")
                 solver.add(to_z3(encoding.domain(following)))
-                solver.add(*[to_z3(constraint) for constraint in encoding.transition(current, following, selector, depth)])
+                solver.add(
+                    *[to_z3(constraint) for constraint in encoding.transition(current, following, selector, depth)]
+                )
                 states.append(following)
                 selectors.append(selector)
                 self.depth_seconds.append(time.monotonic() - depth_started)
@@ -150,12 +152,16 @@ class BoundedModelChecker:
             outcome = outcomes.get(position)
             if outcome is None:
                 if position in unknown or stopped is not None:
-                    outcome = _Outcome(Verdict.INCONCLUSIVE, None, "the solver answered unknown" if position in unknown else "")
+                    outcome = _Outcome(
+                        Verdict.INCONCLUSIVE, None, "the solver answered unknown" if position in unknown else ""
+                    )
                 elif prop.kind is PropertyKind.SOMETIMES:
                     outcome = _Outcome(Verdict.INCONCLUSIVE, None, f"no witness within {self.depth} steps")
                 else:
                     outcome = _Outcome(Verdict.HOLDS_WITHIN_BOUND, None, f"no violation within {self.depth} steps")
-            results.append(PropertyResult(prop.name, prop.kind, outcome.verdict, outcome.path, outcome.detail, prop.builtin))
+            results.append(
+                PropertyResult(prop.name, prop.kind, outcome.verdict, outcome.path, outcome.detail, prop.builtin)
+            )
         stats = Statistics(None, None, max(reached, 0) if stopped else self.depth, time.monotonic() - started)
         return CheckResult(machine, "bmc", results, stats, stopped, [])
 
@@ -174,7 +180,13 @@ class BoundedModelChecker:
             self.solver.set("timeout", milliseconds(min(limits)))
         return True
 
-    def _goal(self, position: int, state: dict[str, Symbolic], steps: list, enabled: Symbolic) -> tuple[Symbolic | None, str]:  # type: ignore[type-arg]
+    def _goal(
+        self,
+        position: int,
+        state: dict[str, Symbolic],
+        steps: list,  # type: ignore[type-arg]
+        enabled: Symbolic,
+    ) -> tuple[Symbolic | None, str]:
         prop = self.machine.properties[position]
         encoding = self.encoding
         if prop.name == IN_BOUNDS:
@@ -190,7 +202,9 @@ class BoundedModelChecker:
             goals.append(conjoin([negate(enabled), negate(encoding.predicate(prop.at_deadlock, state))]))
         return disjoin(goals), kinds
 
-    def _path(self, model: z3.ModelRef, states: list[dict[str, Symbolic]], selectors: list[z3.ExprRef], depth: int) -> Path:
+    def _path(
+        self, model: z3.ModelRef, states: list[dict[str, Symbolic]], selectors: list[z3.ExprRef], depth: int
+    ) -> Path:
         decoded = [self.encoding.decode_state(states[step], model) for step in range(depth + 1)]
         steps = []
         for step in range(depth):
@@ -200,7 +214,9 @@ class BoundedModelChecker:
 
     def _step(self, grounded: Grounded, target: State) -> Step:
         action = self.machine.actions[grounded.action]
-        arguments = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
+        arguments = {
+            parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)
+        }
         return Step(action.name, action.actor_for(arguments), arguments, target)
 
     def _bounds_step(self, path: Path) -> tuple[Path, str]:
@@ -217,10 +233,14 @@ class BoundedModelChecker:
         reference, machine = self.reference, self.machine
         invalid = first_invalid_step(reference, path, ends_out_of_bounds=kind == "bounds")
         if invalid == 0:
-            raise TranslationBug(f"Z3's initial state differs from the machine's: {path.initial} vs {reference.initial()}")
+            raise TranslationBug(
+                f"Z3's initial state differs from the machine's: {path.initial} vs {reference.initial()}"
+            )
         if invalid is not None:
             step = path.steps[invalid - 1]
-            raise TranslationBug(f"step {invalid} ({step.action}{step.arguments}) of the Z3 counterexample is not a step of the model")
+            raise TranslationBug(
+                f"step {invalid} ({step.action}{step.arguments}) of the Z3 counterexample is not a step of the model"
+            )
         current = path.final_state  # (for "bounds" the replay above already checked the last step)
         prop = machine.properties[position]
         if kind == "invariant":

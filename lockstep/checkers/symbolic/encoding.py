@@ -160,7 +160,10 @@ class Encoding:
 
     def initial(self, state: dict[str, Symbolic]) -> Symbolic:
         return conjoin(
-            [equal(state[name], lift_value(variable.initial, variable.sort)) for name, variable in self.machine.variables.items()]
+            [
+                equal(state[name], lift_value(variable.initial, variable.sort))
+                for name, variable in self.machine.variables.items()
+            ]
         )
 
     def predicate(self, expression: Any, state: dict[str, Symbolic]) -> Symbolic:
@@ -171,7 +174,9 @@ class Encoding:
         result: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]] = []
         for grounded in self.grounded:
             action = self.machine.actions[grounded.action]
-            bindings = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
+            bindings = {
+                parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)
+            }
             translator = Translator(state, bindings)
             guard = conjoin([translator.translate(conjunct) for conjunct in action.guard])
             if guard is False:
@@ -209,7 +214,9 @@ class Encoding:
                 chained: Symbolic = old
                 for index, components in changes[name]:
                     candidate = components[component]
-                    if candidate is old or (isinstance(candidate, z3.ExprRef) and isinstance(old, z3.ExprRef) and candidate.eq(old)):
+                    if candidate is old or (
+                        isinstance(candidate, z3.ExprRef) and isinstance(old, z3.ExprRef) and candidate.eq(old)
+                    ):
                         continue
                     chained = ite(selector == index, candidate, chained)
                 constraints.append(equal(new, chained))

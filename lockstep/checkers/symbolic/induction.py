@@ -84,7 +84,9 @@ class Induction:
         started = time.monotonic()
         machine = self.machine
         # Base: BMC up to max_k - 1 steps gives every violation shorter than any k tried.
-        base = BoundedModelChecker(machine, max(self.max_k - 1, 0), solver_timeout=self.solver_timeout, only=self.only).run()
+        base = BoundedModelChecker(
+            machine, max(self.max_k - 1, 0), solver_timeout=self.solver_timeout, only=self.only
+        ).run()
         base_results = {item.name: item for item in base.properties}
         broken = self._strengthening_fails()
         self.base_seconds = time.monotonic() - started
@@ -107,13 +109,27 @@ class Induction:
                     outcome = PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, broken, prop.builtin)
                     break
                 if answer == z3.unsat:
-                    outcome = PropertyResult(prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {k}-induction", prop.builtin)
+                    outcome = PropertyResult(
+                        prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {k}-induction", prop.builtin
+                    )
                     break
                 if answer == z3.unknown:
-                    outcome = PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, f"the solver answered unknown at k={k}", prop.builtin)
+                    outcome = PropertyResult(
+                        prop.name,
+                        prop.kind,
+                        Verdict.INCONCLUSIVE,
+                        None,
+                        f"the solver answered unknown at k={k}",
+                        prop.builtin,
+                    )
                     break
                 outcome = PropertyResult(
-                    prop.name, prop.kind, Verdict.INCONCLUSIVE, path, f"the induction step fails at k={k} (not necessarily reachable)", prop.builtin
+                    prop.name,
+                    prop.kind,
+                    Verdict.INCONCLUSIVE,
+                    path,
+                    f"the induction step fails at k={k} (not necessarily reachable)",
+                    prop.builtin,
                 )
             results.append(outcome)
             self.step_seconds[prop.name] = time.monotonic() - property_started
@@ -135,10 +151,17 @@ class Induction:
             answer, _ = ask(solver)
             solver.pop()
             if answer != z3.unsat:
-                return f"a strengthening invariant fails (or is unknown) on a path of {depth} steps from the initial state"
+                return (
+                    f"a strengthening invariant fails (or is unknown) on a path of {depth} steps from the initial state"
+                )
             following = encoding.state(f"s{depth + 1}")
             solver.add(to_z3(encoding.domain(following)))
-            solver.add(*[to_z3(part) for part in encoding.transition(state, following, integer_constant(f"action@s{depth}"), f"s{depth}")])
+            solver.add(
+                *[
+                    to_z3(part)
+                    for part in encoding.transition(state, following, integer_constant(f"action@s{depth}"), f"s{depth}")
+                ]
+            )
             state = following
         return None
 
@@ -152,7 +175,12 @@ class Induction:
             holds = self._holds(position, state)
             solver.add(to_z3(holds) if index < k else to_z3(negate(holds)))
             if index < k:
-                solver.add(*[to_z3(part) for part in encoding.transition(state, states[index + 1], selectors[index], f"i{index}")])
+                solver.add(
+                    *[
+                        to_z3(part)
+                        for part in encoding.transition(state, states[index + 1], selectors[index], f"i{index}")
+                    ]
+                )
         answer, model = ask(solver)
         if model is None:
             return answer, None
@@ -161,6 +189,8 @@ class Induction:
         for index in range(k):
             grounded = encoding.grounded[integer_of(model.eval(selectors[index], model_completion=True))]
             action = self.machine.actions[grounded.action]
-            arguments = {parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)}
+            arguments = {
+                parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)
+            }
             steps.append(Step(action.name, action.actor_for(arguments), arguments, decoded[index + 1]))
         return answer, Path(decoded[0], tuple(steps))

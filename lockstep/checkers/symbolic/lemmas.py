@@ -46,16 +46,28 @@ def prove(lemma: AnyLemma, *, solver_timeout: float | None = 30.0, search_size: 
         answers = {name: _ask(query, solver_timeout) for name, query in queries.items()}
     seconds = time.monotonic() - started
     if all(answer == z3.unsat for answer in answers.values()):
-        proof = "the conclusion query is unsat" if isinstance(lemma, IntegerLemma) else "base, step and conclusion queries are unsat"
+        proof = (
+            "the conclusion query is unsat"
+            if isinstance(lemma, IntegerLemma)
+            else "base, step and conclusion queries are unsat"
+        )
         return LemmaOutcome(lemma, "proved", seconds, proof)
     failing = ", ".join(name for name, answer in answers.items() if answer != z3.unsat)
     counterexample = lemma.concrete_counterexample(search_size)
     seconds = time.monotonic() - started
     if counterexample is not None:
-        return LemmaOutcome(lemma, "refuted", seconds, f"{failing} query sat; a concrete {'case' if isinstance(lemma, IntegerLemma) else 'list'} breaks it", counterexample)
+        return LemmaOutcome(
+            lemma,
+            "refuted",
+            seconds,
+            f"{failing} query sat; a concrete {'case' if isinstance(lemma, IntegerLemma) else 'list'} breaks it",
+            counterexample,
+        )
     if any(answer == z3.unknown for answer in answers.values()):
         return LemmaOutcome(lemma, "unknown", seconds, f"the solver answered unknown on: {failing}")
-    searched = f"values up to {search_size}" if isinstance(lemma, IntegerLemma) else f"list of up to {search_size} elements"
+    searched = (
+        f"values up to {search_size}" if isinstance(lemma, IntegerLemma) else f"list of up to {search_size} elements"
+    )
     return LemmaOutcome(lemma, "unproved", seconds, f"{failing} query sat but no {searched} breaks it")
 
 
@@ -76,11 +88,23 @@ def _queries(lemma: Lemma) -> dict[str, z3.BoolRef]:
     def invariant(state: dict[str, object], at: object) -> object:
         return Translator(state, {INDEX: at}).translate(lemma.invariant)
 
-    after = {name: Translator(before, {ELEMENT: element, INDEX: index}).translate(expression) for name, expression in lemma.updates.items()}
+    after = {
+        name: Translator(before, {ELEMENT: element, INDEX: index}).translate(expression)
+        for name, expression in lemma.updates.items()
+    }
     conclusion = Translator(before, {SIZE: size}).translate(lemma.conclusion)
     return {
         "base": to_z3(negate(invariant(initial, 0))),
-        "step": to_z3(conjoin([index >= 0, in_sort(lemma.element, element), invariant(before, index), negate(invariant(after, index + 1))])),
+        "step": to_z3(
+            conjoin(
+                [
+                    index >= 0,
+                    in_sort(lemma.element, element),
+                    invariant(before, index),
+                    negate(invariant(after, index + 1)),
+                ]
+            )
+        ),
         "conclusion": to_z3(conjoin([size >= lemma.minimum_size, invariant(before, size), negate(conclusion)])),
     }
 
@@ -88,4 +112,8 @@ def _queries(lemma: Lemma) -> dict[str, z3.BoolRef]:
 def _integer_queries(lemma: IntegerLemma) -> dict[str, z3.BoolRef]:
     values = {name: z3.Int(name) for name in lemma.parameters}
     translator = Translator({}, values)
-    return {"conclusion": to_z3(conjoin([translator.translate(lemma.domain), negate(translator.translate(lemma.conclusion))]))}
+    return {
+        "conclusion": to_z3(
+            conjoin([translator.translate(lemma.domain), negate(translator.translate(lemma.conclusion))])
+        )
+    }

@@ -144,8 +144,17 @@ class Translator:
 
 
 _STRUCTURAL = {
-    Operator.SELECT, Operator.STORE, Operator.LENGTH, Operator.AT, Operator.APPEND, Operator.TAIL,
-    Operator.FIELD, Operator.WITH_FIELD, Operator.RECORD, Operator.SEQUENCE, Operator.MAP,
+    Operator.SELECT,
+    Operator.STORE,
+    Operator.LENGTH,
+    Operator.AT,
+    Operator.APPEND,
+    Operator.TAIL,
+    Operator.FIELD,
+    Operator.WITH_FIELD,
+    Operator.RECORD,
+    Operator.SEQUENCE,
+    Operator.MAP,
 }
 
 
@@ -167,7 +176,9 @@ def _extreme(values: list[Symbolic], *, maximum: bool) -> Symbolic:
     return result
 
 
-def _symbolic_operation(operator: Operator, values: list[Symbolic], expression: Operation, translator: Translator) -> Symbolic:  # noqa: C901
+def _symbolic_operation(
+    operator: Operator, values: list[Symbolic], expression: Operation, translator: Translator
+) -> Symbolic:  # noqa: C901
     arguments = expression.arguments
     match operator:
         case Operator.NOT:

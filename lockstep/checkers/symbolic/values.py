@@ -297,5 +297,3 @@ def declare(sort: Sort, name: str) -> Symbolic:
         slots = tuple(declare(sort.element, f"{name}#{position}") for position in range(sort.capacity))
         return SymbolicSequence(integer_constant(f"{name}.length"), slots)
     raise TranslationError(f"no symbolic value for sort {sort.name}")
-
-

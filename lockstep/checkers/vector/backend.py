@@ -193,7 +193,9 @@ class TorchBackend:
 
         def stack(words: list[Any], count: int) -> Any:
             columns = [
-                word.to(torch.int64) if isinstance(word, torch.Tensor) else torch.full((count,), int(word), dtype=torch.int64, device=device)
+                word.to(torch.int64)
+                if isinstance(word, torch.Tensor)
+                else torch.full((count,), int(word), dtype=torch.int64, device=device)
                 for word in words
             ]
             return torch.stack(columns)
@@ -298,7 +300,9 @@ class TorchBackend:
         return self.group_minimum(values, groups, int(groups[-1].item()) + 1 if len(groups) else 0)
 
     def group_minimum(self, values: Any, groups: Any, count: int) -> Any:
-        least = self.torch.full((count,), self.torch.iinfo(self.torch.int64).max, dtype=self.torch.int64, device=values.device)
+        least = self.torch.full(
+            (count,), self.torch.iinfo(self.torch.int64).max, dtype=self.torch.int64, device=values.device
+        )
         return least.scatter_reduce_(0, groups, values, "amin")
 
 

@@ -3,7 +3,8 @@
 Every process owns the states whose fingerprint is its rank modulo the number of processes. A
 level is expanded where its states live; the distinct successors are sent to their owners with
 one ``all_to_all_single`` (gloo on CPU, NCCL for ``bfs-gpu`` on GPUs, a tensor per level) with
-their discovery keys, and each owner keeps the ones it has not seen: the next level. A state's global id is its local index
+their discovery keys, and each owner keeps the ones it has not seen: the next level. A state's global id is its local
+index
 times the number of processes plus the owner's rank, so parent links cross processes. After each
 level the processes agree (one small ``all_gather_object``) on the totals and on whether to stop:
 a limit on any process, the first violation with ``stop_at_first``, or every property decided.
@@ -101,14 +102,20 @@ class PartitionedSearch(VectorSearch):
         rows = backend.concatenate([keys[None, :], discovery[None, :], states], axis=0)[:, order]
         width = int(rows.shape[0])
         counts = np.bincount(backend.to_numpy(owners).astype(np.int64), minlength=self.world)
-        outgoing = torch.as_tensor(rows.T.reshape(-1) if backend.name == "torch" else np.ascontiguousarray(rows.T).reshape(-1), device=self.exchange_device)
+        outgoing = torch.as_tensor(
+            rows.T.reshape(-1) if backend.name == "torch" else np.ascontiguousarray(rows.T).reshape(-1),
+            device=self.exchange_device,
+        )
         sent = torch.as_tensor(counts, dtype=torch.int64, device=self.exchange_device)
         received = torch.empty_like(sent)
         self.distributed.all_to_all_single(received, sent)
         incoming = received.cpu().tolist()
         buffer = torch.empty(sum(incoming) * width, dtype=torch.int64, device=self.exchange_device)
         self.distributed.all_to_all_single(
-            buffer, outgoing.contiguous(), output_split_sizes=[count * width for count in incoming], input_split_sizes=[int(count) * width for count in counts]
+            buffer,
+            outgoing.contiguous(),
+            output_split_sizes=[count * width for count in incoming],
+            input_split_sizes=[int(count) * width for count in counts],
         )
         table = buffer.reshape(-1, width).T
         if backend.name != "torch":
@@ -186,12 +193,29 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
-def _worker(rank: int, world: int, address: str, machine: Machine, engine: str, device: str | None, options: dict[str, Any], parent: int) -> None:
+def _worker(
+    rank: int,
+    world: int,
+    address: str,
+    machine: Machine,
+    engine: str,
+    device: str | None,
+    options: dict[str, Any],
+    parent: int,
+) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
     _run_rank(rank, world, address, machine, engine, device, options)
 
 
-def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engine: str, device: str | None, options: dict[str, Any]) -> CheckResult:
+def _run_rank(
+    rank: int,
+    world: int,
+    address: str | None,
+    machine: Machine,
+    engine: str,
+    device: str | None,
+    options: dict[str, Any],
+) -> CheckResult:
     import torch.distributed as distributed
 
     gpu = engine == "bfs-gpu" and (device or "cuda").startswith("cuda")
@@ -201,7 +225,9 @@ def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engi
 
         local = int(os.environ.get("LOCAL_RANK", rank))
         if torch.cuda.device_count() <= local:
-            raise UsageError(f"--workers {world} with bfs-gpu needs a GPU per process; {torch.cuda.device_count()} visible")
+            raise UsageError(
+                f"--workers {world} with bfs-gpu needs a GPU per process; {torch.cuda.device_count()} visible"
+            )
         local_device = f"cuda:{local}"
         torch.cuda.set_device(local)
     backend_name = "cpu:gloo,cuda:nccl" if gpu else "gloo"
@@ -210,7 +236,9 @@ def _run_rank(rank: int, world: int, address: str | None, machine: Machine, engi
     else:
         distributed.init_process_group(backend_name, init_method=address, rank=rank, world_size=world)
     try:
-        search = PartitionedSearch(machine, make_backend(engine, local_device), rank=rank, world=world, engine=engine, **options)
+        search = PartitionedSearch(
+            machine, make_backend(engine, local_device), rank=rank, world=world, engine=engine, **options
+        )
         return search.run()
     finally:
         distributed.destroy_process_group()
@@ -229,7 +257,13 @@ def check_distributed(
     progress: Progress | None = None,
 ) -> CheckResult:
     """Check ``machine`` with ``workers`` processes; the caller (every process, under torchrun) gets the result."""
-    options: dict[str, Any] = {"symmetry": symmetry, "compact": compact, "stop_at_first": stop_at_first, "limits": limits, "progress": progress}
+    options: dict[str, Any] = {
+        "symmetry": symmetry,
+        "compact": compact,
+        "stop_at_first": stop_at_first,
+        "limits": limits,
+        "progress": progress,
+    }
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         if world != workers:
@@ -241,7 +275,11 @@ def check_distributed(
     context = multiprocessing.get_context("spawn")
     child_options = {key: value for key, value in options.items() if key != "progress"}
     children = [
-        context.Process(target=_worker, args=(rank, workers, address, machine, engine, device, child_options, os.getpid()), daemon=True)
+        context.Process(
+            target=_worker,
+            args=(rank, workers, address, machine, engine, device, child_options, os.getpid()),
+            daemon=True,
+        )
         for rank in range(1, workers)
     ]
     for child in children:
@@ -252,7 +290,10 @@ def check_distributed(
         result = CheckResult(
             machine,
             engine,
-            [PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, "interrupted", prop.builtin) for prop in machine.properties],
+            [
+                PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, "interrupted", prop.builtin)
+                for prop in machine.properties
+            ],
             Statistics(None, None),
             "interrupted",
         )

@@ -2,7 +2,8 @@
 
 ``compile_kernels`` generates Python source over an array module (numpy or torch; the text is the
 same, the backend supplies ``_where``, ``_minimum``, ``_maximum``, ``_int``, ``_counts``, ``_rows``,
-``_lookup``, ``_less`` and ``_stack``) and returns three functions over a frontier ``W`` of packed states (words x rows):
+``_lookup``, ``_less`` and ``_stack``) and returns three functions over a frontier ``W`` of packed states (words x
+rows):
 
 - ``expand(W)``: for every action x parameter tuple whose guard is not false at compile time, the
   rows where its guard holds and their successors (the parent's words with the updated fields
@@ -64,7 +65,9 @@ class Kernels:
     namespace: dict[str, Any] = field(default_factory=dict)
 
 
-def compile_kernels(machine: Machine, layout: Layout, backend_namespace: Mapping[str, Any], symmetry: bool = False) -> Kernels:
+def compile_kernels(
+    machine: Machine, layout: Layout, backend_namespace: Mapping[str, Any], symmetry: bool = False
+) -> Kernels:
     """Generate and compile the kernels; ``Unsupported`` names a construct that cannot be vectorised."""
     builder = _Builder(machine, layout)
     sources = [builder.expand_source(), builder.predicates_source(), builder.deadlocked_source()]
@@ -144,7 +147,12 @@ class _Builder:
             raise Unsupported(f"{where}: {error}") from None
 
     def _successor_block(
-        self, tuple_id: int, updates: tuple[tuple[str, Expression], ...], bindings: Mapping[str, Value], guard: Scalar, name: str
+        self,
+        tuple_id: int,
+        updates: tuple[tuple[str, Expression], ...],
+        bindings: Mapping[str, Value],
+        guard: Scalar,
+        name: str,
     ) -> list[str]:
         parent = f"P{tuple_id}"
         scope = Scope(parent)
@@ -186,7 +194,11 @@ class _Builder:
             assert offset == last - first == len(old)
         writes = self._writes(translator, parent, changed)
         rows = f"r{tuple_id}"
-        lines = [f"if counts[{tuple_id}]:", f"    {rows} = _rows({guard.code}, N, counts[{tuple_id}])", f"    {parent} = W[:, {rows}]"]
+        lines = [
+            f"if counts[{tuple_id}]:",
+            f"    {rows} = _rows({guard.code}, N, counts[{tuple_id}])",
+            f"    {parent} = W[:, {rows}]",
+        ]
         body = list(scope.lines) + writes
         if error.value is not False:
             body.append(f"errors.append(({tuple_id}, {error.code}, {rows}))")
@@ -195,7 +207,9 @@ class _Builder:
         lines.extend(_indent(body, 1).splitlines())
         return lines
 
-    def _packed(self, translator: Translator, parent: str, origin: Origin, checked: bool) -> tuple[tuple[int, int, str], Scalar]:
+    def _packed(
+        self, translator: Translator, parent: str, origin: Origin, checked: bool
+    ) -> tuple[tuple[int, int, str], Scalar]:
         """The new bits of a sequence's slot region after an append or a tail (where the origin's
         condition holds), as (word, bits cleared, code); and the rows whose appended element leaves its sort."""
         slots = self.layout.sequences[origin.length_leaf]
@@ -205,7 +219,8 @@ class _Builder:
         leaving = FALSE
         length = translator.column(origin.length_leaf)
         if origin.kind == "tail":
-            code = f"(({parent}[{slots.word}] >> {slots.base + slots.stride}) & {region >> (slots.base + slots.stride)}) << {slots.base}"
+            shift = slots.base + slots.stride
+            code = f"(({parent}[{slots.word}] >> {shift}) & {region >> shift}) << {slots.base}"
         else:
             assert origin.element is not None
             parts, constant = [], 0
@@ -222,14 +237,20 @@ class _Builder:
                 else:
                     parts.append(f"({encoded} << {shift})" if shift else encoded)
             bits = " | ".join([*parts, *([str(constant)] if constant or not parts else [])])
-            offset = f"(({length.code} * {slots.stride}) + {slots.base})" if not length.constant else str(int(length.value) * slots.stride + slots.base)  # type: ignore[call-overload]
+            offset = (
+                f"(({length.code} * {slots.stride}) + {slots.base})"
+                if not length.constant
+                else str(int(length.value) * slots.stride + slots.base)  # type: ignore[call-overload]
+            )
             code = f"{current} | (({bits}) << {offset})"
         if origin.condition is not None:
             code = f"_where({origin.condition.code}, {code}, {current})"
             leaving = translator.both(origin.condition, leaving)
         return (slots.word, region, f"({code})"), leaving
 
-    def _writes(self, translator: Translator, target: str, changed: Mapping[int, list[tuple[int, str | int]]]) -> list[str]:
+    def _writes(
+        self, translator: Translator, target: str, changed: Mapping[int, list[tuple[int, str | int]]]
+    ) -> list[str]:
         lines = []
         for word, items in sorted(changed.items()):
             clear = 0
@@ -242,7 +263,9 @@ class _Builder:
                 else:
                     parts.append(bits)
             keep = ((1 << 63) - 1) & ~clear
-            expression = " | ".join([f"({target}[{word}] & {keep})", *([str(constant_bits)] if constant_bits else []), *parts])
+            expression = " | ".join(
+                [f"({target}[{word}] & {keep})", *([str(constant_bits)] if constant_bits else []), *parts]
+            )
             lines.append(f"{target}[{word}] = {expression}")
         return lines
 
@@ -320,7 +343,9 @@ class _Builder:
         """The words of a state whose leaves hold ``leaves``. A leaf that holds another leaf's value
         unchanged is a bit move; moves between the same two words by the same distance are one
         masked shift (a permutation mostly moves whole blocks: a rank's entries of a map)."""
-        reads = {translator.column(position).code: position for position, leaf in enumerate(self.layout.leaves) if leaf.width}
+        reads = {
+            translator.column(position).code: position for position, leaf in enumerate(self.layout.leaves) if leaf.width
+        }
         moves: dict[tuple[int, int, int], int] = {}  # (target word, source word, shift) -> source bits
         per_word: list[list[str]] = [[] for _ in range(self.layout.words)]
         constants = [0] * self.layout.words
@@ -328,7 +353,10 @@ class _Builder:
             if leaf.width == 0:
                 continue
             source = None if value.constant else reads.get(value.code)
-            if source is not None and (self.layout.leaves[source].low, self.layout.leaves[source].width) == (leaf.low, leaf.width):
+            if source is not None and (self.layout.leaves[source].low, self.layout.leaves[source].width) == (
+                leaf.low,
+                leaf.width,
+            ):
                 origin = self.layout.leaves[source]
                 key = (leaf.word, origin.word, leaf.shift - origin.shift)
                 moves[key] = moves.get(key, 0) | (origin.mask << origin.shift)
@@ -340,10 +368,18 @@ class _Builder:
                 per_word[leaf.word].append(encoded)
         for (target, source, distance), bits in moves.items():
             moved = f"(W[{source}] & {bits})"
-            per_word[target].append(moved if distance == 0 else f"({moved} << {distance})" if distance > 0 else f"({moved} >> {-distance})")
-        return [" | ".join([*parts, *([str(constants[word])] if constants[word] or not parts else [])]) for word, parts in enumerate(per_word)]
+            per_word[target].append(
+                moved if distance == 0 else f"({moved} << {distance})" if distance > 0 else f"({moved} >> {-distance})"
+            )
+        return [
+            " | ".join([*parts, *([str(constants[word])] if constants[word] or not parts else [])])
+            for word, parts in enumerate(per_word)
+        ]
 
-def _fit(translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int) -> list[Scalar | Origin]:
+
+def _fit(
+    translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int
+) -> list[Scalar | Origin]:
     """The leaves of ``value`` stored at leaf ``position`` (of ``sort``; None: the sort laid out
     there), sequences cut or padded to capacity, slots past the length reset to the padding when the
     element sorts differ. A sequence derived from the very sequence stored there, whose slots share
@@ -353,7 +389,14 @@ def _fit(translator: Translator, layout: Layout, value: VectorValue, sort: Sort 
     return items
 
 
-def _fit_into(translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int, items: list[Scalar | Origin]) -> int:
+def _fit_into(
+    translator: Translator,
+    layout: Layout,
+    value: VectorValue,
+    sort: Sort | None,
+    position: int,
+    items: list[Scalar | Origin],
+) -> int:
     if isinstance(value, Scalar):
         items.append(value)
         return position + 1
@@ -377,7 +420,10 @@ def _fit_into(translator: Translator, layout: Layout, value: VectorValue, sort: 
         if value.element != element:
             used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
             pads = leaves_of(padding(element))
-            slot_items = [translator.where(used, leaf, pad) if isinstance(leaf, Scalar) else leaf for leaf, pad in zip(slot_items, pads)]  # type: ignore[misc]
+            slot_items = [
+                translator.where(used, leaf, pad) if isinstance(leaf, Scalar) else leaf  # type: ignore[misc]
+                for leaf, pad in zip(slot_items, pads)
+            ]
         items.extend(slot_items)
     return cursor
 
@@ -411,7 +457,9 @@ def _outside(translator: Translator, value: Scalar, low: int, high: int) -> Scal
     return translator.either(below, above)
 
 
-def _permute(translator: Translator, value: VectorValue, sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> VectorValue:
+def _permute(
+    translator: Translator, value: VectorValue, sort: Sort, target: IndexSort, mapping: tuple[int, ...]
+) -> VectorValue:
     """The image of ``value`` (of ``sort``) when the values of ``target`` are renamed by ``mapping``."""
     if sort == target:
         assert isinstance(value, Scalar)
@@ -430,7 +478,12 @@ def _permute(translator: Translator, value: VectorValue, sort: Sort, target: Ind
         return Compound(tuple(parts))
     if isinstance(sort, RecordSort):
         assert isinstance(value, Compound)
-        return Compound(tuple(_permute(translator, part, field_sort, target, mapping) for part, (_, field_sort) in zip(value.parts, sort.fields)))
+        return Compound(
+            tuple(
+                _permute(translator, part, field_sort, target, mapping)
+                for part, (_, field_sort) in zip(value.parts, sort.fields)
+            )
+        )
     if isinstance(sort, SequenceSort):
         assert isinstance(value, Sequence)
         slots = []

@@ -26,7 +26,13 @@ Canonical = Callable[[tuple[int, ...]], tuple[int, ...]]
 class PathBuilder:
     """Rebuilds paths from tuple ids; ``canonical`` maps packed words to their representative."""
 
-    def __init__(self, machine: Machine, layout: Layout, tuples: Sequence[tuple[int, tuple[Value, ...]]], canonical: Canonical | None) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        layout: Layout,
+        tuples: Sequence[tuple[int, tuple[Value, ...]]],
+        canonical: Canonical | None,
+    ) -> None:
         self.machine = machine
         self.layout = layout
         self.tuples = tuples
@@ -40,10 +46,16 @@ class PathBuilder:
     def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
         action, arguments = self.tuples[tuple_id]
         for transition in self.system.transitions(state):
-            if transition.action == action and transition.arguments == arguments and (transition.out_of_bounds is None) == in_bounds:
+            if (
+                transition.action == action
+                and transition.arguments == arguments
+                and (transition.out_of_bounds is None) == in_bounds
+            ):
                 return transition
         name = self.machine.actions[action].name
-        raise ModelError(f"internal error: the vectorised kernels took {name}{arguments}, which evaluate does not enable here")
+        raise ModelError(
+            f"internal error: the vectorised kernels took {name}{arguments}, which evaluate does not enable here"
+        )
 
     def path(self, chain: Sequence[int], extra: int | None = None) -> Path:
         """The path along ``chain`` (tuple ids from the initial state), then ``extra`` (a step that
@@ -65,7 +77,9 @@ class PathBuilder:
                     concrete = transition.target
                     break
             else:
-                raise ModelError("internal error: no concrete step reaches the representative the vectorised engine stored")
+                raise ModelError(
+                    "internal error: no concrete step reaches the representative the vectorised engine stored"
+                )
         if extra is not None:
             leaving = self._fire(representative, extra, in_bounds=False)
             if self.canonical is not None:
@@ -83,7 +97,11 @@ class PathBuilder:
         prop = self.machine.properties[position]
         final = path.final_state
         if deadlock:
-            ok = self.system.is_final(final) if prop.name == NO_DEADLOCK else self.system.holds_at_deadlock(position, final)
+            ok = (
+                self.system.is_final(final)
+                if prop.name == NO_DEADLOCK
+                else self.system.holds_at_deadlock(position, final)
+            )
             confirmed = not self.system.transitions(final) and not ok
         elif prop.name == IN_BOUNDS:
             confirmed = bool(path.steps) and self._leaves_sort(path)
@@ -91,7 +109,9 @@ class PathBuilder:
             holds = self.system.holds(position, final)
             confirmed = holds if prop.kind is PropertyKind.SOMETIMES else not holds
         if not confirmed:
-            raise ModelError(f"internal error: evaluate does not confirm the vectorised engine's result for {prop.name}")
+            raise ModelError(
+                f"internal error: evaluate does not confirm the vectorised engine's result for {prop.name}"
+            )
 
     def _leaves_sort(self, path: Path) -> bool:
         last = path.steps[-1]

@@ -127,13 +127,20 @@ class VectorSearch:
 
     def _initial_state(self) -> Any:
         """The initial state's packed words (its representative, with symmetry), as a frontier."""
-        first = self.backend.array(np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None])
+        first = self.backend.array(
+            np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None]
+        )
         return first if self.kernels.canonical is None else self.kernels.canonical(first)
 
     def _initial(self) -> Any:
         """Store the initial state; return the first frontier."""
         first = self._initial_state()
-        self._store(first, self.backend.fingerprint(first), np.array([self.root], dtype=self.parent_type), np.zeros(1, dtype=self.via_type))
+        self._store(
+            first,
+            self.backend.fingerprint(first),
+            np.array([self.root], dtype=self.parent_type),
+            np.zeros(1, dtype=self.via_type),
+        )
         self._commit()
         return first
 
@@ -153,7 +160,9 @@ class VectorSearch:
                 break
             if self.progress is not None:
                 self.progress(Statistics(self.stored, self.stats.transitions, self.depth, time.monotonic() - started))
-        following_frontier = self.backend.concatenate(following, axis=1) if following else self.backend.empty_words(self.layout.words)
+        following_frontier = (
+            self.backend.concatenate(following, axis=1) if following else self.backend.empty_words(self.layout.words)
+        )
         return following_frontier, stopped
 
     def _should_stop(self, watch: LimitWatch) -> str | None:
@@ -202,7 +211,9 @@ class VectorSearch:
         backend, kernels = self.backend, self.kernels
         blocks, enabled, errors = kernels.expand(frontier)
         if errors:
-            failing = [entry for entry, flagged in zip(errors, backend.flags([mask for _, mask, _ in errors])) if flagged]
+            failing = [
+                entry for entry, flagged in zip(errors, backend.flags([mask for _, mask, _ in errors])) if flagged
+            ]
             if failing:
                 self._model_error(frontier, failing)
         if enabled is not True:
@@ -211,7 +222,9 @@ class VectorSearch:
                 self._deadlocks(frontier[:, dead], base, dead)
         children, keys = [], []
         in_bounds = next(i for i, prop in enumerate(self.machine.properties) if prop.name == IN_BOUNDS)
-        flagged = iter(backend.flags([out_of_bounds for _, _, _, out_of_bounds, _ in blocks if out_of_bounds is not None]))
+        flagged = iter(
+            backend.flags([out_of_bounds for _, _, _, out_of_bounds, _ in blocks if out_of_bounds is not None])
+        )
         for tuple_id, rows, successors, out_of_bounds, count in blocks:
             self.stats.transitions = (self.stats.transitions or 0) + count
             self.fired.add(kernels.tuples[tuple_id][0])
@@ -243,10 +256,18 @@ class VectorSearch:
         states, fingerprints, discovery = states[:, fresh][:, order], fingerprints[fresh][order], discovery[order]
         width = len(self.kernels.tuples) + 1
         keys = backend.to_numpy(discovery)
-        self._store(states, fingerprints, (keys // width).astype(self.parent_type), (keys % width - 1).astype(self.via_type), keys)
+        self._store(
+            states,
+            fingerprints,
+            (keys // width).astype(self.parent_type),
+            (keys % width - 1).astype(self.via_type),
+            keys,
+        )
         return states
 
-    def _store(self, states: Any, fingerprints: Any, parents: np.ndarray, via: np.ndarray, keys: np.ndarray | None = None) -> None:
+    def _store(
+        self, states: Any, fingerprints: Any, parents: np.ndarray, via: np.ndarray, keys: np.ndarray | None = None
+    ) -> None:
         first = self.stored
         self.visited.add(fingerprints, states)
         self.parents.append(parents)
@@ -263,11 +284,15 @@ class VectorSearch:
         for position, (prop, value) in enumerate(zip(self.machine.properties, values)):
             if position in self.found or value is None:
                 continue
-            wanted = value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
+            wanted = (
+                value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
+            )
             row = self._first(wanted)
             if row is not None:
                 key = -1 if keys is None else int(keys[row])
-                self._offer(position, key, _Found(int(self._global(first + row)), depth=self.depth + (0 if keys is None else 1)))
+                self._offer(
+                    position, key, _Found(int(self._global(first + row)), depth=self.depth + (0 if keys is None else 1))
+                )
 
     def _deadlocks(self, states: Any, base: int, rows: Any) -> None:
         values, error = self.kernels.deadlocked(states)
@@ -279,7 +304,9 @@ class VectorSearch:
             row = self._first(~value if not isinstance(value, bool) else not value)
             if row is not None:
                 state = int(self._global(base + int(rows[row])))
-                self._offer(position, state * (len(self.kernels.tuples) + 1), _Found(state, deadlock=True, depth=self.depth))
+                self._offer(
+                    position, state * (len(self.kernels.tuples) + 1), _Found(state, deadlock=True, depth=self.depth)
+                )
 
     def _first(self, mask: Any) -> int | None:
         if isinstance(mask, bool):
@@ -298,7 +325,10 @@ class VectorSearch:
         state = self.layout.decode(self.backend.to_numpy(frontier[:, row]).tolist())
         InterpretedSystem(self.machine).transitions(state)  # raises the reference ModelError
         action, arguments = self.kernels.tuples[tuple_id]
-        raise ModelError(f"internal error: the vectorised kernel of {self.machine.actions[action].name}{arguments} fails where evaluate does not")
+        raise ModelError(
+            f"internal error: the vectorised kernel of {self.machine.actions[action].name}{arguments} fails where "
+            f"evaluate does not"
+        )
 
     def _predicate_error(self, states: Any, error: Any) -> None:
         row = self._first(error)
@@ -347,7 +377,16 @@ class VectorSearch:
         results: list[PropertyResult] = []
         for position, prop in enumerate(machine.properties):
             if prop.kind is PropertyKind.LEADS_TO:
-                results.append(PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, "leads-to is checked by --engine bfs", prop.builtin))
+                results.append(
+                    PropertyResult(
+                        prop.name,
+                        prop.kind,
+                        Verdict.INCONCLUSIVE,
+                        None,
+                        "leads-to is checked by --engine bfs",
+                        prop.builtin,
+                    )
+                )
                 continue
             found = self.found.get(position)
             if found is None:
@@ -359,7 +398,11 @@ class VectorSearch:
             if found.extra is not None:
                 last = path.steps[-1]
                 previous = path.steps[-2].state if len(path.steps) > 1 else path.initial
-                leaving = next(t for t in builder.system.transitions(previous) if t.target == last.state and t.out_of_bounds is not None)
+                leaving = next(
+                    t
+                    for t in builder.system.transitions(previous)
+                    if t.target == last.state and t.out_of_bounds is not None
+                )
                 assert leaving.out_of_bounds is not None
                 detail = bounds_detail(machine, leaving.out_of_bounds, path.final_state)
             results.append(property_verdict(prop, path, detail, complete, bounded))
@@ -373,7 +416,9 @@ class VectorSearch:
                 f"--compact: states are told apart by 64-bit fingerprints; the chance that one was omitted is at most "
                 f"{omission_probability(self.stored):.1e}"
             )
-        return CheckResult(machine, self.engine, results, self.stats, None if stopped == "all-found" else stopped, warnings)
+        return CheckResult(
+            machine, self.engine, results, self.stats, None if stopped == "all-found" else stopped, warnings
+        )
 
     @property
     def bytes_per_state(self) -> float:

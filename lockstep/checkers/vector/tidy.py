@@ -80,5 +80,4 @@ def _free_in_block(lines: list[str], indent: str) -> list[str]:
     return result
 
 
-
 __all__ = ["tidy"]

@@ -45,8 +45,14 @@ from lockstep.spec.layout import Layout, is_scalar
 from lockstep.spec.sorts import MapSort, RecordSort, SequenceSort, Sort, Value
 
 _SYMBOLS = {
-    Operator.EQUAL: "==", Operator.NOT_EQUAL: "!=", Operator.LESS: "<", Operator.LESS_EQUAL: "<=",
-    Operator.GREATER: ">", Operator.GREATER_EQUAL: ">=", Operator.ADD: "+", Operator.SUBTRACT: "-",
+    Operator.EQUAL: "==",
+    Operator.NOT_EQUAL: "!=",
+    Operator.LESS: "<",
+    Operator.LESS_EQUAL: "<=",
+    Operator.GREATER: ">",
+    Operator.GREATER_EQUAL: ">=",
+    Operator.ADD: "+",
+    Operator.SUBTRACT: "-",
     Operator.MULTIPLY: "*",
 }
 _UNBOUND = object()
@@ -55,7 +61,9 @@ _UNBOUND = object()
 class Translator:
     """Translates IR expressions to vector values in one scope, with parameters bound to constants."""
 
-    def __init__(self, layout: Layout, emitter: Emitter, scope: Scope, parameters: Mapping[str, Value] | None = None) -> None:
+    def __init__(
+        self, layout: Layout, emitter: Emitter, scope: Scope, parameters: Mapping[str, Value] | None = None
+    ) -> None:
         self.layout = layout
         self.emitter = emitter
         self.scope = scope
@@ -94,7 +102,9 @@ class Translator:
                 return self.negate(condition)
             return self.emit(f"_where({condition.code}, {then.code}, {otherwise.code})")
         if isinstance(then, Compound) and isinstance(otherwise, Compound):
-            return Compound(tuple(self.where(condition, a, b) for a, b in zip(then.parts, otherwise.parts, strict=True)))
+            return Compound(
+                tuple(self.where(condition, a, b) for a, b in zip(then.parts, otherwise.parts, strict=True))
+            )
         if isinstance(then, Sequence) and isinstance(otherwise, Sequence):
             count = max(len(then.slots), len(otherwise.slots))
             first, second = self.widen(then, count), self.widen(otherwise, count)
@@ -111,17 +121,32 @@ class Translator:
         if otherwise.kind == "read":
             if then.kind == "read":
                 return then
-            return Origin(then.kind, then.length_leaf, then.element, condition if then.condition is None else self.both(condition, then.condition))
+            return Origin(
+                then.kind,
+                then.length_leaf,
+                then.element,
+                condition if then.condition is None else self.both(condition, then.condition),
+            )
         if then.kind == "read":
             negated = self.negate(condition)
-            return Origin(otherwise.kind, otherwise.length_leaf, otherwise.element, negated if otherwise.condition is None else self.both(negated, otherwise.condition))
+            return Origin(
+                otherwise.kind,
+                otherwise.length_leaf,
+                otherwise.element,
+                negated if otherwise.condition is None else self.both(negated, otherwise.condition),
+            )
         return None
 
     def widen(self, sequence: Sequence, count: int) -> Sequence:
         if len(sequence.slots) >= count:
             return sequence
         filler = padding(sequence.element)
-        return Sequence(sequence.length, sequence.slots + tuple(filler for _ in range(count - len(sequence.slots))), sequence.element, sequence.origin)
+        return Sequence(
+            sequence.length,
+            sequence.slots + tuple(filler for _ in range(count - len(sequence.slots))),
+            sequence.element,
+            sequence.origin,
+        )
 
     def negate(self, value: Scalar) -> Scalar:
         if value.constant:
@@ -190,7 +215,9 @@ class Translator:
         """``options[key]`` for a key that is not a constant (rows outside the range: the last)."""
         result = options[-1]
         for position in range(len(options) - 2, -1, -1):
-            result = self.where(self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), options[position], result)
+            result = self.where(
+                self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), options[position], result
+            )
         return result
 
     # ------------------------------------------------------------------------------ translation
@@ -265,7 +292,11 @@ class Translator:
                 for item in scalars:
                     term = item
                     if expression.quantifier is Quantifier.COUNT:
-                        term = Scalar(repr(int(bool(item.value))), int(bool(item.value))) if item.constant else self.emit(f"_int({item.code})")
+                        term = (
+                            Scalar(repr(int(bool(item.value))), int(bool(item.value)))
+                            if item.constant
+                            else self.emit(f"_int({item.code})")
+                        )
                     summed = self.binary(Operator.ADD, summed, term)
                 return summed, error
             case Quantifier.MAXIMUM:
@@ -293,7 +324,9 @@ class Translator:
         if operator is Operator.IMPLIES:
             antecedent, failed = self.scalar(arguments[0])
             consequent, failed_later = self.scalar(arguments[1]) if antecedent.value is not False else (TRUE, FALSE)
-            return self.either(self.negate(antecedent), consequent), self.either(failed, self.both(antecedent, failed_later))
+            return self.either(self.negate(antecedent), consequent), self.either(
+                failed, self.both(antecedent, failed_later)
+            )
         if operator is Operator.IF_THEN_ELSE:
             condition, failed = self.scalar(arguments[0])
             then, then_failed = self.translate(arguments[1]) if condition.value is not False else (None, FALSE)
@@ -303,7 +336,9 @@ class Translator:
                 return otherwise, self.either(failed, else_failed)
             if otherwise is None:
                 return then, self.either(failed, then_failed)
-            error = self.either(failed, self.either(self.both(condition, then_failed), self.both(self.negate(condition), else_failed)))
+            error = self.either(
+                failed, self.either(self.both(condition, then_failed), self.both(self.negate(condition), else_failed))
+            )
             return self.where(condition, then, otherwise), error
         translated = [self.translate(argument) for argument in arguments]
         values = [value for value, _ in translated]
@@ -342,7 +377,8 @@ class Translator:
             return self.negate(scalars[0]), FALSE
         if operator is Operator.NEGATE:
             value = scalars[0]
-            return (Scalar(repr(-value.value), -value.value) if value.constant else self.emit(f"(-{value.code})")), FALSE  # type: ignore[operator]
+            negated = -value.value if value.constant else 0  # type: ignore[operator]
+            return (Scalar(repr(negated), negated) if value.constant else self.emit(f"(-{value.code})")), FALSE
         if operator is Operator.MINIMUM:
             return self.extreme("_minimum", scalars), FALSE
         if operator is Operator.MAXIMUM:
@@ -395,7 +431,9 @@ class Translator:
         )
         return Compound(stored), error
 
-    def _sequence(self, operator: Operator, sequence: Sequence, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:
+    def _sequence(
+        self, operator: Operator, sequence: Sequence, values: list[VectorValue]
+    ) -> tuple[VectorValue, Scalar]:
         length, slots = sequence.length, sequence.slots
         if operator is Operator.LENGTH:
             return length, FALSE
@@ -403,7 +441,8 @@ class Translator:
             position = values[1]
             assert isinstance(position, Scalar)
             error = self.either(
-                self.binary(Operator.LESS, position, Scalar("0", 0)), self.binary(Operator.GREATER_EQUAL, position, length)
+                self.binary(Operator.LESS, position, Scalar("0", 0)),
+                self.binary(Operator.GREATER_EQUAL, position, length),
             )
             if position.constant:
                 assert isinstance(position.value, int)
@@ -421,8 +460,12 @@ class Translator:
                 here = self.binary(Operator.EQUAL, length, Scalar(repr(index), index))
                 grown.append(self.where(here, element, slot))
             origin = sequence.origin
-            derived = Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
-            return Sequence(self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived), FALSE
+            derived = (
+                Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
+            )
+            return Sequence(
+                self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived
+            ), FALSE
         if operator is Operator.TAIL:
             error = self.binary(Operator.LESS_EQUAL, length, Scalar("0", 0))
             if not slots:
@@ -430,9 +473,10 @@ class Translator:
             shifted = (*slots[1:], padding(sequence.element))
             origin = sequence.origin
             derived = Origin("tail", origin.length_leaf) if origin is not None and origin.kind == "read" else None
-            return Sequence(self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived), error
+            return Sequence(
+                self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived
+            ), error
         raise Unsupported(f"operator {operator.value} on a sequence")
-
 
 
 __all__ = ["Translator"]

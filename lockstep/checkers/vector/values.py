@@ -63,7 +63,6 @@ TRUE = Scalar("True", True)
 FALSE = Scalar("False", False)
 
 
-
 def constant_of(value: Value, sort: Sort) -> VectorValue:
     """The vector value of a concrete value of ``sort`` (sequences padded to their capacity)."""
     if is_scalar(sort):
@@ -129,4 +128,18 @@ class Emitter:
         return name
 
 
-__all__ = ["FALSE", "TRUE", "Compound", "Emitter", "Origin", "Scalar", "Scope", "Sequence", "Unsupported", "VectorValue", "constant_of", "leaves_of", "padding"]
+__all__ = [
+    "FALSE",
+    "TRUE",
+    "Compound",
+    "Emitter",
+    "Origin",
+    "Scalar",
+    "Scope",
+    "Sequence",
+    "Unsupported",
+    "VectorValue",
+    "constant_of",
+    "leaves_of",
+    "padding",
+]

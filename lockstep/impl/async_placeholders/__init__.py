@@ -13,11 +13,16 @@ from lockstep.impl.protocols import RuntimeProtocol, Setting
 from lockstep.models.async_placeholders.model import PROTOCOL
 
 RUNTIME = RuntimeProtocol(
-    name="async-placeholders", package="lockstep.impl.async_placeholders", variants=("pre-fix", "post-fix"),
-    scenarios=tuple(instance.name for instance in PROTOCOL.instances), ranks=(1, 1), default_ranks=1,
+    name="async-placeholders",
+    package="lockstep.impl.async_placeholders",
+    variants=("pre-fix", "post-fix"),
+    scenarios=tuple(instance.name for instance in PROTOCOL.instances),
+    ranks=(1, 1),
+    default_ranks=1,
     settings={
         "max_tokens": Setting(4, 1, 8, "outputs of the tracked request (the model's list bound)"),
         "background": Setting(2, 1, 127, "other requests decoding in the batch"),
         "interruptions": Setting(2, 0, 8, "non-producing steps (chunks, skips, preemptions) a run may take"),
     },
-    summary="the last PP rank's runner: -1 placeholders, the async copy and the repair scan")
+    summary="the last PP rank's runner: -1 placeholders, the async copy and the repair scan",
+)

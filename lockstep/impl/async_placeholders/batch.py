@@ -11,7 +11,8 @@ what it did for each row.
 ``AsyncCopy`` is the device-to-host copy of one step's sampled ids: a real tensor copy into a
 CPU tensor, done by the copy thread of ``CopyThread`` when the run's choice source says it
 lands (at once, or only after the next step has been scheduled, unless someone waits for it
-first; an ``inline`` one, as the benchmark's, lands each copy when it is issued); ``wait`` is ``async_copy_ready_event.synchronize()``. On CUDA the copy is a
+first; an ``inline`` one, as the benchmark's, lands each copy when it is issued); ``wait`` is
+``async_copy_ready_event.synchronize()``. On CUDA the copy is a
 ``non_blocking`` copy into pinned memory followed by a CUDA event's synchronize.
 """
 
@@ -104,8 +105,11 @@ class CopyThread(threading.Thread):
                 copy = self.pending.popleft()
             if copy is None:
                 return
-            when = LAND_NOW if self.choices is None else self.choices.choose(
-                self.actor, "copy_lands", (LAND_NOW, LAND_AFTER_SCHEDULE))
+            when = (
+                LAND_NOW
+                if self.choices is None
+                else self.choices.choose(self.actor, "copy_lands", (LAND_NOW, LAND_AFTER_SCHEDULE))
+            )
             if when == LAND_AFTER_SCHEDULE:
                 with self.condition:
                     while not copy.demanded and self.scheduled <= copy.scheduled_when_issued:

@@ -38,8 +38,16 @@ SCHEDULED, EXECUTED = "scheduled", "executed"
 class Engine:
     """One engine core with its last-rank runner; ``run`` returns when the tracked request is done."""
 
-    def __init__(self, variant: str, bounds: ScenarioBounds, background: int, device: torch.device,
-                 recorder: Recorder, status: StatusBoard, choices: ChoiceSource) -> None:
+    def __init__(
+        self,
+        variant: str,
+        bounds: ScenarioBounds,
+        background: int,
+        device: torch.device,
+        recorder: Recorder,
+        status: StatusBoard,
+        choices: ChoiceSource,
+    ) -> None:
         self.bounds, self.recorder, self.status = bounds, recorder, status
         self.scheduler = Scheduler(bounds, background, choices)
         self.copies = CopyThread(choices, "copy")
@@ -49,8 +57,14 @@ class Engine:
         self.steps = 0
         self.error: BaseException | None = None
 
-    def record(self, actor: str, event: str, args: dict[str, Any] | None, observed: dict[str, Any],
-               clock: dict[str, int] | None = None) -> None:
+    def record(
+        self,
+        actor: str,
+        event: str,
+        args: dict[str, Any] | None,
+        observed: dict[str, Any],
+        clock: dict[str, int] | None = None,
+    ) -> None:
         self.recorder.record(RUNTIME_ACTIONS[event], args or {}, observed, clock, actor=actor)
 
     # ------------------------------------------------------------------------ scheduler loop
@@ -78,7 +92,9 @@ class Engine:
                         raise executed
                     sampled = self.copies.demand(executed.copy).tolist()  # get_output(): the copy has landed
                     scheduler.update_from_output(executed.step, executed.rows, sampled)
-                    self.record("scheduler", "update_from_output", None, scheduler.observed(), self.recorder.receive(EXECUTED))
+                    self.record(
+                        "scheduler", "update_from_output", None, scheduler.observed(), self.recorder.receive(EXECUTED)
+                    )
                 else:
                     discarded = scheduler.kv_load_failure()
                     self.record("scheduler", "kv_load_failure", {"discarded": discarded}, scheduler.observed())
@@ -101,12 +117,16 @@ class Engine:
                     return
                 started = time.perf_counter_ns()
                 runner.update_states(step)
-                self.record("runner", "update_states", None, runner.observed(capacity), self.recorder.receive(SCHEDULED))
+                self.record(
+                    "runner", "update_states", None, runner.observed(capacity), self.recorder.receive(SCHEDULED)
+                )
                 runner.sample(step)
                 self.record("runner", "sample", None, {**runner.observed(capacity), **runner.observed_repair()})
                 executed = runner.bookkeeping(step)
                 observed = {**runner.observed(capacity), **runner.observed_previous_row()}
-                self.record("runner", "bookkeeping", {"accepted": executed.accepted}, observed, self.recorder.send(EXECUTED))
+                self.record(
+                    "runner", "bookkeeping", {"accepted": executed.accepted}, observed, self.recorder.send(EXECUTED)
+                )
                 self.status.count(step_ns=self.status.counters.get("step_ns", 0) + time.perf_counter_ns() - started)
                 self.to_scheduler.put(executed)
         except BaseException as error:  # hand it to the scheduler loop, which is waiting for the output

@@ -27,16 +27,26 @@ def scenario_parameters(config: RunConfig) -> dict[str, int]:
 
 def bounds_of(config: RunConfig) -> ScenarioBounds:
     values = scenario_parameters(config)
-    return ScenarioBounds(max_tokens=values["max_tokens"], num_spec_tokens=values["num_spec_tokens"],
-                          history_toggles=values["history_toggles"] == 1, preemptions=values["preemptions"] == 1,
-                          chunked_prefill=values["chunked_prefill"] == 1, kv_load_failures=values["kv_load_failures"],
-                          interruptions=int(config.extra.get("interruptions", 2)))
+    return ScenarioBounds(
+        max_tokens=values["max_tokens"],
+        num_spec_tokens=values["num_spec_tokens"],
+        history_toggles=values["history_toggles"] == 1,
+        preemptions=values["preemptions"] == 1,
+        chunked_prefill=values["chunked_prefill"] == 1,
+        kv_load_failures=values["kv_load_failures"],
+        interruptions=int(config.extra.get("interruptions", 2)),
+    )
 
 
 def model_parameters(config: RunConfig) -> dict[str, Any]:
     values: dict[str, Any] = dict(scenario_parameters(config))
-    values.update(scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout,
-                  background_requests=int(config.extra.get("background", 2)),
-                  interruptions=int(config.extra.get("interruptions", 2)), batch_queue=2)
+    values.update(
+        scenario=config.scenario,
+        seed=config.seed,
+        backend=config.backend,
+        timeout=config.timeout,
+        background_requests=int(config.extra.get("background", 2)),
+        interruptions=int(config.extra.get("interruptions", 2)),
+        batch_queue=2,
+    )
     return values
-

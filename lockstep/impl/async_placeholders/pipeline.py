@@ -26,8 +26,9 @@ VLLM_LOOP = "vllm"  # step_with_batch_queue: schedule while fewer than two steps
 class Pipeline:
     """One variant's scheduler and runner (see the module doc)."""
 
-    def __init__(self, variant: str, bounds: ScenarioBounds, background: int, choices: ChoiceSource,
-                 policy: str | None = None) -> None:
+    def __init__(
+        self, variant: str, bounds: ScenarioBounds, background: int, choices: ChoiceSource, policy: str | None = None
+    ) -> None:
         self.scheduler = Scheduler(bounds, background, choices)
         self.runner = ModelRunner(variant, bounds.num_spec_tokens, torch.device("cpu"), None, choices)
         self.choices, self.policy = choices, policy
@@ -64,4 +65,6 @@ class Pipeline:
 def lists_equal(first: Pipeline, second: Pipeline) -> bool:
     """Whether every request's output list is the same in both pipelines."""
     left, right = first.runner.requests, second.runner.requests
-    return left.keys() == right.keys() and all(left[key].output_token_ids == right[key].output_token_ids for key in left)
+    return left.keys() == right.keys() and all(
+        left[key].output_token_ids == right[key].output_token_ids for key in left
+    )

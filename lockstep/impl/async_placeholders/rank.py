@@ -24,8 +24,15 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     actor = f"rank:{groups.rank}"
     recorder, status, choices = open_process(config, actor)
     status.update("running")
-    engine = Engine(config.variant, bounds_of(config), int(config.extra.get("background", 2)), groups.device,
-                    recorder, status, choices)
+    engine = Engine(
+        config.variant,
+        bounds_of(config),
+        int(config.extra.get("background", 2)),
+        groups.device,
+        recorder,
+        status,
+        choices,
+    )
     engine.run()
     recorder.close()
     status.update("done", steps=engine.steps)

@@ -53,8 +53,15 @@ class Executed:
 class ModelRunner:
     """The runner of one rank (see the module doc); ``device`` holds the sampled ids."""
 
-    def __init__(self, variant: str, num_spec_tokens: int, device: torch.device, copies: CopyThread | None,
-                 choices: ChoiceSource | None, actor: str = "runner") -> None:
+    def __init__(
+        self,
+        variant: str,
+        num_spec_tokens: int,
+        device: torch.device,
+        copies: CopyThread | None,
+        choices: ChoiceSource | None,
+        actor: str = "runner",
+    ) -> None:
         self.copies = copies if copies is not None else CopyThread(None, actor, inline=True)
         self.batch = InputBatch(variant, self.copies if copies is not None else None)
         self.width = 1 + num_spec_tokens
@@ -86,7 +93,7 @@ class ModelRunner:
             else:  # (re-)added: a new list from the scheduler's token ids, aliased by the new row
                 every = entry.all_token_ids
                 assert every is not None, f"{entry.request_id} is re-added without its token ids"
-                state.output_token_ids = list(every[len(every) - count:]) if count else []
+                state.output_token_ids = list(every[len(every) - count :]) if count else []
                 self.batch.add_request(entry.request_id, state.output_token_ids)
             state.prev_num_draft_len = entry.drafts
             if entry.prefill:
@@ -109,15 +116,22 @@ class ModelRunner:
                 accepted = int(self.choices.choose(self.actor, "accepted", [str(count) for count in range(drafts + 1)]))
             self.accepted[request_id] = accepted
         rows = len(self.batch.req_ids)
-        positions = torch.tensor([self.requests[request_id].generated for request_id in self.batch.req_ids],
-                                 dtype=torch.int64, device=self.device).reshape(rows, 1)
-        accepted_counts = torch.tensor([self.accepted[request_id] for request_id in self.batch.req_ids],
-                                       dtype=torch.int64, device=self.device).reshape(rows, 1)
+        positions = torch.tensor(
+            [self.requests[request_id].generated for request_id in self.batch.req_ids],
+            dtype=torch.int64,
+            device=self.device,
+        ).reshape(rows, 1)
+        accepted_counts = torch.tensor(
+            [self.accepted[request_id] for request_id in self.batch.req_ids], dtype=torch.int64, device=self.device
+        ).reshape(rows, 1)
         offsets = torch.arange(self.width, dtype=torch.int64, device=self.device).reshape(1, self.width)
         # The "model": the token at output position p is p. The rejection sampler keeps the
         # accepted drafts and the bonus token; -1 pads the rejected positions.
-        self.sampled = torch.where(offsets <= accepted_counts, positions + offsets,
-                                   torch.full((rows, self.width), PLACEHOLDER, dtype=torch.int64, device=self.device))
+        self.sampled = torch.where(
+            offsets <= accepted_counts,
+            positions + offsets,
+            torch.full((rows, self.width), PLACEHOLDER, dtype=torch.int64, device=self.device),
+        )
 
     # ------------------------------------------------------------------------ _bookkeeping_sync
     def bookkeeping(self, step: Step) -> Executed:
@@ -144,25 +158,40 @@ class ModelRunner:
         ids = [] if state is None else state.output_token_ids
         row = self.batch.req_id_to_index.get(TRACKED)
         aliased = row is None or (state is not None and self.batch.req_output_token_ids[row] is state.output_token_ids)
-        return {"runner.output_token_ids": ids + [PLACEHOLDER] * (capacity - len(ids)), "runner.length": len(ids),
-                "runner.in_batch": row is not None, "runner.batch_aliases_list": aliased,
-                "runner.prev_num_draft_len": 0 if state is None else state.prev_num_draft_len}
+        return {
+            "runner.output_token_ids": ids + [PLACEHOLDER] * (capacity - len(ids)),
+            "runner.length": len(ids),
+            "runner.in_batch": row is not None,
+            "runner.batch_aliases_list": aliased,
+            "runner.prev_num_draft_len": 0 if state is None else state.prev_num_draft_len,
+        }
 
     def observed_repair(self) -> dict[str, object]:
         repair = self.repair
         if repair is None:
-            return {"repair.done": False, "repair.first_placeholder": 0, "repair.written": 0,
-                    "repair.run_length": 0, "repair.scan_steps": 0}
-        return {"repair.done": True, "repair.first_placeholder": repair.first_placeholder,
-                "repair.written": repair.written, "repair.run_length": repair.run_length,
-                "repair.scan_steps": repair.scan_steps}
+            return {
+                "repair.done": False,
+                "repair.first_placeholder": 0,
+                "repair.written": 0,
+                "repair.run_length": 0,
+                "repair.scan_steps": 0,
+            }
+        return {
+            "repair.done": True,
+            "repair.first_placeholder": repair.first_placeholder,
+            "repair.written": repair.written,
+            "repair.run_length": repair.run_length,
+            "repair.scan_steps": repair.scan_steps,
+        }
 
     def observed_previous_row(self) -> dict[str, object]:
         rows = self.batch.prev_req_id_to_index or {}
         state = self.requests.get(TRACKED)
         produced = TRACKED in rows
-        observed: dict[str, object] = {"runner.has_prev_row": produced,
-                                       "runner.sampled_token_ids_cpu": self.batch.sampled_token_ids_cpu is not None}
+        observed: dict[str, object] = {
+            "runner.has_prev_row": produced,
+            "runner.sampled_token_ids_cpu": self.batch.sampled_token_ids_cpu is not None,
+        }
         if produced and state is not None:
             count = self.accepted.get(TRACKED, 0) + 1
             observed.update({"runner.prev_row_start": state.generated - count, "runner.prev_row_count": count})

@@ -60,8 +60,9 @@ class SchedulerRequest:
         outputs = len(self.output_token_ids)
         every = None if self.ran_last_step else tuple(self.prompt_token_ids + self.output_token_ids)
         self.ran_last_step = kind == RUN
-        return ScheduledRequest(self.request_id, kind, chunk, drafts, outputs + self.placeholders, outputs,
-                                self.prefilling, every)
+        return ScheduledRequest(
+            self.request_id, kind, chunk, drafts, outputs + self.placeholders, outputs, self.prefilling, every
+        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,9 @@ class ScenarioBounds:
 class Scheduler:
     """The scheduler of one engine; the tracked request's decisions go through the choice source."""
 
-    def __init__(self, bounds: ScenarioBounds, background: int, choices: ChoiceSource, actor: str = "scheduler") -> None:
+    def __init__(
+        self, bounds: ScenarioBounds, background: int, choices: ChoiceSource, actor: str = "scheduler"
+    ) -> None:
         self.bounds, self.choices, self.actor = bounds, choices, actor
         prompt = [bounds.max_tokens, bounds.max_tokens]  # the model's PROMPT token
         self.tracked = SchedulerRequest(TRACKED, list(prompt))
@@ -93,8 +96,12 @@ class Scheduler:
     # ------------------------------------------------------------------------------ state
     def observed(self) -> dict[str, int | bool]:
         """The model's scheduler variables, for the tracked request."""
-        return {"scheduler.outputs": len(self.tracked.output_token_ids), "scheduler.placeholders": self.tracked.placeholders,
-                "scheduler.prefilling": self.tracked.prefilling, "scheduler.kv_load_failures": self.kv_failures}
+        return {
+            "scheduler.outputs": len(self.tracked.output_token_ids),
+            "scheduler.placeholders": self.tracked.placeholders,
+            "scheduler.prefilling": self.tracked.prefilling,
+            "scheduler.kv_load_failures": self.kv_failures,
+        }
 
     def can_produce(self, drafts: int = 0) -> bool:
         request = self.tracked
@@ -107,8 +114,12 @@ class Scheduler:
             found.append("schedule")
         if self.in_flight > 0:
             found.append("process")
-        if (self.in_flight == 0 and self.kv_failures < self.bounds.kv_load_failures and self.tracked.output_token_ids
-                and self.can_produce()):
+        if (
+            self.in_flight == 0
+            and self.kv_failures < self.bounds.kv_load_failures
+            and self.tracked.output_token_ids
+            and self.can_produce()
+        ):
             found.append("kv_load_failure")
         return found
 
@@ -157,7 +168,7 @@ class Scheduler:
                 continue
             request = self.tracked if entry.request_id == TRACKED else self._background(entry.request_id)
             row = sampled[rows[entry.request_id]]
-            new_ids = row[:valid_count(row)]
+            new_ids = row[: valid_count(row)]
             accepted = len(new_ids) - 1
             if entry.drafts > 0 and request.placeholders > 0:  # the rejected drafts' placeholders
                 request.placeholders -= entry.drafts - accepted
@@ -172,7 +183,7 @@ class Scheduler:
         request = self.tracked
         options = [str(count) for count in (1, 2) if count <= len(request.output_token_ids)]
         discarded = int(self.choices.choose(self.actor, "discarded", options))
-        del request.output_token_ids[len(request.output_token_ids) - discarded:]
+        del request.output_token_ids[len(request.output_token_ids) - discarded :]
         request.prefilling = True
         self.kv_failures += 1
         return discarded

@@ -29,13 +29,19 @@ def _problem(config: RunConfig) -> str | None:
 
 
 RUNTIME = RuntimeProtocol(
-    name="computed-tokens", package="lockstep.impl.computed_tokens", variants=("pre-fix", "post-fix"),
-    scenarios=tuple(instance.name for instance in PROTOCOL.instances), ranks=(1, 3), default_ranks=1,
-    validate=_problem, reproduction="lockstep.impl.computed_tokens.reproduction",
+    name="computed-tokens",
+    package="lockstep.impl.computed_tokens",
+    variants=("pre-fix", "post-fix"),
+    scenarios=tuple(instance.name for instance in PROTOCOL.instances),
+    ranks=(1, 3),
+    default_ranks=1,
+    validate=_problem,
+    reproduction="lockstep.impl.computed_tokens.reproduction",
     settings={
         "requests": Setting(0, 0, 3, "requests (0: the scenario's)"),
         "prefill_len": Setting(0, 0, 8, "prompt tokens of each request (0: the scenario's)"),
         "budget": Setting(0, 0, 8, "max_num_scheduled_tokens per step (0: the scenario's)"),
         "max_tokens": Setting(0, 0, 8, "output tokens per request (0: the scenario's)"),
     },
-    summary="scheduler and V2 runners per PP rank: the CPU mirror and seq_lens_cpu_upper_bound under MTP")
+    summary="scheduler and V2 runners per PP rank: the CPU mirror and seq_lens_cpu_upper_bound under MTP",
+)

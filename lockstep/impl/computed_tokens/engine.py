@@ -77,11 +77,15 @@ class EngineCore(threading.Thread):
                     message = output.recv()
                     finished = scheduler.update_from_output(list(message["num_sampled"]))
                     if finished.number != message["step"]:
-                        raise RuntimeError(f"output of step {message['step']} while updating from step {finished.number}")
+                        raise RuntimeError(
+                            f"output of step {message['step']} while updating from step {finished.number}"
+                        )
                     self.record("update_from_output", self.recorder.receive(OUTPUT))
                 self.status.count(steps=scheduler.steps)
             if not scheduler.finished():
-                raise RuntimeError(f"nothing to schedule or update, but requests are not finished: {scheduler.observed()}")
+                raise RuntimeError(
+                    f"nothing to schedule or update, but requests are not finished: {scheduler.observed()}"
+                )
             for connection in connections.values():
                 connection.send({"shutdown": True})
         except BaseException as error:  # the workers see their connection close and stop
@@ -95,8 +99,17 @@ class EngineCore(threading.Thread):
 class Worker:
     """One rank's worker: its runner, its connection to the engine core, its pipeline neighbours."""
 
-    def __init__(self, variant: str, bounds: Bounds, groups: Groups, connection: Connection, recorder: Recorder,
-                 status: StatusBoard, choices: ChoiceSource, seed: int) -> None:
+    def __init__(
+        self,
+        variant: str,
+        bounds: Bounds,
+        groups: Groups,
+        connection: Connection,
+        recorder: Recorder,
+        status: StatusBoard,
+        choices: ChoiceSource,
+        seed: int,
+    ) -> None:
         self.bounds, self.rank, self.connection = bounds, groups.rank, connection
         self.recorder, self.status, self.choices = recorder, status, choices
         self.actor = f"rank:{self.rank}"
@@ -126,7 +139,9 @@ class Worker:
             else:
                 self.pp_receive(step)
             self.steps += 1
-            self.status.count(steps=self.steps, step_ns=self.status.counters.get("step_ns", 0) + time.perf_counter_ns() - started)
+            self.status.count(
+                steps=self.steps, step_ns=self.status.counters.get("step_ns", 0) + time.perf_counter_ns() - started
+            )
 
     def execute_model(self, step: StepRecord, clock: dict[str, int]) -> Executed:
         runner, rank = self.runner, self.rank
@@ -152,7 +167,8 @@ class Worker:
     def sample_tokens(self, executed: Executed) -> None:
         runner = self.runner
         sampled, rejected, tokens, arguments = runner.sample(
-            executed, lambda point, options: self.choices.choose(self.actor, point, options))
+            executed, lambda point, options: self.choices.choose(self.actor, point, options)
+        )
         runner.postprocess(executed.step, rejected)
         clock = self.recorder.send(OUTPUT)
         for rank in range(self.bounds.ranks - 1):
@@ -172,4 +188,9 @@ class Worker:
         self.status.update("running")
         rejected = [int(value) for value in counts[1].tolist()]
         self.runner.postprocess(step, rejected)
-        self.record("pp_receive", {"rank": self.rank}, self.runner.observed(), self.recorder.receive(f"sampled>rank:{self.rank}"))
+        self.record(
+            "pp_receive",
+            {"rank": self.rank},
+            self.runner.observed(),
+            self.recorder.receive(f"sampled>rank:{self.rank}"),
+        )

@@ -30,14 +30,20 @@ def instance_parameters(config: RunConfig) -> dict[str, int]:
 
 def bounds_of(config: RunConfig) -> Bounds:
     values = instance_parameters(config)
-    return Bounds(requests=values["requests"], prefill_len=values["prefill_len"], budget=values["budget"],
-                  drafts=values["drafts"], max_tokens=values["max_tokens"], max_model_len=values["max_model_len"],
-                  asynchronous=values["async_scheduling"] == 1, padded_rows=values["padded_rows"], ranks=values["ranks"])
+    return Bounds(
+        requests=values["requests"],
+        prefill_len=values["prefill_len"],
+        budget=values["budget"],
+        drafts=values["drafts"],
+        max_tokens=values["max_tokens"],
+        max_model_len=values["max_model_len"],
+        asynchronous=values["async_scheduling"] == 1,
+        padded_rows=values["padded_rows"],
+        ranks=values["ranks"],
+    )
 
 
 def model_parameters(config: RunConfig) -> dict[str, Any]:
     values: dict[str, Any] = dict(instance_parameters(config))
     values.update(scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout)
     return values
-
-

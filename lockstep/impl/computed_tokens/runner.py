@@ -45,8 +45,9 @@ class TinyTarget:
         self.device = device
         self.position_embedding = torch.randn(positions, HIDDEN, generator=generator).to(device)
         self.request_embedding = torch.randn(bounds.requests, HIDDEN, generator=generator).to(device)
-        self.stages = [torch.randn(HIDDEN, HIDDEN, generator=generator).to(device) / HIDDEN ** 0.5
-                       for _ in range(bounds.ranks)]
+        self.stages = [
+            torch.randn(HIDDEN, HIDDEN, generator=generator).to(device) / HIDDEN**0.5 for _ in range(bounds.ranks)
+        ]
         self.head = torch.randn(HIDDEN, VOCABULARY, generator=generator).to(device)
 
     def embed(self, positions: torch.Tensor, requests: torch.Tensor) -> torch.Tensor:
@@ -98,16 +99,22 @@ class ModelRunner:
     # ---------------------------------------------------------------------------- state
     def observed(self) -> dict[str, object]:
         rank = self.rank
-        return {f"runner.num_computed_tokens_np[{rank}]": self.num_computed_tokens_np.tolist(),
-                f"runner.num_computed_tokens[{rank}]": self.num_computed_tokens.tolist(),
-                f"runner.num_computed_prefill_tokens[{rank}]": self.num_computed_prefill_tokens.tolist(),
-                f"runner.prefill_len[{rank}]": self.prefill_len.tolist()}
+        return {
+            f"runner.num_computed_tokens_np[{rank}]": self.num_computed_tokens_np.tolist(),
+            f"runner.num_computed_tokens[{rank}]": self.num_computed_tokens.tolist(),
+            f"runner.num_computed_prefill_tokens[{rank}]": self.num_computed_prefill_tokens.tolist(),
+            f"runner.prefill_len[{rank}]": self.prefill_len.tolist(),
+        }
 
     def observed_metadata(self, metadata: Metadata) -> dict[str, object]:
         rank = self.rank
-        return {f"metadata.real[{rank}]": metadata.real, f"metadata.seq_lens_cpu_upper_bound[{rank}]": metadata.upper,
-                f"metadata.seq_lens[{rank}]": metadata.seq_lens, f"metadata.max_seq_len[{rank}]": metadata.max_seq_len,
-                f"metadata.is_prefilling[{rank}]": metadata.is_prefilling}
+        return {
+            f"metadata.real[{rank}]": metadata.real,
+            f"metadata.seq_lens_cpu_upper_bound[{rank}]": metadata.upper,
+            f"metadata.seq_lens[{rank}]": metadata.seq_lens,
+            f"metadata.max_seq_len[{rank}]": metadata.max_seq_len,
+            f"metadata.is_prefilling[{rank}]": metadata.is_prefilling,
+        }
 
     # ---------------------------------------------------------------------- execute_model
     def update_states(self, step: StepRecord) -> None:
@@ -140,7 +147,8 @@ class ModelRunner:
         for count in num_scheduled.tolist():
             starts.append(starts[-1] + count)
         offsets = torch.arange(starts[-1], device=self.device) - torch.repeat_interleave(
-            torch.tensor(starts[:-1], dtype=torch.int64, device=self.device), device_scheduled)
+            torch.tensor(starts[:-1], dtype=torch.int64, device=self.device), device_scheduled
+        )
         positions = torch.repeat_interleave(self.num_computed_tokens[device_index], device_scheduled) + offsets
         requests = torch.repeat_interleave(device_index, device_scheduled)
         max_seq_len = int(upper.max()) if padded else 0  # FULL graphs: over the padded rows (0 there)
@@ -151,8 +159,13 @@ class ModelRunner:
         for row, slot in enumerate(order):
             real[slot], by_slot_upper[slot], by_slot_seq[slot] = True, int(upper[row]), int(device_lens[row])
         padding = [0] * self.bounds.padded_rows
-        metadata = Metadata(real + [False] * self.bounds.padded_rows, by_slot_upper + [int(value) for value in upper[num_reqs:]],
-                            by_slot_seq + padding, max_seq_len, prefilling)
+        metadata = Metadata(
+            real + [False] * self.bounds.padded_rows,
+            by_slot_upper + [int(value) for value in upper[num_reqs:]],
+            by_slot_seq + padding,
+            max_seq_len,
+            prefilling,
+        )
         return metadata, order, positions, requests, starts
 
     def forward(self, positions: torch.Tensor, requests: torch.Tensor, received: torch.Tensor | None) -> torch.Tensor:
@@ -161,7 +174,9 @@ class ModelRunner:
         return self.target.stage(self.rank, hidden)
 
     # ------------------------------------------------------------------------- sampling
-    def sample(self, executed: Executed, choose: Choose) -> tuple[list[int], list[int], list[list[int]], dict[str, int]]:
+    def sample(
+        self, executed: Executed, choose: Choose
+    ) -> tuple[list[int], list[int], list[list[int]], dict[str, int]]:
         """The last rank: num_sampled, num_rejected per request slot, the sampled ids, the ``accepted`` arguments."""
         bounds = self.bounds
         target = self.target.tokens(executed.hidden)
@@ -187,9 +202,11 @@ class ModelRunner:
             verified = target[indices]  # the target's token after each of those inputs
             accepted = self._accepted(self._propose(verified, forced), verified[:drafts])
             if accepted != forced:
-                raise RuntimeError(f"request {slot}: the rejection sampler accepted {accepted} drafts, the drafter aimed at {forced}")
+                raise RuntimeError(
+                    f"request {slot}: the rejection sampler accepted {accepted} drafts, the drafter aimed at {forced}"
+                )
             sampled[slot], rejected[slot] = accepted + 1, drafts - accepted
-            tokens[slot] = verified[:accepted + 1].tolist()
+            tokens[slot] = verified[: accepted + 1].tolist()
         return sampled, rejected, tokens, arguments
 
     @staticmethod
@@ -211,4 +228,6 @@ class ModelRunner:
         self.num_computed_tokens += (scheduled - torch.tensor(rejected, dtype=torch.int64)).to(self.device)
         if not self.fixed:  # v0.21.0 postprocess (model_runner.py:950)
             self.num_computed_tokens_np += scheduled
-            torch.minimum(self.num_computed_prefill_tokens + scheduled, self.prefill_len, out=self.num_computed_prefill_tokens)
+            torch.minimum(
+                self.num_computed_prefill_tokens + scheduled, self.prefill_len, out=self.num_computed_prefill_tokens
+            )

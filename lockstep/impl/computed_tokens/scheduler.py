@@ -92,12 +92,14 @@ class Scheduler:
     def observed(self) -> dict[str, Any]:
         """The model's scheduler variables (``scheduler.*``), one entry per request."""
         requests = self.requests
-        return {"scheduler.status": [request.status for request in requests],
-                "scheduler.num_computed_tokens": [request.num_computed_tokens for request in requests],
-                "scheduler.num_output_placeholders": [request.num_output_placeholders for request in requests],
-                "scheduler.num_output_tokens": [request.num_output_tokens for request in requests],
-                "scheduler.spec_token_ids": [request.spec_token_ids for request in requests],
-                "scheduler.is_prefill_chunk": [request.is_prefill_chunk for request in requests]}
+        return {
+            "scheduler.status": [request.status for request in requests],
+            "scheduler.num_computed_tokens": [request.num_computed_tokens for request in requests],
+            "scheduler.num_output_placeholders": [request.num_output_placeholders for request in requests],
+            "scheduler.num_output_tokens": [request.num_output_tokens for request in requests],
+            "scheduler.spec_token_ids": [request.spec_token_ids for request in requests],
+            "scheduler.is_prefill_chunk": [request.is_prefill_chunk for request in requests],
+        }
 
     def finished(self) -> bool:
         return all(request.status == FINISHED for request in self.requests)
@@ -108,7 +110,11 @@ class Scheduler:
         if request.status != RUNNING:
             return 0
         computed, placeholders = request.num_computed_tokens, request.num_output_placeholders
-        if bounds.asynchronous and placeholders > 0 and computed + 2 - placeholders >= bounds.prefill_len + bounds.max_tokens:
+        if (
+            bounds.asynchronous
+            and placeholders > 0
+            and computed + 2 - placeholders >= bounds.prefill_len + bounds.max_tokens
+        ):
             return 0  # the step in flight surely reaches max_tokens
         num_tokens = bounds.prefill_len + request.num_output_tokens
         wanted = num_tokens + request.spec_token_ids + placeholders - computed
@@ -116,8 +122,10 @@ class Scheduler:
         return max(wanted, 0)
 
     def anything_to_schedule(self) -> bool:
-        return any(request.status == WAITING or self._running_tokens(request, self.bounds.budget) > 0
-                   for request in self.requests)
+        return any(
+            request.status == WAITING or self._running_tokens(request, self.bounds.budget) > 0
+            for request in self.requests
+        )
 
     def next_move(self) -> str:
         """What ``step_with_batch_queue`` does next: schedule, update from the oldest step, or stop."""
@@ -134,8 +142,12 @@ class Scheduler:
         scheduled, drafts = [0] * len(requests), [0] * len(requests)
         for index, request in enumerate(requests):  # RUNNING requests first
             tokens = self._running_tokens(request, budget)
-            spec_tokens = tokens + request.num_computed_tokens - (bounds.prefill_len + request.num_output_tokens) \
+            spec_tokens = (
+                tokens
+                + request.num_computed_tokens
+                - (bounds.prefill_len + request.num_output_tokens)
                 - request.num_output_placeholders
+            )
             if tokens > 0 and request.spec_token_ids > 0:
                 drafts[index] = max(0, min(request.spec_token_ids, spec_tokens))
             scheduled[index] = tokens
@@ -148,14 +160,22 @@ class Scheduler:
         for index, request in enumerate(requests):
             tokens = scheduled[index]
             in_flight = [step.rows[index] for step in self.unprocessed]
-            rows.append(Row(scheduled=tokens, computed=request.num_computed_tokens, drafts=drafts[index],
-                            new=request.status == WAITING and tokens > 0, allowed=sum(row.drafts for row in in_flight),
-                            alone=not any(row.scheduled > 0 for row in in_flight)))
+            rows.append(
+                Row(
+                    scheduled=tokens,
+                    computed=request.num_computed_tokens,
+                    drafts=drafts[index],
+                    new=request.status == WAITING and tokens > 0,
+                    allowed=sum(row.drafts for row in in_flight),
+                    alone=not any(row.scheduled > 0 for row in in_flight),
+                )
+            )
             if tokens == 0:
                 continue
             # _update_after_schedule (and AsyncScheduler's): advance at schedule time, optimistically.
-            is_chunk = request.num_computed_tokens + tokens < (bounds.prefill_len + request.num_output_tokens
-                                                               + request.num_output_placeholders)
+            is_chunk = request.num_computed_tokens + tokens < (
+                bounds.prefill_len + request.num_output_tokens + request.num_output_placeholders
+            )
             if request.status == WAITING:
                 request.status = RUNNING
             request.num_computed_tokens += tokens
@@ -184,8 +204,9 @@ class Scheduler:
                 request.num_output_placeholders -= rejected
             produced = request.num_output_tokens
             kept = min(sampled, bounds.max_tokens - produced, bounds.max_model_len - bounds.prefill_len - produced)
-            stopped = sampled > 0 and (produced + kept >= bounds.max_tokens
-                                       or bounds.prefill_len + produced + kept >= bounds.max_model_len)
+            stopped = sampled > 0 and (
+                produced + kept >= bounds.max_tokens or bounds.prefill_len + produced + kept >= bounds.max_model_len
+            )
             if bounds.asynchronous:
                 request.num_output_placeholders -= kept
             request.num_output_tokens = produced + kept

@@ -38,15 +38,22 @@ def _problem(config: RunConfig) -> str | None:
 
 
 RUNTIME = RuntimeProtocol(
-    name="cudagraph-pp", package="lockstep.impl.cudagraph_pp",
+    name="cudagraph-pp",
+    package="lockstep.impl.cudagraph_pp",
     variants=("pre-fix", "post-fix", "no-persistent-buffer", "no-copy-in"),
-    scenarios=tuple(SCENARIOS), ranks=(2, 4), default_ranks=2, validate=_problem,
+    scenarios=tuple(SCENARIOS),
+    ranks=(2, 4),
+    default_ranks=2,
+    validate=_problem,
     settings={
         "steps": Setting(2, 1, 3, "scheduled steps (the model's bound is 3)"),
         "largest_capture_size": Setting(3, 1, 8, "largest cudagraph capture size (sizes 1, 2, 4, ... and it)"),
-        "max_num_tokens": Setting(0, 0, 8, "max_num_batched_tokens: persistent buffer rows (0: the largest capture size)"),
+        "max_num_tokens": Setting(
+            0, 0, 8, "max_num_batched_tokens: persistent buffer rows (0: the largest capture size)"
+        ),
         "max_num_reqs": Setting(2, 1, 4, "max_num_seqs"),
         "decode_query_len": Setting(1, 1, 2, "1 + num_speculative_tokens"),
         "hidden_size": Setting(16, 1, 256, "hidden size of the tiny model"),
     },
-    summary="PP stages with CUDA graphs (emulated on CPU), persistent intermediate buffers, copy-in and real p2p")
+    summary="PP stages with CUDA graphs (emulated on CPU), persistent intermediate buffers, copy-in and real p2p",
+)

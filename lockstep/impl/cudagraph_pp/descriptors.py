@@ -17,8 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # cudagraph_mode: (decode mode, mixed mode, separate decode routine), by the model's number.
-MODES = {0: ("FULL", "FULL", False), 1: ("FULL", "PIECEWISE", True), 2: ("PIECEWISE", "PIECEWISE", False),
-         3: ("FULL", "NONE", True)}
+MODES = {
+    0: ("FULL", "FULL", False),
+    1: ("FULL", "PIECEWISE", True),
+    2: ("PIECEWISE", "PIECEWISE", False),
+    3: ("FULL", "NONE", True),
+}
 MODE_NAMES = {0: "FULL", 1: "FULL_AND_PIECEWISE", 2: "PIECEWISE", 3: "FULL_DECODE_ONLY"}
 EAGER = "NONE"
 
@@ -69,8 +73,9 @@ class DescriptorPlan:
     order: list[BatchDescriptor]
 
     @classmethod
-    def build(cls, cudagraph_mode: int, largest: int, max_num_tokens: int, max_num_reqs: int,
-              decode_query_len: int) -> DescriptorPlan:
+    def build(
+        cls, cudagraph_mode: int, largest: int, max_num_tokens: int, max_num_reqs: int, decode_query_len: int
+    ) -> DescriptorPlan:
         decode_mode, mixed_mode, separate = MODES[cudagraph_mode]
         candidates: dict[int, list[BatchDescriptor]] = {}
         for size in capture_sizes(min(largest, max_num_tokens), decode_query_len):
@@ -78,12 +83,20 @@ class DescriptorPlan:
             if separate and decode_query_len <= size <= max_num_reqs * decode_query_len:
                 found.append(BatchDescriptor(decode_mode, size, size // decode_query_len, decode_query_len))
             if mixed_mode != EAGER:
-                found.append(BatchDescriptor(mixed_mode, size, min(size, max_num_reqs) if mixed_mode == "FULL" else None))
+                found.append(
+                    BatchDescriptor(mixed_mode, size, min(size, max_num_reqs) if mixed_mode == "FULL" else None)
+                )
             if found:
                 candidates[size] = found
-        order = [descriptor for mode in ("PIECEWISE", "FULL")
-                 for descriptor in sorted((d for found in candidates.values() for d in found if d.mode == mode),
-                                          key=lambda d: d.num_tokens, reverse=True)]
+        order = [
+            descriptor
+            for mode in ("PIECEWISE", "FULL")
+            for descriptor in sorted(
+                (d for found in candidates.values() for d in found if d.mode == mode),
+                key=lambda d: d.num_tokens,
+                reverse=True,
+            )
+        ]
         return cls(max_num_reqs, decode_query_len, candidates, order)
 
     def dispatch(self, num_tokens: int, num_reqs: int, uniform_decode: bool) -> BatchDescriptor | None:
@@ -93,8 +106,10 @@ class DescriptorPlan:
             return None
         uniform = self.decode_query_len if uniform_decode else None
         for descriptor in self.candidates[bucket]:
-            if ((descriptor.uniform_token_count is None or descriptor.uniform_token_count == uniform)
-                    and (descriptor.num_reqs is None or descriptor.num_reqs >= num_reqs)
-                    and descriptor.num_tokens >= num_tokens):
+            if (
+                (descriptor.uniform_token_count is None or descriptor.uniform_token_count == uniform)
+                and (descriptor.num_reqs is None or descriptor.num_reqs >= num_reqs)
+                and descriptor.num_tokens >= num_tokens
+            ):
                 return descriptor
         return None

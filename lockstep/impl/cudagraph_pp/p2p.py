@@ -76,10 +76,14 @@ class PipelineLink:
         meta = torch.tensor([rows, mask], dtype=torch.int64, device=self.device)
         payload = [tensors[key].contiguous() for key in self.keys if key in tensors]
         works = [dist.isend(meta, destination, group=self.group, tag=META_TAG)]
-        works += [dist.isend(tensor, destination, group=self.group, tag=DATA_TAG + position)
-                  for position, tensor in enumerate(payload)]
+        works += [
+            dist.isend(tensor, destination, group=self.group, tag=DATA_TAG + position)
+            for position, tensor in enumerate(payload)
+        ]
         ack = torch.zeros(1, dtype=torch.int64, device=self.device)
-        self.pending = SendHandles(works, dist.irecv(ack, destination, group=self.group, tag=ACK_TAG), [meta, ack, *payload])
+        self.pending = SendHandles(
+            works, dist.irecv(ack, destination, group=self.group, tag=ACK_TAG), [meta, ack, *payload]
+        )
         self.sent += 1
 
     def wait_sends(self) -> bool:
@@ -103,8 +107,10 @@ class PipelineLink:
         rows, mask = (int(value) for value in meta.tolist())
         present = [key for position, key in enumerate(self.keys) if mask >> position & 1]
         received = {key: torch.empty(rows, self.hidden_size, device=self.device) for key in present}
-        works = [dist.irecv(received[key], source, group=self.group, tag=DATA_TAG + position)
-                 for position, key in enumerate(present)]
+        works = [
+            dist.irecv(received[key], source, group=self.group, tag=DATA_TAG + position)
+            for position, key in enumerate(present)
+        ]
         for work in works:
             self._wait(work, what)
         return received

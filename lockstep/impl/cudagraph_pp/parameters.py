@@ -37,7 +37,12 @@ def graph_kind(config: RunConfig) -> str:
 
 def model_parameters(config: RunConfig) -> dict[str, Any]:
     values: dict[str, Any] = dict(scenario_parameters(config))
-    values.update(scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout,
-                  hidden_size=int(config.extra.get("hidden_size", 16)), graphs=graph_kind(config))
+    values.update(
+        scenario=config.scenario,
+        seed=config.seed,
+        backend=config.backend,
+        timeout=config.timeout,
+        hidden_size=int(config.extra.get("hidden_size", 16)),
+        graphs=graph_kind(config),
+    )
     return values
-

@@ -42,6 +42,11 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
 def write_comparisons(config: RunConfig, actor: str, worker: StageWorker) -> None:
     """``<trace dir or run dir>/rank-N.outputs.json``: each step's output against the eager reference."""
     folder = Path(config.trace_dir or config.run_dir)
-    record = {"actor": actor, "variant": config.variant, "scenario": config.scenario, "steps": worker.comparisons,
-              "equal_to_eager": all(comparison["equal_to_eager"] for comparison in worker.comparisons)}
+    record = {
+        "actor": actor,
+        "variant": config.variant,
+        "scenario": config.scenario,
+        "steps": worker.comparisons,
+        "equal_to_eager": all(comparison["equal_to_eager"] for comparison in worker.comparisons),
+    }
     (folder / (safe_name(actor) + ".outputs.json")).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")

@@ -31,11 +31,17 @@ class Pipeline:
     def __init__(self, seed: int, stages: int, hidden_size: int, device: torch.device) -> None:
         generator = torch.Generator().manual_seed(seed)
         self.stages, self.hidden_size, self.device = stages, hidden_size, device
-        scale = hidden_size ** -0.5
+        scale = hidden_size**-0.5
         self.embedding = torch.randn(VOCABULARY, hidden_size, generator=generator).to(device)
-        self.first = [(torch.randn(hidden_size, hidden_size, generator=generator) * scale).to(device) for _ in range(stages)]
-        self.second = [(torch.randn(hidden_size, hidden_size, generator=generator) * scale).to(device) for _ in range(stages)]
-        self.row_scale = [(1.0 + 0.1 * torch.rand(1, hidden_size, generator=generator)).to(device) for _ in range(stages)]
+        self.first = [
+            (torch.randn(hidden_size, hidden_size, generator=generator) * scale).to(device) for _ in range(stages)
+        ]
+        self.second = [
+            (torch.randn(hidden_size, hidden_size, generator=generator) * scale).to(device) for _ in range(stages)
+        ]
+        self.row_scale = [
+            (1.0 + 0.1 * torch.rand(1, hidden_size, generator=generator)).to(device) for _ in range(stages)
+        ]
         self.bias = [(0.5 + torch.rand(1, hidden_size, generator=generator)).to(device) for _ in range(stages)]
 
     # -------------------------------------------------------------------------------- pieces
@@ -53,8 +59,10 @@ class Pipeline:
 
     def piece_two(self, stage: int, middle: Tensors) -> Tensors:
         """The stage's second piece: the output hidden states and the residual."""
-        return {"hidden_states": torch.tanh(middle["mixed"] + self.bias[stage]) @ self.second[stage],
-                "residual": middle["residual"].clone()}
+        return {
+            "hidden_states": torch.tanh(middle["mixed"] + self.bias[stage]) @ self.second[stage],
+            "residual": middle["residual"].clone(),
+        }
 
     def forward(self, stage: int, inputs: Tensors) -> Tensors:
         """The stage, eagerly: fresh output tensors."""

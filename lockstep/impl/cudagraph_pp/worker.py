@@ -64,8 +64,9 @@ class Batch:
 class StageWorker:
     """One rank's stage (see the module doc); ``run`` does the whole run."""
 
-    def __init__(self, config: RunConfig, groups: Groups, recorder: Recorder, status: StatusBoard,
-                 choices: ChoiceSource) -> None:
+    def __init__(
+        self, config: RunConfig, groups: Groups, recorder: Recorder, status: StatusBoard, choices: ChoiceSource
+    ) -> None:
         values = scenario_parameters(config)
         self.recorder, self.status, self.choices = recorder, status, choices
         self.variant, self.seed = config.variant, config.seed
@@ -80,8 +81,13 @@ class StageWorker:
         self.eager_only = self.variant == PRE_FIX  # v0.18.0: capture_model returns early with PP
         self.persistent_buffer = self.variant not in (PRE_FIX, NO_PERSISTENT_BUFFER)
         self.copies_in = self.persistent_buffer and self.variant != NO_COPY_IN
-        self.plan = DescriptorPlan.build(values["cudagraph_mode"], values["largest_capture_size"], self.max_num_tokens,
-                                         self.max_num_reqs, self.decode_query_len)
+        self.plan = DescriptorPlan.build(
+            values["cudagraph_mode"],
+            values["largest_capture_size"],
+            self.max_num_tokens,
+            self.max_num_reqs,
+            self.decode_query_len,
+        )
         self.labels = ["NONE", *dict.fromkeys(descriptor.label for descriptor in self.plan.order)]
         self.pipeline = Pipeline(config.seed, self.size, hidden_size, self.device)
         self.manager = GraphManager(self.rank, self.pipeline, self.max_num_reqs, graph_kind(config) == "cuda")
@@ -126,19 +132,36 @@ class StageWorker:
         """This step's output against the eager reference of the seeded pipeline."""
         batch = self.batches[step]
         reference = self.pipeline.reference(step_input_ids(self.seed, step, batch.tokens))[self.rank]
-        difference = max(float((output[key][:batch.tokens] - reference[key]).abs().max()) for key in reference)
-        equal = all(torch.allclose(output[key][:batch.tokens], reference[key], atol=TOLERANCE, rtol=TOLERANCE) for key in reference)
-        self.comparisons.append({"step": step, "descriptor": self._label(descriptor), "tokens": batch.tokens,
-                                 "equal_to_eager": equal, "max_abs_difference": difference})
-        self.status.count(eager_equal=sum(c["equal_to_eager"] for c in self.comparisons),
-                          eager_different=sum(not c["equal_to_eager"] for c in self.comparisons))
+        difference = max(float((output[key][: batch.tokens] - reference[key]).abs().max()) for key in reference)
+        equal = all(
+            torch.allclose(output[key][: batch.tokens], reference[key], atol=TOLERANCE, rtol=TOLERANCE)
+            for key in reference
+        )
+        self.comparisons.append(
+            {
+                "step": step,
+                "descriptor": self._label(descriptor),
+                "tokens": batch.tokens,
+                "equal_to_eager": equal,
+                "max_abs_difference": difference,
+            }
+        )
+        self.status.count(
+            eager_equal=sum(c["equal_to_eager"] for c in self.comparisons),
+            eager_different=sum(not c["equal_to_eager"] for c in self.comparisons),
+        )
 
     @staticmethod
     def _label(descriptor: BatchDescriptor | None) -> str:
         return "NONE" if descriptor is None else descriptor.label
 
-    def _record(self, runtime_event: str, observed: dict[str, Any] | None = None, clock: dict[str, int] | None = None,
-                with_rank: bool = True) -> None:
+    def _record(
+        self,
+        runtime_event: str,
+        observed: dict[str, Any] | None = None,
+        clock: dict[str, int] | None = None,
+        with_rank: bool = True,
+    ) -> None:
         args = {"rank": self.rank} if with_rank else {}
         self.recorder.record(RUNTIME_ACTIONS[runtime_event], args, observed=observed, clock=clock)
 
@@ -170,11 +193,16 @@ class StageWorker:
             graph_input[descriptor.label] = self._name(list(captured.graphs[0].input_pointers.values()))
             graph_requests[descriptor.label] = captured.requests
             done = index + 1 == len(order)
-            self._record("capture", {
-                f"graph.input[{self.rank}]": dict(graph_input), f"graph.requests[{self.rank}]": dict(graph_requests),
-                f"manager.output_rows[{self.rank}]": next(iter(self.manager.output.values())).shape[0],
-                f"captured[{self.rank}]": index + 1,
-            }, clock={f"send:captured:{self.rank}>engine": 1} if done else None)
+            self._record(
+                "capture",
+                {
+                    f"graph.input[{self.rank}]": dict(graph_input),
+                    f"graph.requests[{self.rank}]": dict(graph_requests),
+                    f"manager.output_rows[{self.rank}]": next(iter(self.manager.output.values())).shape[0],
+                    f"captured[{self.rank}]": index + 1,
+                },
+                clock={f"send:captured:{self.rank}>engine": 1} if done else None,
+            )
 
     # --------------------------------------------------------------------------------- engine
     def schedule(self) -> None:
@@ -193,7 +221,9 @@ class StageWorker:
     def _draw(self, step: int) -> tuple[int, int, bool]:
         choose = self.choices.choose
         tokens = int(choose("engine", "schedule.tokens", [str(t) for t in range(1, self.max_num_tokens + 1)]))
-        requests = int(choose("engine", "schedule.requests", [str(r) for r in range(1, min(tokens, self.max_num_reqs) + 1)]))
+        requests = int(
+            choose("engine", "schedule.requests", [str(r) for r in range(1, min(tokens, self.max_num_reqs) + 1)])
+        )
         if self.decode_query_len == 1:
             decode = tokens == requests
         else:
@@ -202,8 +232,12 @@ class StageWorker:
         clock = {f"send:schedule>rank:{rank}": step + 1 for rank in range(1, self.size)}
         if step == 0 and not self.eager_only:
             clock.update({f"recv:captured:{rank}>engine": 1 for rank in range(self.size)})
-        self.recorder.record(RUNTIME_ACTIONS["schedule"], {"tokens": tokens, "requests": requests, "decode": decode},
-                             clock=clock, actor="engine")
+        self.recorder.record(
+            RUNTIME_ACTIONS["schedule"],
+            {"tokens": tokens, "requests": requests, "decode": decode},
+            clock=clock,
+            actor="engine",
+        )
         return tokens, requests, decode
 
     # ---------------------------------------------------------------------------------- steps
@@ -216,7 +250,9 @@ class StageWorker:
                 self._first_stage_step(step)
             else:
                 self._stage_step(step)
-            self.status.count(steps=step + 1, step_ns=self.status.counters.get("step_ns", 0) + time.perf_counter_ns() - started)
+            self.status.count(
+                steps=step + 1, step_ns=self.status.counters.get("step_ns", 0) + time.perf_counter_ns() - started
+            )
         self.link.finish()
 
     def _dispatch(self, batch: Batch) -> tuple[BatchDescriptor | None, int]:
@@ -228,13 +264,21 @@ class StageWorker:
         waited = self.link.wait_sends()
         batch = self.batches[step]
         descriptor, rows = self._dispatch(batch)
-        self.input_ids[:batch.tokens].copy_(step_input_ids(self.seed, step, batch.tokens).to(self.device))
+        self.input_ids[: batch.tokens].copy_(step_input_ids(self.seed, step, batch.tokens).to(self.device))
         given = {"input_ids": self.input_ids[:rows]}
         output = self.manager.run(descriptor, given)
         self._compare(step, descriptor, output)
-        self._record("first_forward", {"descriptor[0]": self._label(descriptor), "forward.given[0]": self.address_of(given),
-                                       "forward.step[0]": step, "forward.descriptor[0]": self._label(descriptor)},
-                     clock={"recv:pp-ack:1>0": step} if waited else None, with_rank=False)
+        self._record(
+            "first_forward",
+            {
+                "descriptor[0]": self._label(descriptor),
+                "forward.given[0]": self.address_of(given),
+                "forward.step[0]": step,
+                "forward.descriptor[0]": self._label(descriptor),
+            },
+            clock={"recv:pp-ack:1>0": step} if waited else None,
+            with_rank=False,
+        )
         self._send(step, output)
 
     def _stage_step(self, step: int) -> None:
@@ -243,12 +287,21 @@ class StageWorker:
         received = self.link.irecv_tensor_dict()
         self.received.append(received)
         self._register(received, f"FRESH_{step}")
-        clock = {f"recv:pp:{rank - 1}>{rank}": step + 1, f"recv:schedule>rank:{rank}": step + 1,
-                 f"send:pp-ack:{rank}>{rank - 1}": step + 1}
+        clock = {
+            f"recv:pp:{rank - 1}>{rank}": step + 1,
+            f"recv:schedule>rank:{rank}": step + 1,
+            f"send:pp-ack:{rank}>{rank - 1}": step + 1,
+        }
         if waited:
             clock[f"recv:pp-ack:{rank + 1}>{rank}"] = step
-        self._record("receive", {f"received.keys[{rank}]": {key: key in received for key in KEYS},
-                                 f"received.rows[{rank}]": next(iter(received.values())).shape[0]}, clock)
+        self._record(
+            "receive",
+            {
+                f"received.keys[{rank}]": {key: key in received for key in KEYS},
+                f"received.rows[{rank}]": next(iter(received.values())).shape[0],
+            },
+            clock,
+        )
         self.link.send_ack()
         batch = self.batches[step]
         descriptor, rows = self._dispatch(batch)
@@ -258,7 +311,9 @@ class StageWorker:
                 for key, tensor in self.persistent.items():
                     tensor[:rows].copy_(received[key][:rows])
             given = {key: tensor[:rows] for key, tensor in self.persistent.items()}
-            observed[f"persistent[{rank}]"] = {key: self.data_of(tensor, key) for key, tensor in self.persistent.items()}
+            observed[f"persistent[{rank}]"] = {
+                key: self.data_of(tensor, key) for key, tensor in self.persistent.items()
+            }
         else:  # v0.18.0: the received tensors go straight to the model
             given = {key: tensor[:rows] for key, tensor in received.items()}
         self._record("prepare_inputs", observed)
@@ -266,14 +321,27 @@ class StageWorker:
         data = {key: self.data_of(reads[key], key) for key in KEYS}
         output = self.manager.run(descriptor, given)
         self._compare(step, descriptor, output)
-        self._record("forward", {f"forward.given[{rank}]": self.address_of(given), f"forward.data[{rank}]": data,
-                                 f"forward.step[{rank}]": step, f"forward.descriptor[{rank}]": self._label(descriptor)})
+        self._record(
+            "forward",
+            {
+                f"forward.given[{rank}]": self.address_of(given),
+                f"forward.data[{rank}]": data,
+                f"forward.step[{rank}]": step,
+                f"forward.descriptor[{rank}]": self._label(descriptor),
+            },
+        )
         if rank < self.last:
             self._send(step, output)
 
     def _send(self, step: int, output: Tensors) -> None:
         rank = self.rank
-        self._record("send", {f"send.source[{rank}]": self.address_of(output),
-                              f"send.rows[{rank}]": next(iter(output.values())).shape[0], f"send.step[{rank}]": step},
-                     clock={f"send:pp:{rank}>{rank + 1}": step + 1})
+        self._record(
+            "send",
+            {
+                f"send.source[{rank}]": self.address_of(output),
+                f"send.rows[{rank}]": next(iter(output.values())).shape[0],
+                f"send.step[{rank}]": step,
+            },
+            clock={f"send:pp:{rank}>{rank + 1}": step + 1},
+        )
         self.link.isend_tensor_dict(output)

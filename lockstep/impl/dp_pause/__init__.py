@@ -24,7 +24,15 @@ def _problem(config: RunConfig) -> str | None:
 
 
 RUNTIME = RuntimeProtocol(
-    name="dp-pause", package="lockstep.impl.dp_pause", variants=("pre-fix", "post-fix"),
-    scenarios=("issue-36594", "random", "counterexample"), ranks=(2, 8), default_ranks=2, validate=_problem,
-    reproduction="lockstep.impl.dp_pause.reproduction", fuzz_scenario="random", helper_actors=("client", "coordinator"),
-    summary="DP engine cores, coordinator and client; engine- and worker-level all-reduces")
+    name="dp-pause",
+    package="lockstep.impl.dp_pause",
+    variants=("pre-fix", "post-fix"),
+    scenarios=("issue-36594", "random", "counterexample"),
+    ranks=(2, 8),
+    default_ranks=2,
+    validate=_problem,
+    reproduction="lockstep.impl.dp_pause.reproduction",
+    fuzz_scenario="random",
+    helper_actors=("client", "coordinator"),
+    summary="DP engine cores, coordinator and client; engine- and worker-level all-reduces",
+)

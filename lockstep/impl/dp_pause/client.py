@@ -70,11 +70,20 @@ class Client:
         self.resumes, self.resume_round = int(config.extra.get("resumes", 1)), 0
 
     def observed(self) -> dict[str, Any]:
-        return {"client.phase": self.phase, "client.engines_running": self.engines_running,
-                "client.current_wave": self.current_wave, "client.requests_sent": self.sent}
+        return {
+            "client.phase": self.phase,
+            "client.engines_running": self.engines_running,
+            "client.current_wave": self.current_wave,
+            "client.requests_sent": self.sent,
+        }
 
-    def record(self, event: str, args: dict[str, Any] | None = None, clock: dict[str, int] | None = None,
-               observed: dict[str, Any] | None = None) -> None:
+    def record(
+        self,
+        event: str,
+        args: dict[str, Any] | None = None,
+        clock: dict[str, int] | None = None,
+        observed: dict[str, Any] | None = None,
+    ) -> None:
         self.recorder.record(RUNTIME_ACTIONS[event], args or {}, observed or self.observed(), clock)
 
     def receive(self, what: str) -> None:
@@ -99,9 +108,16 @@ class Client:
         if self.published is None:
             return
         wave, running = self.published
-        if (wave, running) != (self.current_wave, self.engines_running) and self.sent < self.config.requests + self.late:
+        if (wave, running) != (
+            self.current_wave,
+            self.engines_running,
+        ) and self.sent < self.config.requests + self.late:
             self.current_wave, self.engines_running = wave, running
-            self.record("client_read_publication", {}, self.recorder.receive(f"coordinator>client:publication-{self.publication}"))
+            self.record(
+                "client_read_publication",
+                {},
+                self.recorder.receive(f"coordinator>client:publication-{self.publication}"),
+            )
 
     def order(self, point: str, remaining: list[int]) -> list[int]:
         left, chosen = [str(rank) for rank in remaining], []

@@ -69,8 +69,17 @@ class PauseInFlight(RuntimeError):
 class DPEngineCoreProc:
     """The engine core of one rank; ``run_busy_loop`` returns when the client shut it down."""
 
-    def __init__(self, config: RunConfig, groups: Groups, client: Connection, coordinator: Connection,
-                 recorder: Recorder, status: StatusBoard, choices: ChoiceSource, arrivals: Arrivals) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        groups: Groups,
+        client: Connection,
+        coordinator: Connection,
+        recorder: Recorder,
+        status: StatusBoard,
+        choices: ChoiceSource,
+        arrivals: Arrivals,
+    ) -> None:
         self.config, self.dp_rank, self.dp_size = config, groups.rank, groups.world_size
         self.engine_index, self.has_coordinator = groups.rank, True
         self.actor = f"rank:{self.dp_rank}"
@@ -97,14 +106,19 @@ class DPEngineCoreProc:
     def observed(self) -> RawObject:
         """The rank's entries of the model's variables (JSON built directly: this runs every step)."""
         r, scheduler = self.dp_rank, self.scheduler
-        text = (f'{{"mode[{r}]":"{self.mode}","engines_running[{r}]":{_json(self.engines_running)},'
-                f'"current_wave[{r}]":{self.current_wave},"step_counter[{r}]":{self.step_counter % self.config.sync_interval},'
-                f'"pause_state[{r}]":"{scheduler.pause_state.name}","requests[{r}]":{len(scheduler.waiting) + len(scheduler.running)},'
-                f'"finished_pending[{r}]":{_json(bool(scheduler.finished_req_ids))},'
-                f'"pause_future[{r}]":{_json(bool(self._idle_state_callbacks))}')
+        step, requests = self.step_counter % self.config.sync_interval, len(scheduler.waiting) + len(scheduler.running)
+        text = (
+            f'{{"mode[{r}]":"{self.mode}","engines_running[{r}]":{_json(self.engines_running)},'
+            f'"current_wave[{r}]":{self.current_wave},"step_counter[{r}]":{step},'
+            f'"pause_state[{r}]":"{scheduler.pause_state.name}","requests[{r}]":{requests},'
+            f'"finished_pending[{r}]":{_json(bool(scheduler.finished_req_ids))},'
+            f'"pause_future[{r}]":{_json(bool(self._idle_state_callbacks))}'
+        )
         if self.fixed:
-            text += (f',"pending_pause[{r}]":{_json(self.pending_pause)},'
-                     f'"ignore_start_dp_wave[{r}]":{_json(self.ignore_start_dp_wave)}')
+            text += (
+                f',"pending_pause[{r}]":{_json(self.pending_pause)},'
+                f'"ignore_start_dp_wave[{r}]":{_json(self.ignore_start_dp_wave)}'
+            )
         return RawObject(text + "}")
 
     def record(self, event: str, flush: bool = True) -> None:
@@ -120,8 +134,9 @@ class DPEngineCoreProc:
                 clock.update(self.recorder.send(f"{self.actor}>coordinator"))
             elif outputs.utility_output is not None:
                 clock.update(self.recorder.send(f"{self.actor}>client"))
-        self.recorder.record(RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None,
-                             flush=flush or bool(items))  # a send is on file before its message leaves
+        self.recorder.record(
+            RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None, flush=flush or bool(items)
+        )  # a send is on file before its message leaves
         self.output_queue.release(items)
 
     def has_work(self) -> bool:
@@ -145,7 +160,9 @@ class DPEngineCoreProc:
                 synced, self.mode = self.mode == "SYNC", "TOP"
                 if not self.engines_running:
                     if self.dp_rank == 0:
-                        self.output_queue.put_nowait((-1, EngineCoreOutputs(self.dp_rank, wave_complete=self.current_wave)))
+                        self.output_queue.put_nowait(
+                            (-1, EngineCoreOutputs(self.dp_rank, wave_complete=self.current_wave))
+                        )
                     self.current_wave += 1
                     self.step_counter = 0
                 self.record("finish_sync" if synced else "finish_forward")
@@ -226,7 +243,8 @@ class DPEngineCoreProc:
         if not self.fixed:
             return ParallelConfig.has_unfinished_dp(self.dp_group, local_unfinished)
         has_unfinished, pause_consensus = ParallelConfig.sync_dp_state(
-            self.dp_group, has_unfinished=local_unfinished, pending_pause=self.pending_pause)
+            self.dp_group, has_unfinished=local_unfinished, pending_pause=self.pending_pause
+        )
         if pause_consensus:
             self.ignore_start_dp_wave = True
             self.pending_pause = False
@@ -265,6 +283,7 @@ class DPEngineCoreProc:
 
     def _invoke_utility_method(self, method_name: str, args: tuple[Any, ...]) -> None:
         """Call the utility; reply now, or when the Future it returns resolves (an error is a reply too)."""
+
         def enqueue_output(future: Future[Any] | None = None) -> None:
             if CALLS[method_name] == "PAUSE":
                 self.progress.pause_replied = True
@@ -291,6 +310,7 @@ class DPEngineCoreProc:
 
     def pause_scheduler(self, mode: str = "keep", clear_cache: bool = True) -> Future[Any] | None:
         """mode keep: PAUSED_ALL; None when the pause completed at once, else a Future an idle callback resolves."""
+
         def engine_idle_callback(engine: DPEngineCoreProc, future: Future[Any]) -> None:
             future.set_result(None)
 
@@ -309,8 +329,13 @@ class DPEngineCoreProc:
         self.engines_running = True
         return False
 
-    def collective_rpc(self, method: str, timeout: float | None = None, args: tuple[Any, ...] = (),
-                       kwargs: dict[str, Any] | None = None) -> list[Any]:
+    def collective_rpc(
+        self,
+        method: str,
+        timeout: float | None = None,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> list[Any]:
         """The body (a weight update across every rank) runs in the core thread: worker_world all-reduce."""
         self.mode = "RPC"
         self.record("handle_collective_rpc")
@@ -337,7 +362,8 @@ class DPEngineCoreProc:
         self.mode, self.resume_barrier = "RESUME_BARRIER", True
         self.record("handle_resume")
         has_global_unfinished = ParallelConfig.has_unfinished_dp(
-            self.dp_group, self.scheduler.has_unfinished_requests(), op="resume_max")
+            self.dp_group, self.scheduler.has_unfinished_requests(), op="resume_max"
+        )
         self.mode = "TOP"
         if has_global_unfinished:
             self.engines_running = True
@@ -369,7 +395,9 @@ def queue_item(message: dict[str, Any]) -> tuple[EngineCoreRequestType, Any]:
 class ArrivalThread(threading.Thread):
     """Moves messages from the client and coordinator sockets into the engine's input queue."""
 
-    def __init__(self, engine: DPEngineCoreProc, arrivals: Arrivals, client: Connection, coordinator: Connection) -> None:
+    def __init__(
+        self, engine: DPEngineCoreProc, arrivals: Arrivals, client: Connection, coordinator: Connection
+    ) -> None:
         super().__init__(name=f"arrivals-{engine.dp_rank}", daemon=True)
         self.engine, self.arrivals = engine, arrivals
         self.channels = {"client": client, "coordinator": coordinator}
@@ -406,7 +434,9 @@ class ArrivalThread(threading.Thread):
                 else:
                     self.buffers[name].append(message)
             while True:
-                counts = {name: self.arrivals.ready(name, buffer, engine.progress) for name, buffer in self.buffers.items()}
+                counts = {
+                    name: self.arrivals.ready(name, buffer, engine.progress) for name, buffer in self.buffers.items()
+                }
                 names = [name for name, count in counts.items() if count]
                 scripted = engine.choices.peek(actor, "arrival")
                 if not names or (scripted is not None and scripted not in names):
@@ -416,8 +446,9 @@ class ArrivalThread(threading.Thread):
                 if delay:
                     time.sleep(delay / 1000)
                 batch = [self.buffers[name].popleft() for _ in range(counts[name])]
-                engine.input_queue.put_many([queue_item(message) for message in batch],
-                                            announce=functools.partial(self.announce, name, batch))
+                engine.input_queue.put_many(
+                    [queue_item(message) for message in batch], announce=functools.partial(self.announce, name, batch)
+                )
 
     def announce(self, name: str, batch: list[dict[str, Any]]) -> None:
         """Note the batch's arrivals (with the queue held: see ``InputQueue``), recording them in the
@@ -426,8 +457,9 @@ class ArrivalThread(threading.Thread):
         event = "arrive_from_client" if name == "client" else "arrive_from_coordinator"
         for message in batch:
             if engine.recording:
-                engine.recorder.record(RUNTIME_ACTIONS[event], {"rank": engine.dp_rank}, None,
-                                       engine.recorder.receive(f"{name}>{actor}"))
+                engine.recorder.record(
+                    RUNTIME_ACTIONS[event], {"rank": engine.dp_rank}, None, engine.recorder.receive(f"{name}>{actor}")
+                )
             kind = message["kind"]
             engine.progress.got_request |= kind == "ADD"
             engine.progress.pause_delivered |= kind == "PAUSE"

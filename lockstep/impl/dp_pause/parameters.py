@@ -25,19 +25,26 @@ INSTRUMENT_ENVIRONMENT = "LOCKSTEP_INSTRUMENT"
 
 def model_parameters(config: RunConfig) -> dict[str, Any]:
     values: dict[str, Any] = {parameter.name: parameter.default for parameter in PROTOCOL.parameters}
-    values.update(ranks=config.ranks, requests=config.requests, sync_interval=config.sync_interval,
-                  max_wave=config.requests + 3)
+    values.update(
+        ranks=config.ranks, requests=config.requests, sync_interval=config.sync_interval, max_wave=config.requests + 3
+    )
     values.update(config.extra.get("model_parameters", {}))  # a reproduced counterexample's bounds
     if "settle_before_resume" in values:  # the client does not wait for control messages to settle
         values["settle_before_resume"] = 0
     values.update(
-        scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout,
+        scenario=config.scenario,
+        seed=config.seed,
+        backend=config.backend,
+        timeout=config.timeout,
         waves=config.requests + 3,
-        capacities={"client>rank": config.requests + 3, "coordinator>rank": config.requests + 2,
-                    "rank>coordinator": config.requests + 5, "input_queue": 2 * config.requests + 5},
+        capacities={
+            "client>rank": config.requests + 3,
+            "coordinator>rank": config.requests + 2,
+            "rank>coordinator": config.requests + 5,
+            "input_queue": 2 * config.requests + 5,
+        },
     )
     return values
-
 
 
 def instrument(role: str) -> None:

@@ -5,7 +5,8 @@ vLLM's stateless DP group) and the worker-level ``worker_dp`` and ``worker_world
 or NCCL with ``--backend nccl``), each with the hang timeout. Rank 0 starts the coordinator and
 client processes (torch-free) and sends their addresses to the other ranks over the default
 group; each rank then connects to both. An instrumentation named by ``LOCKSTEP_INSTRUMENT``
-is installed before the engine starts (``parameters.instrument``). When the client shuts the engines down, the ranks leave
+is installed before the engine starts (``parameters.instrument``). When the client shuts the engines down, the ranks
+leave
 together (``leave_together``).
 """
 
@@ -27,21 +28,28 @@ from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, connect
 
 def start_helpers(config_path: str) -> tuple[list[subprocess.Popen[str]], tuple[str, int], tuple[str, int]]:
     """Start the coordinator, then the client; their addresses come as their first stdout line."""
-    coordinator = subprocess.Popen(python_command("lockstep.impl.dp_pause.coordinator", config_path),
-                                   stdout=subprocess.PIPE, text=True, env=child_environment())
+    coordinator = subprocess.Popen(
+        python_command("lockstep.impl.dp_pause.coordinator", config_path),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_environment(),
+    )
     assert coordinator.stdout is not None
     coordinator_address = coordinator.stdout.readline().strip()
     if not coordinator_address:
         raise RuntimeError(f"the coordinator process did not start (exit status {coordinator.wait()})")
-    client = subprocess.Popen(python_command("lockstep.impl.dp_pause.client", config_path, coordinator_address),
-                              stdout=subprocess.PIPE, text=True, env=child_environment())
+    client = subprocess.Popen(
+        python_command("lockstep.impl.dp_pause.client", config_path, coordinator_address),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_environment(),
+    )
     assert client.stdout is not None
     client_address = client.stdout.readline().strip()
     if not client_address:
         raise RuntimeError(f"the client process did not start (exit status {client.wait()})")
     first, second = json.loads(coordinator_address), json.loads(client_address)
     return [coordinator, client], (str(first[0]), int(first[1])), (str(second[0]), int(second[1]))
-
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
@@ -66,8 +74,16 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     client: Connection = connect(tuple(client_address), actor)
     status.update("running")
     instrument("engine")
-    engine = DPEngineCoreProc(config, groups, client, coordinator, recorder, status, choices,
-                              arrivals_for(config.scenario, config.extra.get("schedule", {}).get(actor)))
+    engine = DPEngineCoreProc(
+        config,
+        groups,
+        client,
+        coordinator,
+        recorder,
+        status,
+        choices,
+        arrivals_for(config.scenario, config.extra.get("schedule", {}).get(actor)),
+    )
     engine.run_busy_loop()
     recorder.close()
     leave_together(status)

@@ -29,22 +29,38 @@ from lockstep.impl.protocols import Reproduction
 
 ARRIVALS = {"arrive_from_client": "client", "arrive_from_coordinator": "coordinator"}
 RUNTIME_CLIENT = {"request_steps": 1, "pause_modes": 1, "rpc": 0}
-CLIENT_EVENTS = ("client_add_request", "client_read_publication", "client_pause", "client_pause_returned",
-                 "client_collective_rpc", "client_collective_rpc_returned", "client_resume", "client_resume_returned")
+CLIENT_EVENTS = (
+    "client_add_request",
+    "client_read_publication",
+    "client_pause",
+    "client_pause_returned",
+    "client_collective_rpc",
+    "client_collective_rpc_returned",
+    "client_resume",
+    "client_resume_returned",
+)
 
 
 def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Reproduction:
     parameters = header["parameters"]
     ranks, requests = int(parameters["ranks"]), int(parameters["requests"])
-    unsupported = [f"{name}={parameters[name]}" for name, value in RUNTIME_CLIENT.items()
-                   if name in parameters and int(parameters[name]) != value]
+    unsupported = [
+        f"{name}={parameters[name]}"
+        for name, value in RUNTIME_CLIENT.items()
+        if name in parameters and int(parameters[name]) != value
+    ]
     if unsupported:
-        raise ValueError("the dp-pause runtime's requests take one forward each, its client pauses with "
-                         "mode keep and runs collective_rpc (not the test-only barrier); this counterexample's "
-                         "instance has " + ", ".join(unsupported))
+        raise ValueError(
+            "the dp-pause runtime's requests take one forward each, its client pauses with "
+            "mode keep and runs collective_rpc (not the test-only barrier); this counterexample's "
+            "instance has " + ", ".join(unsupported)
+        )
     choices: list[Choice] = []
-    program = [{"action": event["action"], "args": dict(event.get("args", {}))} for event in events
-               if event["actor"] == "client" and event["action"] in CLIENT_EVENTS]
+    program = [
+        {"action": event["action"], "args": dict(event.get("args", {}))}
+        for event in events
+        if event["actor"] == "client" and event["action"] in CLIENT_EVENTS
+    ]
     before_arrival: dict[int, list[int]] = {rank: [] for rank in range(ranks)}
     before_event: dict[int, list[int]] = {rank: [] for rank in range(ranks)}
     for event in events:
@@ -61,12 +77,22 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
         elif actor.startswith("rank:") and action not in ("enter", "complete"):
             rank = int(actor.partition(":")[2])
             before_event[rank].append(len(before_arrival[rank]))
-    schedule = {f"rank:{rank}": {"before_arrival": before_arrival[rank], "before_event": before_event[rank]}
-                for rank in range(ranks)}
+    schedule = {
+        f"rank:{rank}": {"before_arrival": before_arrival[rank], "before_event": before_event[rank]}
+        for rank in range(ranks)
+    }
     model = {name: value for name, value in parameters.items() if name != "property"}
     model["settle_before_resume"] = 0  # the runtime's client never waits for messages to settle
-    return Reproduction(scenario="counterexample", ranks=ranks, choices=choices,
-                        settings={"requests": requests, "sync_interval": int(parameters["sync_interval"])},
-                        extra={"schedule": schedule, "client_program": program, "model_parameters": model,
-                               "late_requests": int(parameters.get("late_requests", 0)),
-                               "resumes": int(parameters.get("resumes", 1))})
+    return Reproduction(
+        scenario="counterexample",
+        ranks=ranks,
+        choices=choices,
+        settings={"requests": requests, "sync_interval": int(parameters["sync_interval"])},
+        extra={
+            "schedule": schedule,
+            "client_program": program,
+            "model_parameters": model,
+            "late_requests": int(parameters.get("late_requests", 0)),
+            "resumes": int(parameters.get("resumes", 1)),
+        },
+    )

@@ -105,7 +105,9 @@ class EngineCoreOutputs:
     def messages(self) -> list[dict[str, Any]]:
         """The runtime's wire messages for this item."""
         rank = self.engine_index
-        found: list[dict[str, Any]] = [{"kind": "OUTPUT", "request": request, "rank": rank} for request in self.finished_requests]
+        found: list[dict[str, Any]] = [
+            {"kind": "OUTPUT", "request": request, "rank": rank} for request in self.finished_requests
+        ]
         if self.utility_output is not None:
             found.append({"kind": "REPLY", "call": self.utility_output, "rank": rank})
         if self.start_wave is not None:

@@ -14,8 +14,13 @@ from lockstep.impl.pp_broadcast.scenario import SCENARIOS, VARIANTS
 from lockstep.impl.protocols import RuntimeProtocol, Setting
 
 RUNTIME = RuntimeProtocol(
-    name="pp-broadcast", package="lockstep.impl.pp_broadcast", variants=VARIANTS,
-    scenarios=tuple(SCENARIOS), ranks=(2, 4), default_ranks=2, reproduction="lockstep.impl.pp_broadcast.reproduction",
+    name="pp-broadcast",
+    package="lockstep.impl.pp_broadcast",
+    variants=VARIANTS,
+    scenarios=tuple(SCENARIOS),
+    ranks=(2, 4),
+    default_ranks=2,
+    reproduction="lockstep.impl.pp_broadcast.reproduction",
     settings={
         "chunks": Setting(0, 0, 256, "chunks of request 0's prompt (0: the scenario's)"),
         "decodes": Setting(-1, -1, 64, "tokens each request decodes after its prompt (-1: the scenario's)"),
@@ -23,4 +28,7 @@ RUNTIME = RuntimeProtocol(
         "hidden": Setting(512, 8, 4096, "hidden size of the tiny model"),
         "layers": Setting(4, 1, 64, "layers per pipeline stage"),
     },
-    summary="P pipeline stages, engine with a batch queue of P steps; p2p intermediate tensors, sampled-token broadcast")
+    summary=(
+        "P pipeline stages, engine with a batch queue of P steps; p2p intermediate tensors, sampled-token broadcast"
+    ),
+)

@@ -35,9 +35,12 @@ class ChunkedStep:
     sample_precedes_next_forward: bool  # sampling(N)@last happens before fwd(N+1)@0
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "broadcast": self.broadcast,
-                "broadcast_precedes_next_forward": self.broadcast_precedes_next_forward,
-                "sample_precedes_next_forward": self.sample_precedes_next_forward}
+        return {
+            "step": self.step,
+            "broadcast": self.broadcast,
+            "broadcast_precedes_next_forward": self.broadcast_precedes_next_forward,
+            "sample_precedes_next_forward": self.sample_precedes_next_forward,
+        }
 
 
 def _before(first: tuple[str, VectorClock] | None, second: tuple[str, VectorClock] | None) -> bool:
@@ -89,7 +92,7 @@ def chunked_steps(trace_dir: str | os.PathLike[str]) -> list[ChunkedStep]:
         elif action == "schedule":
             for key, value in observed.items():
                 if key.startswith("scheduler.steps["):
-                    plans[int(key[len("scheduler.steps["):-1])] = list(value)
+                    plans[int(key[len("scheduler.steps[") : -1])] = list(value)
         elif action == "gpu_compute" and before is not None:
             if actor == "rank:0" and before[1] == "FORWARD":
                 forwards[before[0]] = (actor, clock)
@@ -105,8 +108,14 @@ def chunked_steps(trace_dir: str | os.PathLike[str]) -> list[ChunkedStep]:
         if step + 1 not in plans or not _all_chunked(plans[step], prompts):
             continue
         forward = forwards.get(step + 1)
-        found.append(ChunkedStep(step + 1, step in broadcasts, _before(broadcasts.get(step), forward),
-                                 _before(samples.get(step), forward)))
+        found.append(
+            ChunkedStep(
+                step + 1,
+                step in broadcasts,
+                _before(broadcasts.get(step), forward),
+                _before(samples.get(step), forward),
+            )
+        )
     return found
 
 

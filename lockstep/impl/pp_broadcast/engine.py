@@ -41,8 +41,14 @@ ACTOR = "engine"
 class Engine:
     """The scheduler state and the batch-queue loop."""
 
-    def __init__(self, config: RunConfig, ranks: dict[str, Connection], recorder: Recorder,
-                 status: StatusBoard, choices: ChoiceSource) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        ranks: dict[str, Connection],
+        recorder: Recorder,
+        status: StatusBoard,
+        choices: ChoiceSource,
+    ) -> None:
         self.config, self.recorder, self.status, self.choices = config, recorder, status, choices
         self.size = config.ranks
         self.last = self.size - 1
@@ -53,10 +59,14 @@ class Engine:
         self.gaps_left = shape.gaps
         mean = setting(config, "chunk_tokens")
         options = sorted({max(1, mean // 2), mean, mean + mean // 2})
-        self.chunk_sizes = [[int(choices.choose(ACTOR, "chunk_tokens", [str(size) for size in options]))
-                             for _ in range(pieces)] for pieces in self.prompt_pieces]
-        self.prompts = [[random.Random(f"{config.seed}/prompt/{request}").randrange(VOCABULARY) for _ in range(sum(sizes))]
-                        for request, sizes in enumerate(self.chunk_sizes)]
+        self.chunk_sizes = [
+            [int(choices.choose(ACTOR, "chunk_tokens", [str(size) for size in options])) for _ in range(pieces)]
+            for pieces in self.prompt_pieces
+        ]
+        self.prompts = [
+            [random.Random(f"{config.seed}/prompt/{request}").randrange(VOCABULARY) for _ in range(sum(sizes))]
+            for request, sizes in enumerate(self.chunk_sizes)
+        ]
         self.computed = [0] * self.requests  # pieces (the model's num_computed_tokens)
         self.computed_tokens = [0] * self.requests
         self.sent_new: set[int] = set()
@@ -83,8 +93,12 @@ class Engine:
         elapsed_ns = time.perf_counter_ns() - self.started_ns
         for connection in self.connections:
             connection.send({"kind": "shutdown"})
-        self.status.update("done", scheduled=self.scheduled, elapsed_ns=elapsed_ns,
-                           prompt_tokens=sum(len(prompt) for prompt in self.prompts))
+        self.status.update(
+            "done",
+            scheduled=self.scheduled,
+            elapsed_ns=elapsed_ns,
+            prompt_tokens=sum(len(prompt) for prompt in self.prompts),
+        )
 
     def schedule(self, waiting: list[int]) -> None:
         leave_out = -1
@@ -113,9 +127,17 @@ class Engine:
         for rank in range(self.size):
             clock.update(self.recorder.send(f"exec>rank:{rank}"))
             clock.update(self.recorder.send(f"sample>rank:{rank}"))
-        self.record("schedule", {"leave_out": leave_out}, {
-            f"scheduler.steps[{step}]": plan, "scheduler.num_computed_tokens": list(self.computed),
-            "scheduler.gaps_left": self.gaps_left, "engine.scheduled": self.scheduled}, clock)
+        self.record(
+            "schedule",
+            {"leave_out": leave_out},
+            {
+                f"scheduler.steps[{step}]": plan,
+                "scheduler.num_computed_tokens": list(self.computed),
+                "scheduler.gaps_left": self.gaps_left,
+                "engine.scheduled": self.scheduled,
+            },
+            clock,
+        )
         for connection in self.connections:  # the executor's RPCs: every worker, the same order
             connection.send({"kind": "exec", "step": step, "rows": rows, "new": new})
             connection.send({"kind": "sample", "step": step})
@@ -134,8 +156,12 @@ class Engine:
         for request, token, kept in message["tokens"]:
             if kept:
                 self.outputs[request].append(token)
-        self.record("process_output", {}, {"engine.processed": self.processed},
-                    self.recorder.receive(f"rank:{self.last}>engine"))
+        self.record(
+            "process_output",
+            {},
+            {"engine.processed": self.processed},
+            self.recorder.receive(f"rank:{self.last}>engine"),
+        )
 
 
 def main(config_path: str) -> int:

@@ -18,9 +18,19 @@ from lockstep.models.pp_broadcast.model import PROTOCOL
 def model_parameters(config: RunConfig) -> dict[str, Any]:
     shape = workload(config)
     values: dict[str, Any] = {parameter.name: parameter.default for parameter in PROTOCOL.parameters}
-    values.update(ranks=config.ranks, chunks=shape.chunks, decodes=shape.decodes, requests=shape.requests,
-                  gaps=shape.gaps, hang_bound=64)
-    values.update(scenario=config.scenario, seed=config.seed, backend=config.backend, timeout=config.timeout,
-                  **{name: setting(config, name) for name in ("chunk_tokens", "hidden", "layers")})
+    values.update(
+        ranks=config.ranks,
+        chunks=shape.chunks,
+        decodes=shape.decodes,
+        requests=shape.requests,
+        gaps=shape.gaps,
+        hang_bound=64,
+    )
+    values.update(
+        scenario=config.scenario,
+        seed=config.seed,
+        backend=config.backend,
+        timeout=config.timeout,
+        **{name: setting(config, name) for name in ("chunk_tokens", "hidden", "layers")},
+    )
     return values
-

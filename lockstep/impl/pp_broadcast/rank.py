@@ -23,8 +23,12 @@ from lockstep.impl.runtime import RunConfig, connect
 
 
 def start_engine(config_path: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:
-    engine = subprocess.Popen(python_command("lockstep.impl.pp_broadcast.engine", config_path),
-                              stdout=subprocess.PIPE, text=True, env=child_environment())
+    engine = subprocess.Popen(
+        python_command("lockstep.impl.pp_broadcast.engine", config_path),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_environment(),
+    )
     assert engine.stdout is not None
     line = engine.stdout.readline().strip()
     if not line:

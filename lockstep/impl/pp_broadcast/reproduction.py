@@ -62,8 +62,10 @@ def leave_out_choices(values: Mapping[str, int], events: Sequence[Mapping[str, A
         if gaps_left > 0 and len(waiting) > 1:  # engine.Engine.schedule asks here, and only here
             choices.append(Choice(ENGINE, "leave_out", ("-1", *map(str, waiting)), str(leave_out)))
         elif leave_out >= 0:
-            raise ValueError(f"event {event.get('index')}: schedule leaves request {leave_out} out with "
-                             f"{gaps_left} gaps left and unfinished requests {waiting}")
+            raise ValueError(
+                f"event {event.get('index')}: schedule leaves request {leave_out} out with "
+                f"{gaps_left} gaps left and unfinished requests {waiting}"
+            )
         if leave_out >= 0 and leave_out not in waiting:
             raise ValueError(f"event {event.get('index')}: schedule leaves out request {leave_out}, which is finished")
         for request in waiting:
@@ -83,5 +85,6 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
     choices += leave_out_choices(values, events)
     instance = str(header.get("instance"))
     scenario = instance if instance in RUNTIME_SCENARIOS else "seed"
-    return Reproduction(scenario=scenario, ranks=values["ranks"], choices=choices,
-                        extra={name: values[name] for name in WORKLOAD})
+    return Reproduction(
+        scenario=scenario, ranks=values["ranks"], choices=choices, extra={name: values[name] for name in WORKLOAD}
+    )

@@ -20,7 +20,7 @@ class Stage:
 
     def __init__(self, rank: int, size: int, hidden: int, layers: int, seed: int, device: torch.device) -> None:
         generator = torch.Generator().manual_seed(seed * 1009 + rank)
-        scale = hidden ** -0.5
+        scale = hidden**-0.5
 
         def weights(*shape: int) -> torch.Tensor:
             weight: torch.Tensor = (torch.randn(*shape, generator=generator) * scale).to(device)

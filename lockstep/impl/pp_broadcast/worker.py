@@ -70,7 +70,9 @@ class Step:
 class Worker:
     """One rank's RPC loop and runner state."""
 
-    def __init__(self, config: RunConfig, groups: Groups, engine: Connection, recorder: Recorder, status: StatusBoard) -> None:
+    def __init__(
+        self, config: RunConfig, groups: Groups, engine: Connection, recorder: Recorder, status: StatusBoard
+    ) -> None:
         if config.variant not in (PRE_FIX, POST_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE):
             raise ValueError(f"pp-broadcast has no variant {config.variant!r}")
         self.variant = config.variant
@@ -82,7 +84,9 @@ class Worker:
         self.pp = Collective(groups, "pp", recorder, status)
         self.cpu_group = groups.groups["pp_cpu"]
         self.device = self.pp.device
-        self.stage = Stage(self.rank, self.size, setting(config, "hidden"), setting(config, "layers"), config.seed, self.device)
+        self.stage = Stage(
+            self.rank, self.size, setting(config, "hidden"), setting(config, "layers"), config.seed, self.device
+        )
         self.requests = workload(config).requests
         self.prompts: dict[int, list[int]] = {}
         self.output_length = [0] * self.requests  # len(requests[q].output_token_ids)
@@ -104,7 +108,11 @@ class Worker:
     def gpu(self, action: str, step: int, phase: str, posted: bool, clock: dict[str, int] | None = None) -> Event:
         """A stream event; observed: the stream's position after it."""
         self.gpu_step, self.gpu_phase = step, phase
-        observed = {f"gpu.step[{self.rank}]": step, f"gpu.phase[{self.rank}]": phase, f"gpu.posted[{self.rank}]": posted}
+        observed = {
+            f"gpu.step[{self.rank}]": step,
+            f"gpu.phase[{self.rank}]": phase,
+            f"gpu.posted[{self.rank}]": posted,
+        }
         return Event(RUNTIME_ACTIONS[action], {"rank": self.rank}, observed, clock)
 
     def write(self, event: Event) -> None:
@@ -154,30 +162,49 @@ class Worker:
                 raise CollectiveTimeout(f"{self.actor} timed out in {what}: {error}") from error
             self.status.update("running")
             if int(metadata.item()) != tokens:
-                raise RuntimeError(f"{self.actor}: step {number} has {tokens} tokens, rank {self.rank - 1} sends {int(metadata.item())}")
+                raise RuntimeError(
+                    f"{self.actor}: step {number} has {tokens} tokens, rank {self.rank - 1} sends "
+                    f"{int(metadata.item())}"
+                )
             clock.update(self.recorder.receive(f"pp_cpu:{self.rank - 1}>{self.rank}"))
         if self.rank < self.last:
             clock.update(self.recorder.send(f"pp_cpu:{self.rank}>{self.rank + 1}"))
         # _prepare_inputs: discard_request_mask from this rank's own state
-        step.discard = [computed + scheduled < len(self.prompts[q]) + self.output_length[q] for q, computed, scheduled in step.rows]
+        step.discard = [
+            computed + scheduled < len(self.prompts[q]) + self.output_length[q] for q, computed, scheduled in step.rows
+        ]
         self.rpcs += 1
-        self.recorder.record(RUNTIME_ACTIONS["execute_model"], {"rank": self.rank}, {f"rank.rpcs[{self.rank}]": self.rpcs}, clock)
+        self.recorder.record(
+            RUNTIME_ACTIONS["execute_model"], {"rank": self.rank}, {f"rank.rpcs[{self.rank}]": self.rpcs}, clock
+        )
         if self.rank < self.last:
-            self.metadata_work = dist.isend(torch.tensor([tokens], dtype=torch.int64), self.rank + 1, group=self.cpu_group)
+            self.metadata_work = dist.isend(
+                torch.tensor([tokens], dtype=torch.int64), self.rank + 1, group=self.cpu_group
+            )
         if self.rank == 0:
             hidden = self.stage.embed(self.input_ids(step))
         else:
             hidden = torch.empty(tokens, self.stage.hidden, device=self.device)
-            self.pp.recv("recv", hidden, self.rank - 1, posted=self.gpu("gpu_post", number, "RECV", True),
-                         completed=self.gpu("gpu_complete", number, "FORWARD", False))
+            self.pp.recv(
+                "recv",
+                hidden,
+                self.rank - 1,
+                posted=self.gpu("gpu_post", number, "RECV", True),
+                completed=self.gpu("gpu_complete", number, "FORWARD", False),
+            )
         hidden = self.stage.forward(hidden)
         if self.rank == self.last:
             step.hidden = hidden
             self.write(self.gpu("gpu_compute", number, "SAMPLE", False))
         else:
             self.write(self.gpu("gpu_compute", number, "SEND", False))
-            self.pp.send("send", hidden, self.rank + 1, posted=self.gpu("gpu_post", number, "SEND", True),
-                         completed=self.gpu("gpu_complete", number, "BROADCAST", False))
+            self.pp.send(
+                "send",
+                hidden,
+                self.rank + 1,
+                posted=self.gpu("gpu_post", number, "SEND", True),
+                completed=self.gpu("gpu_complete", number, "BROADCAST", False),
+            )
         self.step = step
 
     def input_ids(self, step: Step) -> list[int]:
@@ -187,7 +214,7 @@ class Worker:
         for request, computed, scheduled in step.rows:
             prompt = self.prompts[request]
             if computed < len(prompt):
-                ids.extend(prompt[computed:computed + scheduled])
+                ids.extend(prompt[computed : computed + scheduled])
             elif request in self.prev_map and self.prev_tokens is not None:
                 # an id from a receive that was skipped is uninitialised memory (the skip-disagree mutant
                 # reads one): wrapped into the vocabulary rather than faulting, so the run goes on to the
@@ -221,19 +248,30 @@ class Worker:
                 self.output_length[q] += kept[row]  # the -1 placeholder
         self.rpcs += 1
         observed: dict[str, Any] = {
-            f"rank.rpcs[{self.rank}]": self.rpcs, f"rank.output_token_ids[{self.rank}]": list(self.output_length),
-            f"rank.prev_req_id_to_index[{self.rank}]": [q in self.prev_map for q in range(self.requests)]}
+            f"rank.rpcs[{self.rank}]": self.rpcs,
+            f"rank.output_token_ids[{self.rank}]": list(self.output_length),
+            f"rank.prev_req_id_to_index[{self.rank}]": [q in self.prev_map for q in range(self.requests)],
+        }
         if self.rank != self.last and skip:  # the stream passes the broadcast the CPU left out
             self.gpu_step, self.gpu_phase = number + 1, self.first_phase
             observed.update({f"gpu.step[{self.rank}]": number + 1, f"gpu.phase[{self.rank}]": self.first_phase})
-        self.recorder.record(RUNTIME_ACTIONS["sample_tokens"], {"rank": self.rank}, observed,
-                             self.recorder.receive(f"sample>rank:{self.rank}"))
+        self.recorder.record(
+            RUNTIME_ACTIONS["sample_tokens"],
+            {"rank": self.rank},
+            observed,
+            self.recorder.receive(f"sample>rank:{self.rank}"),
+        )
         rows = len(step.rows)
         if self.rank != self.last:
             received = torch.empty(rows, 1, dtype=torch.int32, device=self.device)  # uninitialised when skipped
             if not skip:
-                self.pp.broadcast("broadcast", received, self.last, posted=self.gpu("gpu_post", number, "BROADCAST", True),
-                                  completed=self.gpu("gpu_complete", number + 1, self.first_phase, False))
+                self.pp.broadcast(
+                    "broadcast",
+                    received,
+                    self.last,
+                    posted=self.gpu("gpu_post", number, "BROADCAST", True),
+                    completed=self.gpu("gpu_complete", number + 1, self.first_phase, False),
+                )
             if not frozen:
                 self.prev_tokens = received
         else:
@@ -248,8 +286,13 @@ class Worker:
                 self.write(self.gpu("gpu_compute", number + 1, self.first_phase, False, reply))
             else:
                 self.write(self.gpu("gpu_compute", number, "BROADCAST", False))
-                self.pp.broadcast("broadcast", sampled, self.last, posted=self.gpu("gpu_post", number, "BROADCAST", True),
-                                  completed=self.gpu("gpu_complete", number + 1, self.first_phase, False, reply))
+                self.pp.broadcast(
+                    "broadcast",
+                    sampled,
+                    self.last,
+                    posted=self.gpu("gpu_post", number, "BROADCAST", True),
+                    completed=self.gpu("gpu_complete", number + 1, self.first_phase, False, reply),
+                )
             self.prev_tokens = sampled  # _bookkeeping_sync
             tokens = [[q, int(sampled[row, 0].item()), kept[row]] for row, (q, _, _) in enumerate(step.rows)]
             self.engine.send({"kind": "reply", "step": number, "tokens": tokens})

@@ -33,14 +33,20 @@ def _step(accumulators: dict[str, Term], element: Term, index: Term) -> dict[str
     forward = FORWARD.step({name: accumulators[name] for name in FORWARD.accumulators}, element, index)
     backward = BACKWARD.step({name: accumulators[name] for name in BACKWARD.accumulators}, element, index)
     broken = (element != PLACEHOLDER) & accumulators["found"]  # a real token after a -1
-    return {**forward, **backward, "in_form": accumulators["in_form"] & ~broken,
-            "last_is_placeholder": element == PLACEHOLDER}
+    return {
+        **forward,
+        **backward,
+        "in_form": accumulators["in_form"] & ~broken,
+        "last_is_placeholder": element == PLACEHOLDER,
+    }
 
 
 def _strengthening(accumulators: Accumulators, index: Term) -> Term:
     first, run_start, found = accumulators["first"], accumulators["run_start"], accumulators["found"]
     return conjunction(
-        run_start >= 0, run_start <= index, first >= 0,
+        run_start >= 0,
+        run_start <= index,
+        first >= 0,
         if_then_else(index > 0, first < index, first == 0),
         (index == 0).implies(~found),
         accumulators["in_form"].implies(if_then_else(found, run_start == first, run_start == index)),
@@ -50,8 +56,12 @@ def _strengthening(accumulators: Accumulators, index: Term) -> Term:
 
 
 def _accumulators() -> dict[str, tuple[Sort, Value]]:
-    return {**FORWARD.accumulators, **BACKWARD.accumulators,
-            "in_form": (BOOL, True), "last_is_placeholder": (BOOL, False)}
+    return {
+        **FORWARD.accumulators,
+        **BACKWARD.accumulators,
+        "in_form": (BOOL, True),
+        "last_is_placeholder": (BOOL, False),
+    }
 
 
 def _conclusion(require_form: bool) -> Callable[[Accumulators, Term], Term]:
@@ -66,12 +76,16 @@ def _conclusion(require_form: bool) -> Callable[[Accumulators, Term], Term]:
 def _backward_equals_forward(require_form: bool) -> Lemma:
     if require_form:
         name, expected = "async-placeholders/backward-equals-forward", "proved"
-        statement = ("PR #42938: on every list of the form real* (-1)+, of any length, the backward scan "
-                     "returns the forward scan's first_placeholder")
+        statement = (
+            "PR #42938: on every list of the form real* (-1)+, of any length, the backward scan "
+            "returns the forward scan's first_placeholder"
+        )
     else:
         name, expected = "async-placeholders/backward-equals-forward-any-list", "refuted"
-        statement = ("counter-lemma: on every list ending with -1 the backward scan returns the forward "
-                     "scan's index (false outside real* (-1)+: [-1, 0, -1])")
+        statement = (
+            "counter-lemma: on every list ending with -1 the backward scan returns the forward "
+            "scan's index (false outside real* (-1)+: [-1, 0, -1])"
+        )
     return lemma(
         name,
         statement,

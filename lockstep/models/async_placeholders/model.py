@@ -72,9 +72,17 @@ from lockstep.spec.sorts import BOOL, integers
 
 __all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build"]
 
-RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
-    "schedule", "update_from_output", "kv_load_failure", "update_states", "sample", "bookkeeping",
-)}
+RUNTIME_ACTIONS: dict[str, str] = {
+    name: name
+    for name in (
+        "schedule",
+        "update_from_output",
+        "kv_load_failure",
+        "update_states",
+        "sample",
+        "bookkeeping",
+    )
+}
 """Runtime event -> model action (``lockstep.impl.async_placeholders`` records these names)."""
 
 
@@ -109,29 +117,52 @@ PROTOCOL = Protocol(
         VariantSpec(POST_FIX, "backward scan over the trailing -1 run", "vLLM v0.22.0"),
     ),
     parameters=(
-        ParameterSpec("max_tokens", 4, "output tokens the request may produce (the list's bound)",
-                      minimum=1, maximum=8),
+        ParameterSpec(
+            "max_tokens", 4, "output tokens the request may produce (the list's bound)", minimum=1, maximum=8
+        ),
         ParameterSpec("num_spec_tokens", 0, "drafts per step (async spec decode)", minimum=0, maximum=2),
-        ParameterSpec("history_toggles", 0, "1: other rows decide per step whether output ids are needed",
-                      minimum=0, maximum=1),
-        ParameterSpec("preemptions", 0, "1: the request may be skipped or preempted (rebuild on return)",
-                      minimum=0, maximum=1),
-        ParameterSpec("chunked_prefill", 0, "1: (re)prefill may take non-final chunks (discarded rows)",
-                      minimum=0, maximum=1),
+        ParameterSpec(
+            "history_toggles", 0, "1: other rows decide per step whether output ids are needed", minimum=0, maximum=1
+        ),
+        ParameterSpec(
+            "preemptions", 0, "1: the request may be skipped or preempted (rebuild on return)", minimum=0, maximum=1
+        ),
+        ParameterSpec(
+            "chunked_prefill", 0, "1: (re)prefill may take non-final chunks (discarded rows)", minimum=0, maximum=1
+        ),
         ParameterSpec("kv_load_failures", 0, "sync KV-load failures that discard outputs", minimum=0, maximum=2),
     ),
     instances=(
-        InstanceSpec("seed", "PR #42938: plain async decode with penalties; the forward scan reads the whole history",
-                     {}, {PRE_FIX: "violated", POST_FIX: "holds"}),
-        InstanceSpec("spec-decode", "async spec decode, two drafts: optimistic placeholders, fewer accepted",
-                     {"num_spec_tokens": 2}, {PRE_FIX: "violated", POST_FIX: "holds"}),
-        InstanceSpec("kv-load-failure", "spec decode with a sync KV-load failure that discards outputs: trims",
-                     {"num_spec_tokens": 1, "kv_load_failures": 1}, {PRE_FIX: "violated", POST_FIX: "holds"}),
-        InstanceSpec("preemption", "skipped and preempted steps, chunked re-prefill, rebuilt lists",
-                     {"preemptions": 1, "chunked_prefill": 1}, {PRE_FIX: "violated", POST_FIX: "holds"}),
-        InstanceSpec("all-operations", "every operation of P3(b) at once, output ids always needed",
-                     {"num_spec_tokens": 1, "preemptions": 1, "chunked_prefill": 1, "kv_load_failures": 1},
-                     {PRE_FIX: "violated", POST_FIX: "holds"}),
+        InstanceSpec(
+            "seed",
+            "PR #42938: plain async decode with penalties; the forward scan reads the whole history",
+            {},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "spec-decode",
+            "async spec decode, two drafts: optimistic placeholders, fewer accepted",
+            {"num_spec_tokens": 2},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "kv-load-failure",
+            "spec decode with a sync KV-load failure that discards outputs: trims",
+            {"num_spec_tokens": 1, "kv_load_failures": 1},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "preemption",
+            "skipped and preempted steps, chunked re-prefill, rebuilt lists",
+            {"preemptions": 1, "chunked_prefill": 1},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
+        InstanceSpec(
+            "all-operations",
+            "every operation of P3(b) at once, output ids always needed",
+            {"num_spec_tokens": 1, "preemptions": 1, "chunked_prefill": 1, "kv_load_failures": 1},
+            {PRE_FIX: "violated", POST_FIX: "holds"},
+        ),
         InstanceSpec(
             "history-toggle",
             "the rows needing output ids come and go: a step without them registers no sampled ids, the next "

@@ -37,8 +37,14 @@ from lockstep.spec.terms import Term, all_of, conjunction, count_of, minimum
 
 def set_final(machine: Machine, state: State) -> None:
     """A run ends when both queues are empty, the runner is idle and no further output fits."""
-    machine.set_final(conjunction(state.to_runner.is_empty(), state.to_scheduler.is_empty(), state.phase == Phase.IDLE,
-                                  state.outputs + state.placeholders + 1 > state.sizes.capacity))
+    machine.set_final(
+        conjunction(
+            state.to_runner.is_empty(),
+            state.to_scheduler.is_empty(),
+            state.phase == Phase.IDLE,
+            state.outputs + state.placeholders + 1 > state.sizes.capacity,
+        )
+    )
 
 
 def add_invariants(machine: Machine, state: State) -> None:
@@ -48,32 +54,70 @@ def add_invariants(machine: Machine, state: State) -> None:
     def is_real(p: Term) -> Term:
         return (p < length) & (tokens[p] != PLACEHOLDER)
 
-    machine.always("suffix_form", all_of(Position, lambda p: (tokens[p] == PLACEHOLDER).implies(
-        all_of(Position, lambda q: (q > p).implies(tokens[q] == PLACEHOLDER)))),
-        "I1: every list is real* (-1)*: no -1 precedes a real token")
-    machine.always("unused_slots_empty", all_of(Position, lambda p: (p >= length).implies(tokens[p] == PLACEHOLDER)),
-                   "model sanity: slots past the length hold -1")
+    machine.always(
+        "suffix_form",
+        all_of(
+            Position,
+            lambda p: (tokens[p] == PLACEHOLDER).implies(
+                all_of(Position, lambda q: (q > p).implies(tokens[q] == PLACEHOLDER))
+            ),
+        ),
+        "I1: every list is real* (-1)*: no -1 precedes a real token",
+    )
+    machine.always(
+        "unused_slots_empty",
+        all_of(Position, lambda p: (p >= length).implies(tokens[p] == PLACEHOLDER)),
+        "model sanity: slots past the length hold -1",
+    )
     start = state.repair_start
-    machine.always("repair_postcondition", state.repaired.implies(conjunction(
-        count_of(Position, lambda p: (p < length) & (tokens[p] == PLACEHOLDER)) == 0,
-        length == start + state.repair_written,
-        all_of(Position, lambda p: ((p >= start) & (p < length)).implies(tokens[p] == state.prev_start + (p - start))),
-    )), "I2: after a repair no -1 remains, len = first_placeholder + k, and the k written ids are the previous row's")
-    suffix = all_of(Position, lambda p: ((p + 1 < capacity) & (tokens[p] == PLACEHOLDER)).implies(
-        tokens[minimum(p + 1, capacity - 1)] == PLACEHOLDER))
+    machine.always(
+        "repair_postcondition",
+        state.repaired.implies(
+            conjunction(
+                count_of(Position, lambda p: (p < length) & (tokens[p] == PLACEHOLDER)) == 0,
+                length == start + state.repair_written,
+                all_of(
+                    Position,
+                    lambda p: ((p >= start) & (p < length)).implies(tokens[p] == state.prev_start + (p - start)),
+                ),
+            )
+        ),
+        "I2: after a repair no -1 remains, len = first_placeholder + k, and the k written ids are the previous row's",
+    )
+    suffix = all_of(
+        Position,
+        lambda p: ((p + 1 < capacity) & (tokens[p] == PLACEHOLDER)).implies(
+            tokens[minimum(p + 1, capacity - 1)] == PLACEHOLDER
+        ),
+    )
     elements = slots(state)
-    machine.always("scans_agree", (suffix & ends_with_placeholder(state)).implies(
-        first_placeholder(FORWARD, elements, length) == first_placeholder(BACKWARD, elements, length)),
-        "I3: on a suffix-form list ending with -1 the forward and backward scans return the same index")
-    machine.always("batch_aliases_request_list", state.in_batch.implies(state.alias),
-                   "I4: the batch's req_output_token_ids row is the request's own list object")
-    machine.always("scan_cost_bounded", state.repair_steps <= 1 + state.repair_run,
-                   "cost: a repair reads at most 1 + (length of the trailing -1 run) list elements")
-    machine.always("list_matches_scheduler_count",
-                   ((state.phase == Phase.UPDATED) & scheduled_here(state)).implies(length == sent(state)),
-                   "K1: after _update_states the list is as long as the scheduler's num_output_tokens")
-    machine.always("tokens_aligned", all_of(Position, lambda p: is_real(p).implies(tokens[p] == p)),
-                   "K2: every real token sits at its own output position")
+    machine.always(
+        "scans_agree",
+        (suffix & ends_with_placeholder(state)).implies(
+            first_placeholder(FORWARD, elements, length) == first_placeholder(BACKWARD, elements, length)
+        ),
+        "I3: on a suffix-form list ending with -1 the forward and backward scans return the same index",
+    )
+    machine.always(
+        "batch_aliases_request_list",
+        state.in_batch.implies(state.alias),
+        "I4: the batch's req_output_token_ids row is the request's own list object",
+    )
+    machine.always(
+        "scan_cost_bounded",
+        state.repair_steps <= 1 + state.repair_run,
+        "cost: a repair reads at most 1 + (length of the trailing -1 run) list elements",
+    )
+    machine.always(
+        "list_matches_scheduler_count",
+        ((state.phase == Phase.UPDATED) & scheduled_here(state)).implies(length == sent(state)),
+        "K1: after _update_states the list is as long as the scheduler's num_output_tokens",
+    )
+    machine.always(
+        "tokens_aligned",
+        all_of(Position, lambda p: is_real(p).implies(tokens[p] == p)),
+        "K2: every real token sits at its own output position",
+    )
     machine.always("placeholders_nonnegative", state.placeholders >= 0, "K3: num_output_placeholders >= 0")
 
 
@@ -84,23 +128,36 @@ def add_witnesses(machine: Machine, state: State) -> None:
     sampled = (state.phase == Phase.SAMPLED) & scheduled_here(state)
     waiting_repair = conjunction(sampled, current(state).field("history"), state.prev_row)
     if sizes.drafts:
-        machine.sometimes("fewer_drafts_accepted", repaired & (state.repair_written < state.repair_run),
-                          "spec decode: fewer ids than optimistic placeholders; the excess is truncated")
+        machine.sometimes(
+            "fewer_drafts_accepted",
+            repaired & (state.repair_written < state.repair_run),
+            "spec decode: fewer ids than optimistic placeholders; the excess is truncated",
+        )
     if sizes.kv_load_failures:
-        machine.sometimes("trim_left_no_placeholder", conjunction(waiting_repair, state.sampled_cpu, ~repaired,
-                                                                  length > 0, last_token(state) != PLACEHOLDER),
-                          "after a KV-load failure's trim the list ends with a real token: the repair skips it")
+        machine.sometimes(
+            "trim_left_no_placeholder",
+            conjunction(waiting_repair, state.sampled_cpu, ~repaired, length > 0, last_token(state) != PLACEHOLDER),
+            "after a KV-load failure's trim the list ends with a real token: the repair skips it",
+        )
     if sizes.kv_load_failures and sizes.drafts:
-        machine.sometimes("more_ids_than_placeholders", repaired & (state.repair_written < state.prev_count),
-                          "after a trim the previous row has more ids than the list has placeholders")
+        machine.sometimes(
+            "more_ids_than_placeholders",
+            repaired & (state.repair_written < state.prev_count),
+            "after a trim the previous row has more ids than the list has placeholders",
+        )
     if sizes.preemptions:
-        machine.sometimes("rejoins_with_history",
-                          conjunction(state.phase == Phase.UPDATED, scheduled_here(state), ~state.prev_row, length > 0),
-                          "a request that missed a step rejoins the batch with its rebuilt list")
+        machine.sometimes(
+            "rejoins_with_history",
+            conjunction(state.phase == Phase.UPDATED, scheduled_here(state), ~state.prev_row, length > 0),
+            "a request that missed a step rejoins the batch with its rebuilt list",
+        )
     if sizes.chunked_prefill:
-        machine.sometimes("discarded_chunk", sampled & current(state).field("chunk"),
-                          "a non-final prefill chunk's row is discarded")
+        machine.sometimes(
+            "discarded_chunk", sampled & current(state).field("chunk"), "a non-final prefill chunk's row is discarded"
+        )
     if sizes.history_toggles:
-        machine.sometimes("repair_without_sampled_ids",
-                          conjunction(waiting_repair, ends_with_placeholder(state), ~state.sampled_cpu),
-                          "the previous step registered no sampled ids: the repair is skipped, placeholders stay")
+        machine.sometimes(
+            "repair_without_sampled_ids",
+            conjunction(waiting_repair, ends_with_placeholder(state), ~state.sampled_cpu),
+            "the previous step registered no sampled ids: the repair is skipped, placeholders stay",
+        )

@@ -50,19 +50,23 @@ def update_states(state: State) -> Step:
     extended = length + if_then_else(stays, state.draft_length, 0)  # A2: optimistic -1 per previous draft
     trimmed = minimum(extended, count)
     # A re-added request (req_index is None) gets the last `sent` ids of prompt + outputs.
-    rebuilt = list_of(state, count, lambda p: if_then_else(p < count - outputs, state.sizes.prompt,
-                                                           p - (count - outputs)))
+    rebuilt = list_of(
+        state, count, lambda p: if_then_else(p < count - outputs, state.sizes.prompt, p - (count - outputs))
+    )
     rebuild = here & ~state.in_batch & (count > 0)
     kept = list_of(state, trimmed, lambda p: tokens[p])
-    return Step((state.phase == Phase.IDLE) & ~state.to_runner.is_empty(), {
-        state.phase: Phase.UPDATED,
-        tokens: if_then_else(rebuild, rebuilt, if_then_else(here, kept, tokens)),
-        length: if_then_else(rebuild, count, if_then_else(here, trimmed, length)),
-        state.in_batch: here,
-        state.alias: if_then_else(here, True, state.alias),  # add_request re-aliases the new list
-        # update_req_spec_token_ids; a row that left the batch is reset on its return anyway.
-        state.draft_length: if_then_else(here, current(state).field("drafts"), 0),
-    })
+    return Step(
+        (state.phase == Phase.IDLE) & ~state.to_runner.is_empty(),
+        {
+            state.phase: Phase.UPDATED,
+            tokens: if_then_else(rebuild, rebuilt, if_then_else(here, kept, tokens)),
+            length: if_then_else(rebuild, count, if_then_else(here, trimmed, length)),
+            state.in_batch: here,
+            state.alias: if_then_else(here, True, state.alias),  # add_request re-aliases the new list
+            # update_req_spec_token_ids; a row that left the batch is reset on its return anyway.
+            state.draft_length: if_then_else(here, current(state).field("drafts"), 0),
+        },
+    )
 
 
 @action(actor="runner")
@@ -70,23 +74,33 @@ def sample(state: State, variant: str) -> Step:
     """_sample → update_async_output_token_ids: replace the trailing -1 run by the previous row's ids."""
     scan = BACKWARD if variant == POST_FIX else FORWARD  # v0.22.0 walks back; v0.21.0 calls ids.index(-1)
     elements, length, tokens = slots(state), state.length, state.tokens
-    applies = conjunction(state.sampled_cpu, current(state).field("history"), scheduled_here(state), state.prev_row,
-                          ends_with_placeholder(state), state.prev_count > 0)
+    applies = conjunction(
+        state.sampled_cpu,
+        current(state).field("history"),
+        scheduled_here(state),
+        state.prev_row,
+        ends_with_placeholder(state),
+        state.prev_count > 0,
+    )
     start = first_placeholder(scan, elements, length)
     run = length - start
     written = minimum(state.prev_count, run)
-    repaired_list = list_of(state, start + written,
-                            lambda p: if_then_else(p < start, tokens[p], state.prev_start + (p - start)))
-    return Step(state.phase == Phase.UPDATED, {
-        state.phase: Phase.SAMPLED,
-        tokens: if_then_else(applies, repaired_list, tokens),
-        length: if_then_else(applies, start + written, length),
-        state.repaired: applies,
-        state.repair_start: if_then_else(applies, start, 0),
-        state.repair_written: if_then_else(applies, written, 0),
-        state.repair_run: if_then_else(applies, length - first_placeholder(BACKWARD, elements, length), 0),
-        state.repair_steps: if_then_else(applies, scan_cost(scan, elements, length), 0),
-    })
+    repaired_list = list_of(
+        state, start + written, lambda p: if_then_else(p < start, tokens[p], state.prev_start + (p - start))
+    )
+    return Step(
+        state.phase == Phase.UPDATED,
+        {
+            state.phase: Phase.SAMPLED,
+            tokens: if_then_else(applies, repaired_list, tokens),
+            length: if_then_else(applies, start + written, length),
+            state.repaired: applies,
+            state.repair_start: if_then_else(applies, start, 0),
+            state.repair_written: if_then_else(applies, written, 0),
+            state.repair_run: if_then_else(applies, length - first_placeholder(BACKWARD, elements, length), 0),
+            state.repair_steps: if_then_else(applies, scan_cost(scan, elements, length), 0),
+        },
+    )
 
 
 @action(actor="runner")
@@ -94,19 +108,26 @@ def bookkeeping(state: State, accepted: Term) -> Step:
     """_bookkeeping_sync: A1 appends one -1; prev_req_id_to_index; set_async_sampled_token_ids; reply."""
     step, generated = current(state), state.generated
     produced = scheduled_here(state) & ~step.field("chunk")
-    result = record_of(state.Result, kind=step.field("kind"), chunk=step.field("chunk"),
-                       drafts=step.field("drafts"), accepted=accepted)
-    return Step((state.phase == Phase.SAMPLED) & (accepted <= step.field("drafts")), {
-        state.phase: Phase.IDLE,
-        state.to_runner: state.to_runner.tail(),
-        state.to_scheduler: state.to_scheduler.append(result),
-        # the -1 lands in an unused slot, already -1
-        state.length: if_then_else(produced, state.length + 1, state.length),
-        state.prev_row: produced,
-        state.prev_start: if_then_else(produced, generated, state.prev_start),
-        state.prev_count: if_then_else(produced, accepted + 1, state.prev_count),
-        generated: if_then_else(produced, generated + accepted + 1, generated),
-        state.sampled_cpu: step.field("history"),
-        state.repaired: False, state.repair_start: 0, state.repair_written: 0, state.repair_run: 0,
-        state.repair_steps: 0,
-    })
+    result = record_of(
+        state.Result, kind=step.field("kind"), chunk=step.field("chunk"), drafts=step.field("drafts"), accepted=accepted
+    )
+    return Step(
+        (state.phase == Phase.SAMPLED) & (accepted <= step.field("drafts")),
+        {
+            state.phase: Phase.IDLE,
+            state.to_runner: state.to_runner.tail(),
+            state.to_scheduler: state.to_scheduler.append(result),
+            # the -1 lands in an unused slot, already -1
+            state.length: if_then_else(produced, state.length + 1, state.length),
+            state.prev_row: produced,
+            state.prev_start: if_then_else(produced, generated, state.prev_start),
+            state.prev_count: if_then_else(produced, accepted + 1, state.prev_count),
+            generated: if_then_else(produced, generated + accepted + 1, generated),
+            state.sampled_cpu: step.field("history"),
+            state.repaired: False,
+            state.repair_start: 0,
+            state.repair_written: 0,
+            state.repair_run: 0,
+            state.repair_steps: 0,
+        },
+    )

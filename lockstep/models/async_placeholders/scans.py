@@ -72,8 +72,9 @@ BACKWARD = Scan(
     {"run_start": (INTEGER, 0)},
     _backward_step,
     result=lambda accumulators, length: accumulators["run_start"],
-    cost=lambda accumulators, length: (length - accumulators["run_start"])
-    + if_then_else(accumulators["run_start"] > 0, 1, 0),
+    cost=lambda accumulators, length: (
+        (length - accumulators["run_start"]) + if_then_else(accumulators["run_start"] > 0, 1, 0)
+    ),
 )
 """v0.22.0 (PR #42938): walk back from ``len(ids)`` while the element before is -1."""
 

@@ -39,13 +39,23 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
     )
     if not sizes.preemptions:
         guard = conjunction(guard, run)
-    entry = record_of(state.Scheduled, kind=kind, chunk=chunk, drafts=drafts, sent=outputs + placeholders,
-                      outputs=outputs, history=history)
-    return Step(guard, {
-        state.to_runner: state.to_runner.append(entry),
-        placeholders: if_then_else(produces, placeholders + 1 + drafts, placeholders),
-        prefilling: if_then_else(kind == Kind.PREEMPT, True, if_then_else(produces, False, prefilling)),
-    })
+    entry = record_of(
+        state.Scheduled,
+        kind=kind,
+        chunk=chunk,
+        drafts=drafts,
+        sent=outputs + placeholders,
+        outputs=outputs,
+        history=history,
+    )
+    return Step(
+        guard,
+        {
+            state.to_runner: state.to_runner.append(entry),
+            placeholders: if_then_else(produces, placeholders + 1 + drafts, placeholders),
+            prefilling: if_then_else(kind == Kind.PREEMPT, True, if_then_else(produces, False, prefilling)),
+        },
+    )
 
 
 @action(actor="scheduler")
@@ -56,20 +66,26 @@ def update_from_output(state: State) -> Step:
     produced = (head.field("kind") == Kind.RUN) & ~head.field("chunk")
     accepted, drafts = head.field("accepted"), head.field("drafts")
     rejected_taken = if_then_else((drafts > 0) & (placeholders > 0), placeholders - (drafts - accepted), placeholders)
-    return Step(~state.to_scheduler.is_empty(), {
-        state.to_scheduler: state.to_scheduler.tail(),
-        outputs: if_then_else(produced, outputs + accepted + 1, outputs),
-        placeholders: if_then_else(produced, rejected_taken - (accepted + 1), placeholders),
-    })
+    return Step(
+        ~state.to_scheduler.is_empty(),
+        {
+            state.to_scheduler: state.to_scheduler.tail(),
+            outputs: if_then_else(produced, outputs + accepted + 1, outputs),
+            placeholders: if_then_else(produced, rejected_taken - (accepted + 1), placeholders),
+        },
+    )
 
 
 @action(actor="scheduler")
 def kv_load_failure(state: State, discarded: Term) -> Step:
     """A sync KV-load failure discards the last outputs; the request recomputes (see module doc)."""
     idle = conjunction(state.to_runner.is_empty(), state.to_scheduler.is_empty(), state.phase == Phase.IDLE)
-    return Step(conjunction(idle, state.kv_failures < state.sizes.kv_load_failures, state.outputs >= discarded), {
-        state.outputs: state.outputs - discarded,
-        state.generated: state.generated - discarded,
-        state.prefilling: True,
-        state.kv_failures: state.kv_failures + 1,
-    })
+    return Step(
+        conjunction(idle, state.kv_failures < state.sizes.kv_load_failures, state.outputs >= discarded),
+        {
+            state.outputs: state.outputs - discarded,
+            state.generated: state.generated - discarded,
+            state.prefilling: True,
+            state.kv_failures: state.kv_failures + 1,
+        },
+    )

@@ -16,23 +16,23 @@ from __future__ import annotations
 COMMON: dict[str, str] = {
     # the scheduler (engine core process)
     "schedule": "Scheduler.schedule (RUN: _make_cached_request_data sends num_output_tokens + placeholders; "
-                "PREEMPT: _preempt_request) → AsyncScheduler._update_after_schedule (placeholders += 1 + drafts)",
+    "PREEMPT: _preempt_request) → AsyncScheduler._update_after_schedule (placeholders += 1 + drafts)",
     "update_from_output": "Scheduler.update_from_output → AsyncScheduler._update_request_with_output "
-                          "(num_output_placeholders -= new tokens)",
+    "(num_output_placeholders -= new tokens)",
     "kv_load_failure": "Scheduler.update_from_output → _handle_invalid_blocks (sync KV-load failure: recompute; "
-                       "the runner sees fewer num_output_tokens)",
+    "the runner sees fewer num_output_tokens)",
     # the last rank's runner (worker process)
     "update_states": "GPUModelRunner._update_states (A2: extend [-1] * optimistic_num_accepted; trim to "
-                     "num_output_tokens; rebuild a resumed request; InputBatch.add_request)",
+    "num_output_tokens; rebuild a resumed request; InputBatch.add_request)",
     "bookkeeping": "GPUModelRunner.sample_tokens → _bookkeeping_sync (A1: [-1] per sampled row; prev_req_id_to_index) "
-                   "→ InputBatch.set_async_sampled_token_ids; the reply (AsyncGPUModelRunnerOutput)",
+    "→ InputBatch.set_async_sampled_token_ids; the reply (AsyncGPUModelRunnerOutput)",
 }
 
 SAMPLE: dict[str, str] = {
     "pre-fix": "GPUModelRunner._sample → InputBatch.update_async_output_token_ids (forward scan: "
-               "req_output_token_ids.index(-1))",
+    "req_output_token_ids.index(-1))",
     "post-fix": "GPUModelRunner._sample → InputBatch.update_async_output_token_ids (backward scan over the "
-                "trailing -1 run)",
+    "trailing -1 run)",
 }
 
 

@@ -104,19 +104,33 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
     Position, Token = IndexSort("Position", capacity), integers(PLACEHOLDER, sizes.prompt)
     variable = machine.variable
     return State(
-        sizes=sizes, Position=Position, Token=Token, Count=Count, Drafts=Drafts, RowCount=RowCount,
-        Scheduled=Scheduled, Result=Result,
+        sizes=sizes,
+        Position=Position,
+        Token=Token,
+        Count=Count,
+        Drafts=Drafts,
+        RowCount=RowCount,
+        Scheduled=Scheduled,
+        Result=Result,
         outputs=variable("scheduler.outputs", Count, 0, "request.num_output_tokens: outputs the scheduler knows"),
-        placeholders=variable("scheduler.placeholders", integers(-capacity, capacity), 0,
-                              "request.num_output_placeholders: outputs scheduled, not yet processed"),
+        placeholders=variable(
+            "scheduler.placeholders",
+            integers(-capacity, capacity),
+            0,
+            "request.num_output_placeholders: outputs scheduled, not yet processed",
+        ),
         prefilling=variable("scheduler.prefilling", BOOL, True, "the next scheduled step is (re)computing the prompt"),
         to_runner=variable("queue.scheduled", SequenceSort(Scheduled, 2), (), "steps scheduled, not yet executed"),
-        to_scheduler=variable("queue.executed", SequenceSort(Result, 2), (),
-                              "steps executed, output not yet processed"),
+        to_scheduler=variable(
+            "queue.executed", SequenceSort(Result, 2), (), "steps executed, output not yet processed"
+        ),
         kv_failures=variable("scheduler.kv_load_failures", integers(0, sizes.kv_load_failures), 0),
-        tokens=variable("runner.output_token_ids", MapSort(Position, Token),
-                        tuple(PLACEHOLDER for _ in range(capacity)),
-                        "CachedRequestState.output_token_ids (unused slots hold -1)"),
+        tokens=variable(
+            "runner.output_token_ids",
+            MapSort(Position, Token),
+            tuple(PLACEHOLDER for _ in range(capacity)),
+            "CachedRequestState.output_token_ids (unused slots hold -1)",
+        ),
         length=variable("runner.length", Count, 0, "len(output_token_ids)"),
         in_batch=variable("runner.in_batch", BOOL, False, "the request has a row of the persistent batch"),
         alias=variable("runner.batch_aliases_list", BOOL, True, "req_output_token_ids[row] is the request's list"),

@@ -88,21 +88,35 @@ def bookkeeping(state: State) -> Term:
     """The queue positions agree; sampled counts are bounded; unadded requests are untouched."""
     sizes = state.sizes
     n, known = state.batch.length(), state.results.length()
-    parts = [known <= n, state.processed <= known, state.sampled[sizes.last] == known,
-             n - state.processed <= sizes.batch_queue,  # the engine schedules only into a free slot
-             (state.processed >= 1).implies(  # retired at once
-                 disjunction(*[state.sampled[r] == 0 for r in range(sizes.ranks)]))]
+    parts = [
+        known <= n,
+        state.processed <= known,
+        state.sampled[sizes.last] == known,
+        n - state.processed <= sizes.batch_queue,  # the engine schedules only into a free slot
+        (state.processed >= 1).implies(  # retired at once
+            disjunction(*[state.sampled[r] == 0 for r in range(sizes.ranks)])
+        ),
+    ]
     for r in range(sizes.ranks):
         parts.append(state.sampled[r] <= n)
         parts.append(state.executed[r].implies(state.sampled[r] < n))
     for j in range(sizes.capacity):
         for q in range(sizes.requests):
             row, inside = _row(state, j, q), _inside(state, j)
-            parts.append((inside & (lift(j) < known)).implies(
-                state.results[j][q] <= if_then_else(row.field("scheduled") > 0, row.field("drafts") + 1, 0)))
-            parts.append((inside & row.field("new")).implies(conjunction(
-                row.field("computed") == 0, row.field("scheduled") > 0,
-                *[_row(state, i, q).field("scheduled") == 0 for i in range(j)])))
+            parts.append(
+                (inside & (lift(j) < known)).implies(
+                    state.results[j][q] <= if_then_else(row.field("scheduled") > 0, row.field("drafts") + 1, 0)
+                )
+            )
+            parts.append(
+                (inside & row.field("new")).implies(
+                    conjunction(
+                        row.field("computed") == 0,
+                        row.field("scheduled") > 0,
+                        *[_row(state, i, q).field("scheduled") == 0 for i in range(j)],
+                    )
+                )
+            )
             parts.append((inside & (state.status[q] == Status.WAITING)).implies(row.field("scheduled") == 0))
     for q in range(sizes.requests):
         parts.append((state.status[q] == Status.WAITING).implies(state.computed[q] == 0))
@@ -117,10 +131,17 @@ def _unadded(state: State, r: int, q: int) -> list[Term]:
     capacity, p = state.sizes.capacity, state.sampled[r]
     parts = []
     not_added = ~state.added[r][q]
-    parts.append(not_added.implies(conjunction(
-        state.gpu[r][q] == 0,
-        *[(_inside(state, j) & (lift(j) < p)).implies(_row(state, j, q).field("scheduled") == 0)
-          for j in range(capacity)])))
+    parts.append(
+        not_added.implies(
+            conjunction(
+                state.gpu[r][q] == 0,
+                *[
+                    (_inside(state, j) & (lift(j) < p)).implies(_row(state, j, q).field("scheduled") == 0)
+                    for j in range(capacity)
+                ],
+            )
+        )
+    )
     unrun = p + if_then_else(state.executed[r], 1, 0)
 
     def ahead(j: int) -> Term:  # record j, not yet run by r, admits q
@@ -128,13 +149,23 @@ def _unadded(state: State, r: int, q: int) -> list[Term]:
 
     parts.append(conjunction(*[(_inside(state, j) & ahead(j)).implies(not_added) for j in range(capacity)]))
     parts.append((state.status[q] == Status.WAITING).implies(not_added))
-    parts.append((not_added & (state.status[q] != Status.WAITING)).implies(disjunction(  # admitted: its record is ahead
-        *[_inside(state, j) & ahead(j) for j in range(capacity)])))
+    parts.append(
+        (not_added & (state.status[q] != Status.WAITING)).implies(
+            disjunction(  # admitted: its record is ahead
+                *[_inside(state, j) & ahead(j) for j in range(capacity)]
+            )
+        )
+    )
     for j in range(capacity):  # an unadded request's first record the rank has not run admits it
         row = _row(state, j, q)
         cached = _inside(state, j) & (lift(j) >= unrun) & (row.field("scheduled") > 0) & ~row.field("new")
         parts.append((cached & not_added).implies(disjunction(lift(False), *[ahead(i) for i in range(j)])))
-    parts.append(conjunction(*[  # a rank that ran record j has added every request j schedules
-        (_inside(state, j) & (lift(j) < unrun) & (_row(state, j, q).field("scheduled") > 0)).implies(~not_added)
-        for j in range(capacity)]))
+    parts.append(
+        conjunction(
+            *[  # a rank that ran record j has added every request j schedules
+                (_inside(state, j) & (lift(j) < unrun) & (_row(state, j, q).field("scheduled") > 0)).implies(~not_added)
+                for j in range(capacity)
+            ]
+        )
+    )
     return parts

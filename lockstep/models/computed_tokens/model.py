@@ -77,9 +77,16 @@ from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, Varian
 
 __all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build"]
 
-RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
-    "schedule", "update_from_output", "execute_model", "sample_tokens", "pp_receive",
-)}
+RUNTIME_ACTIONS: dict[str, str] = {
+    name: name
+    for name in (
+        "schedule",
+        "update_from_output",
+        "execute_model",
+        "sample_tokens",
+        "pp_receive",
+    )
+}
 """Runtime event -> model action (``lockstep.impl.computed_tokens`` records these names)."""
 
 
@@ -112,23 +119,34 @@ PROTOCOL = Protocol(
     title="V2 runner CPU mirror of num_computed_tokens and seq_lens_cpu_upper_bound",
     change="vLLM PRs #40654, #42202",
     variants=(
-        VariantSpec(PRE_FIX, "the mirror advances by num_scheduled in postprocess (drifts by every rejected draft)",
-                    "vLLM v0.21.0"),
+        VariantSpec(
+            PRE_FIX,
+            "the mirror advances by num_scheduled in postprocess (drifts by every rejected draft)",
+            "vLLM v0.21.0",
+        ),
         VariantSpec(POST_FIX, "update_requests refreshes the mirror from the scheduler each step", "vLLM v0.22.0"),
     ),
     parameters=(
         ParameterSpec("ranks", 1, "pipeline stages, each with its own runner and mirror", minimum=1, maximum=3),
         ParameterSpec("requests", 1, "requests, all waiting at the start", minimum=1, maximum=3),
         ParameterSpec("prefill_len", 1, "prompt tokens of each request", minimum=1, maximum=8),
-        ParameterSpec("budget", 2, "max_num_scheduled_tokens per step (chunked prefill below prefill_len)",
-                      minimum=1, maximum=8),
+        ParameterSpec(
+            "budget", 2, "max_num_scheduled_tokens per step (chunked prefill below prefill_len)", minimum=1, maximum=8
+        ),
         ParameterSpec("drafts", 1, "num_speculative_tokens (MTP k)", minimum=0, maximum=3),
         ParameterSpec("max_tokens", 4, "output tokens after which a request stops", minimum=1, maximum=8),
-        ParameterSpec("max_model_len", 7, "max_model_len (default: prefill_len + max_tokens + drafts + 1, so that the "
-                      "context limit does not cut the last drafts)", minimum=2, maximum=32,
-                      derived=lambda values: values["prefill_len"] + values["max_tokens"] + values["drafts"] + 1),
-        ParameterSpec("async_scheduling", 1, "1: AsyncScheduler with the batch queue; 0: EngineCore.step",
-                      minimum=0, maximum=1),
+        ParameterSpec(
+            "max_model_len",
+            7,
+            "max_model_len (default: prefill_len + max_tokens + drafts + 1, so that the "
+            "context limit does not cut the last drafts)",
+            minimum=2,
+            maximum=32,
+            derived=lambda values: values["prefill_len"] + values["max_tokens"] + values["drafts"] + 1,
+        ),
+        ParameterSpec(
+            "async_scheduling", 1, "1: AsyncScheduler with the batch queue; 0: EngineCore.step", minimum=0, maximum=1
+        ),
         ParameterSpec("padded_rows", 0, "rows of FULL CUDA-graph request padding", minimum=0, maximum=2),
     ),
     instances=(

@@ -34,8 +34,12 @@ from lockstep.spec.terms import Term, TermLike, all_of, any_of, conjunction, dis
 
 def rows(state: State, body: Callable[[Term, int], TermLike]) -> Term:
     """``body(rank, request)`` on every real row of every rank's last metadata."""
-    return all_of(state.Rank, lambda r: conjunction(*[
-        (state.built[r] & state.real[r][q]).implies(body(r, q)) for q in range(state.sizes.requests)]))
+    return all_of(
+        state.Rank,
+        lambda r: conjunction(
+            *[(state.built[r] & state.real[r][q]).implies(body(r, q)) for q in range(state.sizes.requests)]
+        ),
+    )
 
 
 def slack(state: State, r: Term, q: Term | int) -> Term:
@@ -46,36 +50,74 @@ def slack(state: State, r: Term, q: Term | int) -> Term:
 def add_properties(machine: Machine, state: State) -> None:
     """U1-U6, the final states and the reachability witnesses."""
     sizes, upper, count = state.sizes, state.upper, state.sizes.requests
-    machine.always("U1_sound", rows(state, lambda r, q: upper[r][q] >= state.seq_len[r][q]),
-                   "U1: seq_lens_cpu_upper_bound >= the GPU seq_lens on every real row")
+    machine.always(
+        "U1_sound",
+        rows(state, lambda r, q: upper[r][q] >= state.seq_len[r][q]),
+        "U1: seq_lens_cpu_upper_bound >= the GPU seq_lens on every real row",
+    )
     exact_everywhere = not (sizes.asynchronous and sizes.drafts > 0)
-    machine.always("U2_exact", rows(state, lambda r, q: (state.prefilling[r][q] | exact_everywhere).implies(
-        upper[r][q] == state.seq_len[r][q])),
-        "U2: exact on prefill rows, and on every row outside async spec decode")
-    machine.always("U3_bounded_slack", rows(state, lambda r, q: slack(state, r, q) <= state.allowed[r][q]),
-                   "U3: bound - seq_len <= Σ drafts of the request's steps unprocessed when this step was scheduled")
-    machine.always("U3_within_max_model_len",
-                   rows(state, lambda r, q: upper[r][q] <= sizes.max_model_len + sizes.drafts),
-                   "U3 (corollary): the bound stays within max_model_len + num_spec")
-    machine.always("U4_prefill_progress", rows(state, lambda r, q: conjunction(
-        state.seen_prefill_tokens[r][q] == minimum(state.seen_mirror[r][q], state.seen_prefill_len[r][q]),
-        state.prefilling[r][q] == (state.sent[r][q] < state.seen_prefill_len[r][q]))),
+    machine.always(
+        "U2_exact",
+        rows(
+            state, lambda r, q: (state.prefilling[r][q] | exact_everywhere).implies(upper[r][q] == state.seq_len[r][q])
+        ),
+        "U2: exact on prefill rows, and on every row outside async spec decode",
+    )
+    machine.always(
+        "U3_bounded_slack",
+        rows(state, lambda r, q: slack(state, r, q) <= state.allowed[r][q]),
+        "U3: bound - seq_len <= Σ drafts of the request's steps unprocessed when this step was scheduled",
+    )
+    machine.always(
+        "U3_within_max_model_len",
+        rows(state, lambda r, q: upper[r][q] <= sizes.max_model_len + sizes.drafts),
+        "U3 (corollary): the bound stays within max_model_len + num_spec",
+    )
+    machine.always(
+        "U4_prefill_progress",
+        rows(
+            state,
+            lambda r, q: conjunction(
+                state.seen_prefill_tokens[r][q] == minimum(state.seen_mirror[r][q], state.seen_prefill_len[r][q]),
+                state.prefilling[r][q] == (state.sent[r][q] < state.seen_prefill_len[r][q]),
+            ),
+        ),
         "U4: num_computed_prefill_tokens = min(mirror, prefill_len); "
-        "is_prefilling iff the scheduler's pre-step value < prefill_len")
-    machine.always("U5_padding", all_of(state.Rank, lambda r: state.built[r].implies(conjunction(
-        all_of(state.Row, lambda row: (row >= count).implies(upper[r][row] == 0)),
-        state.max_seq_len[r] == maximum(*[if_then_else(state.real[r][q], upper[r][q], 0) for q in range(count)])))),
-        "U5: padded rows have bound 0; max_seq_len equals the maximum over real rows")
-    machine.always("U6_mirror_converges",
-                   rows(state, lambda r, q: state.alone[r][q].implies(state.seen_mirror[r][q] == state.seen_gpu[r][q])),
-                   "U6: a request with no step in flight when scheduled has mirror == GPU num_computed_tokens")
+        "is_prefilling iff the scheduler's pre-step value < prefill_len",
+    )
+    machine.always(
+        "U5_padding",
+        all_of(
+            state.Rank,
+            lambda r: state.built[r].implies(
+                conjunction(
+                    all_of(state.Row, lambda row: (row >= count).implies(upper[r][row] == 0)),
+                    state.max_seq_len[r]
+                    == maximum(*[if_then_else(state.real[r][q], upper[r][q], 0) for q in range(count)]),
+                )
+            ),
+        ),
+        "U5: padded rows have bound 0; max_seq_len equals the maximum over real rows",
+    )
+    machine.always(
+        "U6_mirror_converges",
+        rows(state, lambda r, q: state.alone[r][q].implies(state.seen_mirror[r][q] == state.seen_gpu[r][q])),
+        "U6: a request with no step in flight when scheduled has mirror == GPU num_computed_tokens",
+    )
     finished = all_of(state.Request, lambda q: state.status[q] == Status.FINISHED)
     machine.set_final(finished & state.batch.is_empty())
     machine.sometimes("all_finished", finished, "every request can run to max_tokens")
     if sizes.asynchronous and sizes.drafts > 0:
-        machine.sometimes("optimistic_bound", any_of(state.Rank, lambda r: disjunction(
-            *[state.built[r] & state.real[r][q] & (slack(state, r, q) > 0) for q in range(count)])),
-            "async spec decode: a bound above the GPU seq_len (drafts of the step in flight)")
+        machine.sometimes(
+            "optimistic_bound",
+            any_of(
+                state.Rank,
+                lambda r: disjunction(
+                    *[state.built[r] & state.real[r][q] & (slack(state, r, q) > 0) for q in range(count)]
+                ),
+            ),
+            "async spec decode: a bound above the GPU seq_len (drafts of the step in flight)",
+        )
 
 
 def strengthen(machine: Machine, state: State, as_properties: bool) -> None:

@@ -61,15 +61,18 @@ def execute_model(state: State, variant: str, rank: Term) -> Step:
     # PP: a stage runs step N after the stage before it ran N (it receives its hidden states).
     upstream_ran = (rank == 0) | (state.sampled[previous] + if_then_else(state.executed[previous], 1, 0) > position)
     requests = _update_requests(state, variant, rank, record)
-    return Step(conjunction(~state.executed[rank], position < state.batch.length(), upstream_ran), {
-        state.executed: state.executed.set(rank, True),
-        state.added: state.added.set(rank, requests.added),
-        state.prefill_len: state.prefill_len.set(rank, requests.prefill_len),
-        state.gpu: state.gpu.set(rank, requests.gpu),
-        state.mirror: state.mirror.set(rank, requests.mirror),
-        state.prefill_tokens: state.prefill_tokens.set(rank, requests.prefill_tokens),
-        **_prepare_inputs(state, rank, record, requests),
-    })
+    return Step(
+        conjunction(~state.executed[rank], position < state.batch.length(), upstream_ran),
+        {
+            state.executed: state.executed.set(rank, True),
+            state.added: state.added.set(rank, requests.added),
+            state.prefill_len: state.prefill_len.set(rank, requests.prefill_len),
+            state.gpu: state.gpu.set(rank, requests.gpu),
+            state.mirror: state.mirror.set(rank, requests.mirror),
+            state.prefill_tokens: state.prefill_tokens.set(rank, requests.prefill_tokens),
+            **_prepare_inputs(state, rank, record, requests),
+        },
+    )
 
 
 def _update_requests(state: State, variant: str, rank: Term, record: Term) -> _Requests:
@@ -85,16 +88,18 @@ def _update_requests(state: State, variant: str, rank: Term, record: Term) -> _R
         return record[request].field("computed")
 
     added = _per_request(state, state.added, lambda q: state.added[rank][q] | new(q))
-    prefill_len = _per_request(state, state.prefill_len, lambda q: if_then_else(
-        new(q), state.sizes.prefill_len, state.prefill_len[rank][q]))
+    prefill_len = _per_request(
+        state, state.prefill_len, lambda q: if_then_else(new(q), state.sizes.prefill_len, state.prefill_len[rank][q])
+    )
     gpu = _per_request(state, state.gpu, lambda q: if_then_else(new(q), sent(q), state.gpu[rank][q]))
     if variant == POST_FIX:  # update_requests: refresh from the scheduler, then min(mirror, prefill_len) everywhere
         mirror = _per_request(state, state.mirror, lambda q: if_then_else(scheduled(q), sent(q), state.mirror[rank][q]))
         prefill_tokens = _per_request(state, state.prefill_tokens, lambda q: minimum(mirror[q], prefill_len[q]))
     else:  # add_requests sets both from the scheduler; update_requests only appends blocks
         mirror = _per_request(state, state.mirror, lambda q: if_then_else(new(q), sent(q), state.mirror[rank][q]))
-        prefill_tokens = _per_request(state, state.prefill_tokens, lambda q: if_then_else(
-            new(q), sent(q), state.prefill_tokens[rank][q]))
+        prefill_tokens = _per_request(
+            state, state.prefill_tokens, lambda q: if_then_else(new(q), sent(q), state.prefill_tokens[rank][q])
+        )
     return _Requests(added, prefill_len, gpu, mirror, prefill_tokens)
 
 
@@ -110,8 +115,11 @@ def _prepare_inputs(state: State, rank: Term, record: Term, requests: _Requests)
         return row(request).field("scheduled") > 0
 
     def bound(value: Term) -> Callable[[Term], Term]:  # per row: value[q] + num_scheduled, 0 if q is not scheduled
-        return lambda r: if_then_else(r < count, _request_of(
-            state, r, lambda q: if_then_else(scheduled(q), value[q] + row(q).field("scheduled"), 0)), 0)
+        return lambda r: if_then_else(
+            r < count,
+            _request_of(state, r, lambda q: if_then_else(scheduled(q), value[q] + row(q).field("scheduled"), 0)),
+            0,
+        )
 
     upper = _per_row(state, state.upper, bound(mirror))  # seq_lens_cpu_upper_bound
     seq_len = _per_row(state, state.seq_len, bound(gpu))
@@ -123,8 +131,9 @@ def _prepare_inputs(state: State, rank: Term, record: Term, requests: _Requests)
         state.seq_len: state.seq_len.set(rank, seq_len),
         # FULL graphs: max over [:num_reqs_padded] (padded rows are 0); otherwise over real rows.
         state.max_seq_len: state.max_seq_len.set(rank, max_of(state.Row, lambda r: upper[r])),
-        state.prefilling: state.prefilling.set(rank, _per_request(
-            state, state.prefilling, lambda q: prefill_tokens[q] < prefill_len[q])),
+        state.prefilling: state.prefilling.set(
+            rank, _per_request(state, state.prefilling, lambda q: prefill_tokens[q] < prefill_len[q])
+        ),
         state.allowed: state.allowed.set(rank, _per_request(state, state.allowed, lambda q: row(q).field("allowed"))),
         state.alone: state.alone.set(rank, _per_request(state, state.alone, lambda q: row(q).field("alone"))),
         state.sent: state.sent.set(rank, _per_request(state, state.sent, lambda q: row(q).field("computed"))),
@@ -157,8 +166,12 @@ def _sample_last(state: State, variant: str, accepted: list[Term]) -> Step:
     updates = postprocess(state, variant, lift(last, state.Rank), record, sampled)
     updates[state.executed] = state.executed.set(last, False)
     updates.update(retire(state, state.processed, counted, state.results.append(sampled)))
-    valid = conjunction(*[accepted[q] <= if_then_else(record[q].field("scheduled") > 0, record[q].field("drafts"), 0)
-                          for q in range(count)])
+    valid = conjunction(
+        *[
+            accepted[q] <= if_then_else(record[q].field("scheduled") > 0, record[q].field("drafts"), 0)
+            for q in range(count)
+        ]
+    )
     return Step(conjunction(state.executed[last], valid), updates)
 
 
@@ -175,8 +188,9 @@ def add_sample_tokens(machine: Machine, state: State, variant: str) -> None:
     with more."""
     count = state.sizes.requests
     names = ["accepted"] if count == 1 else [f"accepted_{q}" for q in range(count)]
-    machine.add(sample_tokens, state, variant, actor=f"rank:{state.sizes.last}",
-                sorts={name: state.Drafts for name in names})
+    machine.add(
+        sample_tokens, state, variant, actor=f"rank:{state.sizes.last}", sorts={name: state.Drafts for name in names}
+    )
 
 
 @action(actor="rank:{rank}")
@@ -198,15 +212,25 @@ def postprocess(state: State, variant: str, rank: Term, record: Term, sampled: T
         return if_then_else((drafts > 0) & (sampled[q] > 0), drafts - (sampled[q] - 1), 0)
 
     updates: dict[Term, TermLike] = {
-        state.gpu: state.gpu.set(rank, _per_request(
-            state, state.gpu, lambda q: state.gpu[rank][q] + record[q].field("scheduled") - rejected(q))),
+        state.gpu: state.gpu.set(
+            rank,
+            _per_request(state, state.gpu, lambda q: state.gpu[rank][q] + record[q].field("scheduled") - rejected(q)),
+        ),
     }
     if variant == PRE_FIX:  # "Advance the CPU mirror optimistically (assume all scheduled accepted)."
-        updates[state.mirror] = state.mirror.set(rank, _per_request(
-            state, state.mirror, lambda q: state.mirror[rank][q] + record[q].field("scheduled")))
-        updates[state.prefill_tokens] = state.prefill_tokens.set(rank, _per_request(
-            state, state.prefill_tokens, lambda q: minimum(state.prefill_tokens[rank][q] + record[q].field("scheduled"),
-                                                           state.prefill_len[rank][q])))
+        updates[state.mirror] = state.mirror.set(
+            rank, _per_request(state, state.mirror, lambda q: state.mirror[rank][q] + record[q].field("scheduled"))
+        )
+        updates[state.prefill_tokens] = state.prefill_tokens.set(
+            rank,
+            _per_request(
+                state,
+                state.prefill_tokens,
+                lambda q: minimum(
+                    state.prefill_tokens[rank][q] + record[q].field("scheduled"), state.prefill_len[rank][q]
+                ),
+            ),
+        )
     return updates
 
 

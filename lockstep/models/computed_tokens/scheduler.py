@@ -58,10 +58,15 @@ def schedule(state: State) -> Step:
     drafts: dict[int, Term] = {}
     for request in range(sizes.requests):  # RUNNING requests first
         tokens = _running_tokens(state, request, budget)
-        spec_tokens = (tokens + state.computed[request] - (sizes.prefill_len + state.outputs[request])
-                       - state.placeholders[request])
-        drafts[request] = if_then_else((tokens > 0) & (state.spec[request] > 0),
-                                       maximum(0, minimum(state.spec[request], spec_tokens)), 0)
+        spec_tokens = (
+            tokens
+            + state.computed[request]
+            - (sizes.prefill_len + state.outputs[request])
+            - state.placeholders[request]
+        )
+        drafts[request] = if_then_else(
+            (tokens > 0) & (state.spec[request] > 0), maximum(0, minimum(state.spec[request], spec_tokens)), 0
+        )
         scheduled[request] = tokens
         budget = budget - tokens
     for request in range(sizes.requests):  # then WAITING requests, while budget is left
@@ -75,9 +80,15 @@ def schedule(state: State) -> Step:
         tokens, went = scheduled[request], scheduled[request] > 0
         is_new = state.status[request] == Status.WAITING
         in_flight_drafts, in_flight_steps = unprocessed(state, request)
-        rows[request] = record_of(state.Row_, scheduled=tokens, computed=state.computed[request],
-                                  drafts=drafts[request], new=is_new & (tokens > 0), allowed=in_flight_drafts,
-                                  alone=in_flight_steps == 0)
+        rows[request] = record_of(
+            state.Row_,
+            scheduled=tokens,
+            computed=state.computed[request],
+            drafts=drafts[request],
+            new=is_new & (tokens > 0),
+            allowed=in_flight_drafts,
+            alone=in_flight_steps == 0,
+        )
         # _update_after_schedule (and AsyncScheduler's): advance at schedule time.
         after = state.computed[request] + tokens
         is_chunk = after < sizes.prefill_len + state.outputs[request] + state.placeholders[request]
@@ -85,18 +96,29 @@ def schedule(state: State) -> Step:
         computed = computed.set(request, after)
         chunk = chunk.set(request, if_then_else(went, is_chunk, state.prefill_chunk[request]))
         if sizes.asynchronous:
-            placeholders = placeholders.set(request, if_then_else(
-                went & ~is_chunk, state.placeholders[request] + 1 + drafts[request], state.placeholders[request]))
-            spec = spec.set(request, if_then_else(went & ~is_chunk, sizes.drafts,
-                                                  if_then_else(went, 0, state.spec[request])))
+            placeholders = placeholders.set(
+                request,
+                if_then_else(
+                    went & ~is_chunk, state.placeholders[request] + 1 + drafts[request], state.placeholders[request]
+                ),
+            )
+            spec = spec.set(
+                request, if_then_else(went & ~is_chunk, sizes.drafts, if_then_else(went, 0, state.spec[request]))
+            )
         else:
             spec = spec.set(request, if_then_else(went, 0, state.spec[request]))  # spec_token_ids = []
     queue_room = state.batch.length() - state.processed < sizes.batch_queue
-    return Step(conjunction(queue_room, anything_to_schedule(state)), {
-        state.batch: state.batch.append(_map_from(state.StepRecord, rows)),
-        state.status: status, state.computed: computed, state.placeholders: placeholders,
-        state.spec: spec, state.prefill_chunk: chunk,
-    })
+    return Step(
+        conjunction(queue_room, anything_to_schedule(state)),
+        {
+            state.batch: state.batch.append(_map_from(state.StepRecord, rows)),
+            state.status: status,
+            state.computed: computed,
+            state.placeholders: placeholders,
+            state.spec: spec,
+            state.prefill_chunk: chunk,
+        },
+    )
 
 
 @action(actor="scheduler")
@@ -119,8 +141,9 @@ def update_from_output(state: State) -> Step:
         # _update_request_with_output: append one by one, check_stop trims at max_tokens / max_model_len.
         produced = state.outputs[request]
         kept = minimum(sampled, sizes.max_tokens - produced, sizes.max_model_len - sizes.prefill_len - produced)
-        stopped = (sampled > 0) & ((produced + kept >= sizes.max_tokens)
-                                   | (sizes.prefill_len + produced + kept >= sizes.max_model_len))
+        stopped = (sampled > 0) & (
+            (produced + kept >= sizes.max_tokens) | (sizes.prefill_len + produced + kept >= sizes.max_model_len)
+        )
         if sizes.asynchronous:
             new_placeholders = new_placeholders - kept
         status = status.set(request, if_then_else(handled & stopped, Status.FINISHED, state.status[request]))
@@ -132,8 +155,12 @@ def update_from_output(state: State) -> Step:
             proposed = if_then_else(~stopped & ~state.prefill_chunk[request], sizes.drafts, 0)
             spec = spec.set(request, if_then_else(handled, proposed, state.spec[request]))
     full = state.batch.length() - state.processed >= sizes.batch_queue
-    updates: dict[Term, TermLike] = {state.status: status, state.computed: computed, state.placeholders: placeholders,
-                                     state.outputs: outputs}
+    updates: dict[Term, TermLike] = {
+        state.status: status,
+        state.computed: computed,
+        state.placeholders: placeholders,
+        state.outputs: outputs,
+    }
     if not sizes.asynchronous and sizes.drafts > 0:
         updates[state.spec] = spec
     updates.update(retire(state, state.processed + 1, state.sampled))

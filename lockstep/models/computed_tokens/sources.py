@@ -17,27 +17,27 @@ from __future__ import annotations
 PRE_FIX_SOURCES: dict[str, str] = {
     # the scheduler (engine core process)
     "schedule": "EngineCore.step / step_with_batch_queue → Scheduler.schedule (_make_cached_request_data: "
-                "num_computed_tokens before the step) → _update_after_schedule (+= num_scheduled)",
+    "num_computed_tokens before the step) → _update_after_schedule (+= num_scheduled)",
     "update_from_output": "EngineCore.step / step_with_batch_queue: future.result() → Scheduler.update_from_output "
-                          "(subtract rejected drafts) → _update_request_with_output; sync: post_step → "
-                          "update_draft_token_ids",
+    "(subtract rejected drafts) → _update_request_with_output; sync: post_step → "
+    "update_draft_token_ids",
     # the V2 runner of every PP rank (worker processes)
     "execute_model": "GPUModelRunner.execute_model → add_requests, update_requests (block ids only), prepare_inputs "
-                     "(seq_lens_cpu_upper_bound = num_computed_tokens_np + num_scheduled)",
+    "(seq_lens_cpu_upper_bound = num_computed_tokens_np + num_scheduled)",
     "sample_tokens": "GPUModelRunner.sample_tokens (last rank) → sample (rejection sampler) → pp_broadcast (PP) → "
-                     "postprocess (post_update on the GPU; num_computed_tokens_np += num_scheduled)",
+    "postprocess (post_update on the GPU; num_computed_tokens_np += num_scheduled)",
     "pp_receive": "GPUModelRunner.sample_tokens (non-last rank) → pp_receive → postprocess (post_update; "
-                  "num_computed_tokens_np += num_scheduled)",
+    "num_computed_tokens_np += num_scheduled)",
 }
 
 POST_FIX_SOURCES: dict[str, str] = {
     **PRE_FIX_SOURCES,
     "execute_model": "GPUModelRunner.execute_model → add_requests, update_requests (num_computed_tokens_np := "
-                     "the scheduler's value; num_computed_prefill_tokens = min(…, prefill_len)), prepare_inputs",
+    "the scheduler's value; num_computed_prefill_tokens = min(…, prefill_len)), prepare_inputs",
     "sample_tokens": "GPUModelRunner.sample_tokens (last rank) → sample (rejection sampler) → pp_broadcast (PP) → "
-                     "postprocess (post_update on the GPU only)",
+    "postprocess (post_update on the GPU only)",
     "pp_receive": "GPUModelRunner.sample_tokens (non-last rank) → pp_receive → postprocess "
-                  "(post_update on the GPU only)",
+    "(post_update on the GPU only)",
 }
 
 

@@ -174,27 +174,50 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
     Request, Rank = IndexSort("Request", sizes.requests), IndexSort("Rank", sizes.ranks)
     Row = IndexSort("Row", sizes.requests + sizes.padded_rows)
     Length, Prefill, Drafts = integers(0, sizes.length), integers(0, sizes.prefill_len), integers(0, sizes.drafts)
-    Row_ = record("Row", scheduled=integers(0, sizes.budget), computed=Length, drafts=Drafts, new=BOOL,
-                  allowed=integers(0, sizes.slack), alone=BOOL)
+    Row_ = record(
+        "Row",
+        scheduled=integers(0, sizes.budget),
+        computed=Length,
+        drafts=Drafts,
+        new=BOOL,
+        allowed=integers(0, sizes.slack),
+        alone=BOOL,
+    )
     StepRecord, Result = MapSort(Request, Row_), MapSort(Request, integers(0, sizes.drafts + 1))
     Position, Bound = integers(0, sizes.capacity), integers(0, sizes.length + sizes.budget)
     declared = _Declaration(machine, Request, Rank, Row)
     request_map, rank_map, row_map = declared.per_request, declared.per_rank, declared.per_row
     return State(
-        sizes=sizes, Request=Request, Rank=Rank, Row=Row, Length=Length, Drafts=Drafts, Position=Position, Row_=Row_,
-        StepRecord=StepRecord, Result=Result,
+        sizes=sizes,
+        Request=Request,
+        Rank=Rank,
+        Row=Row,
+        Length=Length,
+        Drafts=Drafts,
+        Position=Position,
+        Row_=Row_,
+        StepRecord=StepRecord,
+        Result=Result,
         status=request_map("scheduler.status", Status, 0),
         computed=request_map("scheduler.num_computed_tokens", Length, 0),
-        placeholders=request_map("scheduler.num_output_placeholders",
-                                 integers(0, sizes.slack + sizes.batch_queue + sizes.ranks), 0),
+        placeholders=request_map(
+            "scheduler.num_output_placeholders", integers(0, sizes.slack + sizes.batch_queue + sizes.ranks), 0
+        ),
         outputs=request_map("scheduler.num_output_tokens", integers(0, sizes.max_tokens), 0),
         spec=request_map("scheduler.spec_token_ids", Drafts, 0, "len(request.spec_token_ids)"),
         prefill_chunk=request_map("scheduler.is_prefill_chunk", BOOL, False),
         batch=machine.variable(
-            "engine.batch", SequenceSort(StepRecord, sizes.capacity), (),
-            "scheduler outputs, oldest first, until the scheduler and every rank are done with them"),
-        results=machine.variable("engine.results", SequenceSort(Result, sizes.capacity), (),
-                                 "num_sampled per request from the last rank, one per sampled record"),
+            "engine.batch",
+            SequenceSort(StepRecord, sizes.capacity),
+            (),
+            "scheduler outputs, oldest first, until the scheduler and every rank are done with them",
+        ),
+        results=machine.variable(
+            "engine.results",
+            SequenceSort(Result, sizes.capacity),
+            (),
+            "num_sampled per request from the last rank, one per sampled record",
+        ),
         processed=machine.variable("engine.processed", Position, 0, "records update_from_output has handled"),
         sampled=declared.of_rank("runner.sampled", Position, 0, "records the rank has sampled"),
         executed=declared.of_rank("runner.executed", BOOL, False, "execute_model ran, sample_tokens not yet"),

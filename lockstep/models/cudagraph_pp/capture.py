@@ -28,15 +28,20 @@ def capture(state: State, variant: Variant, rank: Term) -> Step:
     nominal = state.capture_requests_of[chosen]
     requests = adjusted_num_reqs(nominal, state.tokens_of[chosen]) if variant.name == FULL_ADJUSTMENT else nominal
     Address = state.Address
-    recorded = if_then_else(rank == 0, Address.INPUT_BUFFERS,
-                            Address.PERSISTENT if variant.persistent_buffer else Address.CAPTURE_BUFFER)
+    recorded = if_then_else(
+        rank == 0, Address.INPUT_BUFFERS, Address.PERSISTENT if variant.persistent_buffer else Address.CAPTURE_BUFFER
+    )
     done = index + 1 == len(state.plan.order)
     graph_input, graph_requests, output_rows = state.graph_input, state.graph_requests, state.output_rows
-    return Step(state.phase[rank] == Phase.CAPTURING, {
-        graph_input: graph_input.set(rank, graph_input[rank].set(chosen, recorded)),
-        graph_requests: graph_requests.set(rank, graph_requests[rank].set(chosen, requests)),
-        output_rows: output_rows.set(rank, if_then_else(output_rows[rank] == 0, state.tokens_of[chosen],
-                                                        output_rows[rank])),
-        state.captured: state.captured.set(rank, index + 1),
-        state.phase: state.phase.set(rank, if_then_else(done, Phase.IDLE, Phase.CAPTURING)),
-    })
+    return Step(
+        state.phase[rank] == Phase.CAPTURING,
+        {
+            graph_input: graph_input.set(rank, graph_input[rank].set(chosen, recorded)),
+            graph_requests: graph_requests.set(rank, graph_requests[rank].set(chosen, requests)),
+            output_rows: output_rows.set(
+                rank, if_then_else(output_rows[rank] == 0, state.tokens_of[chosen], output_rows[rank])
+            ),
+            state.captured: state.captured.set(rank, index + 1),
+            state.phase: state.phase.set(rank, if_then_else(done, Phase.IDLE, Phase.CAPTURING)),
+        },
+    )

@@ -55,11 +55,15 @@ def capture_sizes(largest: int, multiple_of: int = 1) -> tuple[int, ...]:
         rounded = {-(-size // multiple_of) * multiple_of for size in sizes}
         sizes = {size for size in rounded if size <= largest} or ({multiple_of} if multiple_of <= largest else set())
         if not sizes:
-            raise DefinitionError(f"no capture size is a multiple of decode_query_len {multiple_of} and at most {largest}")
+            raise DefinitionError(
+                f"no capture size is a multiple of decode_query_len {multiple_of} and at most {largest}"
+            )
     return tuple(sorted(sizes))
 
 
-def capture_plan(mode_name: str, sizes: tuple[int, ...], max_num_reqs: int, decode_query_len: int) -> tuple[dict[int, list[Descriptor]], list[Descriptor]]:
+def capture_plan(
+    mode_name: str, sizes: tuple[int, ...], max_num_reqs: int, decode_query_len: int
+) -> tuple[dict[int, list[Descriptor]], list[Descriptor]]:
     """CudaGraphManager._init_candidates: candidates per capture size, and the capture order."""
     decode_mode, mixed_mode, separate = CUDAGRAPH_MODES[mode_name]
     by_size: dict[int, list[Descriptor]] = {}
@@ -74,20 +78,26 @@ def capture_plan(mode_name: str, sizes: tuple[int, ...], max_num_reqs: int, deco
             by_mode.setdefault(descriptor.mode, []).append(descriptor)
         if found:
             by_size[size] = found
-    order = [descriptor for graph_mode in ("PIECEWISE", "FULL")
-             for descriptor in sorted(by_mode.get(graph_mode, []), key=lambda d: d.num_tokens, reverse=True)]
+    order = [
+        descriptor
+        for graph_mode in ("PIECEWISE", "FULL")
+        for descriptor in sorted(by_mode.get(graph_mode, []), key=lambda d: d.num_tokens, reverse=True)
+    ]
     return by_size, order
 
 
 def is_compatible(descriptor: Descriptor, num_reqs: int, num_tokens: int, uniform: int | None) -> bool:
     """_is_compatible: enough tokens, enough requests (if padded), the same uniform count."""
-    return ((descriptor.uniform_token_count is None or descriptor.uniform_token_count == uniform)
-            and (descriptor.num_reqs is None or descriptor.num_reqs >= num_reqs)
-            and descriptor.num_tokens >= num_tokens)
+    return (
+        (descriptor.uniform_token_count is None or descriptor.uniform_token_count == uniform)
+        and (descriptor.num_reqs is None or descriptor.num_reqs >= num_reqs)
+        and descriptor.num_tokens >= num_tokens
+    )
 
 
-def dispatch_plan(by_size: Mapping[int, list[Descriptor]], max_num_tokens: int, max_num_reqs: int,
-                  decode_query_len: int) -> dict[tuple[int, int, bool], Descriptor]:
+def dispatch_plan(
+    by_size: Mapping[int, list[Descriptor]], max_num_tokens: int, max_num_reqs: int, decode_query_len: int
+) -> dict[tuple[int, int, bool], Descriptor]:
     """CudaGraphManager.dispatch for every batch (tokens, requests, uniform decode); absent: NONE."""
     table: dict[tuple[int, int, bool], Descriptor] = {}
     sizes = sorted(by_size)
@@ -98,8 +108,11 @@ def dispatch_plan(by_size: Mapping[int, list[Descriptor]], max_num_tokens: int, 
                 if decode and tokens != requests * decode_query_len:
                     continue
                 uniform = decode_query_len if decode else None
-                chosen = next((d for d in by_size.get(bucket, []) if is_compatible(d, requests, tokens, uniform)), None) \
-                    if bucket is not None else None
+                chosen = (
+                    next((d for d in by_size.get(bucket, []) if is_compatible(d, requests, tokens, uniform)), None)
+                    if bucket is not None
+                    else None
+                )
                 if chosen is not None:
                     table[(tokens, requests, decode)] = chosen
     return table

@@ -24,8 +24,13 @@ def dispatch(state: State, at: Term) -> Term:
     """The descriptor for step ``at``'s batch (CudaGraphManager.dispatch over the plan)."""
     chosen = state.term_of(None)
     for (tokens, requests, decode), found in state.plan.table.items():
-        chosen = if_then_else(conjunction(state.batch_tokens[at] == tokens, state.batch_requests[at] == requests,
-                                          state.batch_decode[at] == decode), state.term_of(found), chosen)
+        chosen = if_then_else(
+            conjunction(
+                state.batch_tokens[at] == tokens, state.batch_requests[at] == requests, state.batch_decode[at] == decode
+            ),
+            state.term_of(found),
+            chosen,
+        )
     return chosen
 
 
@@ -41,9 +46,12 @@ def schedule(state: State, tokens: Term, requests: Term, decode: Term) -> Step:
     uniform_ok = decode.implies(tokens == requests * decode_query_len)
     if decode_query_len == 1:  # one token per request is a uniform decode
         uniform_ok = decode == (tokens == requests)
-    return Step(conjunction(captures_done(state), scheduled < state.sizes.steps, requests <= tokens, uniform_ok), {
-        state.batch_tokens: state.batch_tokens.set(scheduled, tokens),
-        state.batch_requests: state.batch_requests.set(scheduled, requests),
-        state.batch_decode: state.batch_decode.set(scheduled, decode),
-        scheduled: scheduled + 1,
-    })
+    return Step(
+        conjunction(captures_done(state), scheduled < state.sizes.steps, requests <= tokens, uniform_ok),
+        {
+            state.batch_tokens: state.batch_tokens.set(scheduled, tokens),
+            state.batch_requests: state.batch_requests.set(scheduled, requests),
+            state.batch_decode: state.batch_decode.set(scheduled, decode),
+            scheduled: scheduled + 1,
+        },
+    )

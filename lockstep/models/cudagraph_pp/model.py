@@ -103,15 +103,35 @@ from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, Varian
 from lockstep.spec.sorts import BOOL
 
 __all__ = [
-    "FULL_ADJUSTMENT", "MISSING_KEY", "NO_COPY_IN", "NO_PERSISTENT_BUFFER", "NO_SEND_WAIT", "POST_FIX", "PRE_FIX",
-    "PROTOCOL", "RUNTIME_ACTIONS", "GraphMode", "Key", "Phase", "build",
+    "FULL_ADJUSTMENT",
+    "MISSING_KEY",
+    "NO_COPY_IN",
+    "NO_PERSISTENT_BUFFER",
+    "NO_SEND_WAIT",
+    "POST_FIX",
+    "PRE_FIX",
+    "PROTOCOL",
+    "RUNTIME_ACTIONS",
+    "GraphMode",
+    "Key",
+    "Phase",
+    "build",
 ]
 
 # The reference runtime's events (lockstep/impl/cudagraph_pp) -> the model's actions; the runtime
 # records every action under its model name.
-RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
-    "capture", "schedule", "first_forward", "receive", "prepare_inputs", "forward", "send",
-)}
+RUNTIME_ACTIONS: dict[str, str] = {
+    name: name
+    for name in (
+        "capture",
+        "schedule",
+        "first_forward",
+        "receive",
+        "prepare_inputs",
+        "forward",
+        "send",
+    )
+}
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
@@ -138,33 +158,61 @@ PROTOCOL = Protocol(
     title="CUDA graphs with pipeline parallelism in the V2 model runner",
     change="vLLM PR #35162",
     variants=(
-        VariantSpec(PRE_FIX, "V2 + PP is eager-only: capture_model returns early, no graph on any stage",
-                    "vLLM v0.18.0"),
-        VariantSpec(POST_FIX, "persistent intermediate-tensor buffer, captured as graph input, copied into each step",
-                    "vLLM v0.19.0"),
-        VariantSpec(NO_PERSISTENT_BUFFER, "mutant: graphs captured, received tensors handed straight to them (A1)",
-                    "v0.19.0 capture + v0.18.0 inputs"),
-        VariantSpec(NO_COPY_IN, "mutant: persistent buffer captured, received values never copied into it (A2)",
-                    "vLLM V1 #13353 before #13417"),
-        VariantSpec(MISSING_KEY, "mutant: the sender's tensors lack a key of the persistent buffer (K1)",
-                    "v0.19.0 + model"),
-        VariantSpec(FULL_ADJUSTMENT, "mutant: #35162's proposed num_reqs adjustment applied to FULL captures (R1)",
-                    "v0.19.0 + #35162 description"),
-        VariantSpec(NO_SEND_WAIT, "mutant: a step does not wait on the previous step's send handles (A3)",
-                    "v0.19.0 - gpu_worker _pp_send_work wait"),
+        VariantSpec(
+            PRE_FIX, "V2 + PP is eager-only: capture_model returns early, no graph on any stage", "vLLM v0.18.0"
+        ),
+        VariantSpec(
+            POST_FIX,
+            "persistent intermediate-tensor buffer, captured as graph input, copied into each step",
+            "vLLM v0.19.0",
+        ),
+        VariantSpec(
+            NO_PERSISTENT_BUFFER,
+            "mutant: graphs captured, received tensors handed straight to them (A1)",
+            "v0.19.0 capture + v0.18.0 inputs",
+        ),
+        VariantSpec(
+            NO_COPY_IN,
+            "mutant: persistent buffer captured, received values never copied into it (A2)",
+            "vLLM V1 #13353 before #13417",
+        ),
+        VariantSpec(
+            MISSING_KEY, "mutant: the sender's tensors lack a key of the persistent buffer (K1)", "v0.19.0 + model"
+        ),
+        VariantSpec(
+            FULL_ADJUSTMENT,
+            "mutant: #35162's proposed num_reqs adjustment applied to FULL captures (R1)",
+            "v0.19.0 + #35162 description",
+        ),
+        VariantSpec(
+            NO_SEND_WAIT,
+            "mutant: a step does not wait on the previous step's send handles (A3)",
+            "v0.19.0 - gpu_worker _pp_send_work wait",
+        ),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "pipeline-parallel size", minimum=2, maximum=4),
         ParameterSpec("steps", 2, "scheduled steps", minimum=1, maximum=3),
-        ParameterSpec("largest_capture_size", 3, "largest cudagraph capture size (sizes 1, 2, 4, ... and it)",
-                      minimum=1, maximum=8),
-        ParameterSpec("max_num_tokens", 3,
-                      "max_num_batched_tokens: persistent buffer rows (default: the largest capture size)",
-                      minimum=1, maximum=8, derived=lambda values: values["largest_capture_size"]),
+        ParameterSpec(
+            "largest_capture_size",
+            3,
+            "largest cudagraph capture size (sizes 1, 2, 4, ... and it)",
+            minimum=1,
+            maximum=8,
+        ),
+        ParameterSpec(
+            "max_num_tokens",
+            3,
+            "max_num_batched_tokens: persistent buffer rows (default: the largest capture size)",
+            minimum=1,
+            maximum=8,
+            derived=lambda values: values["largest_capture_size"],
+        ),
         ParameterSpec("max_num_reqs", 2, "max_num_seqs", minimum=1, maximum=4),
         ParameterSpec("decode_query_len", 1, "1 + num_speculative_tokens", minimum=1, maximum=2),
-        ParameterSpec("cudagraph_mode", 0, "0 FULL, 1 FULL_AND_PIECEWISE, 2 PIECEWISE, 3 FULL_DECODE_ONLY",
-                      minimum=0, maximum=3),
+        ParameterSpec(
+            "cudagraph_mode", 0, "0 FULL, 1 FULL_AND_PIECEWISE, 2 PIECEWISE, 3 FULL_DECODE_ONLY", minimum=0, maximum=3
+        ),
     ),
     instances=(
         InstanceSpec(
@@ -177,8 +225,12 @@ PROTOCOL = Protocol(
             "full-and-piecewise",
             "vLLM's default cudagraph_mode: PIECEWISE mixed graphs and FULL uniform-decode graphs",
             {"cudagraph_mode": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds", **{mutant: "violated" for mutant in MUTANTS},
-             FULL_ADJUSTMENT: "holds"},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "holds",
+                **{mutant: "violated" for mutant in MUTANTS},
+                FULL_ADJUSTMENT: "holds",
+            },
         ),
     ),
     build=build,

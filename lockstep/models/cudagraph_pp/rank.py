@@ -26,8 +26,11 @@ from lockstep.spec.terms import Term, TermLike, conjunction, if_then_else, lift,
 def output_address(state: State, chosen: Term) -> Term:
     """Where the forward of descriptor ``chosen`` writes its output."""
     mode, Address = state.mode_of[chosen], state.Address
-    return if_then_else(mode == GraphMode.FULL, Address.MANAGER_OUTPUT,
-                        if_then_else(mode == GraphMode.PIECEWISE, Address.GRAPH_OUTPUT, Address.EAGER_OUTPUT))
+    return if_then_else(
+        mode == GraphMode.FULL,
+        Address.MANAGER_OUTPUT,
+        if_then_else(mode == GraphMode.PIECEWISE, Address.GRAPH_OUTPUT, Address.EAGER_OUTPUT),
+    )
 
 
 def write_output(state: State, rank: Term, chosen: Term, data: Term) -> dict[Term, Term]:
@@ -35,8 +38,10 @@ def write_output(state: State, rank: Term, chosen: Term, data: Term) -> dict[Ter
     target = output_address(state, chosen)
     send_data = state.send_data
     clobbers = state.send_pending[rank] & (state.send_source[rank] == target) & (target != state.Address.EAGER_OUTPUT)
-    return {state.output_data: state.output_data.set(rank, data),
-            send_data: send_data.set(rank, if_then_else(clobbers, data, send_data[rank]))}
+    return {
+        state.output_data: state.output_data.set(rank, data),
+        send_data: send_data.set(rank, if_then_else(clobbers, data, send_data[rank])),
+    }
 
 
 def waited(state: State, variant: Variant, rank: Term) -> Term:
@@ -47,8 +52,11 @@ def waited(state: State, variant: Variant, rank: Term) -> Term:
 def data_at(state: State, rank: Term, where: Term, key: Term) -> Term:
     """The data at ``where`` for ``key`` on ``rank``."""
     received = (where == state.fresh[state.step[rank]]) & state.received_keys[rank][key]
-    return if_then_else(where == state.Address.PERSISTENT, state.persistent[rank][key],
-                        if_then_else(received, state.received_data[rank], -1))
+    return if_then_else(
+        where == state.Address.PERSISTENT,
+        state.persistent[rank][key],
+        if_then_else(received, state.received_data[rank], -1),
+    )
 
 
 @action(actor="rank:0")
@@ -56,14 +64,17 @@ def first_forward(state: State, variant: Variant) -> Step:
     """Rank 0's execute_model: wait on its sends, dispatch, forward from its input buffers."""
     at = state.step[0]
     chosen = dispatch(state, at)
-    return Step(conjunction(state.phase[0] == Phase.IDLE, at < state.scheduled, waited(state, variant, lift(0))), {
-        state.descriptor: state.descriptor.set(0, chosen),
-        state.forward_step: state.forward_step.set(0, at),
-        state.forward_descriptor: state.forward_descriptor.set(0, chosen),
-        state.forward_given: state.forward_given.set(0, state.Address.INPUT_BUFFERS),
-        state.phase: state.phase.set(0, Phase.OUTPUT_READY),
-        **write_output(state, lift(0), chosen, at),
-    })
+    return Step(
+        conjunction(state.phase[0] == Phase.IDLE, at < state.scheduled, waited(state, variant, lift(0))),
+        {
+            state.descriptor: state.descriptor.set(0, chosen),
+            state.forward_step: state.forward_step.set(0, at),
+            state.forward_descriptor: state.forward_descriptor.set(0, chosen),
+            state.forward_given: state.forward_given.set(0, state.Address.INPUT_BUFFERS),
+            state.phase: state.phase.set(0, Phase.OUTPUT_READY),
+            **write_output(state, lift(0), chosen, at),
+        },
+    )
 
 
 @action(actor="rank:{rank}")
@@ -73,14 +84,23 @@ def receive(state: State, variant: Variant, rank: Term) -> Step:
     sender = state.previous[rank]
     at = state.step[rank]
     sent_keys = (True, variant.name != MISSING_KEY)  # (hidden_states, residual): the mutant sends no residual
-    return Step(conjunction(rank >= 1, state.phase[rank] == Phase.IDLE, at < state.scheduled,
-                            waited(state, variant, rank), state.send_pending[sender], state.send_step[sender] == at), {
-        state.received_keys: state.received_keys.set(rank, lift(sent_keys, MapSort(Key, BOOL))),
-        state.received_data: state.received_data.set(rank, state.send_data[sender]),
-        state.received_rows: state.received_rows.set(rank, state.send_rows[sender]),
-        state.send_pending: state.send_pending.set(sender, False),
-        state.phase: state.phase.set(rank, Phase.RECEIVED),
-    })
+    return Step(
+        conjunction(
+            rank >= 1,
+            state.phase[rank] == Phase.IDLE,
+            at < state.scheduled,
+            waited(state, variant, rank),
+            state.send_pending[sender],
+            state.send_step[sender] == at,
+        ),
+        {
+            state.received_keys: state.received_keys.set(rank, lift(sent_keys, MapSort(Key, BOOL))),
+            state.received_data: state.received_data.set(rank, state.send_data[sender]),
+            state.received_rows: state.received_rows.set(rank, state.send_rows[sender]),
+            state.send_pending: state.send_pending.set(sender, False),
+            state.phase: state.phase.set(rank, Phase.RECEIVED),
+        },
+    )
 
 
 @action(actor="rank:{rank}")
@@ -93,8 +113,14 @@ def prepare_inputs(state: State, variant: Variant, rank: Term) -> Step:
         state.phase: state.phase.set(rank, Phase.INPUTS_READY),
     }
     if variant.copies_in:
-        updates[persistent] = persistent.set(rank, map_of(Key, lambda key: if_then_else(
-            received_keys[rank][key], state.received_data[rank], persistent[rank][key]), state.Data))
+        updates[persistent] = persistent.set(
+            rank,
+            map_of(
+                Key,
+                lambda key: if_then_else(received_keys[rank][key], state.received_data[rank], persistent[rank][key]),
+                state.Data,
+            ),
+        )
     return Step((rank >= 1) & (state.phase[rank] == Phase.RECEIVED), updates)
 
 
@@ -126,12 +152,15 @@ def send(state: State, rank: Term) -> Step:
     PIECEWISE: the graph's own output; eager: a fresh tensor); the step ends."""
     at, chosen = state.step[rank], state.descriptor[rank]
     ready = state.phase[rank] == Phase.OUTPUT_READY
-    return Step(conjunction(rank < state.sizes.last, ready, ~state.send_pending[rank]), {
-        state.send_pending: state.send_pending.set(rank, True),
-        state.send_step: state.send_step.set(rank, at),
-        state.send_source: state.send_source.set(rank, output_address(state, chosen)),
-        state.send_data: state.send_data.set(rank, state.output_data[rank]),
-        state.send_rows: state.send_rows.set(rank, padded(state, chosen, at)),
-        state.phase: state.phase.set(rank, Phase.IDLE),
-        state.step: state.step.set(rank, at + 1),
-    })
+    return Step(
+        conjunction(rank < state.sizes.last, ready, ~state.send_pending[rank]),
+        {
+            state.send_pending: state.send_pending.set(rank, True),
+            state.send_step: state.send_step.set(rank, at),
+            state.send_source: state.send_source.set(rank, output_address(state, chosen)),
+            state.send_data: state.send_data.set(rank, state.output_data[rank]),
+            state.send_rows: state.send_rows.set(rank, padded(state, chosen, at)),
+            state.phase: state.phase.set(rank, Phase.IDLE),
+            state.step: state.step.set(rank, at + 1),
+        },
+    )

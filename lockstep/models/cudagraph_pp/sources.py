@@ -16,14 +16,15 @@ COPY_IN = "copy every key of the received tensors into self.intermediate_tensors
 POST_FIX_SOURCES: dict[str, str] = {
     "schedule": "EngineCore.step → Scheduler.schedule (one SchedulerOutput; the executor runs it on every stage)",
     "capture": "GPUModelRunner.capture_model → ModelCudaGraphManager.capture, one descriptor (create_forward_fn: "
-               "warm-up forward_fn(NONE), then capture; non-first ranks read slices of self.intermediate_tensors)",
-    "first_forward": f"Worker.execute_model (rank 0: {WAIT}) → GPUModelRunner.execute_model: CudaGraphManager.dispatch, "
-                     "run_fullgraph or self.model(...) on the input buffers",
+    "warm-up forward_fn(NONE), then capture; non-first ranks read slices of self.intermediate_tensors)",
+    "first_forward": f"Worker.execute_model (rank 0: {WAIT}) → GPUModelRunner.execute_model: "
+    "CudaGraphManager.dispatch, "
+    "run_fullgraph or self.model(...) on the input buffers",
     "receive": f"Worker.execute_model (non-first rank: {WAIT}) → get_pp_group().irecv_tensor_dict → "
-               "AsyncIntermediateTensors (waited lazily)",
+    "AsyncIntermediateTensors (waited lazily)",
     "prepare_inputs": f"GPUModelRunner.execute_model: CudaGraphManager.dispatch, then {COPY_IN}",
     "forward": "GPUModelRunner.execute_model: CudaGraphManager.run_fullgraph (FULL) or self.model(**model_inputs) "
-               "under set_forward_context (PIECEWISE replay / eager)",
+    "under set_forward_context (PIECEWISE replay / eager)",
     "send": "Worker.execute_model: get_pp_group().isend_tensor_dict(output.tensors) → _pp_send_work",
 }
 
@@ -31,7 +32,7 @@ POST_FIX_SOURCES: dict[str, str] = {
 PRE_FIX_SOURCES: dict[str, str] = {
     **{name: text for name, text in POST_FIX_SOURCES.items() if name != "capture"},
     "prepare_inputs": "GPUModelRunner.execute_model: CudaGraphManager.dispatch (NONE: capture_model captured nothing, "
-                      "'Pipeline parallel is currently eager-only'); the received tensors are handed in as they are",
+    "'Pipeline parallel is currently eager-only'); the received tensors are handed in as they are",
     "forward": "GPUModelRunner.execute_model: self.model(**model_inputs) (eager)",
 }
 
@@ -39,25 +40,25 @@ MUTATED: dict[str, dict[str, str]] = {
     "no-persistent-buffer": {
         "capture": "ModelCudaGraphManager.capture (mutant: graphs read _dummy_run's own intermediate tensors)",
         "prepare_inputs": "GPUModelRunner.execute_model: CudaGraphManager.dispatch (mutant: the received tensors "
-                          "are handed straight to the graph)",
+        "are handed straight to the graph)",
     },
     "no-copy-in": {
         "prepare_inputs": "GPUModelRunner.execute_model: CudaGraphManager.dispatch (mutant: the persistent buffer "
-                          "without the copy-in)",
+        "without the copy-in)",
     },
     "missing-key": {
         "prepare_inputs": f"GPUModelRunner.execute_model: CudaGraphManager.dispatch, then {COPY_IN} "
-                          "(mutant: the sender's tensors lack 'residual': KeyError)",
+        "(mutant: the sender's tensors lack 'residual': KeyError)",
     },
     "full-adjustment": {
         "capture": "ModelCudaGraphManager.capture, one descriptor (mutant: #35162's proposed adjusted_num_reqs "
-                   "for FULL graphs)",
+        "for FULL graphs)",
     },
     "no-send-wait": {
         "first_forward": "Worker.execute_model (rank 0, mutant: no wait on _pp_send_work) → "
-                         "GPUModelRunner.execute_model",
+        "GPUModelRunner.execute_model",
         "receive": "Worker.execute_model (non-first rank, mutant: no wait on _pp_send_work) → "
-                   "get_pp_group().irecv_tensor_dict",
+        "get_pp_group().irecv_tensor_dict",
     },
 }
 

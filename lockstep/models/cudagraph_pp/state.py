@@ -45,10 +45,15 @@ class Sizes:
 
 def sizes_of(parameters: Mapping[str, int]) -> Sizes:
     max_num_tokens = parameters["max_num_tokens"]
-    return Sizes(ranks=parameters["ranks"], steps=parameters["steps"], max_num_tokens=max_num_tokens,
-                 largest=min(parameters["largest_capture_size"], max_num_tokens),
-                 max_num_reqs=parameters["max_num_reqs"], decode_query_len=parameters["decode_query_len"],
-                 mode_name=MODE_NAMES[parameters["cudagraph_mode"]])
+    return Sizes(
+        ranks=parameters["ranks"],
+        steps=parameters["steps"],
+        max_num_tokens=max_num_tokens,
+        largest=min(parameters["largest_capture_size"], max_num_tokens),
+        max_num_reqs=parameters["max_num_reqs"],
+        decode_query_len=parameters["decode_query_len"],
+        mode_name=MODE_NAMES[parameters["cudagraph_mode"]],
+    )
 
 
 @dataclass(frozen=True)
@@ -126,8 +131,19 @@ def address_sort(steps: int) -> EnumSort:
     """Buffer identities: none, the first stage's input buffers, the capture-time buffer, the persistent
     buffer, the manager's FULL output, a piecewise graph's own output, an eager output, and the fresh
     tensor the receive of step k allocates (FRESH_k)."""
-    return EnumSort("Address", ("NO_BUFFER", "INPUT_BUFFERS", "CAPTURE_BUFFER", "PERSISTENT", "MANAGER_OUTPUT",
-                                "GRAPH_OUTPUT", "EAGER_OUTPUT", *(f"FRESH_{k}" for k in range(steps))))
+    return EnumSort(
+        "Address",
+        (
+            "NO_BUFFER",
+            "INPUT_BUFFERS",
+            "CAPTURE_BUFFER",
+            "PERSISTENT",
+            "MANAGER_OUTPUT",
+            "GRAPH_OUTPUT",
+            "EAGER_OUTPUT",
+            *(f"FRESH_{k}" for k in range(steps)),
+        ),
+    )
 
 
 def _table(values: Sequence[object], key: Sort, value: Sort) -> Term:
@@ -154,8 +170,15 @@ def declare(machine: Machine, parameters: Mapping[str, int], variant: Variant) -
 
     per_descriptor = tuple(0 for _ in Desc.members)
     return State(
-        sizes=sizes, plan=plan, Rank=Rank, StepIndex=StepIndex, Data=Data, Desc=Desc, Address=Address,
-        BatchTokens=integers(1, sizes.max_num_tokens), BatchRequests=integers(1, sizes.max_num_reqs),
+        sizes=sizes,
+        plan=plan,
+        Rank=Rank,
+        StepIndex=StepIndex,
+        Data=Data,
+        Desc=Desc,
+        Address=Address,
+        BatchTokens=integers(1, sizes.max_num_tokens),
+        BatchRequests=integers(1, sizes.max_num_reqs),
         previous=_table([max(r - 1, 0) for r in range(size)], Rank, Rank),
         fresh=_table([Address.index(f"FRESH_{k}") for k in range(steps)], StepIndex, Address),
         capture_order=_table([Desc.index(d.label) for d in order] or [0], capture_index, Desc),
@@ -165,19 +188,33 @@ def declare(machine: Machine, parameters: Mapping[str, int], variant: Variant) -
         scheduled=machine.variable("engine.scheduled", Steps, 0, "steps the engine has scheduled"),
         batch_tokens=step_map("batch.tokens", Tokens, 0),
         batch_requests=step_map("batch.requests", Requests, 0),
-        batch_decode=step_map("batch.decode", BOOL, False,
-                              "every request has decode_query_len tokens (uniform decode)"),
+        batch_decode=step_map(
+            "batch.decode", BOOL, False, "every request has decode_query_len tokens (uniform decode)"
+        ),
         phase=rank_map("phase", Phase, 0 if order else 1, "where each rank is"),  # CAPTURING (0), or IDLE (1)
         step=rank_map("step", Steps, 0, "the step each rank works on"),
         captured=rank_map("captured", integers(0, len(order)), 0, "descriptors captured"),
-        graph_input=rank_map("graph.input", MapSort(Desc, Address), per_descriptor,
-                             "intermediate-input address each graph recorded at capture"),
-        graph_requests=rank_map("graph.requests", MapSort(Desc, Requests), per_descriptor,
-                                "requests of each graph's dummy capture batch (0: not captured)"),
-        output_rows=rank_map("manager.output_rows", integers(0, sizes.largest), 0,
-                             "rows of the manager's output buffers (0: not allocated)"),
-        persistent=rank_map("persistent", MapSort(Key, Data), (-1, -1),
-                            "the data in the persistent intermediate-tensor buffer, per key"),
+        graph_input=rank_map(
+            "graph.input",
+            MapSort(Desc, Address),
+            per_descriptor,
+            "intermediate-input address each graph recorded at capture",
+        ),
+        graph_requests=rank_map(
+            "graph.requests",
+            MapSort(Desc, Requests),
+            per_descriptor,
+            "requests of each graph's dummy capture batch (0: not captured)",
+        ),
+        output_rows=rank_map(
+            "manager.output_rows",
+            integers(0, sizes.largest),
+            0,
+            "rows of the manager's output buffers (0: not allocated)",
+        ),
+        persistent=rank_map(
+            "persistent", MapSort(Key, Data), (-1, -1), "the data in the persistent intermediate-tensor buffer, per key"
+        ),
         descriptor=rank_map("descriptor", Desc, 0, "this step's dispatched descriptor"),
         received_keys=rank_map("received.keys", MapSort(Key, BOOL), (False, False)),
         received_data=rank_map("received.data", Data, -1),

@@ -70,36 +70,49 @@ def client_read_publication(model: State) -> Step:
     running, wave = model.client_running, model.client_wave
     differs = (running != model.coordinator_running) | (wave != model.coordinator_wave)
     drained = {model.publications: sequence_of(model.sorts.Publications)} if model.options.stale_publications else {}
-    return Step(differs & view_still_read(model),
-                {running: model.coordinator_running, wave: model.coordinator_wave, **drained})
+    return Step(
+        differs & view_still_read(model), {running: model.coordinator_running, wave: model.coordinator_wave, **drained}
+    )
 
 
-@action(actor="client", mirrors="DPAsyncMPClient run_engine_stats_update_task: the drained publications end at one "
-                                "the coordinator has superseded (current_wave, engines_running)")
+@action(
+    actor="client",
+    mirrors="DPAsyncMPClient run_engine_stats_update_task: the drained publications end at one "
+    "the coordinator has superseded (current_wave, engines_running)",
+)
 def client_read_stale_publication(model: State, index: Term) -> Step:
     """The stats task's drain ends at a publication the coordinator has since superseded: it
     applies that one; the older ones are gone (a duplicate of it may still follow)."""
     running, wave, publications = model.client_running, model.client_wave, model.publications
     chosen = publications[index]
     differs = (running != chosen.field("running")) | (wave != chosen.field("wave"))
-    return Step((index < publications.length()) & view_still_read(model) & differs, {
-        running: chosen.field("running"),
-        wave: chosen.field("wave"),
-        publications: dropped(publications, index, model.options.stale_publications),
-    })
+    return Step(
+        (index < publications.length()) & view_still_read(model) & differs,
+        {
+            running: chosen.field("running"),
+            wave: chosen.field("wave"),
+            publications: dropped(publications, index, model.options.stale_publications),
+        },
+    )
 
 
-@action(actor="client", mirrors="DPAsyncMPClient run_engine_stats_update_task (FIRST_REQ from the inproc socket: "
-                                "engines_running = True, forward (engine, current_wave) to the coordinator)")
+@action(
+    actor="client",
+    mirrors="DPAsyncMPClient run_engine_stats_update_task (FIRST_REQ from the inproc socket: "
+    "engines_running = True, forward (engine, current_wave) to the coordinator)",
+)
 def client_forward_first_request(model: State) -> Step:
     """The stats task takes a FIRST_REQ from the inproc socket: engines_running = True, and
     FIRST_REQ goes to the coordinator with the view's wave now."""
     queued = model.first_request_inproc
-    return Step(queued > 0, {
-        queued: queued - 1,
-        model.client_running: True,
-        model.first_request: model.first_request.append(model.client_wave),
-    })
+    return Step(
+        queued > 0,
+        {
+            queued: queued - 1,
+            model.client_running: True,
+            model.first_request: model.first_request.append(model.client_wave),
+        },
+    )
 
 
 # ------------------------------------------------------------------------------------- requests
@@ -113,8 +126,10 @@ def late_allowed(model: State) -> Term | None:
     return disjunction(*window) if options.late_requests and window else None
 
 
-@action(actor="client",
-        mirrors="AsyncLLM.add_request → DPAsyncMPClient.add_request_async (ADD; FIRST_REQ if not engines_running)")
+@action(
+    actor="client",
+    mirrors="AsyncLLM.add_request → DPAsyncMPClient.add_request_async (ADD; FIRST_REQ if not engines_running)",
+)
 def client_add_request(model: State, rank: Term) -> Step:
     """add_request_async: ADD stamped with the client's wave; FIRST_REQ if it believes engines idle."""
     options, phase, sent, channel = model.options, model.client_phase, model.requests_sent, model.from_client
@@ -129,26 +144,35 @@ def client_add_request(model: State, rank: Term) -> Step:
         queued = model.first_request_inproc
         first: dict[Term, TermLike] = {queued: if_then_else(view_running, queued, queued + 1)}
     else:
-        first = {first_request: if_then_else(view_running, first_request, first_request.append(view_wave)),
-                 view_running: True}
-    return Step(in_order, {
-        **remembered,
-        channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ADD, view_wave))),
-        **first,
-        sent: sent + 1,
-        phase: if_then_else(last, ClientPhase.PAUSE, phase),
-    })
+        first = {
+            first_request: if_then_else(view_running, first_request, first_request.append(view_wave)),
+            view_running: True,
+        }
+    return Step(
+        in_order,
+        {
+            **remembered,
+            channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ADD, view_wave))),
+            **first,
+            sent: sent + 1,
+            phase: if_then_else(last, ClientPhase.PAUSE, phase),
+        },
+    )
 
 
-@action(actor="client",
-        mirrors="AsyncLLM.abort → DPLBAsyncMPClient.abort_requests_async (ABORT to the request's engine)")
+@action(
+    actor="client", mirrors="AsyncLLM.abort → DPLBAsyncMPClient.abort_requests_async (ABORT to the request's engine)"
+)
 def client_abort_request(model: State, rank: Term) -> Step:
     """AsyncLLM.abort → abort_requests_async: ABORT to the engine the last request went to (once)."""
     channel, aborted = model.from_client, model.aborted
-    return Step((model.requests_sent > 0) & (model.last_request_rank == rank) & ~aborted, {
-        channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ABORT))),
-        aborted: True,
-    })
+    return Step(
+        (model.requests_sent > 0) & (model.last_request_rank == rank) & ~aborted,
+        {
+            channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ABORT))),
+            aborted: True,
+        },
+    )
 
 
 # -------------------------------------------------------------------------- the utility calls
@@ -158,8 +182,10 @@ def client_choose_pause_mode(model: State, mode: Term) -> Step:
     modes = [chosen for chosen, _ in pause_modes(model.options)]
     none_sent = all_of(model.Rank, lambda r: ~model.sent_to[r])
     choosable = disjunction(*[mode == name for name in modes[1:]])
-    return Step((model.client_phase == ClientPhase.PAUSE) & none_sent & (model.pause_mode == modes[0]) & choosable,
-                {model.pause_mode: mode})
+    return Step(
+        (model.client_phase == ClientPhase.PAUSE) & none_sent & (model.pause_mode == modes[0]) & choosable,
+        {model.pause_mode: mode},
+    )
 
 
 def pause_message(model: State) -> Term:
@@ -177,7 +203,8 @@ def settled(model: State) -> Term:
     to an engine has also been handled (an unhurried client)."""
     Rank = model.Rank
     result = model.first_request.is_empty() & all_of(
-        Rank, lambda r: model.from_coordinator[r].is_empty() & model.to_coordinator[r].is_empty())
+        Rank, lambda r: model.from_coordinator[r].is_empty() & model.to_coordinator[r].is_empty()
+    )
     if model.options.lazy_first_request:  # a FIRST_REQ still on the inproc socket is in flight too
         result = result & (model.first_request_inproc == 0)
     if model.options.settle_before_resume == 2:
@@ -189,10 +216,13 @@ def send(model: State, phase: Term, call: Term, rank: Term, ready: Term | None =
     """``call_utility_async`` sends this phase's ``call`` to ``rank`` (once)."""
     channel, sent_to = model.from_client, model.sent_to
     guard = (model.client_phase == phase) & ~sent_to[rank]
-    return Step(guard if ready is None else guard & ready, {
-        channel: channel.set(rank, channel[rank].append(call)),
-        sent_to: sent_to.set(rank, True),
-    })
+    return Step(
+        guard if ready is None else guard & ready,
+        {
+            channel: channel.set(rank, channel[rank].append(call)),
+            sent_to: sent_to.set(rank, True),
+        },
+    )
 
 
 def returned(model: State, phase: Term, following: Term) -> Step:
@@ -205,60 +235,68 @@ def returned(model: State, phase: Term, following: Term) -> Step:
     return Step((model.client_phase == phase) & (model.replies == model.options.ranks), updates)
 
 
-@action(actor="client",
-        mirrors="AsyncLLM.pause_generation → pause_scheduler_async → DPLBAsyncMPClient.call_utility_async (one engine)")
+@action(
+    actor="client",
+    mirrors="AsyncLLM.pause_generation → pause_scheduler_async → DPLBAsyncMPClient.call_utility_async (one engine)",
+)
 def client_pause(model: State, rank: Term) -> Step:
     """send PAUSE to one engine"""
     return send(model, ClientPhase.PAUSE, pause_message(model), rank)
 
 
-@action(actor="client",
-        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → pause_generation returns")
+@action(
+    actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → pause_generation returns"
+)
 def client_pause_returned(model: State) -> Step:
     """every engine answered PAUSE"""
     return returned(model, ClientPhase.PAUSE, ClientPhase.RPC)
 
 
-@action(actor="client",
-        mirrors="AsyncLLM.collective_rpc → DPLBAsyncMPClient.call_utility_async (one engine)")
+@action(actor="client", mirrors="AsyncLLM.collective_rpc → DPLBAsyncMPClient.call_utility_async (one engine)")
 def client_collective_rpc(model: State, rank: Term) -> Step:
     """send RPC to one engine"""
     return send(model, ClientPhase.RPC, message(model, MessageKind.RPC), rank)
 
 
-@action(actor="client",
-        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → collective_rpc returns")
+@action(actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → collective_rpc returns")
 def client_collective_rpc_returned(model: State) -> Step:
     """every engine answered RPC"""
     return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
 
 
-@action(actor="client",
-        mirrors="DPLBAsyncMPClient.call_utility_async('barrier') (one engine; vLLM's test staggers them)")
+@action(
+    actor="client", mirrors="DPLBAsyncMPClient.call_utility_async('barrier') (one engine; vLLM's test staggers them)"
+)
 def client_barrier(model: State, rank: Term) -> Step:
     """send BARRIER to one engine"""
     return send(model, ClientPhase.RPC, message(model, MessageKind.BARRIER), rank)
 
 
-@action(actor="client",
-        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered the barrier")
+@action(actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered the barrier")
 def client_barrier_returned(model: State) -> Step:
     """every engine answered BARRIER"""
     return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
 
 
-@action(actor="client",
-        mirrors="AsyncLLM.resume_generation → resume_scheduler_async → DPLBAsyncMPClient.call_utility_async "
-                "(one engine)")
+@action(
+    actor="client",
+    mirrors="AsyncLLM.resume_generation → resume_scheduler_async → DPLBAsyncMPClient.call_utility_async (one engine)",
+)
 def client_resume(model: State, rank: Term) -> Step:
     """send RESUME to one engine"""
     # With settle_before_resume, the client sends resume only once the messages in flight settled.
-    return send(model, ClientPhase.RESUME, message(model, MessageKind.RESUME), rank,
-                settled(model) if model.options.settle_before_resume >= 1 else None)
+    return send(
+        model,
+        ClientPhase.RESUME,
+        message(model, MessageKind.RESUME),
+        rank,
+        settled(model) if model.options.settle_before_resume >= 1 else None,
+    )
 
 
-@action(actor="client",
-        mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → resume_generation returns")
+@action(
+    actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → resume_generation returns"
+)
 def client_resume_returned(model: State) -> Step:
     """every engine answered RESUME"""
     base = returned(model, ClientPhase.RESUME, ClientPhase.DONE)

@@ -41,16 +41,21 @@ def coordinator_first_request(model: State) -> Step:
     """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
     running, channel, first_request = model.coordinator_running, model.from_coordinator, model.first_request
     starts = ~running
-    return Step(~first_request.is_empty(), {
-        first_request: first_request.tail(),
-        running: True,
-        channel: if_then_else(starts, start_wave(model, model.coordinator_wave, None), channel),
-        **superseded(model, starts),
-    })
+    return Step(
+        ~first_request.is_empty(),
+        {
+            first_request: first_request.tail(),
+            running: True,
+            channel: if_then_else(starts, start_wave(model, model.coordinator_wave, None), channel),
+            **superseded(model, starts),
+        },
+    )
 
 
-@action(actor="coordinator",
-        mirrors="DPCoordinatorProc.process_input_socket (wave_complete / start_wave) → _send_start_wave")
+@action(
+    actor="coordinator",
+    mirrors="DPCoordinatorProc.process_input_socket (wave_complete / start_wave) → _send_start_wave",
+)
 def coordinator_report(model: State, rank: Term) -> Step:
     """wave_complete(w) ends the wave; start_wave(w) from an engine restarts it, excluding that engine."""
     running, wave = model.coordinator_running, model.coordinator_wave
@@ -58,11 +63,15 @@ def coordinator_report(model: State, rank: Term) -> Step:
     head = reports[rank].head()
     complete = (head.field("kind") == ReportKind.WAVE_COMPLETE) & (wave <= head.field("wave"))
     restart = (head.field("kind") == ReportKind.START_WAVE) & (
-        (head.field("wave") > wave) | ((head.field("wave") == wave) & ~running))
-    return Step(~reports[rank].is_empty(), {
-        reports: reports.set(rank, reports[rank].tail()),
-        wave: if_then_else(complete, head.field("wave") + 1, if_then_else(restart, head.field("wave"), wave)),
-        running: if_then_else(complete, False, running | restart),
-        channel: if_then_else(restart, start_wave(model, head.field("wave"), rank), channel),
-        **superseded(model, complete | restart),
-    })
+        (head.field("wave") > wave) | ((head.field("wave") == wave) & ~running)
+    )
+    return Step(
+        ~reports[rank].is_empty(),
+        {
+            reports: reports.set(rank, reports[rank].tail()),
+            wave: if_then_else(complete, head.field("wave") + 1, if_then_else(restart, head.field("wave"), wave)),
+            running: if_then_else(complete, False, running | restart),
+            channel: if_then_else(restart, start_wave(model, head.field("wave"), rank), channel),
+            **superseded(model, complete | restart),
+        },
+    )

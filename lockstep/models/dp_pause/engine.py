@@ -92,20 +92,26 @@ def sync_dp_state(unfinished_sum: Term, votes: Term, size: Term | int) -> tuple[
 def arrive_from_client(model: State, rank: Term) -> Step:
     """A client message reaches the engine's input queue."""
     from_client, inbox = model.from_client, model.input_queue
-    return Step(~from_client[rank].is_empty(), {
-        from_client: from_client.set(rank, from_client[rank].tail()),
-        inbox: inbox.set(rank, inbox[rank].append(from_client[rank].head())),
-    })
+    return Step(
+        ~from_client[rank].is_empty(),
+        {
+            from_client: from_client.set(rank, from_client[rank].tail()),
+            inbox: inbox.set(rank, inbox[rank].append(from_client[rank].head())),
+        },
+    )
 
 
 @action(actor="rank:{rank}", mirrors="EngineCoreProc.process_input_sockets (coordinator → input_queue)")
 def arrive_from_coordinator(model: State, rank: Term) -> Step:
     """A coordinator message (START_DP_WAVE) reaches the engine's input queue."""
     from_coordinator, inbox = model.from_coordinator, model.input_queue
-    return Step(~from_coordinator[rank].is_empty(), {
-        from_coordinator: from_coordinator.set(rank, from_coordinator[rank].tail()),
-        inbox: inbox.set(rank, inbox[rank].append(from_coordinator[rank].head())),
-    })
+    return Step(
+        ~from_coordinator[rank].is_empty(),
+        {
+            from_coordinator: from_coordinator.set(rank, from_coordinator[rank].tail()),
+            inbox: inbox.set(rank, inbox[rank].append(from_coordinator[rank].head())),
+        },
+    )
 
 
 # ------------------------------------------------------------------- _handle_client_request
@@ -114,22 +120,29 @@ def handle_add(model: State, variant: Variant, rank: Term) -> Step:
     """DPEngineCoreProc.add_request: adopt a newer wave; a stale wave wakes an idle, unpaused engine."""
     wave, running, reports = model.current_wave, model.engines_running, model.to_coordinator
     request_wave = model.input_queue[rank].head().field("wave")
-    stale = (request_wave < wave[rank])
+    stale = request_wave < wave[rank]
     wake = stale & ~running[rank] & (model.pause_state[rank] == PauseState.UNPAUSED)
     updates = consume(model, rank)
-    updates.update({
-        model.requests: model.requests.set(rank, model.requests[rank] + 1),
-        wave: wave.set(rank, if_then_else(request_wave > wave[rank], request_wave, wave[rank])),
-        # the mutant no-local-wakeup only tells the coordinator, which excludes this engine
-        running: running if variant.name == NO_LOCAL_WAKEUP else running.set(rank, running[rank] | wake),
-        reports: reports.set(rank, if_then_else(
-            wake, reports[rank].append(report(model, ReportKind.START_WAVE, wave[rank])), reports[rank])),
-    })
+    updates.update(
+        {
+            model.requests: model.requests.set(rank, model.requests[rank] + 1),
+            wave: wave.set(rank, if_then_else(request_wave > wave[rank], request_wave, wave[rank])),
+            # the mutant no-local-wakeup only tells the coordinator, which excludes this engine
+            running: running if variant.name == NO_LOCAL_WAKEUP else running.set(rank, running[rank] | wake),
+            reports: reports.set(
+                rank,
+                if_then_else(
+                    wake, reports[rank].append(report(model, ReportKind.START_WAVE, wave[rank])), reports[rank]
+                ),
+            ),
+        }
+    )
     return Step(handling(model, rank, MessageKind.ADD), updates)
 
 
-@action(actor="rank:{rank}",
-        mirrors="_handle_client_request(ABORT) → EngineCore.abort_requests (scheduler.finish_requests)")
+@action(
+    actor="rank:{rank}", mirrors="_handle_client_request(ABORT) → EngineCore.abort_requests (scheduler.finish_requests)"
+)
 def handle_abort(model: State, rank: Term) -> Step:
     """EngineCore.abort_requests: finish the request as aborted if it is still unfinished (its
     id stays in finished_req_ids, so has_requests() holds until the next schedule)."""
@@ -144,8 +157,10 @@ def handle_abort(model: State, rank: Term) -> Step:
     return Step(handling(model, rank, MessageKind.ABORT), updates)
 
 
-@action(actor="rank:{rank}",
-        mirrors="DPEngineCoreProc._handle_client_request(START_DP_WAVE) (dropped under ignore_start_dp_wave)")
+@action(
+    actor="rank:{rank}",
+    mirrors="DPEngineCoreProc._handle_client_request(START_DP_WAVE) (dropped under ignore_start_dp_wave)",
+)
 def handle_start_wave(model: State, variant: Variant, rank: Term) -> Step:
     """START_DP_WAVE(wave, exclude): join the wave unless excluded or stale (post-fix: or ignoring)."""
     wave, running = model.current_wave, model.engines_running
@@ -157,10 +172,12 @@ def handle_start_wave(model: State, variant: Variant, rank: Term) -> Step:
     if variant.name == IGNORE_WHILE_PAUSED:
         applies = applies & (model.pause_state[rank] == PauseState.UNPAUSED)
     updates = consume(model, rank)
-    updates.update({
-        wave: wave.set(rank, if_then_else(applies, head.field("wave"), wave[rank])),
-        running: running.set(rank, running[rank] | applies),
-    })
+    updates.update(
+        {
+            wave: wave.set(rank, if_then_else(applies, head.field("wave"), wave[rank])),
+            running: running.set(rank, running[rank] | applies),
+        }
+    )
     return Step(handling(model, rank, MessageKind.START_WAVE), updates)
 
 
@@ -185,12 +202,20 @@ def handle_pause(model: State, variant: Variant, rank: Term) -> Step:
         updates[running] = running.set(rank, True)
         updates[pause_future] = pause_future.set(rank, True)
     else:  # base _pause_complete: not has_work() (aborted ids keep has_requests() until the next schedule)
-        busy = (running[rank] | (~abort & unfinished(model, rank, new_state)) | finished_pending[rank]
-                | (abort & (requests[rank] > 0)))
+        busy = (
+            running[rank]
+            | (~abort & unfinished(model, rank, new_state))
+            | finished_pending[rank]
+            | (abort & (requests[rank] > 0))
+        )
         updates[pause_future] = pause_future.set(rank, busy)
         updates[replies] = if_then_else(busy, replies, replies + 1)
-    pausing = disjunction(*[inbox[rank].head().field("kind") == name
-                            for name in (MessageKind.PAUSE, MessageKind.PAUSE_ABORT, MessageKind.PAUSE_WAIT)])
+    pausing = disjunction(
+        *[
+            inbox[rank].head().field("kind") == name
+            for name in (MessageKind.PAUSE, MessageKind.PAUSE_ABORT, MessageKind.PAUSE_WAIT)
+        ]
+    )
     return Step(conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), pausing), updates)
 
 
@@ -206,8 +231,9 @@ def handle_collective_rpc(model: State, rank: Term) -> Step:
 def finish_collective_rpc(model: State, rank: Term) -> Step:
     # The body's collective on worker_world completed: the core thread returns to its loop and replies.
     mode = model.mode
-    return Step((mode[rank] == Mode.RPC) & model.worker_world.done(rank),
-                {mode: mode.set(rank, Mode.TOP), **reply(model)})
+    return Step(
+        (mode[rank] == Mode.RPC) & model.worker_world.done(rank), {mode: mode.set(rank, Mode.TOP), **reply(model)}
+    )
 
 
 @action(actor="rank:{rank}", mirrors=UTILITY + "DPEngineCoreProc.barrier (dist.barrier(dp_group))")
@@ -222,8 +248,10 @@ def handle_barrier(model: State, rank: Term) -> Step:
 def finish_barrier(model: State, rank: Term) -> Step:
     # dist.barrier completed on the dp_group: the core thread returns to its loop and replies.
     mode, engine_dp = model.mode, model.engine_dp
-    return Step((mode[rank] == Mode.BARRIER) & engine_dp.done(rank),
-                {mode: mode.set(rank, Mode.TOP), **reply(model), **engine_dp.consume(rank)})
+    return Step(
+        (mode[rank] == Mode.BARRIER) & engine_dp.done(rank),
+        {mode: mode.set(rank, Mode.TOP), **reply(model), **engine_dp.consume(rank)},
+    )
 
 
 @action(actor="rank:{rank}", mirrors=UTILITY + "DPEngineCoreProc.resume_scheduler (→ has_unfinished_dp barrier)")
@@ -234,52 +262,68 @@ def handle_resume(model: State, variant: Variant, rank: Term) -> Step:
     if not variant.fixed:
         wake = ~running[rank] & (requests[rank] > 0)
         reports, start = model.to_coordinator, report(model, ReportKind.START_WAVE, model.current_wave[rank])
-        updates.update({
-            pause_state: pause_state.set(rank, PauseState.UNPAUSED),
-            reports: reports.set(rank, if_then_else(wake, reports[rank].append(start), reports[rank])),
-            replies: updates[replies] + 1,
-        })
+        updates.update(
+            {
+                pause_state: pause_state.set(rank, PauseState.UNPAUSED),
+                reports: reports.set(rank, if_then_else(wake, reports[rank].append(start), reports[rank])),
+                replies: updates[replies] + 1,
+            }
+        )
         return Step(handling(model, rank, MessageKind.RESUME), updates)
     ignore, mode, engine_dp = model.ignore_start_dp_wave, model.mode, model.engine_dp
     in_flight = model.pending_pause[rank] | (running[rank] & ignore[rank])
     barrier = ~in_flight & ~running[rank]
     local = if_then_else(requests[rank] > 0, 1, 0)  # has_unfinished_requests() once UNPAUSED
     posted = engine_dp.post(rank, "resume_max", local)
-    updates.update({
-        pause_state: pause_state.set(rank, if_then_else(barrier, PauseState.UNPAUSED, pause_state[rank])),
-        ignore: ignore.set(rank, ignore[rank] & ~barrier),
-        mode: mode.set(rank, if_then_else(barrier, Mode.RESUME_BARRIER, Mode.TOP)),
-        engine_dp.queue: if_then_else(barrier, posted[engine_dp.queue], engine_dp.queue),
-        replies: if_then_else(barrier, updates[replies], updates[replies] + 1),  # error or no-op: reply now
-    })
+    updates.update(
+        {
+            pause_state: pause_state.set(rank, if_then_else(barrier, PauseState.UNPAUSED, pause_state[rank])),
+            ignore: ignore.set(rank, ignore[rank] & ~barrier),
+            mode: mode.set(rank, if_then_else(barrier, Mode.RESUME_BARRIER, Mode.TOP)),
+            engine_dp.queue: if_then_else(barrier, posted[engine_dp.queue], engine_dp.queue),
+            replies: if_then_else(barrier, updates[replies], updates[replies] + 1),  # error or no-op: reply now
+        }
+    )
     return Step(handling(model, rank, MessageKind.RESUME), updates)
 
 
-@action(actor="rank:{rank}",
-        mirrors="ParallelConfig.has_unfinished_dp returns in DPEngineCoreProc.resume_scheduler" + REPLY)
+@action(
+    actor="rank:{rank}", mirrors="ParallelConfig.has_unfinished_dp returns in DPEngineCoreProc.resume_scheduler" + REPLY
+)
 def finish_resume(model: State, rank: Term) -> Step:
     """The resume barrier returned: any rank with work starts the wave on every rank."""
     mode, engine_dp = model.mode, model.engine_dp
-    return Step((mode[rank] == Mode.RESUME_BARRIER) & engine_dp.done(rank), {
-        mode: mode.set(rank, Mode.TOP),
-        model.engines_running: model.engines_running.set(rank, engine_dp.result_of(rank) > 0),
-        **reply(model),
-        **engine_dp.consume(rank),
-    })
+    return Step(
+        (mode[rank] == Mode.RESUME_BARRIER) & engine_dp.done(rank),
+        {
+            mode: mode.set(rank, Mode.TOP),
+            model.engines_running: model.engines_running.set(rank, engine_dp.result_of(rank) > 0),
+            **reply(model),
+            **engine_dp.consume(rank),
+        },
+    )
 
 
-@action(actor="rank:{rank}",
-        mirrors="EngineCoreProc._process_input_queue → _notify_idle_state_callbacks (pause Future resolves)")
+@action(
+    actor="rank:{rank}",
+    mirrors="EngineCoreProc._process_input_queue → _notify_idle_state_callbacks (pause Future resolves)",
+)
 def notify_idle(model: State, rank: Term) -> Step:
     """_process_input_queue: an idle engine fires its idle callbacks before blocking."""
-    idle = conjunction(model.mode[rank] == Mode.TOP, model.input_queue[rank].is_empty(), ~has_work(model, rank),
-                       model.pause_future[rank])
+    idle = conjunction(
+        model.mode[rank] == Mode.TOP,
+        model.input_queue[rank].is_empty(),
+        ~has_work(model, rank),
+        model.pause_future[rank],
+    )
     return Step(idle, idle_callbacks(model, rank))
 
 
 # ---------------------------------------------------------------------------------- the busy loop
-@action(actor="rank:{rank}",
-        mirrors="DPEngineCoreProc.run_busy_loop → _process_engine_step / execute_dummy_batch / idle continue")
+@action(
+    actor="rank:{rank}",
+    mirrors="DPEngineCoreProc.run_busy_loop → _process_engine_step / execute_dummy_batch / idle continue",
+)
 def step(model: State, rank: Term) -> Step:
     """_process_engine_step, then (if nothing ran) the dummy batch or the idle `continue`."""
     mode, worker_dp = model.mode, model.worker_dp
@@ -288,16 +332,22 @@ def step(model: State, rank: Term) -> Step:
     forward = executed | dummy
     posted = worker_dp.post(rank, "forward")
     ready = conjunction(mode[rank] == Mode.TOP, model.input_queue[rank].is_empty(), has_work(model, rank))
-    return Step(ready, {
-        model.finished_pending: model.finished_pending.set(rank, False),  # schedule() clears finished ids
-        mode: mode.set(rank, if_then_else(executed, Mode.FORWARD_REAL,
-                                          if_then_else(dummy, Mode.FORWARD_DUMMY, Mode.TOP))),
-        worker_dp.queue: if_then_else(forward, posted[worker_dp.queue], worker_dp.queue),
-    })
+    return Step(
+        ready,
+        {
+            model.finished_pending: model.finished_pending.set(rank, False),  # schedule() clears finished ids
+            mode: mode.set(
+                rank, if_then_else(executed, Mode.FORWARD_REAL, if_then_else(dummy, Mode.FORWARD_DUMMY, Mode.TOP))
+            ),
+            worker_dp.queue: if_then_else(forward, posted[worker_dp.queue], worker_dp.queue),
+        },
+    )
 
 
-@action(actor="rank:{rank}",
-        mirrors="execute_model / execute_dummy_batch returns → DPEngineCoreProc._has_global_unfinished_reqs")
+@action(
+    actor="rank:{rank}",
+    mirrors="execute_model / execute_dummy_batch returns → DPEngineCoreProc._has_global_unfinished_reqs",
+)
 def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
     """The forward's DP all-reduce returned; _has_global_unfinished_reqs counts the step."""
     mode, requests, counter, engine_dp = model.mode, model.requests, model.step_counter, model.engine_dp
@@ -321,19 +371,24 @@ def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
     vote = (local, if_then_else(model.pending_pause[rank], 1, 0)) if variant.fixed else (local,)
     posted = engine_dp.post(rank, "sync_sum" if variant.fixed else "sync_max", vote)
     returned = ((mode[rank] == Mode.FORWARD_REAL) | (mode[rank] == Mode.FORWARD_DUMMY)) & model.worker_dp.done(rank)
-    return Step(returned, {
-        requests: requests.set(rank, remaining),
-        finished_pending: finished_pending.set(rank, finished_pending[rank] | (real & (finishing > 0))),
-        **extra,
-        counter: counter.set(rank, if_then_else(sync, 0, next_count)),
-        running: running.set(rank, running[rank] | ~sync),  # off the boundary: returns True
-        mode: mode.set(rank, if_then_else(sync, Mode.SYNC, Mode.TOP)),
-        engine_dp.queue: if_then_else(sync, posted[engine_dp.queue], engine_dp.queue),
-    })
+    return Step(
+        returned,
+        {
+            requests: requests.set(rank, remaining),
+            finished_pending: finished_pending.set(rank, finished_pending[rank] | (real & (finishing > 0))),
+            **extra,
+            counter: counter.set(rank, if_then_else(sync, 0, next_count)),
+            running: running.set(rank, running[rank] | ~sync),  # off the boundary: returns True
+            mode: mode.set(rank, if_then_else(sync, Mode.SYNC, Mode.TOP)),
+            engine_dp.queue: if_then_else(sync, posted[engine_dp.queue], engine_dp.queue),
+        },
+    )
 
 
-@action(actor="rank:{rank}",
-        mirrors="ParallelConfig.sync_dp_state returns → DPEngineCoreProc.run_busy_loop (wave end: wave_complete)")
+@action(
+    actor="rank:{rank}",
+    mirrors="ParallelConfig.sync_dp_state returns → DPEngineCoreProc.run_busy_loop (wave end: wave_complete)",
+)
 def finish_sync(model: State, variant: Variant, rank: Term) -> Step:
     """The engine all-reduce returned: decide whether the wave goes on; rank 0 reports its end."""
     mode, engine_dp, wave, reports = model.mode, model.engine_dp, model.current_wave, model.to_coordinator
@@ -348,9 +403,11 @@ def finish_sync(model: State, variant: Variant, rank: Term) -> Step:
         still = unfinished_sum > 0
     ends = ~still
     complete = report(model, ReportKind.WAVE_COMPLETE, wave[rank])
-    updates.update({
-        model.engines_running: model.engines_running.set(rank, still),
-        wave: wave.set(rank, if_then_else(ends, wave[rank] + 1, wave[rank])),
-        reports: reports.set(rank, if_then_else(ends & (rank == 0), reports[rank].append(complete), reports[rank])),
-    })
+    updates.update(
+        {
+            model.engines_running: model.engines_running.set(rank, still),
+            wave: wave.set(rank, if_then_else(ends, wave[rank] + 1, wave[rank])),
+            reports: reports.set(rank, if_then_else(ends & (rank == 0), reports[rank].append(complete), reports[rank])),
+        }
+    )
     return Step((mode[rank] == Mode.SYNC) & engine_dp.done(rank), updates)

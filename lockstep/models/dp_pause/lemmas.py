@@ -32,7 +32,10 @@ def _sum_vote_lemma() -> Lemma:
 
     def invariant(acc: dict[str, Term], index: Term) -> Term:
         return conjunction(
-            acc["unfinished_sum"] >= 0, acc["unfinished_sum"] <= index, acc["votes"] >= 0, acc["votes"] <= index,
+            acc["unfinished_sum"] >= 0,
+            acc["unfinished_sum"] <= index,
+            acc["votes"] >= 0,
+            acc["votes"] <= index,
             (acc["unfinished_sum"] > 0) == acc["any_unfinished"],
             (acc["votes"] > 0) == acc["any_pending"],
             (acc["votes"] == index) == acc["all_pending"],
@@ -54,8 +57,11 @@ def _sum_vote_lemma() -> Lemma:
         expected="proved",
         element=Vote,
         accumulators={
-            "unfinished_sum": (INTEGER, 0), "votes": (INTEGER, 0),
-            "any_unfinished": (BOOL, False), "any_pending": (BOOL, False), "all_pending": (BOOL, True),
+            "unfinished_sum": (INTEGER, 0),
+            "votes": (INTEGER, 0),
+            "any_unfinished": (BOOL, False),
+            "any_pending": (BOOL, False),
+            "all_pending": (BOOL, True),
         },
         step=step,
         invariant=invariant,

@@ -97,19 +97,46 @@ from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, Varian
 from lockstep.spec.sorts import integers
 
 __all__ = [
-    "IGNORE_WHILE_PAUSED", "NO_LOCAL_WAKEUP", "POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build",
+    "IGNORE_WHILE_PAUSED",
+    "NO_LOCAL_WAKEUP",
+    "POST_FIX",
+    "PRE_FIX",
+    "PROTOCOL",
+    "RUNTIME_ACTIONS",
+    "build",
     "sync_dp_state",
 ]
 
 # Runtime trace events (the reference runtime, lockstep/impl/dp_pause) by the model action each
 # records; here the identity: the runtime names its events after the model's actions.
-RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
-    "arrive_from_client", "arrive_from_coordinator", "handle_add", "handle_start_wave", "handle_pause",
-    "handle_collective_rpc", "finish_collective_rpc", "handle_resume", "finish_resume", "notify_idle", "step",
-    "finish_forward", "finish_sync", "coordinator_first_request", "coordinator_report", "client_add_request",
-    "client_read_publication", "client_pause", "client_pause_returned", "client_collective_rpc",
-    "client_collective_rpc_returned", "client_resume", "client_resume_returned",
-)}
+RUNTIME_ACTIONS: dict[str, str] = {
+    name: name
+    for name in (
+        "arrive_from_client",
+        "arrive_from_coordinator",
+        "handle_add",
+        "handle_start_wave",
+        "handle_pause",
+        "handle_collective_rpc",
+        "finish_collective_rpc",
+        "handle_resume",
+        "finish_resume",
+        "notify_idle",
+        "step",
+        "finish_forward",
+        "finish_sync",
+        "coordinator_first_request",
+        "coordinator_report",
+        "client_add_request",
+        "client_read_publication",
+        "client_pause",
+        "client_pause_returned",
+        "client_collective_rpc",
+        "client_collective_rpc_returned",
+        "client_resume",
+        "client_resume_returned",
+    )
+}
 
 
 def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
@@ -192,52 +219,124 @@ PROTOCOL = Protocol(
     variants=(
         VariantSpec(PRE_FIX, "single-phase pause: an idle engine returns from pause at once", "vLLM v0.20.0"),
         VariantSpec(POST_FIX, "two-phase pause with the SUM all-reduce vote and ignore_start_dp_wave", "vLLM v0.21.0"),
-        VariantSpec(IGNORE_WHILE_PAUSED, "mutant: a paused engine drops START_DP_WAVE (breaks liveness)",
-                    "v0.20.0 + PRs #36608/#38009 (closed)"),
-        VariantSpec(NO_LOCAL_WAKEUP,
-                    "mutant: add_request's stale-wave branch only tells the coordinator, which excludes the sender",
-                    "v0.21.0 without the local engines_running = True (an intermediate #39366, caught in review)"),
+        VariantSpec(
+            IGNORE_WHILE_PAUSED,
+            "mutant: a paused engine drops START_DP_WAVE (breaks liveness)",
+            "v0.20.0 + PRs #36608/#38009 (closed)",
+        ),
+        VariantSpec(
+            NO_LOCAL_WAKEUP,
+            "mutant: add_request's stale-wave branch only tells the coordinator, which excludes the sender",
+            "v0.21.0 without the local engines_running = True (an intermediate #39366, caught in review)",
+        ),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "DP engine cores", minimum=2, maximum=8),
         ParameterSpec("requests", 1, "requests the client adds before pausing", minimum=0, maximum=3),
-        ParameterSpec("late_requests", 0, "requests the client may add after it began to pause (see late_window)",
-                      minimum=0, maximum=2),
-        ParameterSpec("late_window", 15, "phases late requests may come in: 1 pausing, 2 paused, 4 resuming, "
-                      "8 resumed, 16 between two resume calls", minimum=1, maximum=31),
-        ParameterSpec("pause_modes", 1, "pause modes the client may use: 1 keep, 2 abort, 4 wait (a bit mask)",
-                      minimum=1, maximum=7),
-        ParameterSpec("request_steps", 1, "forwards a request needs (2: a request can be running when pause comes)",
-                      minimum=1, maximum=2),
-        ParameterSpec("rpc", 0, "what the client runs while paused: 0 collective_rpc, 1 the test-only barrier",
-                      minimum=0, maximum=1),
+        ParameterSpec(
+            "late_requests",
+            0,
+            "requests the client may add after it began to pause (see late_window)",
+            minimum=0,
+            maximum=2,
+        ),
+        ParameterSpec(
+            "late_window",
+            15,
+            "phases late requests may come in: 1 pausing, 2 paused, 4 resuming, 8 resumed, 16 between two resume calls",
+            minimum=1,
+            maximum=31,
+        ),
+        ParameterSpec(
+            "pause_modes",
+            1,
+            "pause modes the client may use: 1 keep, 2 abort, 4 wait (a bit mask)",
+            minimum=1,
+            maximum=7,
+        ),
+        ParameterSpec(
+            "request_steps",
+            1,
+            "forwards a request needs (2: a request can be running when pause comes)",
+            minimum=1,
+            maximum=2,
+        ),
+        ParameterSpec(
+            "rpc",
+            0,
+            "what the client runs while paused: 0 collective_rpc, 1 the test-only barrier",
+            minimum=0,
+            maximum=1,
+        ),
         ParameterSpec("resumes", 1, "how many times the client calls resume_generation", minimum=1, maximum=3),
         ParameterSpec("sync_interval", 1, "steps between engine all-reduces (vLLM: 32)", minimum=1, maximum=32),
-        ParameterSpec("max_wave", 4,
-                      "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
-                      minimum=1, maximum=10,
-                      derived=lambda values: values["requests"] + values["late_requests"] + values["resumes"] + 2),
-        ParameterSpec("settle_before_resume", 1, "1: control messages in flight reach their queues before the client "
-                      "resumes; 2: also every message sent to an engine has been handled", minimum=0, maximum=2),
-        ParameterSpec("hang_bound", 24, "steps within which every posted collective must complete",
-                      minimum=1, maximum=64),
-        ParameterSpec("bounded_liveness", 0, "1: check L1/L2 as bounded responses (within response_bound steps)",
-                      minimum=0, maximum=1),
-        ParameterSpec("response_bound", 25, "L1/L2 bound in model steps (default: response_bound_default, "
-                      "(2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests))",
-                      minimum=1, maximum=4000, derived=lambda values: response_bound_default(values)),
-        ParameterSpec("abort_request", 0,
-                      "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
-                      minimum=0, maximum=1),
-        ParameterSpec("fair_liveness", 0,
-                      "1: also check L1/L2 as leads-to under weak fairness (needs the whole state graph)",
-                      minimum=0, maximum=1),
-        ParameterSpec("stale_publications", 0, "publications the coordinator has superseded that the client's stats "
-                      "task may still apply (in flight on the pub socket); 0: the client reads the coordinator's "
-                      "current wave and running", minimum=0, maximum=3),
-        ParameterSpec("lazy_first_request", 0, "1: add_request_async queues FIRST_REQ for the stats task, which sets "
-                      "engines_running and forwards it with its current wave later (two requests before it runs send "
-                      "two); 0: both at once", minimum=0, maximum=1),
+        ParameterSpec(
+            "max_wave",
+            4,
+            "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
+            minimum=1,
+            maximum=10,
+            derived=lambda values: values["requests"] + values["late_requests"] + values["resumes"] + 2,
+        ),
+        ParameterSpec(
+            "settle_before_resume",
+            1,
+            "1: control messages in flight reach their queues before the client "
+            "resumes; 2: also every message sent to an engine has been handled",
+            minimum=0,
+            maximum=2,
+        ),
+        ParameterSpec(
+            "hang_bound", 24, "steps within which every posted collective must complete", minimum=1, maximum=64
+        ),
+        ParameterSpec(
+            "bounded_liveness",
+            0,
+            "1: check L1/L2 as bounded responses (within response_bound steps)",
+            minimum=0,
+            maximum=1,
+        ),
+        ParameterSpec(
+            "response_bound",
+            25,
+            "L1/L2 bound in model steps (default: response_bound_default, "
+            "(2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests))",
+            minimum=1,
+            maximum=4000,
+            derived=lambda values: response_bound_default(values),
+        ),
+        ParameterSpec(
+            "abort_request",
+            0,
+            "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
+            minimum=0,
+            maximum=1,
+        ),
+        ParameterSpec(
+            "fair_liveness",
+            0,
+            "1: also check L1/L2 as leads-to under weak fairness (needs the whole state graph)",
+            minimum=0,
+            maximum=1,
+        ),
+        ParameterSpec(
+            "stale_publications",
+            0,
+            "publications the coordinator has superseded that the client's stats "
+            "task may still apply (in flight on the pub socket); 0: the client reads the coordinator's "
+            "current wave and running",
+            minimum=0,
+            maximum=3,
+        ),
+        ParameterSpec(
+            "lazy_first_request",
+            0,
+            "1: add_request_async queues FIRST_REQ for the stats task, which sets "
+            "engines_running and forwards it with its current wave later (two requests before it runs send "
+            "two); 0: both at once",
+            minimum=0,
+            maximum=1,
+        ),
     ),
     instances=(
         InstanceSpec(

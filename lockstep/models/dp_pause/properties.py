@@ -61,9 +61,17 @@ def in_forward(model: State, rank: Term) -> Term:
 
 def quiet(model: State) -> Term:
     """Every engine idle at the top of its loop with no message on its way to or from it."""
-    return all_of(model.Rank, lambda r: conjunction(
-        model.mode[r] == Mode.TOP, model.input_queue[r].is_empty(), model.from_client[r].is_empty(),
-        model.from_coordinator[r].is_empty(), model.to_coordinator[r].is_empty(), ~has_work(model, r)))
+    return all_of(
+        model.Rank,
+        lambda r: conjunction(
+            model.mode[r] == Mode.TOP,
+            model.input_queue[r].is_empty(),
+            model.from_client[r].is_empty(),
+            model.from_coordinator[r].is_empty(),
+            model.to_coordinator[r].is_empty(),
+            ~has_work(model, r),
+        ),
+    )
 
 
 def add_safety(machine: Machine, model: State, variant: Variant) -> None:
@@ -72,15 +80,29 @@ def add_safety(machine: Machine, model: State, variant: Variant) -> None:
     worker_queue, phase = model.worker_dp.queue, model.client_phase
     machine.always(
         "quiescent_during_rpc",
-        all_of(Rank, lambda r: ((mode[r] == Mode.RPC) | (mode[r] == Mode.BARRIER)).implies(
-            all_of(Rank, lambda other: ~in_forward(model, other)))),
+        all_of(
+            Rank,
+            lambda r: ((mode[r] == Mode.RPC) | (mode[r] == Mode.BARRIER)).implies(
+                all_of(Rank, lambda other: ~in_forward(model, other))
+            ),
+        ),
         "S1: no rank is in a forward while a rank runs the collective_rpc (or barrier) issued after every pause "
         "returned",
     )
     machine.always(
         "forward_counts_agree",
-        all_of(Rank, lambda r: all_of(Rank, lambda other: (in_forward(model, r) & in_forward(model, other)
-               & ~worker_queue[r].is_empty() & ~worker_queue[other].is_empty()).implies(counter[r] == counter[other]))),
+        all_of(
+            Rank,
+            lambda r: all_of(
+                Rank,
+                lambda other: (
+                    in_forward(model, r)
+                    & in_forward(model, other)
+                    & ~worker_queue[r].is_empty()
+                    & ~worker_queue[other].is_empty()
+                ).implies(counter[r] == counter[other]),
+            ),
+        ),
         "S2: ranks in the same forward all-reduce have run the same forwards since the last engine all-reduce",
     )
     if variant.fixed:
@@ -92,9 +114,13 @@ def add_safety(machine: Machine, model: State, variant: Variant) -> None:
     )
     machine.always(
         "coordinator_idle_when_quiet",
-        (quiet(model) & no_first_request(model) & (phase == ClientPhase.DONE)
-         & (model.requests_sent < model.options.total) & bool(model.options.late_window & 8))
-        .implies(~model.coordinator_running),
+        (
+            quiet(model)
+            & no_first_request(model)
+            & (phase == ClientPhase.DONE)
+            & (model.requests_sent < model.options.total)
+            & bool(model.options.late_window & 8)
+        ).implies(~model.coordinator_running),
         "S6: once everything has settled, while the client may still add a request, the coordinator does not "
         "believe a wave runs (it would send no START_DP_WAVE for that request)",
     )
@@ -106,15 +132,36 @@ def add_two_phase_safety(machine: Machine, model: State) -> None:
     ignore, pending, engine_queue = model.ignore_start_dp_wave, model.pending_pause, model.engine_dp.queue
     machine.always(
         "paused_ranks_agree",
-        all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == Mode.TOP) & (mode[other] == Mode.TOP)
-               & (counter[r] == 0) & (counter[other] == 0) & ~running[r] & ~running[other])
-               .implies(ignore[r] == ignore[other]))),
+        all_of(
+            Rank,
+            lambda r: all_of(
+                Rank,
+                lambda other: (
+                    (mode[r] == Mode.TOP)
+                    & (mode[other] == Mode.TOP)
+                    & (counter[r] == 0)
+                    & (counter[other] == 0)
+                    & ~running[r]
+                    & ~running[other]
+                ).implies(ignore[r] == ignore[other]),
+            ),
+        ),
         "S3: idle ranks agree on ignore_start_dp_wave",
     )
     machine.always(
         "sync_decisions_agree",
-        all_of(Rank, lambda r: all_of(Rank, lambda other: ((mode[r] == Mode.SYNC) & (mode[other] == Mode.SYNC)
-               & ~engine_queue[r].is_empty() & ~engine_queue[other].is_empty()).implies(ignore[r] == ignore[other]))),
+        all_of(
+            Rank,
+            lambda r: all_of(
+                Rank,
+                lambda other: (
+                    (mode[r] == Mode.SYNC)
+                    & (mode[other] == Mode.SYNC)
+                    & ~engine_queue[r].is_empty()
+                    & ~engine_queue[other].is_empty()
+                ).implies(ignore[r] == ignore[other]),
+            ),
+        ),
         "S3: ranks in the same engine all-reduce entered it with the same ignore_start_dp_wave",
     )
     machine.always(
@@ -131,10 +178,14 @@ def pause_mode_semantics(model: State) -> Term:
     terms = []
     if model.options.two_step:
         admitted = model.running_requests
-        terms.append((model.client_phase == ClientPhase.RPC).implies(
-            all_of(Rank, lambda r: (pause_state[r] != PauseState.PAUSED_NEW) | (admitted[r] == 0))))
-    terms.append(all_of(Rank, lambda r: (model.mode[r] == Mode.FORWARD_REAL)
-                        .implies(pause_state[r] != PauseState.PAUSED_ALL)))
+        terms.append(
+            (model.client_phase == ClientPhase.RPC).implies(
+                all_of(Rank, lambda r: (pause_state[r] != PauseState.PAUSED_NEW) | (admitted[r] == 0))
+            )
+        )
+    terms.append(
+        all_of(Rank, lambda r: (model.mode[r] == Mode.FORWARD_REAL).implies(pause_state[r] != PauseState.PAUSED_ALL))
+    )
     return conjunction(*terms)
 
 
@@ -152,7 +203,8 @@ def add_bounded_liveness(machine: Machine, model: State) -> None:
     machine.respond_within(
         "resume_serves",
         ((phase == ClientPhase.RESUME) | (phase == ClientPhase.DONE))
-        & all_of(Rank, lambda r: pause_state[r] == PauseState.UNPAUSED) & any_of(Rank, lambda r: requests[r] > 0),
+        & all_of(Rank, lambda r: pause_state[r] == PauseState.UNPAUSED)
+        & any_of(Rank, lambda r: requests[r] > 0),
         all_of(Rank, lambda r: requests[r] == 0),
         bound,
         "L2: once every rank has handled resume, every request an engine holds is served",
@@ -163,7 +215,8 @@ def add_fair_liveness(machine: Machine, model: State) -> None:
     """L1 and L2 as ``leads_to`` under weak fairness of every action but the client's."""
     Rank, phase, sent_to, requests = model.Rank, model.client_phase, model.sent_to, model.requests
     fair = tuple(action.name for action in machine.actions if not action.actor.startswith("client")) + tuple(
-        f"{group.name}.complete" for group in machine.communicators if hasattr(group, "name"))
+        f"{group.name}.complete" for group in machine.communicators if hasattr(group, "name")
+    )
     sent_everywhere = all_of(Rank, lambda r: sent_to[r])
     machine.leads_to(
         "pause_returns",

@@ -17,7 +17,7 @@ PRE_FIX_SOURCES: dict[str, str] = {
     "handle_pause": UTILITY + "EngineCoreProc.pause_scheduler (None at once if not has_work())",
     "handle_resume": UTILITY + "DPEngineCoreProc.resume_scheduler (start_wave if idle with requests)",
     "finish_sync": "ParallelConfig.has_unfinished_dp returns → DPEngineCoreProc.run_busy_loop "
-                   "(wave end: wave_complete)",
+    "(wave end: wave_complete)",
 }
 
 
@@ -26,8 +26,9 @@ def variant_sources(variant: Variant) -> dict[str, str]:
     where they change a line)."""
     table = {} if variant.fixed else dict(PRE_FIX_SOURCES)
     if variant.name == IGNORE_WHILE_PAUSED:
-        table["handle_start_wave"] = ("DPEngineCoreProc._handle_client_request(START_DP_WAVE) "
-                                      "(dropped while paused: #36608/#38009)")
+        table["handle_start_wave"] = (
+            "DPEngineCoreProc._handle_client_request(START_DP_WAVE) (dropped while paused: #36608/#38009)"
+        )
     if variant.name == NO_LOCAL_WAKEUP:
         table["handle_add"] = "_handle_client_request(ADD) → DPEngineCoreProc.add_request (stale wave: start_wave only)"
     return table

@@ -31,7 +31,8 @@ IGNORE_WHILE_PAUSED = "ignore-wave-while-paused"  # #36608/#38009: v0.20.0 + dro
 NO_LOCAL_WAKEUP = "no-local-wakeup"  # an intermediate #39366: add_request's stale branch without running = True
 
 MessageKind = enum(
-    "MessageKind", ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT"])
+    "MessageKind", ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT"]
+)
 ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
 Mode = enum("Mode", ["TOP", "FORWARD_REAL", "FORWARD_DUMMY", "SYNC", "RPC", "RESUME_BARRIER", "BARRIER"])
 PauseState = enum("PauseState", ["UNPAUSED", "PAUSED_NEW", "PAUSED_ALL"])
@@ -81,21 +82,33 @@ class Options:
 
 def options_of(parameters: Mapping[str, int]) -> Options:
     return Options(
-        ranks=parameters["ranks"], requests=parameters["requests"], late_requests=parameters["late_requests"],
-        late_window=parameters["late_window"], pause_modes=parameters["pause_modes"],
-        two_step=parameters["request_steps"] == 2, barrier=parameters["rpc"] == 1, resumes=parameters["resumes"],
-        sync_interval=parameters["sync_interval"], max_wave=parameters["max_wave"],
-        settle_before_resume=parameters["settle_before_resume"], abort_request=bool(parameters["abort_request"]),
-        stale_publications=parameters["stale_publications"], lazy_first_request=bool(parameters["lazy_first_request"]),
-        bounded_liveness=bool(parameters["bounded_liveness"]), response_bound=parameters["response_bound"],
+        ranks=parameters["ranks"],
+        requests=parameters["requests"],
+        late_requests=parameters["late_requests"],
+        late_window=parameters["late_window"],
+        pause_modes=parameters["pause_modes"],
+        two_step=parameters["request_steps"] == 2,
+        barrier=parameters["rpc"] == 1,
+        resumes=parameters["resumes"],
+        sync_interval=parameters["sync_interval"],
+        max_wave=parameters["max_wave"],
+        settle_before_resume=parameters["settle_before_resume"],
+        abort_request=bool(parameters["abort_request"]),
+        stale_publications=parameters["stale_publications"],
+        lazy_first_request=bool(parameters["lazy_first_request"]),
+        bounded_liveness=bool(parameters["bounded_liveness"]),
+        response_bound=parameters["response_bound"],
         fair_liveness=bool(parameters["fair_liveness"]),
     )
 
 
 def pause_modes(options: Options) -> tuple[tuple[Term, Term], ...]:
     """The modes ``pause_modes`` allows, in PauseMode order, each with the message it sends."""
-    every = ((PauseMode.KEEP, MessageKind.PAUSE), (PauseMode.ABORT, MessageKind.PAUSE_ABORT),
-             (PauseMode.WAIT, MessageKind.PAUSE_WAIT))
+    every = (
+        (PauseMode.KEEP, MessageKind.PAUSE),
+        (PauseMode.ABORT, MessageKind.PAUSE_ABORT),
+        (PauseMode.WAIT, MessageKind.PAUSE_WAIT),
+    )
     return tuple(pair for bit, pair in enumerate(every) if options.pause_modes & (1 << bit))
 
 
@@ -125,10 +138,17 @@ def sorts_of(options: Options) -> Sorts:
     # ADD per request, PAUSE, RPC, RESUME per call, the ABORT of a request
     capacity = count + 2 + options.resumes + options.abort_request
     return Sorts(
-        Rank=Rank, Wave=Wave, Message=Message, Report=Report, Publication=Publication,
-        Inbox=SequenceSort(Message, capacity + count + 2), FromClient=SequenceSort(Message, capacity),
-        FromCoordinator=SequenceSort(Message, count + 2), Reports=SequenceSort(Report, options.max_wave + 2),
-        Publications=SequenceSort(Publication, options.stale_publications), Requests=integers(0, count),
+        Rank=Rank,
+        Wave=Wave,
+        Message=Message,
+        Report=Report,
+        Publication=Publication,
+        Inbox=SequenceSort(Message, capacity + count + 2),
+        FromClient=SequenceSort(Message, capacity),
+        FromCoordinator=SequenceSort(Message, count + 2),
+        Reports=SequenceSort(Report, options.max_wave + 2),
+        Publications=SequenceSort(Publication, options.stale_publications),
+        Requests=integers(0, count),
     )
 
 
@@ -207,7 +227,9 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
 
     modes = pause_modes(options)  # (PauseMode, MessageKind) pairs
     return State(
-        options=options, sorts=sorts, Rank=Rank,
+        options=options,
+        sorts=sorts,
+        Rank=Rank,
         mode=per_rank("mode", Mode, 0, "where the core thread is"),
         engines_running=per_rank("engines_running", BOOL, False),
         current_wave=per_rank("current_wave", Wave, 0),
@@ -223,34 +245,68 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
         pending_pause=per_rank("pending_pause", BOOL, False, present=fixed),
         ignore_start_dp_wave=per_rank("ignore_start_dp_wave", BOOL, False, present=fixed),
         running_requests=per_rank("running_requests", Requests, 0, "admitted local requests", present=options.two_step),
-        engine_dp=Communicator(machine, "engine_dp", Rank, engine_operations(variant, options), payload=integers(0, 1),
-                               width=2 if fixed else 1, description="engine-level gloo dp_group"),
-        worker_dp=Communicator(machine, "worker_dp", Rank, {"forward": all_reduce_sum()}, payload=integers(0, 0),
-                               description="workers' DP group: coordinate_batch_across_dp in every forward"),
-        worker_world=Communicator(machine, "worker_world", Rank, {"rpc": all_reduce_sum()}, payload=integers(0, 0),
-                                  description="the group a collective_rpc body uses"),
+        engine_dp=Communicator(
+            machine,
+            "engine_dp",
+            Rank,
+            engine_operations(variant, options),
+            payload=integers(0, 1),
+            width=2 if fixed else 1,
+            description="engine-level gloo dp_group",
+        ),
+        worker_dp=Communicator(
+            machine,
+            "worker_dp",
+            Rank,
+            {"forward": all_reduce_sum()},
+            payload=integers(0, 0),
+            description="workers' DP group: coordinate_batch_across_dp in every forward",
+        ),
+        worker_world=Communicator(
+            machine,
+            "worker_world",
+            Rank,
+            {"rpc": all_reduce_sum()},
+            payload=integers(0, 0),
+            description="the group a collective_rpc body uses",
+        ),
         coordinator_running=variable("coordinator.engines_running", BOOL, False),
         coordinator_wave=variable("coordinator.current_wave", Wave, 0),
         first_request=variable("channel.first_request", SequenceSort(Wave, options.total), ()),
-        client_phase=variable("client.phase", ClientPhase,
-                              ClientPhase.REQUESTS if options.requests else ClientPhase.PAUSE),
+        client_phase=variable(
+            "client.phase", ClientPhase, ClientPhase.REQUESTS if options.requests else ClientPhase.PAUSE
+        ),
         client_running=variable("client.engines_running", BOOL, False),
         client_wave=variable("client.current_wave", Wave, 0),
         requests_sent=variable("client.requests_sent", Requests, 0),
         sent_to=per_rank("client.sent_to", BOOL, False, "this phase's call sent to rank"),
         replies=variable("client.replies", integers(0, size), 0, "replies to this phase's call"),
         # superseded publications still on their way to the stats task
-        publications=variable("channel.publication", sorts.Publications, (), "publications the coordinator has "
-                              "superseded that the client may still apply, oldest first",
-                              options.stale_publications > 0),
+        publications=variable(
+            "channel.publication",
+            sorts.Publications,
+            (),
+            "publications the coordinator has superseded that the client may still apply, oldest first",
+            options.stale_publications > 0,
+        ),
         # FIRST_REQ queued on the inproc socket, not yet forwarded by the stats task
-        first_request_inproc=variable("channel.first_request_inproc", Requests, 0,
-                                      "FIRST_REQs add_request_async queued for the stats task",
-                                      options.lazy_first_request),
-        resume_round=variable("client.resume_round", integers(0, options.resumes - 1), 0,
-                              "resume calls already answered", options.resumes > 1),
-        last_request_rank=variable("client.last_request_rank", Rank, 0, "the engine the last request went to",
-                                   options.abort_request),
+        first_request_inproc=variable(
+            "channel.first_request_inproc",
+            Requests,
+            0,
+            "FIRST_REQs add_request_async queued for the stats task",
+            options.lazy_first_request,
+        ),
+        resume_round=variable(
+            "client.resume_round",
+            integers(0, options.resumes - 1),
+            0,
+            "resume calls already answered",
+            options.resumes > 1,
+        ),
+        last_request_rank=variable(
+            "client.last_request_rank", Rank, 0, "the engine the last request went to", options.abort_request
+        ),
         aborted=variable("client.aborted", BOOL, False, "the client aborted its last request", options.abort_request),
         pause_mode=variable("client.pause_mode", PauseMode, modes[0][0], "the mode of the pause call", len(modes) > 1),
     )
@@ -258,8 +314,13 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
 
 def message(model: State, kind: Term, wave: TermLike = 0, exclude: Term | None = None) -> Term:
     """A Message record: ``kind`` with ``wave``; START_DP_WAVE excluding ``exclude`` if given."""
-    return record_of(model.sorts.Message, kind=kind, wave=wave, excluding=exclude is not None,
-                     exclude=0 if exclude is None else exclude)
+    return record_of(
+        model.sorts.Message,
+        kind=kind,
+        wave=wave,
+        excluding=exclude is not None,
+        exclude=0 if exclude is None else exclude,
+    )
 
 
 def report(model: State, kind: Term, wave: Term) -> Term:

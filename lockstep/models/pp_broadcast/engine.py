@@ -55,22 +55,28 @@ def schedule(state: State, leave_out: Term) -> Step:
 
     nobody = leave_out < 0
     row = map_of(state.Request, lambda q: if_then_else(included(q), computed[q] + 1, 0), state.Planned)
-    return Step(conjunction(
-        scheduled - state.processed < state.sizes.ranks, scheduled < state.sizes.steps,
-        any_of(state.Request, included),
-        nobody | ((gaps_left > 0) & any_of(state.Request, lambda q: (q == leave_out) & unfinished(q))),
-    ), {
-        state.plan: state.plan.set(clamp(state, scheduled), row),
-        computed: map_of(state.Request, lambda q: if_then_else(included(q), computed[q] + 1, computed[q]),
-                         state.Pieces),
-        scheduled: scheduled + 1,
-        gaps_left: if_then_else(nobody, gaps_left, gaps_left - 1),
-    })
+    return Step(
+        conjunction(
+            scheduled - state.processed < state.sizes.ranks,
+            scheduled < state.sizes.steps,
+            any_of(state.Request, included),
+            nobody | ((gaps_left > 0) & any_of(state.Request, lambda q: (q == leave_out) & unfinished(q))),
+        ),
+        {
+            state.plan: state.plan.set(clamp(state, scheduled), row),
+            computed: map_of(
+                state.Request, lambda q: if_then_else(included(q), computed[q] + 1, computed[q]), state.Pieces
+            ),
+            scheduled: scheduled + 1,
+            gaps_left: if_then_else(nobody, gaps_left, gaps_left - 1),
+        },
+    )
 
 
 @action(actor="engine")
 def process_output(state: State) -> Step:
     """The oldest step's reply arrived (its GPU work, broadcast included, finished on the output rank)."""
     processed = state.processed
-    return Step((processed < state.scheduled) & (state.gpu_step[state.sizes.last] > processed),
-                {processed: processed + 1})
+    return Step(
+        (processed < state.scheduled) & (state.gpu_step[state.sizes.last] > processed), {processed: processed + 1}
+    )

@@ -92,14 +92,30 @@ from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 
 __all__ = [
-    "POST_FIX", "PRE_FIX", "PROTOCOL", "Phase", "RUNTIME_ACTIONS", "SKIP_DISAGREE", "SKIP_WHOLE_RECEIVE", "build",
+    "POST_FIX",
+    "PRE_FIX",
+    "PROTOCOL",
+    "Phase",
+    "RUNTIME_ACTIONS",
+    "SKIP_DISAGREE",
+    "SKIP_WHOLE_RECEIVE",
+    "build",
 ]
 
 # Runtime trace event -> model action (the reference runtime, ``lockstep.impl.pp_broadcast``, records
 # the model's names; collectives add ``enter``/``complete`` events of their own).
-RUNTIME_ACTIONS: dict[str, str] = {name: name for name in (
-    "schedule", "process_output", "execute_model", "sample_tokens", "gpu_compute", "gpu_post", "gpu_complete",
-)}
+RUNTIME_ACTIONS: dict[str, str] = {
+    name: name
+    for name in (
+        "schedule",
+        "process_output",
+        "execute_model",
+        "sample_tokens",
+        "gpu_compute",
+        "gpu_post",
+        "gpu_complete",
+    )
+}
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
@@ -124,21 +140,28 @@ PROTOCOL = Protocol(
     change="vLLM PR #38726",
     variants=(
         VariantSpec(PRE_FIX, "every sampled step broadcasts, all-chunked ones included", "vLLM v0.19.0"),
-        VariantSpec(POST_FIX, "the broadcast is skipped where every row of discard_request_mask is set",
-                    "vLLM v0.20.0"),
-        VariantSpec(SKIP_DISAGREE,
-                    "mutant: the last rank skips when every row is discarded, the others when no row decodes",
-                    "v0.20.0 with a different predicate on non-last ranks"),
-        VariantSpec(SKIP_WHOLE_RECEIVE, "mutant: non-last ranks skip all of the receive function on all-chunked steps",
-                    "v0.20.0 as first proposed in PR #38726's review"),
+        VariantSpec(
+            POST_FIX, "the broadcast is skipped where every row of discard_request_mask is set", "vLLM v0.20.0"
+        ),
+        VariantSpec(
+            SKIP_DISAGREE,
+            "mutant: the last rank skips when every row is discarded, the others when no row decodes",
+            "v0.20.0 with a different predicate on non-last ranks",
+        ),
+        VariantSpec(
+            SKIP_WHOLE_RECEIVE,
+            "mutant: non-last ranks skip all of the receive function on all-chunked steps",
+            "v0.20.0 as first proposed in PR #38726's review",
+        ),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "PP stages", minimum=2, maximum=4),
         ParameterSpec("chunks", 2, "chunks of request 0's long prompt", minimum=1, maximum=64),
         ParameterSpec("decodes", 0, "tokens each request decodes after its prompt", minimum=0, maximum=3),
         ParameterSpec("requests", 1, "requests: 0 has the long prompt, 1 a one-chunk prompt", minimum=1, maximum=2),
-        ParameterSpec("gaps", 0, "steps from which the token budget may leave an unfinished request out",
-                      minimum=0, maximum=2),
+        ParameterSpec(
+            "gaps", 0, "steps from which the token budget may leave an unfinished request out", minimum=0, maximum=2
+        ),
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
     ),
     instances=(

@@ -27,48 +27,84 @@ def in_sample_window(state: State, rank: Term) -> Term:
 def broadcast_matching(state: State) -> Term:
     """S1: for every sampled step the last rank broadcasts iff every other rank receives."""
     issued, last = state.issued, state.sizes.last
-    return all_of(state.Rank, lambda r: all_of(state.StepIndex, lambda n: (
-        handled_sample(state, r, n) & handled_sample(state, last, n)).implies(issued[r][n] == issued[last][n])))
+    return all_of(
+        state.Rank,
+        lambda r: all_of(
+            state.StepIndex,
+            lambda n: (handled_sample(state, r, n) & handled_sample(state, last, n)).implies(
+                issued[r][n] == issued[last][n]
+            ),
+        ),
+    )
 
 
 def predicate_agreement(state: State) -> Term:
     """S2: ranks between exec(N) and sample(N) hold the same discard_request_mask for N."""
     rpc = state.rpc
-    return all_of(state.Rank, lambda r: all_of(state.Rank, lambda other: (
-        in_sample_window(state, r) & in_sample_window(state, other) & (rpc[r] == rpc[other])).implies(
-        all_of(state.Request, lambda q: discarded(state, r, rpc[r] // 2, q)
-               == discarded(state, other, rpc[r] // 2, q)))))
+    return all_of(
+        state.Rank,
+        lambda r: all_of(
+            state.Rank,
+            lambda other: (
+                in_sample_window(state, r) & in_sample_window(state, other) & (rpc[r] == rpc[other])
+            ).implies(
+                all_of(
+                    state.Request,
+                    lambda q: discarded(state, r, rpc[r] // 2, q) == discarded(state, other, rpc[r] // 2, q),
+                )
+            ),
+        ),
+    )
 
 
 def reads_fresh(state: State, rank: Term) -> Term:
     """Before exec(N+1): every request of N+1 that the mapping holds was kept at N, received from N."""
     step = state.rpc[rank] // 2
     about_to_prepare = (state.rpc[rank] % 2 == 0) & (step < state.scheduled) & (step > 0)
-    return about_to_prepare.implies(all_of(state.Request, lambda q: (
-        present(state, step, q) & state.mapped[rank][q]).implies(
-        (state.map_step[rank] == step) & (state.buffer_step[rank] == step))))
+    return about_to_prepare.implies(
+        all_of(
+            state.Request,
+            lambda q: (present(state, step, q) & state.mapped[rank][q]).implies(
+                (state.map_step[rank] == step) & (state.buffer_step[rank] == step)
+            ),
+        )
+    )
 
 
 def latest_kept(state: State, request: Term, before: Term) -> Term:
     """The last step (1-based) before ``before`` whose sampled token of ``request`` was kept."""
-    return max_of(state.StepIndex, lambda n: if_then_else(
-        (n < before) & present(state, n, request) & ~non_final_chunk(state, n, request), n + 1, 0))
+    return max_of(
+        state.StepIndex,
+        lambda n: if_then_else(
+            (n < before) & present(state, n, request) & ~non_final_chunk(state, n, request), n + 1, 0
+        ),
+    )
 
 
 def reads_latest(state: State, rank: Term) -> Term:
     """Before exec(N+1): a mapped request reads its latest sampled token, whatever step it came from."""
     step = state.rpc[rank] // 2
     about_to_prepare = (state.rpc[rank] % 2 == 0) & (step < state.scheduled) & (step > 0)
-    return about_to_prepare.implies(all_of(state.Request, lambda q: (
-        present(state, step, q) & state.mapped[rank][q]).implies(
-        (state.map_step[rank] == state.buffer_step[rank]) & (state.buffer_step[rank] == latest_kept(state, q, step)))))
+    return about_to_prepare.implies(
+        all_of(
+            state.Request,
+            lambda q: (present(state, step, q) & state.mapped[rank][q]).implies(
+                (state.map_step[rank] == state.buffer_step[rank])
+                & (state.buffer_step[rank] == latest_kept(state, q, step))
+            ),
+        )
+    )
 
 
 def placeholder_agreement(state: State) -> Term:
     """S4: ranks that have sampled the same steps hold equal output_token_ids lengths."""
     rpc, lengths = state.rpc, state.output_length
-    return all_of(state.Rank, lambda r: all_of(state.Rank, lambda other: (
-        rpc[r] // 2 == rpc[other] // 2).implies(lengths[r] == lengths[other])))
+    return all_of(
+        state.Rank,
+        lambda r: all_of(
+            state.Rank, lambda other: (rpc[r] // 2 == rpc[other] // 2).implies(lengths[r] == lengths[other])
+        ),
+    )
 
 
 def pipelined(state: State, step: Term) -> Term:
@@ -83,30 +119,53 @@ def finished(state: State) -> Term:
     """Every step processed, every request done, every rank idle at the last step."""
     rpc, gpu_step, scheduled = state.rpc, state.gpu_step, state.scheduled
     return conjunction(
-        state.processed == scheduled, all_of(state.Request, lambda q: state.computed[q] == state.length_of[q]),
-        all_of(state.Rank, lambda r: (gpu_step[r] == scheduled) & ~state.posted[r] & (rpc[r] == 2 * scheduled)))
+        state.processed == scheduled,
+        all_of(state.Request, lambda q: state.computed[q] == state.length_of[q]),
+        all_of(state.Rank, lambda r: (gpu_step[r] == scheduled) & ~state.posted[r] & (rpc[r] == 2 * scheduled)),
+    )
 
 
 def add_properties(machine: Machine, state: State) -> None:
     """Declare the properties, in the model's order, and the final states."""
     Rank, gpu_phase = state.Rank, state.gpu_phase
-    machine.always("S1_broadcast_matching", broadcast_matching(state),
-                   "S1: for every sampled step the last rank broadcasts iff every other rank receives")
-    machine.always("S2_predicate_agreement", predicate_agreement(state),
-                   "S2: ranks between exec(N) and sample(N) hold the same discard_request_mask for N")
-    machine.always("S3_no_stale_read", all_of(Rank, lambda r: reads_fresh(state, r)),
-                   "S3: _prepare_input_ids(N+1) reads prev_sampled_token_ids only for rows kept at N, "
-                   "from N's broadcast")
-    machine.always("reads_latest_token", all_of(Rank, lambda r: reads_latest(state, r)),
-                   "the id _prepare_input_ids scatters for a request is the last token sampled for it (S3 by value)")
-    machine.always("S4_placeholder_agreement", placeholder_agreement(state),
-                   "S4: ranks that have sampled the same steps hold equal output_token_ids lengths")
-    machine.always("S5_rpc_order", all_of(Rank, lambda r: (state.rpc[r] <= 2 * state.scheduled) & (
-        2 * state.gpu_step[r] <= state.rpc[r])),
-        "S5: every rank handles exec(N), sample(N), exec(N+1) as issued; its GPU never runs ahead")
-    machine.always("no_false_dependency", ~(state.posted[0] & (gpu_phase[0] == Phase.BROADCAST) & all_chunked(
-        state, state.gpu_step[0])),
-        "rank 0's stream never waits on the broadcast of a step whose rows are all non-final chunks")
-    machine.sometimes("L2_pipelined_prefill", any_of(state.StepIndex, lambda n: pipelined(state, n)),
-                      "L2: rank 0 runs forward(N+1) before the last rank finishes sample(N) of an all-chunked step N")
+    machine.always(
+        "S1_broadcast_matching",
+        broadcast_matching(state),
+        "S1: for every sampled step the last rank broadcasts iff every other rank receives",
+    )
+    machine.always(
+        "S2_predicate_agreement",
+        predicate_agreement(state),
+        "S2: ranks between exec(N) and sample(N) hold the same discard_request_mask for N",
+    )
+    machine.always(
+        "S3_no_stale_read",
+        all_of(Rank, lambda r: reads_fresh(state, r)),
+        "S3: _prepare_input_ids(N+1) reads prev_sampled_token_ids only for rows kept at N, from N's broadcast",
+    )
+    machine.always(
+        "reads_latest_token",
+        all_of(Rank, lambda r: reads_latest(state, r)),
+        "the id _prepare_input_ids scatters for a request is the last token sampled for it (S3 by value)",
+    )
+    machine.always(
+        "S4_placeholder_agreement",
+        placeholder_agreement(state),
+        "S4: ranks that have sampled the same steps hold equal output_token_ids lengths",
+    )
+    machine.always(
+        "S5_rpc_order",
+        all_of(Rank, lambda r: (state.rpc[r] <= 2 * state.scheduled) & (2 * state.gpu_step[r] <= state.rpc[r])),
+        "S5: every rank handles exec(N), sample(N), exec(N+1) as issued; its GPU never runs ahead",
+    )
+    machine.always(
+        "no_false_dependency",
+        ~(state.posted[0] & (gpu_phase[0] == Phase.BROADCAST) & all_chunked(state, state.gpu_step[0])),
+        "rank 0's stream never waits on the broadcast of a step whose rows are all non-final chunks",
+    )
+    machine.sometimes(
+        "L2_pipelined_prefill",
+        any_of(state.StepIndex, lambda n: pipelined(state, n)),
+        "L2: rank 0 runs forward(N+1) before the last rank finishes sample(N) of an all-chunked step N",
+    )
     machine.set_final(finished(state))

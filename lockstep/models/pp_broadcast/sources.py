@@ -20,30 +20,32 @@ BROADCAST = "_pp_broadcast_prev_sampled_token_ids"
 COMMON: dict[str, str] = {
     # the engine (one process; the executor sends every worker the same RPCs in the same order)
     "schedule": "EngineCore.step_with_batch_queue → Scheduler.schedule (AsyncScheduler._update_after_schedule) "
-                "→ executor.execute_model + sample_tokens (non_block)",
+    "→ executor.execute_model + sample_tokens (non_block)",
     "process_output": "EngineCore.step_with_batch_queue: the oldest future.result() → Scheduler.update_from_output",
     # the CPU thread of a rank
     "execute_model": "Worker.execute_model (wait _pp_send_work; irecv_tensor_dict → AsyncIntermediateTensors) "
-                     "→ GPUModelRunner.execute_model (_prepare_inputs: discard_request_mask) → isend_tensor_dict",
+    "→ GPUModelRunner.execute_model (_prepare_inputs: discard_request_mask) → isend_tensor_dict",
     # the CUDA stream of a rank
     "gpu_compute": "the stream runs GPUModelRunner._model_forward (or, on the last rank, _sample)",
     "gpu_post": "the stream reaches an NCCL op on pp.device_group: isend/irecv (isend_tensor_dict / "
-                "irecv_tensor_dict) or torch.distributed.broadcast",
+    "irecv_tensor_dict) or torch.distributed.broadcast",
     "gpu_complete": "the NCCL op finishes; the stream moves on",
     # the PP communicator
     "pp.transfer": "NCCL send meets recv on pp.device_group (GroupCoordinator.isend_tensor_dict / irecv_tensor_dict)",
-    "pp.complete": f"torch.distributed.broadcast(group=pp.device_group) completes on every member ({BROADCAST} / {RECEIVE})",
+    "pp.complete": f"torch.distributed.broadcast(group=pp.device_group) completes on every member ({BROADCAST} / "
+    "{RECEIVE})",
 }
 
 SAMPLE_TOKENS: dict[str, str] = {
-    "pre-fix": f"GPUModelRunner.sample_tokens: last rank _sample → {BROADCAST} (always broadcasts) → _bookkeeping_sync; "
-             f"others {RECEIVE} (always receives)",
+    "pre-fix": f"GPUModelRunner.sample_tokens: last rank _sample → {BROADCAST} (always broadcasts) → "
+    "_bookkeeping_sync; "
+    f"others {RECEIVE} (always receives)",
     "post-fix": f"GPUModelRunner.sample_tokens: last rank _sample → {BROADCAST} → _bookkeeping_sync; others {RECEIVE} "
-              "(both skip the broadcast if _is_all_reqs_chunked_prefill())",
+    "(both skip the broadcast if _is_all_reqs_chunked_prefill())",
     "skip-disagree": f"GPUModelRunner.sample_tokens (mutant: {BROADCAST} skips if _is_all_reqs_chunked_prefill(), "
-                   f"{RECEIVE} if no row decodes)",
+    f"{RECEIVE} if no row decodes)",
     "skip-whole-receive": f"GPUModelRunner.sample_tokens (mutant: {RECEIVE} returns before rebuilding "
-                        "prev_req_id_to_index if _is_all_reqs_chunked_prefill())",
+    "prev_req_id_to_index if _is_all_reqs_chunked_prefill())",
 }
 
 

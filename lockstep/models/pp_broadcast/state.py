@@ -41,8 +41,14 @@ def sizes_of(parameters: Mapping[str, int]) -> Sizes:
     count, gaps = parameters["requests"], parameters["gaps"]
     prompts = (parameters["chunks"],) + (1,) * (count - 1)
     lengths = tuple(prompt + parameters["decodes"] for prompt in prompts)
-    return Sizes(ranks=parameters["ranks"], requests=count, gaps=gaps, prompts=prompts, lengths=lengths,
-                 steps=max(lengths) + gaps)
+    return Sizes(
+        ranks=parameters["ranks"],
+        requests=count,
+        gaps=gaps,
+        prompts=prompts,
+        lengths=lengths,
+        steps=max(lengths) + gaps,
+    )
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,12 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         return machine.variable(name, MapSort(Rank, sort), per_rank(initial), description)
 
     return State(
-        sizes=sizes, Rank=Rank, Request=Request, StepIndex=StepIndex, Pieces=Pieces, Planned=Planned,
+        sizes=sizes,
+        Rank=Rank,
+        Request=Request,
+        StepIndex=StepIndex,
+        Pieces=Pieces,
+        Planned=Planned,
         LeaveOut=integers(-1, count - 1),
         prompt_of=_table(sizes.prompts, Request, Pieces),
         length_of=_table(sizes.lengths, Request, Pieces),
@@ -106,27 +117,51 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         scheduled=machine.variable("engine.scheduled", Steps, 0, "steps scheduled (exec and sample RPCs sent)"),
         processed=machine.variable("engine.processed", Steps, 0, "steps whose output the engine processed"),
         computed=machine.variable("scheduler.num_computed_tokens", MapSort(Request, Pieces), (0,) * count),
-        plan=machine.variable("scheduler.steps", MapSort(StepIndex, MapSort(Request, Planned)),
-                              tuple((0,) * count for _ in range(steps)),
-                              "per step and request: 0 absent, k+1 scheduled with num_computed_tokens k"),
+        plan=machine.variable(
+            "scheduler.steps",
+            MapSort(StepIndex, MapSort(Request, Planned)),
+            tuple((0,) * count for _ in range(steps)),
+            "per step and request: 0 absent, k+1 scheduled with num_computed_tokens k",
+        ),
         gaps_left=machine.variable("scheduler.gaps_left", integers(0, sizes.gaps), sizes.gaps),
         rpc=rank_map("rank.rpcs", integers(0, 2 * steps), 0, "RPCs handled: exec(N) is 2N-2, sample(N) 2N-1"),
-        issued=rank_map("rank.broadcast_issued", MapSort(StepIndex, BOOL), (False,) * steps,
-                        "sample_tokens(N) called torch.distributed.broadcast"),
-        output_length=rank_map("rank.output_token_ids", MapSort(Request, Pieces), (0,) * count,
-                               "len(requests[q].output_token_ids)"),
-        mapped=rank_map("rank.prev_req_id_to_index", MapSort(Request, BOOL), (False,) * count,
-                        "the requests the mapping holds"),
-        map_step=rank_map("rank.prev_map_step", Steps, 0,
-                          "the step (1-based) whose rows built a non-empty mapping; 0 when empty"),
-        buffer_step=rank_map("rank.prev_tokens_step", Steps, 0,
-                             "the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised"),
+        issued=rank_map(
+            "rank.broadcast_issued",
+            MapSort(StepIndex, BOOL),
+            (False,) * steps,
+            "sample_tokens(N) called torch.distributed.broadcast",
+        ),
+        output_length=rank_map(
+            "rank.output_token_ids", MapSort(Request, Pieces), (0,) * count, "len(requests[q].output_token_ids)"
+        ),
+        mapped=rank_map(
+            "rank.prev_req_id_to_index", MapSort(Request, BOOL), (False,) * count, "the requests the mapping holds"
+        ),
+        map_step=rank_map(
+            "rank.prev_map_step", Steps, 0, "the step (1-based) whose rows built a non-empty mapping; 0 when empty"
+        ),
+        buffer_step=rank_map(
+            "rank.prev_tokens_step",
+            Steps,
+            0,
+            "the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised",
+        ),
         gpu_step=rank_map("gpu.step", Steps, 0, "the step (0-based) of the stream's front"),
-        gpu_phase=machine.variable("gpu.phase", MapSort(Rank, Phase), tuple(1 if r == 0 else 0 for r in range(size)),
-                                   "the op of the stream's front (rank 0 has no RECV)"),  # FORWARD (1), RECV (0)
+        gpu_phase=machine.variable(
+            "gpu.phase",
+            MapSort(Rank, Phase),
+            tuple(1 if r == 0 else 0 for r in range(size)),
+            "the op of the stream's front (rank 0 has no RECV)",
+        ),  # FORWARD (1), RECV (0)
         posted=rank_map("gpu.posted", BOOL, False, "the front op is posted on pp"),
-        pp=Communicator(machine, "pp", Rank, {"broadcast": broadcast(sizes.last)}, payload=integers(0, 0),
-                        point_to_point=True, interleaved_point_to_point=True,
-                        description="pp.device_group: intermediate tensors (send/recv) "
-                                    "and the sampled-token broadcast"),
+        pp=Communicator(
+            machine,
+            "pp",
+            Rank,
+            {"broadcast": broadcast(sizes.last)},
+            payload=integers(0, 0),
+            point_to_point=True,
+            interleaved_point_to_point=True,
+            description="pp.device_group: intermediate tensors (send/recv) and the sampled-token broadcast",
+        ),
     )

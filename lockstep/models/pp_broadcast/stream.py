@@ -30,8 +30,9 @@ def advanced(state: State, rank: Term, skip_known: Term) -> tuple[Term, Term]:
     """The stream position after its front op; a broadcast the CPU left out is passed at once."""
     step, phase = state.gpu_step[rank], state.gpu_phase[rank]
     after_forward = if_then_else(rank == state.sizes.last, Phase.SAMPLE, Phase.SEND)
-    next_phase = if_then_else(phase == Phase.RECV, Phase.FORWARD,
-                              if_then_else(phase == Phase.FORWARD, after_forward, Phase.BROADCAST))
+    next_phase = if_then_else(
+        phase == Phase.RECV, Phase.FORWARD, if_then_else(phase == Phase.FORWARD, after_forward, Phase.BROADCAST)
+    )
     wrapped = phase == Phase.BROADCAST
     passes = ~wrapped & (next_phase == Phase.BROADCAST) & skip_known
     to_next = wrapped | passes
@@ -72,10 +73,13 @@ def gpu_post(state: State, rank: Term) -> Step:
     bcast = pp.post(rank, "broadcast")[pp.queue]
     wanted = ~front_is(state, rank, Phase.BROADCAST) | state.issued[rank][clamp(state, step)]
     front_is_nccl = front_is(state, rank, Phase.RECV, Phase.SEND, Phase.BROADCAST)
-    return Step(conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank]), {
-        state.posted: state.posted.set(rank, True),
-        pp.queue: if_then_else(is_send, send, if_then_else(is_recv, recv, bcast)),
-    })
+    return Step(
+        conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank]),
+        {
+            state.posted: state.posted.set(rank, True),
+            pp.queue: if_then_else(is_send, send, if_then_else(is_recv, recv, bcast)),
+        },
+    )
 
 
 @action(actor="rank:{rank}")

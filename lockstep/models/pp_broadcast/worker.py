@@ -26,7 +26,8 @@ from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else,
 def discarded(state: State, rank: Term, step: Term, request: Term) -> Term:
     """discard_request_mask from the rank's own state: num_computed + num_scheduled < num_tokens."""
     return present(state, step, request) & (
-        computed_before(state, step, request) + 1 < state.prompt_of[request] + state.output_length[rank][request])
+        computed_before(state, step, request) + 1 < state.prompt_of[request] + state.output_length[rank][request]
+    )
 
 
 def kept(state: State, rank: Term, step: Term, request: Term) -> Term:
@@ -43,8 +44,10 @@ def skips(state: State, variant: str, rank: Term, step: Term) -> Term:
     if variant == PRE_FIX:
         return lift(False)
     if variant == SKIP_DISAGREE:
-        no_decode = all_of(state.Request, lambda q: present(state, step, q).implies(
-            computed_before(state, step, q) < state.prompt_of[q]))
+        no_decode = all_of(
+            state.Request,
+            lambda q: present(state, step, q).implies(computed_before(state, step, q) < state.prompt_of[q]),
+        )
         return if_then_else(rank == state.sizes.last, every_row_discarded(state, rank, step), no_decode)
     return every_row_discarded(state, rank, step)
 
@@ -67,18 +70,36 @@ def sample_tokens(state: State, variant: str, rank: Term) -> Step:
     frozen = lift(variant == SKIP_WHOLE_RECEIVE) & skip & (rank != state.sizes.last)  # the mutant returns early
     any_kept = any_of(Request, lambda q: kept(state, rank, step, q))
     at_broadcast = (state.gpu_step[rank] == step) & (state.gpu_phase[rank] == Phase.BROADCAST)
-    return Step(rpc[rank] % 2 == 1, {
-        rpc: rpc.set(rank, rpc[rank] + 1),
-        state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), ~skip)),
-        output_length: output_length.set(rank, map_of(Request, lambda q: if_then_else(
-            kept(state, rank, step, q) & ~frozen, output_length[rank][q] + 1, output_length[rank][q]), state.Pieces)),
-        mapped: mapped.set(rank, map_of(Request, lambda q: if_then_else(
-            frozen, mapped[rank][q], kept(state, rank, step, q)), BOOL)),
-        state.map_step: state.map_step.set(rank, if_then_else(
-            frozen, state.map_step[rank], if_then_else(any_kept, step + 1, 0))),
-        state.buffer_step: state.buffer_step.set(rank, if_then_else(
-            frozen, state.buffer_step[rank], if_then_else((rank == state.sizes.last) | ~skip, step + 1, 0))),
-        state.gpu_step: state.gpu_step.set(rank, if_then_else(at_broadcast & skip, step + 1, state.gpu_step[rank])),
-        state.gpu_phase: state.gpu_phase.set(rank, if_then_else(
-            at_broadcast & skip, first_phase(rank), state.gpu_phase[rank])),
-    })
+    return Step(
+        rpc[rank] % 2 == 1,
+        {
+            rpc: rpc.set(rank, rpc[rank] + 1),
+            state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), ~skip)),
+            output_length: output_length.set(
+                rank,
+                map_of(
+                    Request,
+                    lambda q: if_then_else(
+                        kept(state, rank, step, q) & ~frozen, output_length[rank][q] + 1, output_length[rank][q]
+                    ),
+                    state.Pieces,
+                ),
+            ),
+            mapped: mapped.set(
+                rank, map_of(Request, lambda q: if_then_else(frozen, mapped[rank][q], kept(state, rank, step, q)), BOOL)
+            ),
+            state.map_step: state.map_step.set(
+                rank, if_then_else(frozen, state.map_step[rank], if_then_else(any_kept, step + 1, 0))
+            ),
+            state.buffer_step: state.buffer_step.set(
+                rank,
+                if_then_else(
+                    frozen, state.buffer_step[rank], if_then_else((rank == state.sizes.last) | ~skip, step + 1, 0)
+                ),
+            ),
+            state.gpu_step: state.gpu_step.set(rank, if_then_else(at_broadcast & skip, step + 1, state.gpu_step[rank])),
+            state.gpu_phase: state.gpu_phase.set(
+                rank, if_then_else(at_broadcast & skip, first_phase(rank), state.gpu_phase[rank])
+            ),
+        },
+    )
