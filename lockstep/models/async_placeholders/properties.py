@@ -47,13 +47,9 @@ def set_final(machine: Machine, state: State) -> None:
     )
 
 
-def add_invariants(machine: Machine, state: State) -> None:
-    """I1-I4, the scan cost bound and K1-K3."""
+def _list_invariants(machine: Machine, state: State) -> None:
+    """I1-I4 and the scan cost bound: the list's suffix form, the repair, the scans, the alias."""
     tokens, length, Position, capacity = state.tokens, state.length, state.Position, state.sizes.capacity
-
-    def is_real(p: Term) -> Term:
-        return (p < length) & (tokens[p] != PLACEHOLDER)
-
     machine.always(
         "suffix_form",
         all_of(
@@ -108,6 +104,15 @@ def add_invariants(machine: Machine, state: State) -> None:
         state.repair_steps <= 1 + state.repair_run,
         "cost: a repair reads at most 1 + (length of the trailing -1 run) list elements",
     )
+
+
+def _output_invariants(machine: Machine, state: State) -> None:
+    """K1-K3: the list against the scheduler's count, token positions, placeholders."""
+    tokens, length, Position = state.tokens, state.length, state.Position
+
+    def is_real(p: Term) -> Term:
+        return (p < length) & (tokens[p] != PLACEHOLDER)
+
     machine.always(
         "list_matches_scheduler_count",
         ((state.phase == Phase.UPDATED) & scheduled_here(state)).implies(length == sent(state)),
@@ -119,6 +124,12 @@ def add_invariants(machine: Machine, state: State) -> None:
         "K2: every real token sits at its own output position",
     )
     machine.always("placeholders_nonnegative", state.placeholders >= 0, "K3: num_output_placeholders >= 0")
+
+
+def add_invariants(machine: Machine, state: State) -> None:
+    """I1-I4, the scan cost bound and K1-K3."""
+    _list_invariants(machine, state)
+    _output_invariants(machine, state)
 
 
 def add_witnesses(machine: Machine, state: State) -> None:

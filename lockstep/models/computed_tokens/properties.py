@@ -47,9 +47,9 @@ def slack(state: State, r: Term, q: Term | int) -> Term:
     return state.upper[r][q] - state.seq_len[r][q]
 
 
-def add_properties(machine: Machine, state: State) -> None:
-    """U1-U6, the final states and the reachability witnesses."""
-    sizes, upper, count = state.sizes, state.upper, state.sizes.requests
+def _bound_properties(machine: Machine, state: State) -> None:
+    """U1-U3: the upper bound is sound, exact where it must be, and within its slack."""
+    sizes, upper = state.sizes, state.upper
     machine.always(
         "U1_sound",
         rows(state, lambda r, q: upper[r][q] >= state.seq_len[r][q]),
@@ -73,6 +73,11 @@ def add_properties(machine: Machine, state: State) -> None:
         rows(state, lambda r, q: upper[r][q] <= sizes.max_model_len + sizes.drafts),
         "U3 (corollary): the bound stays within max_model_len + num_spec",
     )
+
+
+def _metadata_properties(machine: Machine, state: State) -> None:
+    """U4-U6: prefill progress, padding and max_seq_len, the mirror's convergence."""
+    upper, count = state.upper, state.sizes.requests
     machine.always(
         "U4_prefill_progress",
         rows(
@@ -104,6 +109,11 @@ def add_properties(machine: Machine, state: State) -> None:
         rows(state, lambda r, q: state.alone[r][q].implies(state.seen_mirror[r][q] == state.seen_gpu[r][q])),
         "U6: a request with no step in flight when scheduled has mirror == GPU num_computed_tokens",
     )
+
+
+def _final_and_witnesses(machine: Machine, state: State) -> None:
+    """The final states (every request finished, the queue empty) and the reachability witnesses."""
+    sizes, count = state.sizes, state.sizes.requests
     finished = all_of(state.Request, lambda q: state.status[q] == Status.FINISHED)
     machine.set_final(finished & state.batch.is_empty())
     machine.sometimes("all_finished", finished, "every request can run to max_tokens")
@@ -118,6 +128,13 @@ def add_properties(machine: Machine, state: State) -> None:
             ),
             "async spec decode: a bound above the GPU seq_len (drafts of the step in flight)",
         )
+
+
+def add_properties(machine: Machine, state: State) -> None:
+    """U1-U6, the final states and the reachability witnesses."""
+    _bound_properties(machine, state)
+    _metadata_properties(machine, state)
+    _final_and_witnesses(machine, state)
 
 
 def strengthen(machine: Machine, state: State, as_properties: bool) -> None:

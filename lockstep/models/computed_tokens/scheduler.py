@@ -48,12 +48,11 @@ from lockstep.spec.terms import (
 )
 
 
-@action(actor="scheduler")
-def schedule(state: State) -> Step:
-    """Scheduler.schedule + _update_after_schedule: one SchedulerOutput for every rank."""
+def _schedule_tokens(state: State) -> tuple[dict[int, Term], dict[int, Term]]:
+    """The RUNNING loop then the WAITING loop, threading the token budget: each request's
+    scheduled tokens and scheduled drafts."""
     sizes = state.sizes
     budget: Term = lift(sizes.budget)
-    rows: dict[int, Term] = {}
     scheduled: dict[int, Term] = {}
     drafts: dict[int, Term] = {}
     for request in range(sizes.requests):  # RUNNING requests first
@@ -74,10 +73,14 @@ def schedule(state: State) -> Step:
         tokens = if_then_else(admitted, minimum(sizes.prefill_len, budget), 0)
         scheduled[request] = if_then_else(admitted, tokens, scheduled[request])
         budget = budget - tokens
-    status, computed, placeholders = state.status, state.computed, state.placeholders
-    spec, chunk = state.spec, state.prefill_chunk
-    for request in range(sizes.requests):
-        tokens, went = scheduled[request], scheduled[request] > 0
+    return scheduled, drafts
+
+
+def _scheduled_rows(state: State, scheduled: dict[int, Term], drafts: dict[int, Term]) -> dict[int, Term]:
+    """The SchedulerOutput's row of each request (``num_computed_tokens`` before this step's tokens)."""
+    rows: dict[int, Term] = {}
+    for request in range(state.sizes.requests):
+        tokens = scheduled[request]
         is_new = state.status[request] == Status.WAITING
         in_flight_drafts, in_flight_steps = unprocessed(state, request)
         rows[request] = record_of(
@@ -89,7 +92,18 @@ def schedule(state: State) -> Step:
             allowed=in_flight_drafts,
             alone=in_flight_steps == 0,
         )
-        # _update_after_schedule (and AsyncScheduler's): advance at schedule time.
+    return rows
+
+
+def _update_after_schedule(state: State, scheduled: dict[int, Term], drafts: dict[int, Term]) -> dict[Term, Term]:
+    """_update_after_schedule (and AsyncScheduler's): advance at schedule time; the scheduler's
+    new status, num_computed_tokens, placeholders, spec_token_ids and is_prefill_chunk."""
+    sizes = state.sizes
+    status, computed, placeholders = state.status, state.computed, state.placeholders
+    spec, chunk = state.spec, state.prefill_chunk
+    for request in range(sizes.requests):
+        tokens, went = scheduled[request], scheduled[request] > 0
+        is_new = state.status[request] == Status.WAITING
         after = state.computed[request] + tokens
         is_chunk = after < sizes.prefill_len + state.outputs[request] + state.placeholders[request]
         status = status.set(request, if_then_else(went & is_new, Status.RUNNING, state.status[request]))
@@ -107,16 +121,26 @@ def schedule(state: State) -> Step:
             )
         else:
             spec = spec.set(request, if_then_else(went, 0, state.spec[request]))  # spec_token_ids = []
-    queue_room = state.batch.length() - state.processed < sizes.batch_queue
+    return {
+        state.status: status,
+        state.computed: computed,
+        state.placeholders: placeholders,
+        state.spec: spec,
+        state.prefill_chunk: chunk,
+    }
+
+
+@action(actor="scheduler")
+def schedule(state: State) -> Step:
+    """Scheduler.schedule + _update_after_schedule: one SchedulerOutput for every rank."""
+    scheduled, drafts = _schedule_tokens(state)
+    rows = _scheduled_rows(state, scheduled, drafts)
+    queue_room = state.batch.length() - state.processed < state.sizes.batch_queue
     return Step(
         conjunction(queue_room, anything_to_schedule(state)),
         {
             state.batch: state.batch.append(_map_from(state.StepRecord, rows)),
-            state.status: status,
-            state.computed: computed,
-            state.placeholders: placeholders,
-            state.spec: spec,
-            state.prefill_chunk: chunk,
+            **_update_after_schedule(state, scheduled, drafts),
         },
     )
 

@@ -169,11 +169,27 @@ class _Declaration:
         return tuple(value for _ in range(self.Rank.count))
 
 
-def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
-    sizes = sizes_of(parameters)
-    Request, Rank = IndexSort("Request", sizes.requests), IndexSort("Rank", sizes.ranks)
-    Row = IndexSort("Row", sizes.requests + sizes.padded_rows)
-    Length, Prefill, Drafts = integers(0, sizes.length), integers(0, sizes.prefill_len), integers(0, sizes.drafts)
+@dataclass(frozen=True)
+class _Sorts:
+    """The sorts ``declare`` builds from the sizes."""
+
+    Request: IndexSort
+    Rank: IndexSort
+    Row: IndexSort
+    Length: IntSort
+    Prefill: IntSort
+    Drafts: IntSort
+    Row_: RecordSort
+    StepRecord: MapSort
+    Result: MapSort
+    Position: IntSort
+    Bound: IntSort  # a sequence length: computed tokens plus a step's budget
+
+
+def _sorts_of(sizes: Sizes) -> _Sorts:
+    """The sorts of the model's values for these sizes."""
+    Request = IndexSort("Request", sizes.requests)
+    Length, Drafts = integers(0, sizes.length), integers(0, sizes.drafts)
     Row_ = record(
         "Row",
         scheduled=integers(0, sizes.budget),
@@ -183,54 +199,78 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         allowed=integers(0, sizes.slack),
         alone=BOOL,
     )
-    StepRecord, Result = MapSort(Request, Row_), MapSort(Request, integers(0, sizes.drafts + 1))
-    Position, Bound = integers(0, sizes.capacity), integers(0, sizes.length + sizes.budget)
-    declared = _Declaration(machine, Request, Rank, Row)
-    request_map, rank_map, row_map = declared.per_request, declared.per_rank, declared.per_row
-    return State(
-        sizes=sizes,
+    return _Sorts(
         Request=Request,
-        Rank=Rank,
-        Row=Row,
+        Rank=IndexSort("Rank", sizes.ranks),
+        Row=IndexSort("Row", sizes.requests + sizes.padded_rows),
         Length=Length,
+        Prefill=integers(0, sizes.prefill_len),
         Drafts=Drafts,
-        Position=Position,
         Row_=Row_,
-        StepRecord=StepRecord,
-        Result=Result,
+        StepRecord=MapSort(Request, Row_),
+        Result=MapSort(Request, integers(0, sizes.drafts + 1)),
+        Position=integers(0, sizes.capacity),
+        Bound=integers(0, sizes.length + sizes.budget),
+    )
+
+
+def _scheduler_variables(declared: _Declaration, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The scheduler's variables, per request (State fields by name)."""
+    request_map = declared.per_request
+    return dict(
         status=request_map("scheduler.status", Status, 0),
-        computed=request_map("scheduler.num_computed_tokens", Length, 0),
+        computed=request_map("scheduler.num_computed_tokens", sorts.Length, 0),
         placeholders=request_map(
             "scheduler.num_output_placeholders", integers(0, sizes.slack + sizes.batch_queue + sizes.ranks), 0
         ),
         outputs=request_map("scheduler.num_output_tokens", integers(0, sizes.max_tokens), 0),
-        spec=request_map("scheduler.spec_token_ids", Drafts, 0, "len(request.spec_token_ids)"),
+        spec=request_map("scheduler.spec_token_ids", sorts.Drafts, 0, "len(request.spec_token_ids)"),
         prefill_chunk=request_map("scheduler.is_prefill_chunk", BOOL, False),
+    )
+
+
+def _engine_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The engine's batch queue, the sampled results and how far it has processed them."""
+    return dict(
         batch=machine.variable(
             "engine.batch",
-            SequenceSort(StepRecord, sizes.capacity),
+            SequenceSort(sorts.StepRecord, sizes.capacity),
             (),
             "scheduler outputs, oldest first, until the scheduler and every rank are done with them",
         ),
         results=machine.variable(
             "engine.results",
-            SequenceSort(Result, sizes.capacity),
+            SequenceSort(sorts.Result, sizes.capacity),
             (),
             "num_sampled per request from the last rank, one per sampled record",
         ),
-        processed=machine.variable("engine.processed", Position, 0, "records update_from_output has handled"),
-        sampled=declared.of_rank("runner.sampled", Position, 0, "records the rank has sampled"),
+        processed=machine.variable("engine.processed", sorts.Position, 0, "records update_from_output has handled"),
+    )
+
+
+def _runner_variables(declared: _Declaration, sorts: _Sorts) -> dict[str, Term]:
+    """The runners' variables, per rank (and request)."""
+    rank_map, Length, Prefill = declared.per_rank, sorts.Length, sorts.Prefill
+    return dict(
+        sampled=declared.of_rank("runner.sampled", sorts.Position, 0, "records the rank has sampled"),
         executed=declared.of_rank("runner.executed", BOOL, False, "execute_model ran, sample_tokens not yet"),
         added=rank_map("runner.added", BOOL, False),
         prefill_len=rank_map("runner.prefill_len", Prefill, 0),
         mirror=rank_map("runner.num_computed_tokens_np", Length, 0, "the CPU mirror"),
         prefill_tokens=rank_map("runner.num_computed_prefill_tokens", Prefill, 0),
         gpu=rank_map("runner.num_computed_tokens", Length, 0, "the GPU tensor"),
+    )
+
+
+def _metadata_variables(declared: _Declaration, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The attention metadata each rank built last, per rank (and row or request)."""
+    rank_map, row_map, Length, Prefill = declared.per_rank, declared.per_row, sorts.Length, sorts.Prefill
+    return dict(
         built=declared.of_rank("metadata.built", BOOL, False, "the rank has built attention metadata"),
         real=row_map("metadata.real", BOOL, "a real row (not padding, request scheduled)"),
-        upper=row_map("metadata.seq_lens_cpu_upper_bound", Bound),
-        seq_len=row_map("metadata.seq_lens", Bound),
-        max_seq_len=declared.of_rank("metadata.max_seq_len", Bound, 0),
+        upper=row_map("metadata.seq_lens_cpu_upper_bound", sorts.Bound),
+        seq_len=row_map("metadata.seq_lens", sorts.Bound),
+        max_seq_len=declared.of_rank("metadata.max_seq_len", sorts.Bound, 0),
         prefilling=rank_map("metadata.is_prefilling", BOOL, False),
         allowed=rank_map("metadata.allowed_slack", integers(0, sizes.slack), 0),
         alone=rank_map("metadata.no_step_in_flight", BOOL, False),
@@ -239,4 +279,28 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         seen_gpu=rank_map("metadata.gpu_num_computed_tokens", Length, 0),
         seen_prefill_tokens=rank_map("metadata.num_computed_prefill_tokens", Prefill, 0),
         seen_prefill_len=rank_map("metadata.prefill_len", Prefill, 0),
+    )
+
+
+def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
+    """Declare the sorts and the state variables of ``machine``: the scheduler's, the engine's, the
+    runners' and the attention metadata's, in that order."""
+    sizes = sizes_of(parameters)
+    sorts = _sorts_of(sizes)
+    declared = _Declaration(machine, sorts.Request, sorts.Rank, sorts.Row)
+    return State(
+        sizes=sizes,
+        Request=sorts.Request,
+        Rank=sorts.Rank,
+        Row=sorts.Row,
+        Length=sorts.Length,
+        Drafts=sorts.Drafts,
+        Position=sorts.Position,
+        Row_=sorts.Row_,
+        StepRecord=sorts.StepRecord,
+        Result=sorts.Result,
+        **_scheduler_variables(declared, sizes, sorts),
+        **_engine_variables(machine, sizes, sorts),
+        **_runner_variables(declared, sorts),
+        **_metadata_variables(declared, sizes, sorts),
     )

@@ -150,83 +150,161 @@ def _table(values: Sequence[object], key: Sort, value: Sort) -> Term:
     return lift(tuple(values), MapSort(key, value))
 
 
-def declare(machine: Machine, parameters: Mapping[str, int], variant: Variant) -> State:
-    """Declare the sorts and the state variables of ``machine`` (in the order the model always had)."""
-    sizes = sizes_of(parameters)
-    plan = plan_of(sizes, variant)
-    size, steps, order, descriptors = sizes.ranks, sizes.steps, plan.order, plan.descriptors
-    Rank, StepIndex, Steps = IndexSort("Rank", size), IndexSort("Step", steps), integers(0, steps)
-    Data, Tokens, Requests = integers(-1, steps - 1), integers(0, sizes.max_num_tokens), integers(0, sizes.max_num_reqs)
-    Desc = EnumSort("Descriptor", ("NONE", *(d.label for d in descriptors)))
-    Address = address_sort(steps)
-    capture_index = IndexSort("CaptureIndex", max(len(order), 1))
+@dataclass(frozen=True)
+class _Sorts:
+    """The sorts ``declare`` builds from the sizes and the plan."""
+
+    Rank: IndexSort
+    StepIndex: IndexSort
+    Steps: IntSort  # 0..steps
+    Data: IntSort
+    Tokens: IntSort  # 0..max_num_tokens
+    Requests: IntSort  # 0..max_num_reqs
+    Desc: EnumSort
+    Address: EnumSort
+    CaptureIndex: IndexSort  # a position in the capture order
+
+
+def _sorts_of(sizes: Sizes, plan: Plan) -> _Sorts:
+    """The sorts of the model's values for these sizes and this plan."""
+    steps = sizes.steps
+    return _Sorts(
+        Rank=IndexSort("Rank", sizes.ranks),
+        StepIndex=IndexSort("Step", steps),
+        Steps=integers(0, steps),
+        Data=integers(-1, steps - 1),
+        Tokens=integers(0, sizes.max_num_tokens),
+        Requests=integers(0, sizes.max_num_reqs),
+        Desc=EnumSort("Descriptor", ("NONE", *(d.label for d in plan.descriptors))),
+        Address=address_sort(steps),
+        CaptureIndex=IndexSort("CaptureIndex", max(len(plan.order), 1)),
+    )
+
+
+def _tables(sizes: Sizes, plan: Plan, sorts: _Sorts) -> dict[str, Term]:
+    """The constant tables (State fields by name): per rank, per step, per capture position and
+    per descriptor."""
+    descriptors, Rank, Desc, Address = plan.descriptors, sorts.Rank, sorts.Desc, sorts.Address
     nominal_requests = [0] + [d.num_reqs or min(d.num_tokens, sizes.max_num_reqs) for d in descriptors]
-
-    def rank_map(name: str, sort: Sort, initial: object, description: str = "") -> Term:
-        return machine.variable(name, MapSort(Rank, sort), tuple(initial for _ in range(size)), description)
-
-    def step_map(name: str, sort: Sort, initial: object, description: str = "") -> Term:
-        return machine.variable(name, MapSort(StepIndex, sort), tuple(initial for _ in range(steps)), description)
-
-    per_descriptor = tuple(0 for _ in Desc.members)
-    return State(
-        sizes=sizes,
-        plan=plan,
-        Rank=Rank,
-        StepIndex=StepIndex,
-        Data=Data,
-        Desc=Desc,
-        Address=Address,
-        BatchTokens=integers(1, sizes.max_num_tokens),
-        BatchRequests=integers(1, sizes.max_num_reqs),
-        previous=_table([max(r - 1, 0) for r in range(size)], Rank, Rank),
-        fresh=_table([Address.index(f"FRESH_{k}") for k in range(steps)], StepIndex, Address),
-        capture_order=_table([Desc.index(d.label) for d in order] or [0], capture_index, Desc),
+    return dict(
+        previous=_table([max(r - 1, 0) for r in range(sizes.ranks)], Rank, Rank),
+        fresh=_table([Address.index(f"FRESH_{k}") for k in range(sizes.steps)], sorts.StepIndex, Address),
+        capture_order=_table([Desc.index(d.label) for d in plan.order] or [0], sorts.CaptureIndex, Desc),
         mode_of=_table([0] + [GraphMode.index(d.mode) for d in descriptors], Desc, GraphMode),
         tokens_of=_table([0] + [d.num_tokens for d in descriptors], Desc, integers(0, sizes.largest)),
-        capture_requests_of=_table(nominal_requests, Desc, Requests),
-        scheduled=machine.variable("engine.scheduled", Steps, 0, "steps the engine has scheduled"),
-        batch_tokens=step_map("batch.tokens", Tokens, 0),
-        batch_requests=step_map("batch.requests", Requests, 0),
+        capture_requests_of=_table(nominal_requests, Desc, sorts.Requests),
+    )
+
+
+def _rank_map(machine: Machine, sorts: _Sorts, name: str, sort: Sort, initial: object, description: str = "") -> Term:
+    """A per-rank variable: Rank -> sort, every rank starting at ``initial``."""
+    initials = tuple(initial for _ in range(sorts.Rank.count))
+    return machine.variable(name, MapSort(sorts.Rank, sort), initials, description)
+
+
+def _engine_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The engine's variables: the steps it scheduled and each step's batch."""
+
+    def step_map(name: str, sort: Sort, initial: object, description: str = "") -> Term:
+        initials = tuple(initial for _ in range(sizes.steps))
+        return machine.variable(name, MapSort(sorts.StepIndex, sort), initials, description)
+
+    return dict(
+        scheduled=machine.variable("engine.scheduled", sorts.Steps, 0, "steps the engine has scheduled"),
+        batch_tokens=step_map("batch.tokens", sorts.Tokens, 0),
+        batch_requests=step_map("batch.requests", sorts.Requests, 0),
         batch_decode=step_map(
             "batch.decode", BOOL, False, "every request has decode_query_len tokens (uniform decode)"
         ),
-        phase=rank_map("phase", Phase, 0 if order else 1, "where each rank is"),  # CAPTURING (0), or IDLE (1)
-        step=rank_map("step", Steps, 0, "the step each rank works on"),
-        captured=rank_map("captured", integers(0, len(order)), 0, "descriptors captured"),
-        graph_input=rank_map(
+    )
+
+
+def _capture_variables(machine: Machine, sizes: Sizes, plan: Plan, sorts: _Sorts) -> dict[str, Term]:
+    """Each rank's phase and step, its capture, its persistent buffer and its dispatched descriptor."""
+    Desc, Requests = sorts.Desc, sorts.Requests
+    per_descriptor = tuple(0 for _ in Desc.members)
+    return dict(
+        # CAPTURING (0), or IDLE (1)
+        phase=_rank_map(machine, sorts, "phase", Phase, 0 if plan.order else 1, "where each rank is"),
+        step=_rank_map(machine, sorts, "step", sorts.Steps, 0, "the step each rank works on"),
+        captured=_rank_map(machine, sorts, "captured", integers(0, len(plan.order)), 0, "descriptors captured"),
+        graph_input=_rank_map(
+            machine,
+            sorts,
             "graph.input",
-            MapSort(Desc, Address),
+            MapSort(Desc, sorts.Address),
             per_descriptor,
             "intermediate-input address each graph recorded at capture",
         ),
-        graph_requests=rank_map(
+        graph_requests=_rank_map(
+            machine,
+            sorts,
             "graph.requests",
             MapSort(Desc, Requests),
             per_descriptor,
             "requests of each graph's dummy capture batch (0: not captured)",
         ),
-        output_rows=rank_map(
+        output_rows=_rank_map(
+            machine,
+            sorts,
             "manager.output_rows",
             integers(0, sizes.largest),
             0,
             "rows of the manager's output buffers (0: not allocated)",
         ),
-        persistent=rank_map(
-            "persistent", MapSort(Key, Data), (-1, -1), "the data in the persistent intermediate-tensor buffer, per key"
+        persistent=_rank_map(
+            machine,
+            sorts,
+            "persistent",
+            MapSort(Key, sorts.Data),
+            (-1, -1),
+            "the data in the persistent intermediate-tensor buffer, per key",
         ),
-        descriptor=rank_map("descriptor", Desc, 0, "this step's dispatched descriptor"),
+        descriptor=_rank_map(machine, sorts, "descriptor", Desc, 0, "this step's dispatched descriptor"),
+    )
+
+
+def _transfer_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """What each rank's last receive, forward and send saw."""
+    Data, Desc, Address, Tokens = sorts.Data, sorts.Desc, sorts.Address, sorts.Tokens
+
+    def rank_map(name: str, sort: Sort, initial: object, description: str = "") -> Term:
+        return _rank_map(machine, sorts, name, sort, initial, description)
+
+    return dict(
         received_keys=rank_map("received.keys", MapSort(Key, BOOL), (False, False)),
         received_data=rank_map("received.data", Data, -1),
         received_rows=rank_map("received.rows", Tokens, 0),
-        forward_step=rank_map("forward.step", integers(-1, steps - 1), -1, "step of the last forward"),
+        forward_step=rank_map("forward.step", integers(-1, sizes.steps - 1), -1, "step of the last forward"),
         forward_descriptor=rank_map("forward.descriptor", Desc, 0, "descriptor of the last forward"),
         forward_given=rank_map("forward.given", Address, 0, "intermediate inputs handed to the model"),
         forward_data=rank_map("forward.data", MapSort(Key, Data), (-1, -1), "data the forward read"),
         output_data=rank_map("output.data", Data, -1, "the step whose output the last forward wrote"),
         send_pending=rank_map("send.pending", BOOL, False, "an isend not yet received"),
-        send_step=rank_map("send.step", StepIndex, 0),
+        send_step=rank_map("send.step", sorts.StepIndex, 0),
         send_source=rank_map("send.source", Address, 0, "the tensor the pending isend reads"),
         send_data=rank_map("send.data", Data, -1, "what that tensor holds now"),
         send_rows=rank_map("send.rows", Tokens, 0),
+    )
+
+
+def declare(machine: Machine, parameters: Mapping[str, int], variant: Variant) -> State:
+    """Declare the sorts and the state variables of ``machine`` (in the order the model always had)."""
+    sizes = sizes_of(parameters)
+    plan = plan_of(sizes, variant)
+    sorts = _sorts_of(sizes, plan)
+    return State(
+        sizes=sizes,
+        plan=plan,
+        Rank=sorts.Rank,
+        StepIndex=sorts.StepIndex,
+        Data=sorts.Data,
+        Desc=sorts.Desc,
+        Address=sorts.Address,
+        BatchTokens=integers(1, sizes.max_num_tokens),
+        BatchRequests=integers(1, sizes.max_num_reqs),
+        **_tables(sizes, plan, sorts),
+        **_engine_variables(machine, sizes, sorts),
+        **_capture_variables(machine, sizes, plan, sorts),
+        **_transfer_variables(machine, sizes, sorts),
     )

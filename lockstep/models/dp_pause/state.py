@@ -212,27 +212,31 @@ def engine_operations(variant: Variant, options: Options) -> dict[str, OpSpec]:
     return operations
 
 
-def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -> State:
-    """Declare every state variable and communicator of the dp-pause machine for ``variant``."""
-    options = options_of(parameters)
-    sorts = sorts_of(options)
-    Rank, Wave, Requests, fixed, size = sorts.Rank, sorts.Wave, sorts.Requests, variant.fixed, options.ranks
+@dataclass(frozen=True)
+class _Declaration:
+    """Declares the variables of one machine, or only their Terms where they are not ``present``."""
 
-    def variable(name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
+    machine: Machine
+    Rank: IndexSort
+    size: int
+
+    def variable(self, name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
         """Declare the variable if it is ``present``; either way the Term that reads it."""
-        return machine.variable(name, sort, initial, description) if present else Term(Variable(name, sort))
+        return self.machine.variable(name, sort, initial, description) if present else Term(Variable(name, sort))
 
-    def per_rank(name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
-        return variable(name, MapSort(Rank, sort), tuple(initial for _ in range(size)), description, present)
+    def per_rank(self, name: str, sort: Sort, initial: object, description: str = "", present: bool = True) -> Term:
+        """A per-rank variable: Rank -> sort, every rank starting at ``initial``."""
+        initials = tuple(initial for _ in range(self.size))
+        return self.variable(name, MapSort(self.Rank, sort), initials, description, present)
 
-    modes = pause_modes(options)  # (PauseMode, MessageKind) pairs
-    return State(
-        options=options,
-        sorts=sorts,
-        Rank=Rank,
+
+def _engine_variables(declared: _Declaration, variant: Variant, options: Options, sorts: Sorts) -> dict[str, Term]:
+    """The engine cores' variables, per rank (their State fields by name)."""
+    per_rank, Requests, fixed = declared.per_rank, sorts.Requests, variant.fixed
+    return dict(
         mode=per_rank("mode", Mode, 0, "where the core thread is"),
         engines_running=per_rank("engines_running", BOOL, False),
-        current_wave=per_rank("current_wave", Wave, 0),
+        current_wave=per_rank("current_wave", sorts.Wave, 0),
         step_counter=per_rank("step_counter", integers(0, options.sync_interval - 1), 0),
         pause_state=per_rank("pause_state", PauseState, 0),
         requests=per_rank("requests", Requests, 0, "unfinished local requests"),
@@ -245,42 +249,63 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
         pending_pause=per_rank("pending_pause", BOOL, False, present=fixed),
         ignore_start_dp_wave=per_rank("ignore_start_dp_wave", BOOL, False, present=fixed),
         running_requests=per_rank("running_requests", Requests, 0, "admitted local requests", present=options.two_step),
-        engine_dp=Communicator(
-            machine,
-            "engine_dp",
-            Rank,
-            engine_operations(variant, options),
-            payload=integers(0, 1),
-            width=2 if fixed else 1,
-            description="engine-level gloo dp_group",
-        ),
-        worker_dp=Communicator(
-            machine,
-            "worker_dp",
-            Rank,
-            {"forward": all_reduce_sum()},
-            payload=integers(0, 0),
-            description="workers' DP group: coordinate_batch_across_dp in every forward",
-        ),
-        worker_world=Communicator(
-            machine,
-            "worker_world",
-            Rank,
-            {"rpc": all_reduce_sum()},
-            payload=integers(0, 0),
-            description="the group a collective_rpc body uses",
-        ),
-        coordinator_running=variable("coordinator.engines_running", BOOL, False),
-        coordinator_wave=variable("coordinator.current_wave", Wave, 0),
-        first_request=variable("channel.first_request", SequenceSort(Wave, options.total), ()),
+    )
+
+
+def _communicators(
+    machine: Machine, variant: Variant, options: Options, Rank: IndexSort
+) -> tuple[Communicator, Communicator, Communicator]:
+    """The engines' dp_group, the workers' DP group and the group a collective_rpc body uses."""
+    engine_dp = Communicator(
+        machine,
+        "engine_dp",
+        Rank,
+        engine_operations(variant, options),
+        payload=integers(0, 1),
+        width=2 if variant.fixed else 1,
+        description="engine-level gloo dp_group",
+    )
+    worker_dp = Communicator(
+        machine,
+        "worker_dp",
+        Rank,
+        {"forward": all_reduce_sum()},
+        payload=integers(0, 0),
+        description="workers' DP group: coordinate_batch_across_dp in every forward",
+    )
+    worker_world = Communicator(
+        machine,
+        "worker_world",
+        Rank,
+        {"rpc": all_reduce_sum()},
+        payload=integers(0, 0),
+        description="the group a collective_rpc body uses",
+    )
+    return engine_dp, worker_dp, worker_world
+
+
+def _coordinator_variables(declared: _Declaration, options: Options, sorts: Sorts) -> dict[str, Term]:
+    """The coordinator's variables and the client's FIRST_REQ channel to it."""
+    return dict(
+        coordinator_running=declared.variable("coordinator.engines_running", BOOL, False),
+        coordinator_wave=declared.variable("coordinator.current_wave", sorts.Wave, 0),
+        first_request=declared.variable("channel.first_request", SequenceSort(sorts.Wave, options.total), ()),
+    )
+
+
+def _client_variables(declared: _Declaration, options: Options, sorts: Sorts) -> dict[str, Term]:
+    """The client's variables (its stats task's view included) and the channels it reads."""
+    variable, Requests = declared.variable, sorts.Requests
+    modes = pause_modes(options)  # (PauseMode, MessageKind) pairs
+    return dict(
         client_phase=variable(
             "client.phase", ClientPhase, ClientPhase.REQUESTS if options.requests else ClientPhase.PAUSE
         ),
         client_running=variable("client.engines_running", BOOL, False),
-        client_wave=variable("client.current_wave", Wave, 0),
+        client_wave=variable("client.current_wave", sorts.Wave, 0),
         requests_sent=variable("client.requests_sent", Requests, 0),
-        sent_to=per_rank("client.sent_to", BOOL, False, "this phase's call sent to rank"),
-        replies=variable("client.replies", integers(0, size), 0, "replies to this phase's call"),
+        sent_to=declared.per_rank("client.sent_to", BOOL, False, "this phase's call sent to rank"),
+        replies=variable("client.replies", integers(0, options.ranks), 0, "replies to this phase's call"),
         # superseded publications still on their way to the stats task
         publications=variable(
             "channel.publication",
@@ -305,10 +330,33 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
             options.resumes > 1,
         ),
         last_request_rank=variable(
-            "client.last_request_rank", Rank, 0, "the engine the last request went to", options.abort_request
+            "client.last_request_rank", sorts.Rank, 0, "the engine the last request went to", options.abort_request
         ),
         aborted=variable("client.aborted", BOOL, False, "the client aborted its last request", options.abort_request),
         pause_mode=variable("client.pause_mode", PauseMode, modes[0][0], "the mode of the pause call", len(modes) > 1),
+    )
+
+
+def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -> State:
+    """Declare every state variable and communicator of the dp-pause machine for ``variant``: the
+    engine cores', the three communicators, the coordinator's and the client's, in that order."""
+    options = options_of(parameters)
+    sorts = sorts_of(options)
+    declared = _Declaration(machine, sorts.Rank, options.ranks)
+    engine = _engine_variables(declared, variant, options, sorts)
+    engine_dp, worker_dp, worker_world = _communicators(machine, variant, options, sorts.Rank)
+    coordinator = _coordinator_variables(declared, options, sorts)
+    client = _client_variables(declared, options, sorts)
+    return State(
+        options=options,
+        sorts=sorts,
+        Rank=sorts.Rank,
+        engine_dp=engine_dp,
+        worker_dp=worker_dp,
+        worker_world=worker_world,
+        **engine,
+        **coordinator,
+        **client,
     )
 
 

@@ -89,45 +89,66 @@ def _table(values: Sequence[int], key: IndexSort, value: Sort) -> Term:
     return lift(tuple(values), MapSort(key, value))
 
 
-def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
-    """Declare the sorts and the state variables of ``machine`` (in the order the model always had)."""
-    sizes = sizes_of(parameters)
-    count, steps, size = sizes.requests, sizes.steps, sizes.ranks
-    Rank, Request, StepIndex = IndexSort("Rank", size), IndexSort("Request", count), IndexSort("Step", steps)
-    Pieces, Steps = integers(0, max(sizes.lengths)), integers(0, steps)
-    Planned = integers(0, max(sizes.lengths))
+@dataclass(frozen=True)
+class _Sorts:
+    """The sorts ``declare`` builds from the sizes."""
 
-    def per_rank(value: object) -> tuple[object, ...]:
-        return tuple(value for _ in range(size))
+    Rank: IndexSort
+    Request: IndexSort
+    StepIndex: IndexSort
+    Pieces: IntSort
+    Steps: IntSort  # 0..steps
+    Planned: IntSort
 
-    def rank_map(name: str, sort: Sort, initial: object, description: str) -> Term:
-        return machine.variable(name, MapSort(Rank, sort), per_rank(initial), description)
 
-    return State(
-        sizes=sizes,
-        Rank=Rank,
-        Request=Request,
-        StepIndex=StepIndex,
-        Pieces=Pieces,
-        Planned=Planned,
-        LeaveOut=integers(-1, count - 1),
-        prompt_of=_table(sizes.prompts, Request, Pieces),
-        length_of=_table(sizes.lengths, Request, Pieces),
-        previous_rank=_table([max(r - 1, 0) for r in range(size)], Rank, Rank),
-        scheduled=machine.variable("engine.scheduled", Steps, 0, "steps scheduled (exec and sample RPCs sent)"),
-        processed=machine.variable("engine.processed", Steps, 0, "steps whose output the engine processed"),
-        computed=machine.variable("scheduler.num_computed_tokens", MapSort(Request, Pieces), (0,) * count),
+def _sorts_of(sizes: Sizes) -> _Sorts:
+    """The sorts of the model's values for these sizes."""
+    return _Sorts(
+        Rank=IndexSort("Rank", sizes.ranks),
+        Request=IndexSort("Request", sizes.requests),
+        StepIndex=IndexSort("Step", sizes.steps),
+        Pieces=integers(0, max(sizes.lengths)),
+        Steps=integers(0, sizes.steps),
+        Planned=integers(0, max(sizes.lengths)),
+    )
+
+
+def _rank_map(machine: Machine, sorts: _Sorts, name: str, sort: Sort, initial: object, description: str) -> Term:
+    """A per-rank variable: Rank -> sort, every rank starting at ``initial``."""
+    return machine.variable(
+        name, MapSort(sorts.Rank, sort), tuple(initial for _ in range(sorts.Rank.count)), description
+    )
+
+
+def _engine_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The engine's and its scheduler's variables (State fields by name)."""
+    count, steps = sizes.requests, sizes.steps
+    return dict(
+        scheduled=machine.variable("engine.scheduled", sorts.Steps, 0, "steps scheduled (exec and sample RPCs sent)"),
+        processed=machine.variable("engine.processed", sorts.Steps, 0, "steps whose output the engine processed"),
+        computed=machine.variable("scheduler.num_computed_tokens", MapSort(sorts.Request, sorts.Pieces), (0,) * count),
         plan=machine.variable(
             "scheduler.steps",
-            MapSort(StepIndex, MapSort(Request, Planned)),
+            MapSort(sorts.StepIndex, MapSort(sorts.Request, sorts.Planned)),
             tuple((0,) * count for _ in range(steps)),
             "per step and request: 0 absent, k+1 scheduled with num_computed_tokens k",
         ),
         gaps_left=machine.variable("scheduler.gaps_left", integers(0, sizes.gaps), sizes.gaps),
+    )
+
+
+def _rank_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The variables of each rank's CPU thread (Worker / GPUModelRunner)."""
+    count, steps, Request, Pieces = sizes.requests, sizes.steps, sorts.Request, sorts.Pieces
+
+    def rank_map(name: str, sort: Sort, initial: object, description: str) -> Term:
+        return _rank_map(machine, sorts, name, sort, initial, description)
+
+    return dict(
         rpc=rank_map("rank.rpcs", integers(0, 2 * steps), 0, "RPCs handled: exec(N) is 2N-2, sample(N) 2N-1"),
         issued=rank_map(
             "rank.broadcast_issued",
-            MapSort(StepIndex, BOOL),
+            MapSort(sorts.StepIndex, BOOL),
             (False,) * steps,
             "sample_tokens(N) called torch.distributed.broadcast",
         ),
@@ -138,30 +159,66 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
             "rank.prev_req_id_to_index", MapSort(Request, BOOL), (False,) * count, "the requests the mapping holds"
         ),
         map_step=rank_map(
-            "rank.prev_map_step", Steps, 0, "the step (1-based) whose rows built a non-empty mapping; 0 when empty"
+            "rank.prev_map_step",
+            sorts.Steps,
+            0,
+            "the step (1-based) whose rows built a non-empty mapping; 0 when empty",
         ),
         buffer_step=rank_map(
             "rank.prev_tokens_step",
-            Steps,
+            sorts.Steps,
             0,
             "the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised",
         ),
-        gpu_step=rank_map("gpu.step", Steps, 0, "the step (0-based) of the stream's front"),
+    )
+
+
+def _gpu_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The variables of each rank's GPU stream."""
+    return dict(
+        gpu_step=_rank_map(machine, sorts, "gpu.step", sorts.Steps, 0, "the step (0-based) of the stream's front"),
         gpu_phase=machine.variable(
             "gpu.phase",
-            MapSort(Rank, Phase),
-            tuple(1 if r == 0 else 0 for r in range(size)),
+            MapSort(sorts.Rank, Phase),
+            tuple(1 if r == 0 else 0 for r in range(sizes.ranks)),
             "the op of the stream's front (rank 0 has no RECV)",
         ),  # FORWARD (1), RECV (0)
-        posted=rank_map("gpu.posted", BOOL, False, "the front op is posted on pp"),
-        pp=Communicator(
-            machine,
-            "pp",
-            Rank,
-            {"broadcast": broadcast(sizes.last)},
-            payload=integers(0, 0),
-            point_to_point=True,
-            interleaved_point_to_point=True,
-            description="pp.device_group: intermediate tensors (send/recv) and the sampled-token broadcast",
-        ),
+        posted=_rank_map(machine, sorts, "gpu.posted", BOOL, False, "the front op is posted on pp"),
+    )
+
+
+def _pp_group(machine: Machine, sizes: Sizes, sorts: _Sorts) -> Communicator:
+    """pp.device_group: the intermediate tensors (send/recv) and the sampled-token broadcast."""
+    return Communicator(
+        machine,
+        "pp",
+        sorts.Rank,
+        {"broadcast": broadcast(sizes.last)},
+        payload=integers(0, 0),
+        point_to_point=True,
+        interleaved_point_to_point=True,
+        description="pp.device_group: intermediate tensors (send/recv) and the sampled-token broadcast",
+    )
+
+
+def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
+    """Declare the sorts and the state variables of ``machine`` (in the order the model always had)."""
+    sizes = sizes_of(parameters)
+    sorts = _sorts_of(sizes)
+    count, size = sizes.requests, sizes.ranks
+    return State(
+        sizes=sizes,
+        Rank=sorts.Rank,
+        Request=sorts.Request,
+        StepIndex=sorts.StepIndex,
+        Pieces=sorts.Pieces,
+        Planned=sorts.Planned,
+        LeaveOut=integers(-1, count - 1),
+        prompt_of=_table(sizes.prompts, sorts.Request, sorts.Pieces),
+        length_of=_table(sizes.lengths, sorts.Request, sorts.Pieces),
+        previous_rank=_table([max(r - 1, 0) for r in range(size)], sorts.Rank, sorts.Rank),
+        **_engine_variables(machine, sizes, sorts),
+        **_rank_variables(machine, sizes, sorts),
+        **_gpu_variables(machine, sizes, sorts),
+        pp=_pp_group(machine, sizes, sorts),
     )
