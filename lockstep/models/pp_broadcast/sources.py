@@ -33,7 +33,7 @@ COMMON: dict[str, str] = {
     # the PP communicator
     "pp.transfer": "NCCL send meets recv on pp.device_group (GroupCoordinator.isend_tensor_dict / irecv_tensor_dict)",
     "pp.complete": f"torch.distributed.broadcast(group=pp.device_group) completes on every member ({BROADCAST} / "
-    "{RECEIVE})",
+    f"{RECEIVE})",
 }
 
 SAMPLE_TOKENS: dict[str, str] = {
