@@ -90,10 +90,9 @@ def check(
                 raise UsageError("--k applies to --engine induction, not to pdr")
             from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 
-            engine_options: dict[str, float] = {} if solver_timeout is None else {"property_timeout": solver_timeout}
             prover = PropertyDirectedReachability(
                 machine, depth=10 if depth is None else depth, timeout=None if limits is None else limits.timeout_seconds,
-                only=safety, progress=progress, **engine_options,
+                only=safety, progress=progress, property_timeout=60.0 if solver_timeout is None else solver_timeout,
             )
             return _with_liveness(prover.run(), liveness & set(only or liveness))
         if engine == "induction":

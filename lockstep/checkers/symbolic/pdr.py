@@ -10,8 +10,11 @@ Integers are mathematical integers here (Spacer's strength is linear arithmetic)
 wrap.
 
 The portfolio: BMC first, to ``depth`` steps within ``bmc_seconds`` (shallow violations and
-witnesses, shortest as with BFS). Every property it leaves open goes to Spacer with its own time
-limit. Spacer's answer is believed only after lockstep checks it:
+witnesses, shortest as with BFS). Then Houdini (``houdini``) keeps the largest inductive subset of
+the model's own invariants (its ``always`` properties and strengthening invariants): the open
+properties among them are proved at once, and the subset is assumed by every later query. Every
+property still open goes to Spacer, in stages (``STAGES``) that share its time limit. Spacer's
+answer is believed only after lockstep checks it:
 
 - "safe" comes with the interpretation of ``reachable``, an inductive invariant. It is translated
   back to the model's variables (``invariants.certificate``) and re-checked with a fresh solver on
