@@ -1,6 +1,10 @@
 """Z3 engines on dp-pause post-fix ``seed``: seconds per BMC depth, the depth reached in a time
 budget, and k-induction time per property. Run by hand (``python bench/symbolic.py``) or on the
 device; the figures are for one run of one machine (these machines are shared and noisy).
+
+``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
+``--ranks``): per property its verdict, seconds, how it was proved and the invariant's size (atoms),
+next to the k-induction verdict (k = 1..``--k``) for comparison. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import platform
 import z3
 
 from lockstep.checkers.symbolic import BoundedModelChecker, Induction
+from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 from lockstep.models import get_protocol
 
 
@@ -21,7 +26,13 @@ def main() -> None:
     parser.add_argument("--max-depth", type=int, default=100)
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
+    parser.add_argument("--pdr", nargs="+", metavar="MODEL", help="run pdr on these models' post-fix seeds instead")
+    parser.add_argument("--property-timeout", type=float, default=60.0, help="pdr: seconds of Spacer per property")
     arguments = parser.parse_args()
+    if arguments.pdr:
+        for name in arguments.pdr:
+            bench_pdr(name, arguments)
+        return
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
@@ -50,6 +61,25 @@ def main() -> None:
             print(
                 f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}"
             )
+
+
+def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
+    parameters = {"ranks": arguments.ranks} if name == "dp-pause" else {}
+    machine = get_protocol(name).instance("post-fix", **parameters).machine()
+    print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
+    print(f"{name} post-fix seed{f', {arguments.ranks} ranks' if parameters else ''}: pdr, {arguments.property_timeout:.0f} s per property")
+    prover = PropertyDirectedReachability(machine, property_timeout=arguments.property_timeout)
+    result = prover.run()
+    print(f"  BMC phase to depth {prover.bmc_depth}; Houdini {prover.houdini_seconds:.1f} s; total {result.stats.seconds:.1f} s")
+    induction = Induction(machine, max_k=arguments.k, solver_timeout=arguments.induction_timeout).run()
+    by_induction = {item.name: item.verdict.value for item in induction.properties}
+    print(f"  {'property':<30} {'pdr':<20} {'seconds':>8} {'atoms':>6}  {'how':<44} k-induction (k<={arguments.k})")
+    for item in result.properties:
+        attempt = prover.attempts.get(item.name)
+        seconds = f"{attempt.seconds:8.1f}" if attempt is not None else f"{'-':>8}"
+        atoms = f"{attempt.certificate.size:6d}" if attempt is not None and attempt.certificate is not None else f"{'-':>6}"
+        how = item.detail if item.path is None else f"{item.detail or 'BMC'}: length {item.path.length}"
+        print(f"  {item.name:<30} {item.verdict.value:<20} {seconds} {atoms}  {how[:44]:<44} {by_induction.get(item.name, '-')}")
 
 
 if __name__ == "__main__":

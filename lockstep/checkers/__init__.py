@@ -25,7 +25,7 @@ from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 
 VECTOR_ENGINES = ("bfs-vec", "bfs-gpu")
 EXPLICIT_ENGINES = ("bfs", "dfs", *VECTOR_ENGINES)
-SYMBOLIC_ENGINES = ("bmc", "induction")
+SYMBOLIC_ENGINES = ("bmc", "induction", "pdr")
 AUTO = "auto"
 ENGINES = (AUTO, *EXPLICIT_ENGINES, *SYMBOLIC_ENGINES)
 
@@ -56,7 +56,9 @@ def check(
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
-    seconds per Z3 query. ``properties`` restricts the check (and the result) to the named
+    seconds per Z3 query; ``pdr`` runs BMC to ``depth`` (default 10) and then Z3's Spacer on each
+    property left open, ``solver_timeout`` seconds per property (default 60), and proves a property
+    only with an inductive invariant that lockstep re-checked (``PropertyResult.invariant``). ``properties`` restricts the check (and the result) to the named
     properties; the Z3 engines then skip the others' queries altogether. ``compact`` (vectorised
     engines) keeps 64-bit fingerprints instead of full states; ``stop_at_first`` (explicit engines)
     ends the search at the first violation. z3 is imported only when a Z3 engine is asked for,
@@ -92,6 +94,16 @@ def check(
             raise UsageError("--symmetry applies to the explicit engines only")
         liveness = {i for i, prop in enumerate(machine.properties) if prop.kind is PropertyKind.LEADS_TO}
         safety = frozenset((set(range(len(machine.properties))) if only is None else set(only)) - liveness)
+        if engine == "pdr":
+            if induction_k is not None:
+                raise UsageError("--k applies to --engine induction, not to pdr")
+            from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
+
+            prover = PropertyDirectedReachability(
+                machine, depth=10 if depth is None else depth, timeout=None if limits is None else limits.timeout_seconds,
+                only=safety, progress=progress, property_timeout=60.0 if solver_timeout is None else solver_timeout,
+            )
+            return _with_liveness(prover.run(), liveness & set(only or liveness))
         if engine == "induction":
             from lockstep.checkers.symbolic import Induction
 

@@ -189,6 +189,8 @@ def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]
         if counterexample is None
         else {"length": counterexample.length, "detail": item.detail, "loop_start": counterexample.loop_start},
         "witness": None if witness is None else {"length": witness.length},
+        # pdr: the re-checked inductive invariant that proves the property, in the model's variables
+        "invariant": item.invariant,
         # k-induction: the step that failed (its states need not be reachable)
         "failed_step": {"length": item.path.length}
         if item.verdict is Verdict.INCONCLUSIVE and item.path is not None

@@ -60,6 +60,9 @@ class PropertyResult:
     path: Path | None = None  # the counterexample (always) or the witness (sometimes)
     detail: str = ""  # e.g. which variable left its sort, or "no action enabled"
     builtin: bool = False
+    # The proof of a proved property (pdr): an inductive invariant over the model's variables,
+    # re-checked by lockstep before the verdict was given. None for the other engines.
+    invariant: str | None = None
 
     @property
     def counterexample(self) -> Path | None:

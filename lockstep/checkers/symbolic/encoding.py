@@ -19,6 +19,7 @@ from typing import Any
 
 import z3
 
+from lockstep.checkers.symbolic.ranges import largest_magnitude, required_width
 from lockstep.checkers.symbolic.translate import Translator
 from lockstep.checkers.symbolic.values import (
     Symbolic,
@@ -36,7 +37,7 @@ from lockstep.checkers.symbolic.values import (
     to_z3,
 )
 from lockstep.spec.compiler import stays_in_sort
-from lockstep.spec.machine import Machine
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine
 from lockstep.spec.semantics import State
 from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
 
@@ -146,11 +147,13 @@ class Encoding:
         ]
 
     def integer_width(self) -> int:
-        """A bit-vector width with ample headroom for every integer the machine can compute."""
+        """A bit-vector width in which no integer the translation computes can wrap: the widest
+        interval of any guard, update or property (``ranges``), and headroom over the sorts, the
+        selector and the sequence positions the encoding adds."""
         magnitude = len(self.grounded) + 1
         for sort in [*self.sorts.values(), *(p.sort for a in self.machine.actions for p in a.parameters)]:
             magnitude = max(magnitude, _magnitude(sort))
-        return max(8, magnitude.bit_length() + 6)
+        return max(8, magnitude.bit_length() + 6, required_width(max(magnitude, largest_magnitude(self.machine))))
 
     def state(self, step: int | str) -> dict[str, Symbolic]:
         return {name: declare(sort, f"{name}@{step}") for name, sort in self.sorts.items()}
@@ -231,6 +234,22 @@ class Encoding:
 
     def enabled(self, steps: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]) -> Symbolic:
         return disjoin([guard for guard, _, _ in steps])
+
+    def holds(self, position: int, state: dict[str, Symbolic]) -> Symbolic:
+        """The state predicate an ``always`` property asks of every reachable state: its predicate,
+        and its deadlock condition where it has one; ``in_bounds``: no enabled step leaves its sort;
+        ``no_deadlock``: some action is enabled, or the state is final."""
+        prop = self.machine.properties[position]
+        steps = self.steps(state)
+        if prop.name == IN_BOUNDS:
+            return negate(disjoin([conjoin([guard, out]) for guard, _, out in steps]))
+        deadlocked = negate(self.enabled(steps))
+        parts = [self.predicate(prop.predicate, state)]
+        if prop.name == NO_DEADLOCK:
+            parts.append(disjoin([negate(deadlocked), self.predicate(self.machine.final, state)]))
+        elif prop.at_deadlock is not None:
+            parts.append(disjoin([negate(deadlocked), self.predicate(prop.at_deadlock, state)]))
+        return conjoin(parts)
 
     def decode_state(self, state: dict[str, Symbolic], model: z3.ModelRef) -> State:
         return tuple(decode(self.sorts[name], state[name], model) for name in self.sorts)

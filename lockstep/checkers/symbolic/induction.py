@@ -24,14 +24,13 @@ from lockstep.checkers.symbolic.values import (
     Symbolic,
     bit_vectors,
     conjoin,
-    disjoin,
     integer_constant,
     integer_of,
     negate,
     to_z3,
 )
 from lockstep.spec.expressions import Expression
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
 
 
 class Induction:
@@ -62,19 +61,12 @@ class Induction:
         return solver
 
     def _holds(self, position: int, state: dict[str, Symbolic]) -> Symbolic:
-        """The state predicate induction proves for property ``position``."""
-        encoding, prop = self.encoding, self.machine.properties[position]
-        steps = encoding.steps(state)
-        if prop.name == IN_BOUNDS:
-            return negate(disjoin([conjoin([guard, out]) for guard, _, out in steps]))
-        parts = [encoding.predicate(prop.predicate, state)]
-        deadlocked = negate(encoding.enabled(steps))
-        if prop.name == NO_DEADLOCK:
-            parts.append(disjoin([negate(deadlocked), encoding.predicate(self.machine.final, state)]))
-        elif prop.at_deadlock is not None:
-            parts.append(disjoin([negate(deadlocked), encoding.predicate(prop.at_deadlock, state)]))
-        parts.extend(encoding.predicate(expression, state) for expression in self.strengthening)
-        return conjoin(parts)
+        """The state predicate induction proves for property ``position`` (with the strengthening
+        invariants, except for ``in_bounds``)."""
+        holds = self.encoding.holds(position, state)
+        if self.machine.properties[position].name == IN_BOUNDS:
+            return holds
+        return conjoin([holds, *(self.encoding.predicate(expression, state) for expression in self.strengthening)])
 
     def run(self) -> CheckResult:
         with bit_vectors(self.width):

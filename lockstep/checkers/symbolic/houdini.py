@@ -1,0 +1,78 @@
+"""Houdini: the largest inductive subset of candidate invariants, found before Spacer is asked.
+
+The candidates are the machine's own state predicates: every ``always`` property (as the encoding
+reads it, deadlock conditions and ``in_bounds`` included) and the strengthening invariants a model
+declares for k-induction. A candidate that some initial state violates is dropped; then, while
+some candidate can be broken by one step from a state in the domains satisfying all that remain,
+it is dropped too. What survives is inductive as a whole (a query the solver cannot decide drops
+its candidate, so an unknown answer never survives). Properties among the survivors are proved at
+once, and the survivors are assumed by Spacer's queries for the others.
+"""
+
+from __future__ import annotations
+
+import time
+
+import z3
+
+from lockstep.checkers.symbolic.encoding import Encoding
+from lockstep.checkers.symbolic.invariants import components, named_state
+from lockstep.checkers.symbolic.solving import ask, milliseconds
+from lockstep.checkers.symbolic.values import integer_constant, to_z3
+from lockstep.spec.machine import PropertyKind
+
+
+def candidates(encoding: Encoding, only: frozenset[int]) -> dict[str, z3.BoolRef]:
+    """Label -> formula over the named state: the asked ``always`` properties and the strengthening."""
+    state = named_state(encoding)
+    found: dict[str, z3.BoolRef] = {}
+    for position, prop in enumerate(encoding.machine.properties):
+        if position in only and prop.kind is PropertyKind.ALWAYS:
+            found[prop.name] = to_z3(encoding.holds(position, state))
+    for number, expression in enumerate(encoding.machine.strengthening):
+        found[f"strengthening#{number}"] = to_z3(encoding.predicate(expression, state))
+    return found
+
+
+def inductive_subset(
+    encoding: Encoding, formulas: dict[str, z3.BoolRef], *, query_timeout: float = 10.0, deadline: float | None = None
+) -> dict[str, z3.BoolRef]:
+    """The largest subset of ``formulas`` that is inductive as a conjunction (see the module doc)."""
+    named = components(encoding, named_state(encoding))
+    before, after = encoding.state("houdini"), encoding.state("houdini'")
+    pairs_before = list(zip(named, components(encoding, before), strict=True))
+    pairs_after = list(zip(named, components(encoding, after), strict=True))
+    domain = to_z3(encoding.domain(before))
+    alive = dict(formulas)
+    initial = z3.Solver()
+    initial.set("timeout", milliseconds(query_timeout))
+    initial.add(domain, to_z3(encoding.initial(before)))
+    for label, formula in list(alive.items()):
+        initial.push()
+        initial.add(z3.Not(z3.substitute(formula, *pairs_before)))
+        if ask(initial)[0] != z3.unsat:
+            del alive[label]
+        initial.pop()
+    step = z3.Solver()
+    step.set("timeout", milliseconds(query_timeout))
+    selector = integer_constant("action@houdini")
+    step.add(domain, to_z3(encoding.domain(after)))
+    step.add(*[to_z3(part) for part in encoding.transition(before, after, selector, "houdini")])
+    changed = True
+    while changed and alive:
+        changed = False
+        step.push()
+        step.add(*[z3.substitute(formula, *pairs_before) for formula in alive.values()])
+        for label, formula in list(alive.items()):
+            if deadline is not None and time.monotonic() > deadline:
+                step.pop()
+                return {}
+            step.push()
+            step.add(z3.Not(z3.substitute(formula, *pairs_after)))
+            answer, _ = ask(step)
+            step.pop()
+            if answer != z3.unsat:  # not inductive relative to these, so relative to no subset either
+                del alive[label]
+                changed = True
+        step.pop()
+    return alive

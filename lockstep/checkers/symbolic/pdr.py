@@ -1,0 +1,281 @@
+"""Property-directed reachability (IC3/PDR) with Z3's Spacer, run as a portfolio with BMC.
+
+Each safety property becomes a system of constrained Horn clauses over one relation
+``reachable(state)``, built from the same encoding as BMC and k-induction (``Encoding``): the
+initial states are reachable; for each grounded transition, a reachable state in the sort domains
+whose guard holds and whose updates stay in their sorts reaches its successor; and no reachable
+state is ``bad`` (an ``always`` property's violation, deadlock condition included; ``in_bounds``:
+an enabled step leaves its sort; a ``sometimes`` property's predicate, to prove it has no witness).
+Integers are mathematical integers here (Spacer's strength is linear arithmetic), so no width can
+wrap.
+
+The portfolio: BMC first, to ``depth`` steps within ``bmc_seconds`` (shallow violations and
+witnesses, shortest as with BFS). Then Houdini (``houdini``) keeps the largest inductive subset of
+the model's own invariants (its ``always`` properties and strengthening invariants): the open
+properties among them are proved at once, and the subset is assumed by every later query. Every
+property still open goes to Spacer, in stages (``STAGES``) that share its time limit. Spacer's
+answer is believed only after lockstep checks it:
+
+- "safe" comes with the interpretation of ``reachable``, an inductive invariant. It is translated
+  back to the model's variables (``invariants.certificate``) and re-checked with a fresh solver on
+  the selector encoding BMC uses (``invariants.verify``: initiation, consecution, safety). Only then
+  is the property proved (``holds``; a ``sometimes`` property ``violated``: no reachable state
+  satisfies it); a failed re-check leaves it inconclusive and says why.
+- "reachable" sends the property back to BMC, unrolled until the violation (or witness) shows,
+  so the counterexample is decoded to actions and re-run through ``evaluate`` as BMC's always are.
+
+Invariants already proved are assumed in later queries (they hold in every reachable state), which
+often makes the next proof easier; the certificate of the later property is then its own invariant
+conjoined with the ones it assumed, and it is that conjunction which is re-checked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import z3
+
+from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict
+from lockstep.checkers.symbolic.bmc import BoundedModelChecker
+from lockstep.checkers.symbolic.encoding import Encoding, flatten
+from lockstep.checkers.symbolic.houdini import candidates, inductive_subset
+from lockstep.checkers.symbolic.invariants import (
+    Certificate,
+    bad,
+    certificate,
+    components,
+    conjuncts,
+    free_constants,
+    named_state,
+    verify,
+    without_domain,
+)
+from lockstep.checkers.symbolic.solving import milliseconds
+from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
+from lockstep.spec.machine import Machine, PropertyKind
+
+Progress = Callable[[Statistics], None]
+
+
+@dataclass
+class Attempt:
+    """What Spacer did for one property: its answer, seconds, and the checked certificate."""
+
+    answer: str  # "safe", "reachable", "unknown"
+    seconds: float
+    certificate: Certificate | None = None
+    rejected: str | None = None  # why the re-check refused Spacer's invariant
+
+
+# Spacer's readings of the integers, tried in turn, each stage giving every open property this
+# fraction of its time limit; later stages assume the invariants that earlier ones proved in the
+# same reading. "integers": mathematical integers (linear arithmetic). "bits": bit-vectors of the
+# encoding's sound width, bit-blasted (``xform.bit_blast``); with z3 4.x/5.x Spacer answers fast
+# there but its invariants are often not inductive (pp-broadcast's S1_broadcast_matching: a model
+# that fails its own transition clauses), so lockstep's re-check rejects them; not used by default.
+STAGES: tuple[tuple[str, float], ...] = (("integers", 0.25), ("integers", 0.75))
+
+
+class PropertyDirectedReachability:
+    def __init__(
+        self,
+        machine: Machine,
+        *,
+        depth: int = 10,
+        bmc_seconds: float = 10.0,
+        property_timeout: float = 60.0,
+        timeout: float | None = None,
+        max_depth: int = 200,
+        only: frozenset[int] | None = None,
+        assume_proved: bool = True,
+        stages: tuple[tuple[str, float], ...] = STAGES,
+        progress: Progress | None = None,
+    ) -> None:
+        self.encoding = Encoding(machine)
+        self.machine = self.encoding.machine
+        self.depth = depth
+        self.bmc_seconds = bmc_seconds
+        self.property_timeout = property_timeout
+        self.timeout = timeout
+        self.max_depth = max_depth
+        self.only = frozenset(range(len(self.machine.properties))) if only is None else only
+        self.assume_proved = assume_proved
+        self.stages = stages
+        self.progress = progress
+        self.attempts: dict[str, Attempt] = {}  # per property Spacer was asked about
+        self.bmc_depth = 0  # the depth the BMC phase checked fully
+        self.width = self.encoding.integer_width()
+        self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
+        self._certificates: dict[int, Certificate] = {}
+        self.houdini_seconds = 0.0
+
+    def _reading(self, mode: str) -> int | None:
+        """The bit-vector width of a reading (None: mathematical integers)."""
+        return self.width if mode == "bits" else None
+
+    def run(self) -> CheckResult:
+        started = time.monotonic()
+        machine = self.machine
+        bmc_budget = self.bmc_seconds if self.timeout is None else min(self.bmc_seconds, self.timeout)
+        first = BoundedModelChecker(machine, self.depth, timeout=bmc_budget, only=self.only).run()
+        self.bmc_depth = first.stats.depth
+        results = {item.name: item for item in first.properties}
+        pending = [
+            position
+            for position, prop in enumerate(machine.properties)
+            if position in self.only and prop.kind is not PropertyKind.LEADS_TO and not _settled(results[prop.name])
+        ]
+        stopped: str | None = None
+        clauses: dict[str, _Clauses] = {}
+        with bit_vectors(None):
+            for position in self._houdini(pending, started):
+                results[machine.properties[position].name] = self._proved(position, "integers", "Houdini over the model's own invariants")
+                pending.remove(position)
+        for mode, fraction in self.stages:
+            for position in list(pending):
+                prop = machine.properties[position]
+                left = None if self.timeout is None else self.timeout - (time.monotonic() - started)
+                if left is not None and left <= 0:
+                    stopped = "timeout"
+                    break
+                limit = self.property_timeout * fraction if left is None else min(self.property_timeout * fraction, left)
+                with bit_vectors(self._reading(mode)):
+                    if mode not in clauses:
+                        clauses[mode] = _Clauses(self.encoding, bit_blast=mode == "bits")
+                    outcome = self._prove(position, results[prop.name], clauses[mode], mode, limit)
+                if outcome is not None:
+                    results[prop.name] = outcome
+                    pending.remove(position)
+                if self.progress is not None:
+                    self.progress(Statistics(None, None, self.bmc_depth, time.monotonic() - started))
+        stats = Statistics(None, None, self.bmc_depth, time.monotonic() - started)
+        ordered = [results[prop.name] for position, prop in enumerate(machine.properties) if position in self.only]
+        return CheckResult(machine, "pdr", ordered, stats, stopped, list(first.warnings))
+
+    def _houdini(self, pending: list[int], started: float) -> list[int]:
+        """The pending properties the model's own invariants prove together (``houdini``); their
+        inductive conjunction becomes the first lemmas of the integer reading."""
+        self.houdini_seconds = time.monotonic()
+        deadline = None if self.timeout is None else started + self.timeout
+        survivors = inductive_subset(self.encoding, candidates(self.encoding, frozenset(pending)), deadline=deadline)
+        self.houdini_seconds = time.monotonic() - self.houdini_seconds
+        if not survivors:
+            return []
+        whole = without_domain(self.encoding, z3.And(*survivors.values()))
+        proved = []
+        for position in pending:
+            if self.machine.properties[position].name in survivors and verify(self.encoding, position, whole) is None:
+                proved.append(position)
+                self._certificates[position] = certificate(self.encoding, whole)
+        if self.assume_proved:
+            self._lemmas["integers"] = conjuncts(whole)
+        return proved
+
+    def _proved(self, position: int, mode: str, how: str) -> PropertyResult:
+        prop = self.machine.properties[position]
+        proof = self._certificates[position]
+        self.attempts.setdefault(prop.name, Attempt("safe", 0.0)).certificate = proof
+        if prop.kind is PropertyKind.SOMETIMES:
+            detail = f"no reachable state satisfies it (proved by {how})"
+            return PropertyResult(prop.name, prop.kind, Verdict.VIOLATED, None, detail, prop.builtin, proof.text)
+        return PropertyResult(prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {how}", prop.builtin, proof.text)
+
+    def _prove(self, position: int, shallow: PropertyResult, clauses: _Clauses, mode: str, limit: float) -> PropertyResult | None:
+        """The property's result if Spacer settled it in this reading (None: still open)."""
+        prop = self.machine.properties[position]
+        started = time.monotonic()
+        lemmas = self._lemmas[mode]
+        answer, invariant = clauses.solve(position, lemmas, limit)
+        attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
+        attempt.answer = answer
+        result: PropertyResult | None = None
+        if answer == "safe" and invariant is not None:
+            whole = z3.And(invariant, *lemmas) if lemmas else invariant
+            whole = without_domain(self.encoding, whole)
+            rejected = verify(self.encoding, position, whole, timeout=max(limit, 10.0))
+            if rejected is None:
+                self._certificates[position] = certificate(self.encoding, whole)
+                if self.assume_proved:
+                    self._lemmas[mode] = conjuncts(whole)
+                result = self._proved(position, mode, f"PDR, Spacer over {mode}")
+            else:
+                attempt.rejected = f"Spacer's invariant ({mode}) was rejected: {rejected}"
+                shallow.verdict = Verdict.INCONCLUSIVE
+                shallow.detail = attempt.rejected
+        elif answer == "reachable":
+            result = self._counterexample(position, limit)
+        else:
+            bounded = f"no violation within {self.bmc_depth} steps (BMC); " if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND else ""
+            shallow.detail = f"{bounded}Spacer answered unknown" + ("" if attempt.rejected is None else f"; {attempt.rejected}")
+        attempt.seconds += time.monotonic() - started
+        return result
+
+    def _counterexample(self, position: int, limit: float) -> PropertyResult:
+        """BMC, unrolled until the violation (or witness) Spacer reports shows; its path is decoded
+        and re-run through ``evaluate`` as every BMC counterexample is."""
+        prop = self.machine.properties[position]
+        budget = max(limit, 10.0)
+        deep = BoundedModelChecker(self.machine, self.max_depth, timeout=budget, only=frozenset({position})).run()
+        item = deep.properties[0]
+        if item.path is not None:
+            return item
+        return PropertyResult(
+            prop.name, prop.kind, Verdict.INCONCLUSIVE, None,
+            f"Spacer reports it reachable; BMC found no path within {deep.stats.depth} steps in {budget:.0f} s", prop.builtin,
+        )
+
+
+def _settled(result: PropertyResult) -> bool:
+    """BMC's answer is final: a confirmed violation, or a witness of a ``sometimes`` property."""
+    return result.verdict is Verdict.VIOLATED or (result.kind is PropertyKind.SOMETIMES and result.verdict is Verdict.HOLDS)
+
+
+class _Clauses:
+    """The Horn clauses of one machine: shared initial and transition parts, one query per property."""
+
+    def __init__(self, encoding: Encoding, *, bit_blast: bool) -> None:
+        self.encoding = encoding
+        self.bit_blast = bit_blast
+        self.state = named_state(encoding)
+        self.current = components(encoding, self.state)
+        following = encoding.state("next")
+        self.following = components(encoding, following)
+        self.relation = z3.Function("reachable", *[term.sort() for term in self.current], z3.BoolSort())
+        domain = to_z3(encoding.domain(self.state))
+        self.initial = z3.And(domain, to_z3(encoding.initial(self.state)))
+        self.steps: list[z3.BoolRef] = []  # per grounded transition: its body without ``reachable``
+        for guard, updates, out_of_bounds in encoding.steps(self.state):
+            if guard is False:
+                continue
+            after: list[Symbolic] = []
+            for name, sort in encoding.sorts.items():
+                after.extend(flatten(sort, updates.get(name, self.state[name])))
+            equalities = [target == to_z3(value) for target, value in zip(self.following, after, strict=True)]
+            self.steps.append(z3.And(domain, to_z3(conjoin([guard, negate(out_of_bounds)])), to_z3(encoding.domain(following)), *equalities))
+
+    def solve(self, position: int, lemmas: list[z3.BoolRef], limit: float) -> tuple[str, z3.BoolRef | None]:
+        """Spacer's answer for property ``position`` and, when safe, the invariant (over the named state)."""
+        relation, current = self.relation, self.relation(*self.current)
+        solver = z3.SolverFor("HORN")
+        solver.set("timeout", milliseconds(limit))
+        if self.bit_blast:
+            solver.set("xform.bit_blast", True)
+        assumed = z3.And(*lemmas) if lemmas else z3.BoolVal(True)
+        rules = [(self.initial, current)]
+        rules += [(z3.And(current, assumed, step), relation(*self.following)) for step in self.steps]
+        # (no domain here: every reachable state is in it already, and with it Spacer's bit-blasted
+        # invariants come back existentially quantified over bits)
+        rules.append((z3.And(current, assumed, to_z3(bad(self.encoding, position, self.state))), z3.BoolVal(False)))
+        for body, head in rules:
+            quantified = free_constants([body, head])
+            rule = z3.Implies(body, head)
+            solver.add(z3.ForAll(quantified, rule) if quantified else rule)
+        answer = solver.check()
+        if answer == z3.unsat:
+            return "reachable", None
+        if answer != z3.sat:
+            return "unknown", None
+        invariant = solver.model().eval(current)
+        return "safe", invariant

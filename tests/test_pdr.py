@@ -1,0 +1,128 @@
+"""The pdr engine (BMC, Houdini, Spacer) and its checked proofs; sound bit-vector widths."""
+
+from __future__ import annotations
+
+import pytest
+import z3
+
+from lockstep.checkers import Verdict, check
+from lockstep.checkers.symbolic.encoding import Encoding
+from lockstep.checkers.symbolic.invariants import certificate, named_state, verify
+from lockstep.checkers.symbolic.ranges import largest_magnitude, required_width
+from lockstep.checkers.symbolic.values import bit_vectors
+from lockstep.models import get_protocol
+from lockstep.spec.machine import Machine, Step
+from lockstep.spec.sorts import integers
+from lockstep.spec.terms import Term
+
+
+def counter(limit: int = 3) -> Machine:
+    """x and y count up together to ``limit``; y <= limit needs x == y, which is not the property."""
+    machine = Machine("pair")
+    x = machine.variable("x", integers(0, 5), 0)
+    y = machine.variable("y", integers(0, 5), 0)
+    machine.add_action("tick", lambda: Step(x < limit, {x: x + 1, y: y + 1}), actor="clock")
+    machine.always("y_small", y <= 3)
+    machine.set_final(x == limit)
+    return machine.finish()
+
+
+def test_pdr_proves_a_property_that_needs_a_strengthening_and_shows_the_invariant() -> None:
+    plain = check(counter(), "induction", induction_k=1)
+    assert plain.property_result("y_small").verdict is Verdict.INCONCLUSIVE  # not inductive by itself
+    result = check(counter(), "pdr", depth=1, solver_timeout=20)
+    proved = result.property_result("y_small")
+    assert proved.verdict is Verdict.HOLDS and proved.invariant is not None
+    assert "y" in proved.invariant and "x" in proved.invariant  # it relates the two counters
+    assert result.engine == "pdr"
+
+
+def test_pdr_finds_a_violation_beyond_the_bmc_depth_and_replays_it() -> None:
+    result = check(counter(limit=5), "pdr", depth=1, solver_timeout=20)
+    violated = result.property_result("y_small")
+    assert violated.verdict is Verdict.VIOLATED and violated.path is not None
+    assert violated.path.length == 4  # BMC, unrolled after Spacer's "reachable": the shortest
+    assert check(counter(limit=5), "bfs").property_result("y_small").path.length == 4  # type: ignore[union-attr]
+
+
+def test_the_recheck_rejects_wrong_invariants() -> None:
+    machine = counter()
+    encoding = Encoding(machine)
+    with bit_vectors(None):
+        state = named_state(encoding)
+        x, y = state["x"], state["y"]
+        assert verify(encoding, 0, z3.And(x == y, x <= 3)) is None  # the right one (position 0: in_bounds)
+        position = [prop.name for prop in encoding.machine.properties].index("y_small")
+        assert verify(encoding, position, z3.And(x == y, x <= 3)) is None
+        weakened = verify(encoding, position, y <= 3)  # the property alone: not inductive
+        assert weakened is not None and "consecution" in weakened
+        assert "initiation" in (verify(encoding, position, z3.And(x == y, x >= 1)) or "")
+        assert "safety" in (verify(encoding, position, z3.And(x == y, x <= 4)) or "")
+        assert "not state variables" in (verify(encoding, position, z3.Int("z") == 0) or "")
+        text = certificate(encoding, z3.And(x == y, x <= 3)).text
+        assert text == "x == y and x <= 3"
+
+
+def test_rendering_names_enum_members() -> None:
+    machine = Machine("modes")
+    from lockstep.spec.sorts import enum
+
+    Mode = enum("Mode", ["IDLE", "BUSY", "DONE"])
+    mode = machine.variable("mode", Mode, 0)
+    machine.add_action("start", lambda: Step(mode == Mode.IDLE, {mode: Mode.BUSY}), actor="a")  # type: ignore[attr-defined]
+    machine.add_action("stop", lambda: Step(mode == Mode.BUSY, {mode: Mode.DONE}), actor="a")  # type: ignore[attr-defined]
+    machine.finish()
+    encoding = Encoding(machine)
+    with bit_vectors(None):
+        value = named_state(encoding)["mode"]
+        assert certificate(encoding, z3.And(value != 1, value <= 1)).text == "mode != BUSY and mode in {IDLE, BUSY}"
+
+
+def overflowing(factor: int) -> Machine:
+    """``x * factor <= 1000`` breaks at x = 11; at the old width (11 bits) 11 * 100 wrapped negative."""
+    machine = Machine("overflow")
+    x = machine.variable("x", integers(0, 30), 0)
+    machine.add_action("grow", lambda: Step(x < 30, {x: x + 1}), actor="clock")
+    machine.always("product_small", x * factor <= 1000)
+    return machine.finish()
+
+
+def cube(x: Term) -> Term:
+    return x * x * x
+
+
+def test_bit_vector_widths_cannot_hide_a_violation() -> None:
+    machine = overflowing(100)
+    assert largest_magnitude(machine) >= 3000
+    assert Encoding(machine).integer_width() >= required_width(3000)
+    expected = check(machine, "bfs").property_result("product_small")
+    assert expected.verdict is Verdict.VIOLATED and expected.path is not None and expected.path.length == 11
+    bmc = check(machine, "bmc", depth=15).property_result("product_small")
+    assert bmc.verdict is Verdict.VIOLATED and bmc.path is not None and bmc.path.length == 11
+    pdr = check(machine, "pdr", depth=2, solver_timeout=20).property_result("product_small")
+    assert pdr.verdict is Verdict.VIOLATED and pdr.path is not None and pdr.path.length == 11
+    # a cube: 30 ** 3 needs 16 bits; the translation must neither wrap nor report a spurious violation
+    wide = Machine("cube")
+    x = wide.variable("x", integers(0, 30), 0)
+    wide.add_action("grow", lambda: Step(x < 30, {x: x + 1}), actor="clock")
+    wide.always("cube_small", cube(x) < 10000)
+    wide.finish()
+    assert Encoding(wide).integer_width() >= 16
+    assert check(wide, "bmc", depth=25).property_result("cube_small").path.length == 22  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("variant", ["post-fix", "pre-fix"])
+def test_pdr_agrees_with_bfs_on_async_placeholders(variant: str) -> None:
+    instance = get_protocol("async-placeholders").instance(variant)
+    explicit = {item.name: item for item in check(instance).properties}
+    result = check(instance, "pdr", depth=12, solver_timeout=10)
+    for item in result.properties:
+        reference = explicit[item.name]
+        if item.verdict in (Verdict.HOLDS, Verdict.VIOLATED):
+            assert item.verdict is reference.verdict, item.name
+            if item.path is None:  # a proof: an always property holds, or a sometimes one has no witness
+                assert item.invariant is not None, item.name
+            else:  # a counterexample or a witness, from BMC: as short as BFS's
+                assert reference.path is not None and item.path.length == reference.path.length, item.name
+        else:  # open: BFS must not know a violation or witness within the BMC depth
+            assert reference.path is None or reference.path.length > 12, item.name
