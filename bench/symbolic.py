@@ -67,19 +67,24 @@ def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
     parameters = {"ranks": arguments.ranks} if name == "dp-pause" else {}
     machine = get_protocol(name).instance("post-fix", **parameters).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
-    print(f"{name} post-fix seed{f', {arguments.ranks} ranks' if parameters else ''}: pdr, {arguments.property_timeout:.0f} s per property")
+    ranks = f", {arguments.ranks} ranks" if parameters else ""
+    print(f"{name} post-fix seed{ranks}: pdr, {arguments.property_timeout:.0f} s per property")
     prover = PropertyDirectedReachability(machine, property_timeout=arguments.property_timeout)
     result = prover.run()
-    print(f"  BMC phase to depth {prover.bmc_depth}; Houdini {prover.houdini_seconds:.1f} s; total {result.stats.seconds:.1f} s")
+    print(f"  BMC phase to depth {prover.bmc_depth}; Houdini {prover.houdini_seconds:.1f} s; ", end="")
+    print(f"total {result.stats.seconds:.1f} s")
     induction = Induction(machine, max_k=arguments.k, solver_timeout=arguments.induction_timeout).run()
     by_induction = {item.name: item.verdict.value for item in induction.properties}
     print(f"  {'property':<30} {'pdr':<20} {'seconds':>8} {'atoms':>6}  {'how':<44} k-induction (k<={arguments.k})")
     for item in result.properties:
         attempt = prover.attempts.get(item.name)
         seconds = f"{attempt.seconds:8.1f}" if attempt is not None else f"{'-':>8}"
-        atoms = f"{attempt.certificate.size:6d}" if attempt is not None and attempt.certificate is not None else f"{'-':>6}"
+        atoms = (
+            f"{attempt.certificate.size:6d}" if attempt is not None and attempt.certificate is not None else f"{'-':>6}"
+        )
         how = item.detail if item.path is None else f"{item.detail or 'BMC'}: length {item.path.length}"
-        print(f"  {item.name:<30} {item.verdict.value:<20} {seconds} {atoms}  {how[:44]:<44} {by_induction.get(item.name, '-')}")
+        induction = by_induction.get(item.name, "-")
+        print(f"  {item.name:<30} {item.verdict.value:<20} {seconds} {atoms}  {how[:44]:<44} {induction}")
 
 
 if __name__ == "__main__":

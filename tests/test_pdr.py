@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import z3
 
@@ -126,3 +128,22 @@ def test_pdr_agrees_with_bfs_on_async_placeholders(variant: str) -> None:
                 assert reference.path is not None and item.path.length == reference.path.length, item.name
         else:  # open: BFS must not know a violation or witness within the BMC depth
             assert reference.path is None or reference.path.length > 12, item.name
+
+
+def test_check_show_invariant_prints_the_rechecked_invariant(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    import re
+
+    from lockstep.cli import main
+
+    document = pathlib.Path(__file__).resolve().parent.parent / "docs" / "adding-a-protocol.md"
+    model = tmp_path / "early_stop.py"  # the documented example: small enough for Spacer in seconds
+    model.write_text(re.findall(r"```python\n(.*?)```", document.read_text(), re.S)[0])
+    arguments = ["check", "--model-file", str(model), "--variant", "post-fix", "--engine", "pdr"]
+    code = main([*arguments, "--solver-timeout", "30", "--show-invariant"])
+    err = capsys.readouterr().err
+    assert code in (0, 3), err  # holds, or inconclusive where Spacer ran out of time
+    assert "same_step_count holds by the inductive invariant:" in err
+    assert main([*arguments, "--k", "2"]) == 2
+    assert "--k applies to --engine induction, not to pdr (use --depth)" in capsys.readouterr().err

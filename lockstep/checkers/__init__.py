@@ -58,11 +58,12 @@ def check(
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
     seconds per Z3 query; ``pdr`` runs BMC to ``depth`` (default 10) and then Z3's Spacer on each
     property left open, ``solver_timeout`` seconds per property (default 60), and proves a property
-    only with an inductive invariant that lockstep re-checked (``PropertyResult.invariant``). ``properties`` restricts the check (and the result) to the named
-    properties; the Z3 engines then skip the others' queries altogether. ``compact`` (vectorised
-    engines) keeps 64-bit fingerprints instead of full states; ``stop_at_first`` (explicit engines)
-    ends the search at the first violation. z3 is imported only when a Z3 engine is asked for,
-    torch only for ``bfs-gpu`` or ``workers`` > 1."""
+    only with an inductive invariant that lockstep re-checked (``PropertyResult.invariant``).
+    ``properties`` restricts the check (and the result) to the named properties; the Z3 engines then
+    skip the others' queries altogether. ``compact`` (vectorised engines) keeps 64-bit fingerprints
+    instead of full states; ``stop_at_first`` (explicit engines) ends the search at the first
+    violation. z3 is imported only when a Z3 engine is asked for, torch only for ``bfs-gpu`` or
+    ``workers`` > 1."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
@@ -100,8 +101,12 @@ def check(
             from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 
             prover = PropertyDirectedReachability(
-                machine, depth=10 if depth is None else depth, timeout=None if limits is None else limits.timeout_seconds,
-                only=safety, progress=progress, property_timeout=60.0 if solver_timeout is None else solver_timeout,
+                machine,
+                depth=10 if depth is None else depth,
+                timeout=None if limits is None else limits.timeout_seconds,
+                only=safety,
+                progress=progress,
+                property_timeout=60.0 if solver_timeout is None else solver_timeout,
             )
             return _with_liveness(prover.run(), liveness & set(only or liveness))
         if engine == "induction":

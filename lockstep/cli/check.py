@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
@@ -84,14 +85,14 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
         )
         for option, value in explicit:
             if value is not None:
-                hint = "--depth" if engine == "bmc" else "--k"
+                hint = "--k" if engine == "induction" else "--depth"
                 raise UsageError(
                     f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} use {hint}"
                 )
         if engine == "bmc" and arguments.depth is None:
             raise UsageError("--engine bmc needs --depth K")
-        if engine == "bmc" and arguments.induction_k is not None:
-            raise UsageError("--k applies to --engine induction, not to bmc (use --depth)")
+        if engine in ("bmc", "pdr") and arguments.induction_k is not None:
+            raise UsageError(f"--k applies to --engine induction, not to {engine} (use --depth)")
         if engine == "induction" and arguments.depth is not None:
             raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
     else:
@@ -181,7 +182,19 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
         sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
         render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
+        if arguments.show_invariant:
+            _show_invariants(console, result)
     return result.exit_code
+
+
+def _show_invariants(console: Console, result: CheckResult) -> None:
+    """Each proved property's inductive invariant (pdr), in the model's variables."""
+    proved = [item for item in result.properties if item.invariant]
+    if not proved:
+        console.print("no property came with an inductive invariant (only --engine pdr proves with one)")
+    for item in proved:
+        console.print(f"[bold]{item.name}[/bold] holds by the inductive invariant:", highlight=False)
+        console.print(f"  {escape(str(item.invariant))}", soft_wrap=True, highlight=False)
 
 
 def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instance]:

@@ -18,7 +18,7 @@ from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER, POSITIVE_NUMBER
 
 # as lockstep.checkers.ENGINES (not imported here: it loads numpy; tests/test_cli_package.py holds them equal)
-ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction")
+ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr")
 # as lockstep.checkers.fuzz (which imports Hypothesis)
 DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS, DEFAULT_RUNTIME_EXAMPLES = 100, 1000, 30.0, 20
 TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
@@ -98,7 +98,8 @@ def prove_lemmas(**options: Any) -> Invocation:
     help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
     "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
     "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
-    "k-induction",
+    "k-induction; pdr: BMC to --depth (default 10), then Houdini and Z3 Spacer, --solver-timeout seconds per "
+    "property (default 60), proved only with an inductive invariant lockstep re-checked (shown in --json)",
 )
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
 @click.option(
@@ -118,12 +119,16 @@ def prove_lemmas(**options: Any) -> Invocation:
     metavar="N",
     help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)",
 )
-@click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll")
+@click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll; pdr: its first BMC run")
+@click.option("--show-invariant", is_flag=True, help="pdr: print each proved property's re-checked inductive invariant")
 @click.option(
     "--k", "induction_k", type=POSITIVE_INTEGER, metavar="K", help="induction: the k of k-induction (default: 1..10)"
 )
 @click.option(
-    "--solver-timeout", type=POSITIVE_NUMBER, metavar="SECONDS", help="bmc: limit per Z3 query (unknown = inconclusive)"
+    "--solver-timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="bmc, induction: limit per Z3 query; pdr: per property (unknown = inconclusive)",
 )
 @click.option("--symmetry", is_flag=True, help="reduce by the model's declared symmetry")
 @click.option("--max-states", type=POSITIVE_INTEGER, metavar="N", help="stop after this many states (inconclusive)")

@@ -116,7 +116,11 @@ def verify(encoding: Encoding, position: int, invariant: z3.BoolRef, timeout: fl
             to_z3(encoding.domain(after)),
             z3.Not(at(after)),
         ],
-        "safety (a state satisfying it violates the property)": [domain, at(before), to_z3(conjoin([bad(encoding, position, before)]))],
+        "safety (a state satisfying it violates the property)": [
+            domain,
+            at(before),
+            to_z3(conjoin([bad(encoding, position, before)])),
+        ],
     }
     for label, assertions in queries.items():
         solver = z3.Solver()
@@ -177,16 +181,33 @@ def certificate(encoding: Encoding, invariant: z3.BoolRef) -> Certificate:
 # ------------------------------------------------------------------------------------ rendering
 _CONNECTIVES = {z3.Z3_OP_AND: (" and ", 2), z3.Z3_OP_OR: (" or ", 1), z3.Z3_OP_IMPLIES: (" implies ", 0)}
 _COMPARISONS = {
-    z3.Z3_OP_EQ: "==", z3.Z3_OP_LE: "<=", z3.Z3_OP_GE: ">=", z3.Z3_OP_LT: "<", z3.Z3_OP_GT: ">",
-    z3.Z3_OP_SLEQ: "<=", z3.Z3_OP_SGEQ: ">=", z3.Z3_OP_SLT: "<", z3.Z3_OP_SGT: ">",  # bit-vectors: signed
+    z3.Z3_OP_EQ: "==",
+    z3.Z3_OP_LE: "<=",
+    z3.Z3_OP_GE: ">=",
+    z3.Z3_OP_LT: "<",
+    z3.Z3_OP_GT: ">",
+    z3.Z3_OP_SLEQ: "<=",
+    z3.Z3_OP_SGEQ: ">=",
+    z3.Z3_OP_SLT: "<",
+    z3.Z3_OP_SGT: ">",  # bit-vectors: signed
 }
 _NEGATED = {
-    z3.Z3_OP_LE: ">", z3.Z3_OP_GE: "<", z3.Z3_OP_LT: ">=", z3.Z3_OP_GT: "<=",
-    z3.Z3_OP_SLEQ: ">", z3.Z3_OP_SGEQ: "<", z3.Z3_OP_SLT: ">=", z3.Z3_OP_SGT: "<=",
+    z3.Z3_OP_LE: ">",
+    z3.Z3_OP_GE: "<",
+    z3.Z3_OP_LT: ">=",
+    z3.Z3_OP_GT: "<=",
+    z3.Z3_OP_SLEQ: ">",
+    z3.Z3_OP_SGEQ: "<",
+    z3.Z3_OP_SLT: ">=",
+    z3.Z3_OP_SGT: "<=",
 }
 _ARITHMETIC = {
-    z3.Z3_OP_ADD: (" + ", 5), z3.Z3_OP_MUL: (" * ", 6), z3.Z3_OP_SUB: (" - ", 5),
-    z3.Z3_OP_BADD: (" + ", 5), z3.Z3_OP_BMUL: (" * ", 6), z3.Z3_OP_BSUB: (" - ", 5),
+    z3.Z3_OP_ADD: (" + ", 5),
+    z3.Z3_OP_MUL: (" * ", 6),
+    z3.Z3_OP_SUB: (" - ", 5),
+    z3.Z3_OP_BADD: (" + ", 5),
+    z3.Z3_OP_BMUL: (" * ", 6),
+    z3.Z3_OP_BSUB: (" - ", 5),
 }
 _ATOM = 9
 
@@ -282,6 +303,11 @@ def _comparison(operator: str, operands: list[z3.ExprRef], scalars: dict[str, So
 
 
 def _compare(operator: str, left: int, right: int) -> bool:
-    return {"==": left == right, "!=": left != right, "<=": left <= right, ">=": left >= right, "<": left < right, ">": left > right}[
-        operator
-    ]
+    return {
+        "==": left == right,
+        "!=": left != right,
+        "<=": left <= right,
+        ">=": left >= right,
+        "<": left < right,
+        ">": left > right,
+    }[operator]

@@ -131,7 +131,9 @@ class PropertyDirectedReachability:
         clauses: dict[str, _Clauses] = {}
         with bit_vectors(None):
             for position in self._houdini(pending, started):
-                results[machine.properties[position].name] = self._proved(position, "integers", "Houdini over the model's own invariants")
+                results[machine.properties[position].name] = self._proved(
+                    position, "integers", "Houdini over the model's own invariants"
+                )
                 pending.remove(position)
         for mode, fraction in self.stages:
             for position in list(pending):
@@ -140,7 +142,9 @@ class PropertyDirectedReachability:
                 if left is not None and left <= 0:
                     stopped = "timeout"
                     break
-                limit = self.property_timeout * fraction if left is None else min(self.property_timeout * fraction, left)
+                limit = (
+                    self.property_timeout * fraction if left is None else min(self.property_timeout * fraction, left)
+                )
                 with bit_vectors(self._reading(mode)):
                     if mode not in clauses:
                         clauses[mode] = _Clauses(self.encoding, bit_blast=mode == "bits")
@@ -182,7 +186,9 @@ class PropertyDirectedReachability:
             return PropertyResult(prop.name, prop.kind, Verdict.VIOLATED, None, detail, prop.builtin, proof.text)
         return PropertyResult(prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {how}", prop.builtin, proof.text)
 
-    def _prove(self, position: int, shallow: PropertyResult, clauses: _Clauses, mode: str, limit: float) -> PropertyResult | None:
+    def _prove(
+        self, position: int, shallow: PropertyResult, clauses: _Clauses, mode: str, limit: float
+    ) -> PropertyResult | None:
         """The property's result if Spacer settled it in this reading (None: still open)."""
         prop = self.machine.properties[position]
         started = time.monotonic()
@@ -207,8 +213,14 @@ class PropertyDirectedReachability:
         elif answer == "reachable":
             result = self._counterexample(position, limit)
         else:
-            bounded = f"no violation within {self.bmc_depth} steps (BMC); " if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND else ""
-            shallow.detail = f"{bounded}Spacer answered unknown" + ("" if attempt.rejected is None else f"; {attempt.rejected}")
+            bounded = (
+                f"no violation within {self.bmc_depth} steps (BMC); "
+                if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND
+                else ""
+            )
+            shallow.detail = f"{bounded}Spacer answered unknown" + (
+                "" if attempt.rejected is None else f"; {attempt.rejected}"
+            )
         attempt.seconds += time.monotonic() - started
         return result
 
@@ -222,14 +234,20 @@ class PropertyDirectedReachability:
         if item.path is not None:
             return item
         return PropertyResult(
-            prop.name, prop.kind, Verdict.INCONCLUSIVE, None,
-            f"Spacer reports it reachable; BMC found no path within {deep.stats.depth} steps in {budget:.0f} s", prop.builtin,
+            prop.name,
+            prop.kind,
+            Verdict.INCONCLUSIVE,
+            None,
+            f"Spacer reports it reachable; BMC found no path within {deep.stats.depth} steps in {budget:.0f} s",
+            prop.builtin,
         )
 
 
 def _settled(result: PropertyResult) -> bool:
     """BMC's answer is final: a confirmed violation, or a witness of a ``sometimes`` property."""
-    return result.verdict is Verdict.VIOLATED or (result.kind is PropertyKind.SOMETIMES and result.verdict is Verdict.HOLDS)
+    return result.verdict is Verdict.VIOLATED or (
+        result.kind is PropertyKind.SOMETIMES and result.verdict is Verdict.HOLDS
+    )
 
 
 class _Clauses:
@@ -253,7 +271,14 @@ class _Clauses:
             for name, sort in encoding.sorts.items():
                 after.extend(flatten(sort, updates.get(name, self.state[name])))
             equalities = [target == to_z3(value) for target, value in zip(self.following, after, strict=True)]
-            self.steps.append(z3.And(domain, to_z3(conjoin([guard, negate(out_of_bounds)])), to_z3(encoding.domain(following)), *equalities))
+            self.steps.append(
+                z3.And(
+                    domain,
+                    to_z3(conjoin([guard, negate(out_of_bounds)])),
+                    to_z3(encoding.domain(following)),
+                    *equalities,
+                )
+            )
 
     def solve(self, position: int, lemmas: list[z3.BoolRef], limit: float) -> tuple[str, z3.BoolRef | None]:
         """Spacer's answer for property ``position`` and, when safe, the invariant (over the named state)."""

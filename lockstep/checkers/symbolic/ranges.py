@@ -148,8 +148,16 @@ class Ranges:
                 capacity = expression.sort.capacity if isinstance(expression.sort, SequenceSort) else 0
                 return hull([*operands, (-1, max(capacity, len(operands)) + 1)])
             case (
-                Operator.NOT | Operator.AND | Operator.OR | Operator.IMPLIES | Operator.EQUAL | Operator.NOT_EQUAL
-                | Operator.LESS | Operator.LESS_EQUAL | Operator.GREATER | Operator.GREATER_EQUAL
+                Operator.NOT
+                | Operator.AND
+                | Operator.OR
+                | Operator.IMPLIES
+                | Operator.EQUAL
+                | Operator.NOT_EQUAL
+                | Operator.LESS
+                | Operator.LESS_EQUAL
+                | Operator.GREATER
+                | Operator.GREATER_EQUAL
             ):
                 return (0, 1)
         # MINIMUM, MAXIMUM, SELECT, STORE, AT, FIELD, WITH_FIELD, RECORD, MAP: values of the operands
@@ -175,7 +183,10 @@ def expressions_of(machine: Machine) -> list[Expression]:
 def largest_magnitude(machine: Machine) -> int:
     """The largest absolute integer any translated expression, variable or parameter can take."""
     ranges = Ranges()
-    for sort in [*(variable.sort for variable in machine.variables.values()), *(p.sort for a in machine.actions for p in a.parameters)]:
+    for sort in [
+        *(variable.sort for variable in machine.variables.values()),
+        *(p.sort for a in machine.actions for p in a.parameters),
+    ]:
         low, high = sort_interval(sort)
         ranges.widest = max(ranges.widest, abs(low), abs(high))
     for expression in expressions_of(machine):
