@@ -36,7 +36,7 @@ def _structure(instance: Instance) -> dict[str, object]:
 
 
 def _result(instance: Instance) -> dict[str, object]:
-    result = check(instance)
+    result = check(instance, engine="auto")  # bfs-vec where it applies: the same counts and paths as bfs, faster
     properties = {}
     for item in result.properties:
         path = None
