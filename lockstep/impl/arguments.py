@@ -78,6 +78,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="feed the choices from this JSON Lines file (from --json's choices), then the seed",
     )
+    parser.add_argument(
+        "--flight-recorder",
+        action="store_true",
+        help="turn on torch's flight recorder; on a hang each rank dumps it beside its trace as "
+        "rank-<r>.flight-recorder (needs --trace-dir; check with lockstep replay --flight-recorder DIR)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
@@ -153,6 +159,9 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
         if not Path(arguments.choices).is_file():
             raise RunUsageError(f"--choices {arguments.choices}: no such file")
         choices = str(Path(arguments.choices).resolve())
+    flight_recorder = bool(getattr(arguments, "flight_recorder", False))
+    if flight_recorder and trace_dir is None:
+        raise RunUsageError("--flight-recorder keeps each rank's dump beside its trace: give --trace-dir DIR")
     config = RunConfig(
         protocol=protocol.name,
         variant=arguments.variant,
@@ -165,6 +174,7 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
         timeout=arguments.hang_timeout,
         trace_dir=trace_dir,
         choices=choices,
+        flight_recorder=flight_recorder,
         extra=extra,
     )
     problem = protocol.validate(config) if protocol.validate is not None else None

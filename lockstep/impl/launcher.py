@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockstep.impl.choices import read_choices
+from lockstep.impl.flight_recorder import flight_recorder_environment, request_dumps
 from lockstep.impl.lifetime import child_environment, guardian, python_command
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
 
@@ -205,7 +206,8 @@ def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = Fals
     started = time.monotonic()
     group = 0
     try:
-        processes, logs, group = start_ranks(["--config", str(config_path)], config.ranks, run_dir / "logs")
+        extra = flight_recorder_environment(config, os.environ)
+        processes, logs, group = start_ranks(["--config", str(config_path)], config.ranks, run_dir / "logs", extra)
         outcome = watch_run(
             config, run_dir, lambda: [process.poll() for process in processes], started, deadline, run_dir / "logs"
         )
@@ -233,12 +235,13 @@ def _loopback_store() -> socket.socket:
 
 
 def start_ranks(
-    arguments: list[str], ranks: int, logs: Path
+    arguments: list[str], ranks: int, logs: Path, extra_environment: dict[str, str] | None = None
 ) -> tuple[list[subprocess.Popen[bytes]], list[IO[bytes]], int]:
     """Start ``python -P -m lockstep.impl.rank ARGUMENTS`` for every rank in one new process group
     registered with the guardian; each rank's output goes to ``logs/rank-<r>.log``. Returns the
     processes, their open log files and the group (on an error, what started is killed)."""
     environment = child_environment()
+    environment.update(extra_environment or {})
     store = _loopback_store()
     environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.getsockname()[1]), WORLD_SIZE=str(ranks))
     environment[STORE_ENVIRONMENT] = "1"
@@ -327,6 +330,7 @@ def watch_run(
         current = codes()
         if hung(statuses, config.ranks, config.timeout, now):
             waits = waits_of(statuses)
+            request_dumps(config)  # with --flight-recorder: every rank dumps before it is killed
             return finish(HANG, describe_waits(waits), statuses, waits)
         failed = [rank for rank, code in enumerate(current) if code not in (None, 0)]
         if failed:
@@ -334,6 +338,7 @@ def watch_run(
             statuses = read_statuses(run_dir)
             if hung(statuses, config.ranks, 0.9 * config.timeout, time.time()):  # e.g. the NCCL watchdog's abort
                 waits = waits_of(statuses)
+                request_dumps(config)
                 return finish(HANG, describe_waits(waits), statuses, waits)
             rank = failed[0]
             tail = _tail(logs / f"rank-{rank}.log")
@@ -370,6 +375,7 @@ class Watchdog(threading.Thread):
             if hung(statuses, self.config.ranks, self.config.timeout, time.time()):
                 sys.stderr.write(f"lockstep: hang diagnosed: {describe_waits(waits_of(statuses))}\n")
                 sys.stderr.flush()
+                request_dumps(self.config)
                 for actor in ("coordinator", "client"):
                     pid = statuses.get(actor, {}).get("pid")
                     if isinstance(pid, int):

@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from types import ModuleType
 
-from lockstep.impl import distributed
+from lockstep.impl import distributed, flight_recorder
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
 from lockstep.impl.distributed import CollectiveTimeout, Groups, share_object
 from lockstep.impl.launcher import Watchdog
@@ -104,6 +104,7 @@ def main(argv: list[str]) -> int:
         groups = _join(protocol, config)
     else:
         config = _torchrun_config(argv)
+        os.environ.update(flight_recorder.flight_recorder_environment(config, os.environ))  # before torch's groups
         protocol = runtime_protocol(config.protocol).rank_module()
         groups = _join(protocol, config)
         shared = None
@@ -120,10 +121,13 @@ def main(argv: list[str]) -> int:
         config = RunConfig.read(config_path)
         if groups.rank == 0:  # no launcher watches a torchrun run: rank 0 diagnoses a hang itself
             Watchdog(config).start()
+    dumper = flight_recorder.start(config, groups.rank, groups.groups)
     try:
         return int(protocol.run_rank(config, config_path, groups))
     except CollectiveTimeout as error:
         sys.stderr.write(f"lockstep: {error}\n")
+        if dumper is not None:  # the group's timeout came first: dump before leaving
+            dumper.dump()
         return 1
     except Exception:
         traceback.print_exc()

@@ -55,6 +55,7 @@ class RunConfig:
     run_dir: str = ""
     choices: str | None = None  # a JSON Lines file of choices to feed (ScriptedChoices), else seeded
     monitored: bool = False  # True: a launcher watches the statuses (else rank 0 does)
+    flight_recorder: bool = False  # each rank dumps torch's flight recorder beside its trace on a hang
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:

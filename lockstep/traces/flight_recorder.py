@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 KNOWN_VERSIONS = ("2.10",)  # what torch 2.11 to 2.13 write (FlightRecorder.hpp's version_val)
-DUMP_SUFFIXES = ("", ".pkl", ".pickle", ".json")
+DUMP_SUFFIXES = ("", ".pkl", ".pickle", ".json", ".flight-recorder")  # the last: `lockstep run --flight-recorder`
 _RANK_AT_END = re.compile(r"(\d+)$")
 
 # Opcodes that build containers and scalars; everything else (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
@@ -275,7 +275,7 @@ def read_directory(path: str | Path) -> FlightRecorderDirectory:
         folders = [name for name in ignored if (path / name).is_dir()]
         hint = f"; try one of its folders: {', '.join(folders)}" if folders else ""
         raise FlightRecorderError(
-            path, f"no flight-recorder dumps (files named like nccl_trace_rank_0 or rank0.json){hint}"
+            path, f"no flight-recorder dumps (files named like nccl_trace_rank_0, rank0.json or rank-0.flight-recorder){hint}"
         )
     ordered = tuple(dumps[rank] for rank in sorted(dumps))
     warnings = [warning for dump in ordered for warning in dump.warnings]

@@ -1,0 +1,139 @@
+"""PyTorch's flight recorder in the runtime: its environment, and each rank's dump beside its trace.
+
+With ``lockstep run --flight-recorder`` (``RunConfig.flight_recorder``) the launcher starts every
+rank with ``flight_recorder_environment``: ``TORCH_FR_BUFFER_SIZE`` (2000 entries unless the
+caller's environment sets it or ``TORCH_NCCL_TRACE_BUFFER_SIZE``) and, for ``--backend nccl``, the
+NCCL watchdog's own dump on a timeout: ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` with
+``TORCH_NCCL_DEBUG_INFO_TEMP_FILE=<trace dir>/nccl-timeout/rank-`` (the watchdog appends the rank)
+and ``TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<trace dir>/nccl-timeout/pipe-rank-``.
+
+Gloo has no dump on timeout, so each rank dumps from inside: a ``Dumper`` thread waits for the
+trigger file (``request_dumps``: the launcher, or rank 0's watchdog under torchrun, writes it
+when it diagnoses a hang) and writes ``<trace dir>/rank-<r>.flight-recorder`` with
+``torch._C._distributed_c10d._dump_fr_trace()`` (the CPU backends' recorder; gloo's work is
+there) while the rank's main thread still blocks in its collective. A rank whose collective
+raised its group's timeout dumps before it exits. With NCCL the NCCL recorder's dump
+(``_dump_nccl_trace``) goes to ``<trace dir>/nccl/rank-<r>.flight-recorder``. Every file is
+written whole (a temporary file, then a rename). ``lockstep replay --flight-recorder <trace dir>``
+reads them; ``flight-recorder-mapping.json`` beside them names the model communicator of each
+group (``write_mapping``). Imports torch lazily (the launcher uses the environment part).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lockstep.impl.runtime import RunConfig
+
+TRIGGER = "flight-recorder.dump"  # in the run directory
+SUFFIX = ".flight-recorder"
+MAPPING = "flight-recorder-mapping.json"
+DEFAULT_BUFFER_SIZE = "2000"
+
+
+def flight_recorder_environment(config: RunConfig, environment: Mapping[str, str]) -> dict[str, str]:
+    """The variables to add to the ranks' ``environment`` for a run with the flight recorder on."""
+    if not config.flight_recorder or config.trace_dir is None:
+        return {}
+    added: dict[str, str] = {}
+    if "TORCH_FR_BUFFER_SIZE" not in environment and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in environment:
+        added["TORCH_FR_BUFFER_SIZE"] = DEFAULT_BUFFER_SIZE
+    if config.backend == "nccl":
+        folder = Path(config.trace_dir) / "nccl-timeout"
+        folder.mkdir(parents=True, exist_ok=True)
+        added["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+        added["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = str(folder / "rank-")
+        added["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] = str(folder / "pipe-rank-")
+    return added
+
+
+def dump_path(trace_dir: str | os.PathLike[str], rank: int, nccl: bool = False) -> Path:
+    folder = Path(trace_dir) / "nccl" if nccl else Path(trace_dir)
+    return folder / f"rank-{rank}{SUFFIX}"
+
+
+def request_dumps(config: RunConfig, wait: float = 5.0) -> list[int]:
+    """Ask every rank to dump (the trigger file) and wait up to ``wait`` seconds for their files;
+    returns the ranks whose dump did not appear."""
+    if not config.flight_recorder or config.trace_dir is None:
+        return []
+    (Path(config.run_dir) / TRIGGER).write_text("dump\n", encoding="utf-8")
+    deadline = time.monotonic() + wait
+    missing = list(range(config.ranks))
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.02)
+        missing = [rank for rank in missing if not dump_path(config.trace_dir, rank).exists()]
+    return missing
+
+
+def dump(config: RunConfig, rank: int) -> None:
+    """Write this rank's dump(s) now (from any thread)."""
+    if config.trace_dir is None:
+        return
+    from torch._C import _distributed_c10d as c10d
+
+    _write_whole(dump_path(config.trace_dir, rank), c10d._dump_fr_trace())
+    if config.backend == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
+        _write_whole(dump_path(config.trace_dir, rank, nccl=True), c10d._dump_nccl_trace())
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name("." + path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+class Dumper(threading.Thread):
+    """Waits for the run's trigger file, then dumps this rank's flight recorder (once)."""
+
+    def __init__(self, config: RunConfig, rank: int, groups: Mapping[str, Any]) -> None:
+        super().__init__(name="lockstep-flight-recorder", daemon=True)
+        self.config, self.rank, self.groups = config, rank, groups
+        self.trigger = Path(config.run_dir) / TRIGGER
+
+    def run(self) -> None:
+        while not self.trigger.exists():
+            time.sleep(0.02)
+        self.dump()
+
+    def dump(self) -> None:
+        if self.rank == 0:
+            write_mapping(self.config, self.groups)
+        dump(self.config, self.rank)
+
+
+def start(config: RunConfig, rank: int, groups: Mapping[str, Any]) -> Dumper | None:
+    """Start the rank's dumper when the run has the flight recorder on; ``groups`` is the rank's
+    communicator-name -> process-group dict (filled later by the protocol's ``run_rank``)."""
+    if not config.flight_recorder or config.trace_dir is None:
+        return None
+    dumper = Dumper(config, rank, groups)
+    dumper.start()
+    return dumper
+
+
+def write_mapping(config: RunConfig, groups: Mapping[str, Any]) -> None:
+    """Rank 0 writes which dump group is which model communicator (``--mapping`` of replay)."""
+    if not config.flight_recorder or config.trace_dir is None:
+        return
+    import torch.distributed as dist
+
+    names = {}
+    for communicator, group in list(groups.items()):
+        name = dist.distributed_c10d._get_process_group_name(group)
+        if name:
+            names[name] = communicator
+    document = {
+        "protocol": config.protocol,
+        "variant": config.variant,
+        "groups": names,
+        "acknowledged": sorted(names.values()),  # Collective.send/recv: every transfer is answered by a 1-element ack
+    }
+    _write_whole(Path(config.trace_dir) / MAPPING, (json.dumps(document, indent=2) + "\n").encode("utf-8"))
