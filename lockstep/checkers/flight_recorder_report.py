@@ -1,6 +1,7 @@
 """The text and JSON forms of a flight-recorder ``Diagnosis``: what ``lockstep replay --flight-recorder`` shows.
 
-``render`` returns the text a person reads (the verdict and who waits where first, then each group
+``render`` (``render_model_check``: the check against a model) returns the text a person reads
+(the verdict and who waits where first, then each group
 with its first disagreement and the Python frames of its waiting ranks, then where each rank is);
 ``diagnosis_to_json`` returns plain dicts, lists, strings and numbers for ``json.dumps``. Neither prints.
 Frames inside torch and the multiprocessing bootstrap are left out of the text (they are all in the JSON).
@@ -9,7 +10,7 @@ Frames inside torch and the multiprocessing bootstrap are left out of the text (
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.checkers.flight_recorder import (
     Diagnosis,
@@ -20,6 +21,9 @@ from lockstep.checkers.flight_recorder import (
     ranks_text,
 )
 from lockstep.traces.flight_recorder import Frame
+
+if TYPE_CHECKING:
+    from lockstep.checkers.flight_recorder_model import ModelCheck
 
 _LIBRARY_PARTS = ("/torch/", "/multiprocessing/", "<string>", "/runpy.py", "/threading.py")
 
@@ -168,3 +172,31 @@ def _posted_json(item: PostedOperation) -> dict[str, Any]:
         "output_dtypes": list(entry.output_dtypes),
         "frames": [{"name": frame.name, "filename": frame.filename, "line": frame.line} for frame in entry.frames],
     }
+
+
+def render_model_check(check: ModelCheck) -> str:
+    """The check against a model as text: verdict, mapping, the state and the path into it."""
+    lines = ["", f"against the model {check.model}: {check.verdict}"]
+    mapping = ", ".join(f"group {group} -> {name}" for group, name in check.mapping.items()) or "no group mapped"
+    lines.append(f"  mapping ({check.mapping_source}): {mapping}")
+    lines.append(
+        f"  searched {check.states} (model state, progress) pairs"
+        + ("" if check.complete else " (not all)")
+        + f"; {check.consistent_states} consistent with the dumps"
+    )
+    if check.violated:
+        lines.append(f"  violates: {', '.join(check.violated)}")
+    if check.pending:
+        lines.append(f"  pending in that model state: {'; '.join(check.pending)}")
+    if check.divergence is not None:
+        lines.append(f"  why: {check.divergence['reason']}")
+        for item in check.divergence.get("model_posts_instead", []):
+            lines.append(f"    the model could post instead: {item}")
+    if check.path:
+        title = "shortest model path into it" if check.verdict in ("hang", "desync") else "model path"
+        if check.verdict in ("diverges", "inconclusive"):
+            title = "the deepest model path matching the dumps"
+        lines.append(f"  {title} ({len(check.path)} steps):")
+        lines += [f"    {number}. {step}" for number, step in enumerate(check.path, start=1)]
+    lines += [f"  note: {note}" for note in check.notes]
+    return "\n".join(lines) + "\n"

@@ -270,9 +270,24 @@ def reproduce(**options: Any) -> Invocation:
     metavar="DIR",
     type=click.Path(),
     help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON) instead of traces: "
-    "per process group, where the ranks disagree and who waits where",
+    "per process group, where the ranks disagree and who waits where; with --protocol, check them against the model",
 )
 @click.option("--operations", is_flag=True, help="with --flight-recorder: list every rank's ops per group")
+@click.option(
+    "--mapping",
+    metavar="FILE",
+    type=click.Path(),
+    help="with --flight-recorder and --protocol: a JSON file naming each dump group's model communicator "
+    "(lockstep run --flight-recorder writes flight-recorder-mapping.json; default: guessed)",
+)
+@click.option(
+    "--max-states",
+    type=POSITIVE_INTEGER,
+    default=200_000,
+    metavar="N",
+    help="with --flight-recorder and --protocol: the search bound, in (model state, progress) pairs "
+    "(default 200000; past it exit 3)",
+)
 @click.option(
     "--protocol",
     metavar="NAME",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -34,6 +35,9 @@ from lockstep.cli.failures import usage_error
 from lockstep.spec.protocol import Instance, UsageError, parse_assignment
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
 from lockstep.traces.reader import TraceInputError
+
+if TYPE_CHECKING:
+    from lockstep.checkers.flight_recorder_model import ModelCheck
 
 EXIT_OK = 0
 SCHEMA_VERSION = 1  # of replay's --json object
@@ -53,8 +57,8 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
         return _replay_flight_recorder(arguments, console)
     if not arguments.paths:
         return _error(console, "replay needs trace files (PATH...) or --flight-recorder DIR", arguments)
-    if arguments.operations:
-        return _error(console, "--operations applies to --flight-recorder", arguments)
+    if arguments.operations or arguments.mapping or arguments.max_states != 200_000:
+        return _error(console, "--operations, --mapping and --max-states apply to --flight-recorder", arguments)
     try:
         trace = open_traces(arguments.paths)
         verdict = replay_traces(
@@ -89,17 +93,15 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
 
 
 def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> int:
-    """Exit 0 when the dumps are consistent, 1 for a hang or desync, 2 for unreadable dumps."""
+    """Exit 0 when the dumps are consistent, 1 for a hang, desync or divergence, 2 for unreadable
+    input, 3 when the model check's search bound came first."""
     from lockstep.checkers.flight_recorder import diagnose_directory
-    from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
+    from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render, render_model_check
     from lockstep.traces.flight_recorder import FlightRecorderError
 
     if (
         arguments.paths
-        or arguments.protocol
-        or arguments.variant
         or arguments.unrecorded
-        or arguments.instance
         or arguments.set
         or arguments.profile
         or arguments.trust_header
@@ -109,20 +111,50 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     ):
         return _error(
             console,
-            "--flight-recorder takes no trace files or model options (--protocol, --variant, ...) yet "
-            "(checking a dump against a model is not built)",
+            "--flight-recorder takes no trace files or trace options (--set, --unrecorded, --profile, ...); "
+            "it takes --protocol, --variant, --instance, --mapping and --max-states",
+            arguments,
+        )
+    if arguments.protocol is None and (arguments.variant or arguments.instance or arguments.mapping):
+        return _error(
+            console,
+            "--variant, --instance and --mapping check the dumps against a model: name it with --protocol",
             arguments,
         )
     try:
         diagnosis = diagnose_directory(arguments.flight_recorder)
-    except FlightRecorderError as error:
+        check = None if arguments.protocol is None else _check_flight_recorder(arguments)
+    except (FlightRecorderError, UsageError) as error:
         return _error(console, str(error), arguments)
     if arguments.json:
-        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **diagnosis_to_json(diagnosis)}) + "\n")
+        payload = {"schema_version": SCHEMA_VERSION, **diagnosis_to_json(diagnosis)}
+        if check is not None:
+            payload["model_check"] = check.to_json()
+        sys.stdout.write(json.dumps(payload) + "\n")
     else:
         sys.stdout.write(render(diagnosis, operations=arguments.operations))
-    code: int = diagnosis.exit_code
+        if check is not None:
+            sys.stdout.write(render_model_check(check))
+    code: int = diagnosis.exit_code if check is None else check.exit_code
     return code
+
+
+def _check_flight_recorder(arguments: argparse.Namespace) -> ModelCheck:
+    from lockstep.checkers.flight_recorder_mapping import read_mapping
+    from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
+    from lockstep.traces.flight_recorder import read_directory
+
+    directory = read_directory(arguments.flight_recorder)
+    mapping, acknowledged = (None, ()) if arguments.mapping is None else read_mapping(arguments.mapping)
+    model = model_instance(arguments.protocol, arguments.variant, arguments.instance, len(directory.dumps))
+    return check_dumps(
+        directory,
+        model,
+        mapping=mapping,
+        mapping_file=arguments.mapping,
+        acknowledged=acknowledged,
+        max_states=arguments.max_states,
+    )
 
 
 def _render(console: Console, result: ReplayResult, instance: Instance, trace: TraceInput) -> None:

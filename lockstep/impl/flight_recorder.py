@@ -78,9 +78,9 @@ def dump(config: RunConfig, rank: int) -> None:
         return
     from torch._C import _distributed_c10d as c10d
 
-    _write_whole(dump_path(config.trace_dir, rank), c10d._dump_fr_trace())
+    _write_whole(dump_path(config.trace_dir, rank), getattr(c10d, "_dump_fr_trace")())  # noqa: B009 - untyped
     if config.backend == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
-        _write_whole(dump_path(config.trace_dir, rank, nccl=True), c10d._dump_nccl_trace())
+        _write_whole(dump_path(config.trace_dir, rank, nccl=True), getattr(c10d, "_dump_nccl_trace")())  # noqa: B009
 
 
 def _write_whole(path: Path, data: bytes) -> None:

@@ -275,7 +275,9 @@ def read_directory(path: str | Path) -> FlightRecorderDirectory:
         folders = [name for name in ignored if (path / name).is_dir()]
         hint = f"; try one of its folders: {', '.join(folders)}" if folders else ""
         raise FlightRecorderError(
-            path, f"no flight-recorder dumps (files named like nccl_trace_rank_0, rank0.json or rank-0.flight-recorder){hint}"
+            path,
+            "no flight-recorder dumps (files named like nccl_trace_rank_0, rank0.json or "
+            f"rank-0.flight-recorder){hint}",
         )
     ordered = tuple(dumps[rank] for rank in sorted(dumps))
     warnings = [warning for dump in ordered for warning in dump.warnings]
