@@ -254,3 +254,154 @@ def test_lockstep_replay_flight_recorder_refuses_bad_input(capsys: pytest.Captur
     assert "rank_0" in capsys.readouterr().err
     assert main(["replay"]) == 2
     assert "--flight-recorder DIR" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ checked against a model
+# runtime-dp-pause and runtime-pp-broadcast: real dumps of lockstep's runtime hanging (recorded with
+# `lockstep run --flight-recorder` by tools/record_flight_recorder.py); see each folder's README.
+def _model_check(name: str, protocol: str, variant: str, mapping: bool = True) -> object:
+    from lockstep.checkers.flight_recorder_mapping import read_mapping
+    from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
+
+    directory = read_directory(FIXTURES / name)
+    model = model_instance(protocol, variant, None, len(directory.dumps))
+    if not mapping:
+        return check_dumps(directory, model)
+    groups, acknowledged = read_mapping(FIXTURES / name / "flight-recorder-mapping.json")
+    return check_dumps(directory, model, mapping=groups, acknowledged=acknowledged)
+
+
+def test_the_runtime_dp_pause_hang_is_the_pre_fix_models_hang() -> None:
+    from lockstep.checkers.flight_recorder_model import ModelCheck
+
+    for mapping in (True, False):  # from the run's mapping file, and guessed
+        check = _model_check("runtime-dp-pause", "dp-pause", "pre-fix", mapping)
+        assert isinstance(check, ModelCheck)
+        assert check.verdict == "hang" and check.exit_code == 1
+        assert check.violated[0] == "no_hang"
+        assert check.mapping == {"2": "worker_dp", "3": "worker_world"}
+        assert check.pending == ["rank 1 in forward(worker_dp)", "rank 0 in rpc(worker_world)"]
+        assert check.path[-1] == "rank:0 handle_collective_rpc(rank=0)" or "handle_collective_rpc" in " ".join(
+            check.path
+        )
+    fixed = _model_check("runtime-dp-pause", "dp-pause", "post-fix")
+    assert isinstance(fixed, ModelCheck) and fixed.verdict == "diverges" and fixed.divergence is not None
+    assert fixed.divergence["unmatched"][0]["communicator"] == "worker_world"
+    assert "no model state posts" in fixed.divergence["reason"]
+
+
+def test_the_runtime_pp_broadcast_mutant_hang_is_the_mutants_hang_and_not_the_post_fix_models() -> None:
+    from lockstep.checkers.flight_recorder_model import ModelCheck
+
+    check = _model_check("runtime-pp-broadcast", "pp-broadcast", "skip-disagree")
+    assert isinstance(check, ModelCheck)
+    assert (check.verdict, check.violated[0], check.pending) == ("hang", "no_hang", ["rank 1 in broadcast(pp)"])
+    assert any("gloo records no send/recv" in note for note in check.notes)
+    for variant in ("post-fix", "pre-fix"):
+        other = _model_check("runtime-pp-broadcast", "pp-broadcast", variant)
+        assert isinstance(other, ModelCheck) and other.verdict == "diverges" and other.exit_code == 1
+        assert other.divergence is not None and "does not leave hanging" in other.divergence["reason"]
+
+
+def test_a_lost_ring_buffer_prefix_becomes_wildcards_and_is_said() -> None:
+    from lockstep.checkers.flight_recorder_mapping import plan_projection
+    from lockstep.models import get_protocol
+
+    directory = read_directory(FIXTURES / "gloo-wrapped" / "pickle")
+    machine = get_protocol("dp-pause").instance("pre-fix").machine()
+    (plan,) = plan_projection(directory, machine, {"0": "worker_dp"})
+    first = [entry.collective_sequence for entry in directory.dumps[0].entries][0]
+    sequence = plan.sequences[(0, 0)]
+    assert [operation.family for operation in sequence[: first - 1]] == [None] * (first - 1)
+    assert sequence[first - 1].family == "all_reduce" and len(sequence) == 11
+    assert any("starts mid-execution" in note for note in plan.notes)
+
+
+def test_the_runtimes_acks_are_dropped_and_peers_kept() -> None:
+    from lockstep.checkers.flight_recorder_mapping import _sequence
+
+    def entry(name: str, sequence: int) -> object:
+        return read_dump_entry(name, sequence)
+
+    sender = [entry("nccl:send 0->1", 1), entry("nccl:recv 0<-1", 2), entry("nccl:send 0->1", 3)]
+    kept = _sequence(sender, acknowledged=True, point_to_point=True)  # type: ignore[arg-type]
+    assert [(item.family, item.peer) for item in kept] == [("send", 1), ("send", 1)]
+    plain = _sequence(sender, acknowledged=False, point_to_point=True)  # type: ignore[arg-type]
+    assert [(item.family, item.peer) for item in plain] == [("send", 1), ("recv", 1), ("send", 1)]
+
+
+def read_dump_entry(profiling_name: str, sequence: int) -> object:
+    from lockstep.traces.flight_recorder import FlightRecorderEntry
+
+    return FlightRecorderEntry(
+        sequence,
+        1,
+        "1",
+        "",
+        0,
+        sequence,
+        sequence,
+        profiling_name,
+        ((4,),),
+        ("Float",),
+        ((4,),),
+        ("Float",),
+        "completed",
+        True,
+        True,
+        1000,
+        None,
+        (),
+    )
+
+
+def test_lockstep_replay_flight_recorder_against_a_model(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from lockstep.cli import main
+
+    folder = FIXTURES / "runtime-pp-broadcast"
+    mapping = str(folder / "flight-recorder-mapping.json")
+    arguments = ["replay", "--flight-recorder", str(folder), "--protocol", "pp-broadcast", "--mapping", mapping]
+    assert main([*arguments, "--variant", "skip-disagree"]) == 1
+    text = capsys.readouterr().out
+    assert "against the model pp-broadcast skip-disagree seed: hang" in text and "violates: no_hang" in text
+    assert "shortest model path into it" in text
+    assert main([*arguments, "--variant", "skip-disagree", "--json"]) == 1
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["model_check"]["verdict"] == "hang" and payload["model_check"]["mapping"] == {"1": "pp"}
+    assert main([*arguments, "--variant", "skip-disagree", "--max-states", "5"]) == 3
+    assert "raise --max-states" in capsys.readouterr().out
+    bad = tmp_path / "mapping.json"
+    bad.write_text('{"groups": [1]}')
+    assert main([*arguments[:-1], str(bad)]) == 2
+    assert "mapping.json" in capsys.readouterr().err
+    assert main(["replay", "--flight-recorder", str(folder), "--mapping", mapping]) == 2
+    assert "--protocol" in capsys.readouterr().err
+    assert main(["replay", "--flight-recorder", str(folder), "--protocol", "no-such-protocol"]) == 2
+    capsys.readouterr()
+
+
+def test_lockstep_run_flight_recorder_dumps_every_rank_beside_its_trace_on_a_hang(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A real run of the pre-fix dp-pause hang (about 5 s): each rank dumps from inside, and the dumps
+    check as the pre-fix model's hang."""
+    pytest.importorskip("torch")
+    from lockstep.cli import main
+
+    traces = tmp_path / "traces"
+    assert main(["run", "dp-pause", "--variant", "pre-fix", "--flight-recorder", "--no-replay"]) == 2
+    assert "--trace-dir" in capsys.readouterr().err
+    code = main(
+        ["run", "dp-pause", "--variant", "pre-fix", "--hang-timeout", "1.5", "--trace-dir", str(traces)]
+        + ["--flight-recorder", "--no-replay"]
+    )
+    assert code == 1
+    capsys.readouterr()
+    assert sorted(path.name for path in traces.glob("*.flight-recorder")) == [
+        "rank-0.flight-recorder",
+        "rank-1.flight-recorder",
+    ]
+    mapping = str(traces / "flight-recorder-mapping.json")
+    arguments = ["replay", "--flight-recorder", str(traces), "--protocol", "dp-pause", "--mapping", mapping]
+    assert main([*arguments, "--variant", "pre-fix", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["model_check"]["violated"][0] == "no_hang"

@@ -23,6 +23,20 @@ Scenarios:
   nccl-single   1 NCCL rank on a GPU: a few ops on the default group and a subgroup, dumped
                 live; then a watchdog timeout (an op queued behind a long GPU sleep) with
                 TORCH_NCCL_DUMP_ON_TIMEOUT=1 writing to TORCH_NCCL_DEBUG_INFO_TEMP_FILE.
+  runtime-dp-pause      lockstep's reference runtime, dp-pause pre-fix (the seed hang: rank 0 in
+                        the RPC's all_reduce, rank 1 in the forward's), 2 ranks, with
+                        `lockstep run --flight-recorder`; the dumps and flight-recorder-mapping.json
+                        are copied (the traces are not).
+  runtime-pp-broadcast  the same for the pp-broadcast mutant skip-disagree (rank 1 waits in the
+                        sampled-token broadcast that rank 0 skipped).
+
+``--backend nccl --ranks N`` runs the runtime scenarios with NCCL worker groups on N GPUs (one per
+rank; the engine-level dp-pause group stays gloo): each rank's NCCL recorder goes to
+``nccl/rank-<r>.flight-recorder`` and the NCCL watchdog's own dump on timeout to
+``nccl-timeout/rank-<r>``, both copied. Record on a 2-GPU machine:
+
+    python tools/record_flight_recorder.py tests/data/flight-recorder --scenario runtime-pp-broadcast \
+        --backend nccl --ranks 2
 """
 
 from __future__ import annotations
@@ -40,6 +54,10 @@ from typing import Any
 
 TIMEOUT_SECONDS = 2.0
 WORLD_SIZES = {"gloo-desync": 3, "gloo-cross": 3, "gloo-wrapped": 2, "nccl-single": 1}
+RUNTIME_SCENARIOS = {  # scenario -> (protocol, variant)
+    "runtime-dp-pause": ("dp-pause", "pre-fix"),
+    "runtime-pp-broadcast": ("pp-broadcast", "skip-disagree"),
+}
 BUFFER_SIZES = {"gloo-wrapped": 6}
 
 
@@ -174,6 +192,53 @@ def versions() -> list[str]:
     return lines
 
 
+def record_runtime(out: Path, scenario: str, backend: str, ranks: int) -> Path:
+    """Run lockstep's runtime with --flight-recorder to its hang and keep the dumps (not the traces)."""
+    import shutil
+    import tempfile
+
+    protocol, variant = RUNTIME_SCENARIOS[scenario]
+    name = scenario if backend == "gloo" else f"{scenario}-nccl"
+    directory = out / name
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        traces = Path(scratch) / "traces"
+        command = [sys.executable, "-m", "lockstep", "run", protocol, "--variant", variant, "--ranks", str(ranks)]
+        command += ["--backend", backend, "--hang-timeout", "3", "--trace-dir", str(traces), "--no-replay"]
+        command += ["--flight-recorder"]
+        finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        if finished.returncode != 1:
+            raise SystemExit(f"expected a hang (exit 1), got {finished.returncode}:\n{finished.stderr}")
+        kept = sorted(traces.glob("*.flight-recorder")) + [traces / "flight-recorder-mapping.json"]
+        for folder in ("nccl", "nccl-timeout"):
+            kept += sorted(path for path in (traces / folder).glob("rank-*") if path.is_file())
+        for path in kept:
+            target = directory / path.relative_to(traces)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        outcome = finished.stderr.strip().splitlines()[:2]
+    readme = [
+        f"# Flight-recorder dumps: {name}",
+        "",
+        f"Recorded for real by `tools/record_flight_recorder.py --scenario {scenario} --backend {backend} "
+        f"--ranks {ranks}`:",
+        f"`lockstep run {protocol} --variant {variant} --ranks {ranks} --backend {backend} --hang-timeout 3 "
+        "--flight-recorder`, which reported",
+        "",
+        *[f"    {line}" for line in outcome],
+        "",
+        "Versions:",
+        *versions(),
+        f"- TORCH_FR_BUFFER_SIZE={os.environ.get('TORCH_FR_BUFFER_SIZE', '2000 (set by lockstep run)')}",
+        "",
+        "`rank-<r>.flight-recorder`: each rank's `_dump_fr_trace()` taken from inside once the launcher diagnosed",
+        "the hang; `flight-recorder-mapping.json`: rank 0's group-to-communicator mapping.",
+        "",
+    ]
+    (directory / "README.md").write_text("\n".join(readme))
+    return directory
+
+
 def record(out: Path, scenario: str) -> Path:
     directory = out / scenario
     directory.mkdir(parents=True, exist_ok=True)
@@ -224,12 +289,17 @@ def record(out: Path, scenario: str) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--scenario", choices=sorted(WORLD_SIZES), required=True)
+    parser.add_argument("--scenario", choices=sorted([*WORLD_SIZES, *RUNTIME_SCENARIOS]), required=True)
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default="gloo", help="runtime scenarios only")
+    parser.add_argument("--ranks", type=int, default=2, help="runtime scenarios only (NCCL: one GPU per rank)")
     parser.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--phase", default="live", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
-    if arguments.rank is None:
+    if arguments.scenario in RUNTIME_SCENARIOS:
+        path = record_runtime(arguments.out, arguments.scenario, arguments.backend, arguments.ranks)
+        sys.stdout.write(f"{path}\n")
+    elif arguments.rank is None:
         sys.stdout.write(f"{record(arguments.out, arguments.scenario)}\n")
     elif arguments.scenario == "nccl-single":
         nccl_rank(arguments.out / arguments.scenario, arguments.port, arguments.phase)

@@ -108,7 +108,11 @@ def join(config: RunConfig) -> Groups:
     """Join the default group (env://) with the run's timeout, on CUDA when the backend is NCCL:
     what every protocol's rank does first (a protocol's ``rank`` module may define its own
     ``join``); the named groups come in its ``run_rank``."""
-    return initialize(config.timeout, uses_cuda=config.backend == "nccl")
+    # With the flight recorder on, the groups wait 3x the hang timeout, so the hang is diagnosed (and every
+    # rank dumps from inside) while the ranks still block in their collectives: a dump taken after gloo's
+    # own timeout has raised can block.
+    timeout = config.timeout * (3 if config.flight_recorder else 1)
+    return initialize(timeout, uses_cuda=config.backend == "nccl")
 
 
 def leave_together(status: StatusBoard) -> None:

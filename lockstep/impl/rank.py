@@ -126,8 +126,8 @@ def main(argv: list[str]) -> int:
         return int(protocol.run_rank(config, config_path, groups))
     except CollectiveTimeout as error:
         sys.stderr.write(f"lockstep: {error}\n")
-        if dumper is not None:  # the group's timeout came first: dump before leaving
-            dumper.dump()
+        if dumper is not None:  # the group's timeout came first: stay for the launcher's dump request
+            dumper.join(timeout=5.0)
         return 1
     except Exception:
         traceback.print_exc()
