@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
@@ -58,6 +59,11 @@ def dump_path(trace_dir: str | os.PathLike[str], rank: int, nccl: bool = False) 
     return folder / f"rank-{rank}{SUFFIX}"
 
 
+def error_path(trace_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Where a rank says why its dump could not be written."""
+    return Path(trace_dir) / f"rank-{rank}{SUFFIX}.error"
+
+
 def request_dumps(config: RunConfig, wait: float = 5.0) -> list[int]:
     """Ask every rank to dump (the trigger file) and wait up to ``wait`` seconds for their files;
     returns the ranks whose dump did not appear."""
@@ -68,7 +74,11 @@ def request_dumps(config: RunConfig, wait: float = 5.0) -> list[int]:
     missing = list(range(config.ranks))
     while missing and time.monotonic() < deadline:
         time.sleep(0.02)
-        missing = [rank for rank in missing if not dump_path(config.trace_dir, rank).exists()]
+        missing = [
+            rank
+            for rank in missing
+            if not dump_path(config.trace_dir, rank).exists() and not error_path(config.trace_dir, rank).exists()
+        ]
     return missing
 
 
@@ -78,8 +88,11 @@ def dump(config: RunConfig, rank: int) -> None:
         return
     from torch._C import _distributed_c10d as c10d
 
-    _write_whole(dump_path(config.trace_dir, rank), getattr(c10d, "_dump_fr_trace")())  # noqa: B009 - untyped
-    if config.backend == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
+    # torch >= 2.12 names the process-wide recorder's dump _dump_fr_trace; CUDA builds of 2.11 have
+    # only _dump_nccl_trace (the same recorder there), CPU builds only _dump_fr_trace.
+    dump_all = getattr(c10d, "_dump_fr_trace", None) or getattr(c10d, "_dump_nccl_trace")  # noqa: B009 - untyped
+    _write_whole(dump_path(config.trace_dir, rank), dump_all())
+    if config.backend == "nccl" and hasattr(c10d, "_dump_nccl_trace") and hasattr(c10d, "_dump_fr_trace"):
         _write_whole(dump_path(config.trace_dir, rank, nccl=True), getattr(c10d, "_dump_nccl_trace")())  # noqa: B009
 
 
@@ -104,9 +117,15 @@ class Dumper(threading.Thread):
         self.dump()
 
     def dump(self) -> None:
-        if self.rank == 0:
-            write_mapping(self.config, self.groups)
-        dump(self.config, self.rank)
+        try:
+            if self.rank == 0:
+                write_mapping(self.config, self.groups)
+            dump(self.config, self.rank)
+        except Exception as error:  # a daemon thread: say why there is no dump instead of dying silently
+            message = f"rank {self.rank}: no flight-recorder dump: {type(error).__name__}: {error}\n"
+            sys.stderr.write("lockstep: " + message)
+            if self.config.trace_dir is not None:
+                _write_whole(error_path(self.config.trace_dir, self.rank), message.encode("utf-8"))
 
 
 def start(config: RunConfig, rank: int, groups: Mapping[str, Any]) -> Dumper | None:
