@@ -110,7 +110,12 @@ def handle_add_request(model: State, rank: Term) -> Step:
     """v0.33.0: a paused engine that rejects new requests answers engine_paused; otherwise the
     request is added, a newer wave adopted, and an idle unpaused engine starts running and asks the
     coordinator to wake the others (start_wave with its wave)."""
-    wave, running, reports, reject = model.current_wave, model.engines_running, model.to_coordinator, model.reject_new_requests
+    wave, running, reports, reject = (
+        model.current_wave,
+        model.engines_running,
+        model.to_coordinator,
+        model.reject_new_requests,
+    )
     request_wave = model.input_queue[rank].head().field("wave")
     accepted = ~reject[rank]
     adopted = if_then_else(accepted & (request_wave > wave[rank]), request_wave, wave[rank])
@@ -119,7 +124,9 @@ def handle_add_request(model: State, rank: Term) -> Step:
     updates = consume(model, rank)
     updates.update(
         {
-            model.requests: model.requests.set(rank, if_then_else(accepted, model.requests[rank] + 1, model.requests[rank])),
+            model.requests: model.requests.set(
+                rank, if_then_else(accepted, model.requests[rank] + 1, model.requests[rank])
+            ),
             wave: wave.set(rank, adopted),
             running: running.set(rank, running[rank] | wake),
             reports: reports.set(rank, if_then_else(wake, reports[rank].append(start), reports[rank])),

@@ -40,7 +40,17 @@ ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
 # _finish_pause waits in collective_rpc("synchronize_device")
 Mode = enum(
     "Mode",
-    ["TOP", "FORWARD_REAL", "FORWARD_DUMMY", "SYNC", "RPC", "RESUME_BARRIER", "BARRIER", "DUMMY_SKIPPED", "DEVICE_SYNC"],
+    [
+        "TOP",
+        "FORWARD_REAL",
+        "FORWARD_DUMMY",
+        "SYNC",
+        "RPC",
+        "RESUME_BARRIER",
+        "BARRIER",
+        "DUMMY_SKIPPED",
+        "DEVICE_SYNC",
+    ],
 )
 PauseState = enum("PauseState", ["UNPAUSED", "PAUSED_NEW", "PAUSED_ALL"])
 ClientPhase = enum("ClientPhase", ["REQUESTS", "PAUSE", "RPC", "RESUME", "DONE"])
