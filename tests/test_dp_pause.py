@@ -331,6 +331,7 @@ def test_stale_publications_are_applied_where_the_coordinator_moves_before_a_req
 
 
 # ------------------------------------------------------------------ later releases (releases.py)
+@pytest.mark.slow
 def test_v0_33_0_drain_returns_while_a_kept_request_is_unfinished() -> None:
     result = check(PROTOCOL.instance("v0.33.0", "drain-after-resume"))
     assert result.verdict is Verdict.VIOLATED
@@ -344,6 +345,7 @@ def test_v0_33_0_drain_returns_while_a_kept_request_is_unfinished() -> None:
     assert actions[-3:] == ["finish_resume", "finish_resume", "client_resume_returned"]
 
 
+@pytest.mark.slow
 def test_v0_25_0_pause_returns_while_the_device_still_runs_a_forward() -> None:
     result = check(PROTOCOL.instance("v0.25.0", "request-while-paused"))
     device = result.property_result("device_idle_after_pause")
@@ -352,6 +354,7 @@ def test_v0_25_0_pause_returns_while_the_device_still_runs_a_forward() -> None:
     assert "client_pause_returned" == actions[-1] and "device_idle" not in actions
 
 
+@pytest.mark.slow
 def test_v0_33_0_sleep_synchronises_the_device_and_wakes_up() -> None:
     result = check(PROTOCOL.instance("v0.33.0", "sleep"))
     assert result.verdict is Verdict.HOLDS
@@ -367,6 +370,7 @@ def test_v0_33_0_rejects_requests_while_paused_until_resume() -> None:
     assert found["request_rejected"] == "holds" and found["rejection_cleared_after_resume"] == "holds"
 
 
+@pytest.mark.slow
 def test_v0_33_0_syncs_at_the_first_step_of_a_wave() -> None:
     # dp_sync_interval 2 syncs at step 1 too, so the drain counterexample is no longer than at interval 1
     at_two = check(PROTOCOL.instance("v0.33.0", "sync-interval-2")).property_result("drained_when_idle")
