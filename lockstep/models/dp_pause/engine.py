@@ -60,19 +60,35 @@ def reply(model: State) -> dict[Term, Term]:
 
 
 def idle_callbacks(model: State, rank: Term) -> dict[Term, Term]:
-    """Fire the pending pause future if the engine is idle (before it blocks on its queue)."""
+    """Fire the pending pause future if the engine is idle (before it blocks on its queue). From
+    v0.29.0 the callback synchronises the device first: ``sleep.fire_idle_callbacks`` does it, as
+    its own step, before the engine takes a message (``handling``)."""
     pause_future, replies = model.pause_future, model.replies
+    if model.release.synchronizes_device:
+        return {replies: replies}
     fire = ~has_work(model, rank) & pause_future[rank]
-    return {
+    updates = {
         pause_future: pause_future.set(rank, pause_future[rank] & ~fire),
         replies: if_then_else(fire, replies + 1, replies),
     }
+    if model.release.sleep_skips_dummy:  # a completed sleep's pause puts the executor to sleep
+        asleep = model.executor_sleep
+        updates[asleep] = asleep.set(rank, if_then_else(fire & (asleep[rank] == 1), 2, asleep[rank]))
+    return updates
+
+
+def callback_due(model: State, rank: Term) -> Term:
+    """An idle engine with a pending pause future: its idle callbacks run before it takes a message."""
+    return ~has_work(model, rank) & model.pause_future[rank]
 
 
 def handling(model: State, rank: Term, kind: Term) -> Term:
     """The core thread is at the top of its loop and the head of its queue is a ``kind`` message."""
     inbox = model.input_queue
-    return conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), inbox[rank].head().field("kind") == kind)
+    guard = conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), inbox[rank].head().field("kind") == kind)
+    if model.release.synchronizes_device:  # the callbacks (device synchronisation) come first
+        guard = guard & ~callback_due(model, rank)
+    return guard
 
 
 def consume(model: State, rank: Term) -> dict[Term, Term]:
@@ -216,7 +232,10 @@ def handle_pause(model: State, variant: Variant, rank: Term) -> Step:
             for name in (MessageKind.PAUSE, MessageKind.PAUSE_ABORT, MessageKind.PAUSE_WAIT)
         ]
     )
-    return Step(conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), pausing), updates)
+    guard = conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), pausing)
+    if model.release.synchronizes_device:
+        guard = guard & ~callback_due(model, rank)
+    return Step(guard, updates)
 
 
 @action(actor="rank:{rank}", mirrors=UTILITY + "EngineCore.collective_rpc (body: a collective on the workers)")
@@ -326,22 +345,55 @@ def notify_idle(model: State, rank: Term) -> Step:
 )
 def step(model: State, rank: Term) -> Step:
     """_process_engine_step, then (if nothing ran) the dummy batch or the idle `continue`."""
-    mode, worker_dp = model.mode, model.worker_dp
+    mode, worker_dp, release = model.mode, model.worker_dp, model.release
     executed = unfinished(model, rank)  # schedule() finds tokens: none when PAUSED_ALL, no admission unless UNPAUSED
     dummy = ~executed & (unfinished(model, rank) | model.engines_running[rank])
+    skipped = None
+    if release.sleep_skips_dummy:  # v0.25.0 on: no dummy batch while model_executor.is_sleeping
+        skipped = dummy & (model.executor_sleep[rank] == 2)
+        dummy = dummy & ~skipped
     forward = executed | dummy
     posted = worker_dp.post(rank, "forward")
     ready = conjunction(mode[rank] == Mode.TOP, model.input_queue[rank].is_empty(), has_work(model, rank))
-    return Step(
-        ready,
-        {
-            model.finished_pending: model.finished_pending.set(rank, False),  # schedule() clears finished ids
-            mode: mode.set(
-                rank, if_then_else(executed, Mode.FORWARD_REAL, if_then_else(dummy, Mode.FORWARD_DUMMY, Mode.TOP))
-            ),
-            worker_dp.queue: if_then_else(forward, posted[worker_dp.queue], worker_dp.queue),
-        },
-    )
+    otherwise = Mode.TOP if skipped is None else if_then_else(skipped, Mode.DUMMY_SKIPPED, Mode.TOP)
+    updates: dict[Term, Term] = {
+        model.finished_pending: model.finished_pending.set(rank, False),  # schedule() clears finished ids
+        mode: mode.set(
+            rank, if_then_else(executed, Mode.FORWARD_REAL, if_then_else(dummy, Mode.FORWARD_DUMMY, otherwise))
+        ),
+        worker_dp.queue: if_then_else(forward, posted[worker_dp.queue], worker_dp.queue),
+    }
+    if release.reports_wave_start:  # the idle `continue`: the next iteration begins idle
+        stepping = forward if skipped is None else forward | skipped
+        updates[model.was_running] = model.was_running.set(rank, model.was_running[rank] & stepping)
+    return Step(ready, updates)
+
+
+def cadence(model: State, rank: Term) -> tuple[Term, Term]:
+    """_has_global_unfinished_reqs' step counter: (sync now, the counter after this step). v0.21.0:
+    every ``sync_interval``-th step (the counter kept modulo the interval). v0.33.0: step 1 of a wave
+    and every ``dp_sync_interval``-th; the counter (0 at a wave's start) is kept as 1..interval."""
+    counter, interval = model.step_counter, model.options.sync_interval
+    if not model.release.sync_at_step_one:
+        next_count = counter[rank] + 1
+        sync = next_count == interval
+        return sync, if_then_else(sync, 0, next_count)
+    next_count = if_then_else(counter[rank] == interval, 1, counter[rank] + 1)
+    return (counter[rank] == 0) | (next_count == interval), next_count
+
+
+def wave_start_report(model: State, rank: Term, running: Term, pending: Term) -> dict[Term, Term]:
+    """v0.29.0 on, at the end of an iteration: rank 0 tells the coordinator that it runs a wave it
+    began the iteration idle in (unless a pause is pending); ``was_running`` for the next one."""
+    if not model.release.reports_wave_start:
+        return {}
+    reports, was_running = model.to_coordinator, model.was_running
+    edge = running & ~was_running[rank] & (rank == 0) & ~pending
+    start = report(model, ReportKind.START_WAVE, model.current_wave[rank])
+    return {
+        reports: reports.set(rank, if_then_else(edge, reports[rank].append(start), reports[rank])),
+        was_running: was_running.set(rank, running),
+    }
 
 
 @action(
@@ -366,18 +418,27 @@ def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
         finishing = requests[rank]
         remaining = if_then_else(real, 0, requests[rank])
         local = if_then_else(unfinished(model, rank, local=remaining), 1, 0)
-    next_count = counter[rank] + 1
-    sync = next_count == model.options.sync_interval
+    sync, next_count = cadence(model, rank)
     vote = (local, if_then_else(model.pending_pause[rank], 1, 0)) if variant.fixed else (local,)
     posted = engine_dp.post(rank, "sync_sum" if variant.fixed else "sync_max", vote)
     returned = ((mode[rank] == Mode.FORWARD_REAL) | (mode[rank] == Mode.FORWARD_DUMMY)) & model.worker_dp.done(rank)
+    if model.release.later:  # the CPU thread goes on; the forward's kernels may still run on the device
+        extra[model.device_busy] = model.device_busy.set(rank, model.device_busy[rank] | returned)
+        if model.release.sleep_skips_dummy:
+            returned = returned | (mode[rank] == Mode.DUMMY_SKIPPED)
+        pending = model.pending_pause[rank]
+        edge = wave_start_report(model, rank, ~sync, pending)
+        if edge:  # off the sync boundary the wave goes on; at it, finish_sync decides
+            reports, was_running = model.to_coordinator, model.was_running
+            extra[reports] = if_then_else(sync, reports, edge[reports])
+            extra[was_running] = if_then_else(sync, was_running, edge[was_running])
     return Step(
         returned,
         {
             requests: requests.set(rank, remaining),
             finished_pending: finished_pending.set(rank, finished_pending[rank] | (real & (finishing > 0))),
             **extra,
-            counter: counter.set(rank, if_then_else(sync, 0, next_count)),
+            counter: counter.set(rank, next_count),
             running: running.set(rank, running[rank] | ~sync),  # off the boundary: returns True
             mode: mode.set(rank, if_then_else(sync, Mode.SYNC, Mode.TOP)),
             engine_dp.queue: if_then_else(sync, posted[engine_dp.queue], engine_dp.queue),
@@ -403,11 +464,19 @@ def finish_sync(model: State, variant: Variant, rank: Term) -> Step:
         still = unfinished_sum > 0
     ends = ~still
     complete = report(model, ReportKind.WAVE_COMPLETE, wave[rank])
+    completed = if_then_else(ends & (rank == 0), reports[rank].append(complete), reports[rank])
+    if model.release.reports_wave_start:  # v0.29.0 on: a wave that goes on may be rank 0's idle → running edge
+        edge = wave_start_report(model, rank, still, updates[model.pending_pause][rank])
+        updates[model.was_running] = edge[model.was_running]
+        completed = if_then_else(ends, completed, edge[reports][rank])
+    if model.release.sync_at_step_one:  # v0.33.0: the step counter restarts with the next wave
+        counter = model.step_counter
+        updates[counter] = counter.set(rank, if_then_else(ends, 0, counter[rank]))
     updates.update(
         {
             model.engines_running: model.engines_running.set(rank, still),
             wave: wave.set(rank, if_then_else(ends, wave[rank] + 1, wave[rank])),
-            reports: reports.set(rank, if_then_else(ends & (rank == 0), reports[rank].append(complete), reports[rank])),
+            reports: reports.set(rank, completed),
         }
     )
     return Step((mode[rank] == Mode.SYNC) & engine_dp.done(rank), updates)

@@ -81,6 +81,8 @@ from collections.abc import Mapping
 from lockstep.models.dp_pause import client, coordinator, engine
 from lockstep.models.dp_pause.engine import sync_dp_state
 from lockstep.models.dp_pause.properties import add_properties
+from lockstep.models.dp_pause.release_model import RELEASE_VARIANTS, SLEEP_PARAMETER, build_release
+from lockstep.models.dp_pause.release_verdicts import with_release_verdicts
 from lockstep.models.dp_pause.sources import variant_sources
 from lockstep.models.dp_pause.state import (
     IGNORE_WHILE_PAUSED,
@@ -146,6 +148,8 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     variant = Variant(variant_name)
     machine = Machine(f"dp-pause/{variant_name}", hang_bound=parameters["hang_bound"])
     model = declare(machine, variant, parameters)  # every variable and communicator
+    if variant.release.later:  # a release after v0.21.0: release_model.py binds its actions
+        return build_release(machine, model, variant)
     options, Rank = model.options, model.Rank
     # engine cores: the input path, _handle_client_request, the idle callbacks, the busy loop
     machine.add(engine.arrive_from_client, model, rank=Rank)
@@ -229,6 +233,7 @@ PROTOCOL = Protocol(
             "mutant: add_request's stale-wave branch only tells the coordinator, which excludes the sender",
             "v0.21.0 without the local engines_running = True (an intermediate #39366, caught in review)",
         ),
+        *RELEASE_VARIANTS,
     ),
     parameters=(
         ParameterSpec("ranks", 2, "DP engine cores", minimum=2, maximum=8),
@@ -337,8 +342,9 @@ PROTOCOL = Protocol(
             minimum=0,
             maximum=1,
         ),
+        SLEEP_PARAMETER,
     ),
-    instances=(
+    instances=with_release_verdicts(
         InstanceSpec(
             "seed",
             "issue #36594: requests on any rank, pause(keep) to all, collective_rpc after all pauses returned, resume",

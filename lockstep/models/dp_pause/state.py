@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from lockstep.models.dp_pause.releases import RELEASES, Release, release_of
 from lockstep.spec.collectives import Communicator, OpSpec, all_reduce_max, all_reduce_sum
 from lockstep.spec.collectives import barrier as barrier_op
 from lockstep.spec.expressions import Variable
@@ -31,10 +32,26 @@ IGNORE_WHILE_PAUSED = "ignore-wave-while-paused"  # #36608/#38009: v0.20.0 + dro
 NO_LOCAL_WAKEUP = "no-local-wakeup"  # an intermediate #39366: add_request's stale branch without running = True
 
 MessageKind = enum(
-    "MessageKind", ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT"]
+    "MessageKind",
+    ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT", "SLEEP", "WAKE"],
 )
 ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
-Mode = enum("Mode", ["TOP", "FORWARD_REAL", "FORWARD_DUMMY", "SYNC", "RPC", "RESUME_BARRIER", "BARRIER"])
+# DUMMY_SKIPPED (v0.25.0 on): an asleep engine in a wave skips the dummy batch; DEVICE_SYNC (v0.29.0 on):
+# _finish_pause waits in collective_rpc("synchronize_device")
+Mode = enum(
+    "Mode",
+    [
+        "TOP",
+        "FORWARD_REAL",
+        "FORWARD_DUMMY",
+        "SYNC",
+        "RPC",
+        "RESUME_BARRIER",
+        "BARRIER",
+        "DUMMY_SKIPPED",
+        "DEVICE_SYNC",
+    ],
+)
 PauseState = enum("PauseState", ["UNPAUSED", "PAUSED_NEW", "PAUSED_ALL"])
 ClientPhase = enum("ClientPhase", ["REQUESTS", "PAUSE", "RPC", "RESUME", "DONE"])
 PauseMode = enum("PauseMode", ["KEEP", "ABORT", "WAIT"])
@@ -48,8 +65,13 @@ class Variant:
 
     @property
     def fixed(self) -> bool:
-        """The two-phase pause of v0.21.0 (post-fix and its mutant no-local-wakeup)."""
-        return self.name in (POST_FIX, NO_LOCAL_WAKEUP)
+        """The two-phase pause of v0.21.0 (post-fix, its mutant no-local-wakeup and the later releases)."""
+        return self.name in (POST_FIX, NO_LOCAL_WAKEUP) or self.name in RELEASES
+
+    @property
+    def release(self) -> Release:
+        """What the later release this variant mirrors changed (nothing for the v0.20.0/v0.21.0 variants)."""
+        return release_of(self.name)
 
 
 @dataclass(frozen=True)
@@ -73,6 +95,7 @@ class Options:
     bounded_liveness: bool
     response_bound: int
     fair_liveness: bool
+    sleep_level: int  # 0: pause_generation / resume_generation; 1: sleep(level=1) / wake_up (later releases)
 
     @property
     def total(self) -> int:
@@ -99,6 +122,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         bounded_liveness=bool(parameters["bounded_liveness"]),
         response_bound=parameters["response_bound"],
         fair_liveness=bool(parameters["fair_liveness"]),
+        sleep_level=parameters.get("sleep_level", 0),
     )
 
 
@@ -160,6 +184,7 @@ class State:
     options: Options
     sorts: Sorts
     Rank: IndexSort
+    release: Release  # what the later release changed (releases.py); nothing for v0.20.0/v0.21.0
     # engine cores (vllm/v1/engine/core.py, DPEngineCoreProc), per rank
     mode: Term  # where the core thread is
     engines_running: Term
@@ -176,6 +201,12 @@ class State:
     pending_pause: Term  # two-phase variants only
     ignore_start_dp_wave: Term  # two-phase variants only
     running_requests: Term  # request_steps = 2 only: scheduler.running, admitted with their last forward to go
+    # later releases only (releases.py says which)
+    executor_sleep: Term  # 0 awake, 1 sleep requested (after the pause completes), 2 model_executor.is_sleeping
+    device_busy: Term  # the last forward's kernels still run on the device (the CPU thread went on)
+    was_running: Term  # engines_running at the top of this loop iteration (run_busy_loop's was_running)
+    reject_new_requests: Term  # EngineCoreProc.reject_new_requests
+    rejected: Term  # client.rejected: an ADD was answered "engine_paused"
     # communicators (see model.py)
     engine_dp: Communicator
     worker_dp: Communicator
@@ -232,12 +263,13 @@ class _Declaration:
 
 def _engine_variables(declared: _Declaration, variant: Variant, options: Options, sorts: Sorts) -> dict[str, Term]:
     """The engine cores' variables, per rank (their State fields by name)."""
-    per_rank, Requests, fixed = declared.per_rank, sorts.Requests, variant.fixed
+    per_rank, Requests, fixed, release = declared.per_rank, sorts.Requests, variant.fixed, variant.release
+    counter_top = options.sync_interval if release.sync_at_step_one else options.sync_interval - 1
     return dict(
         mode=per_rank("mode", Mode, 0, "where the core thread is"),
         engines_running=per_rank("engines_running", BOOL, False),
         current_wave=per_rank("current_wave", sorts.Wave, 0),
-        step_counter=per_rank("step_counter", integers(0, options.sync_interval - 1), 0),
+        step_counter=per_rank("step_counter", integers(0, counter_top), 0),
         pause_state=per_rank("pause_state", PauseState, 0),
         requests=per_rank("requests", Requests, 0, "unfinished local requests"),
         finished_pending=per_rank("finished_pending", BOOL, False),
@@ -249,6 +281,12 @@ def _engine_variables(declared: _Declaration, variant: Variant, options: Options
         pending_pause=per_rank("pending_pause", BOOL, False, present=fixed),
         ignore_start_dp_wave=per_rank("ignore_start_dp_wave", BOOL, False, present=fixed),
         running_requests=per_rank("running_requests", Requests, 0, "admitted local requests", present=options.two_step),
+        executor_sleep=per_rank(
+            "executor_sleep", integers(0, 2), 0, "1 sleep requested, 2 asleep", present=release.sleep_skips_dummy
+        ),
+        device_busy=per_rank("device_busy", BOOL, False, "kernels still running", present=release.later),
+        was_running=per_rank("was_running", BOOL, False, present=release.reports_wave_start),
+        reject_new_requests=per_rank("reject_new_requests", BOOL, False, present=release.rejects_while_paused),
     )
 
 
@@ -337,6 +375,15 @@ def _client_variables(declared: _Declaration, options: Options, sorts: Sorts) ->
     )
 
 
+def _release_client_variables(declared: _Declaration, release: Release) -> dict[str, Term]:
+    """The client's variables that only later releases have."""
+    return dict(
+        rejected=declared.variable(
+            "client.rejected", BOOL, False, "a request was rejected: engine_paused", release.rejects_while_paused
+        )
+    )
+
+
 def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -> State:
     """Declare every state variable and communicator of the dp-pause machine for ``variant``: the
     engine cores', the three communicators, the coordinator's and the client's, in that order."""
@@ -347,10 +394,12 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
     engine_dp, worker_dp, worker_world = _communicators(machine, variant, options, sorts.Rank)
     coordinator = _coordinator_variables(declared, options, sorts)
     client = _client_variables(declared, options, sorts)
+    client.update(_release_client_variables(declared, variant.release))
     return State(
         options=options,
         sorts=sorts,
         Rank=sorts.Rank,
+        release=variant.release,
         engine_dp=engine_dp,
         worker_dp=worker_dp,
         worker_world=worker_world,

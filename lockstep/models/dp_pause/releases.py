@@ -1,0 +1,65 @@
+"""The vLLM releases after v0.21.0 whose DP pause code differs, as variants of dp-pause, and what each
+changed (read from the PyPI wheels, ``vllm/v1/engine/core.py``, ``core_client.py``,
+``coordinator.py``, ``async_llm.py`` and ``vllm/config/parallel.py``).
+
+A ``Release`` is a set of switches, each naming the change it stands for; the variants v0.25.0,
+v0.29.0 and v0.33.0 switch on what their wheel has (each change is listed at the first of the read
+wheels 0.21.0, 0.25.0, 0.27.0, 0.29.0, 0.31.0 and 0.33.0 that has it). The switches are all off for
+the v0.20.0/v0.21.0 variants, whose counts and verdicts stay as pinned.
+
+- v0.25.0: ``DPEngineCoreProc.run_busy_loop`` skips the dummy batch while
+  ``model_executor.is_sleeping`` (it still counts the step and joins the engine all-reduce);
+  ``EngineCore.wake_up`` resumes the scheduler only once fully awake. ``sleep(level, mode)`` is
+  ``pause_scheduler`` (no ``reject_new_requests``) whose completion puts the executor to sleep.
+- v0.29.0: ``EngineCore._finish_pause``: a pause completes only after
+  ``collective_rpc("synchronize_device")`` (the idle callback runs it before the future resolves);
+  ``run_busy_loop``: rank 0 reports ``start_wave`` to the coordinator when it starts running at an
+  iteration it began idle (``was_running``), unless a pause is pending.
+- v0.33.0: ``EngineCoreProc.pause_generation`` sets ``reject_new_requests`` for abort and wait (an
+  ADD is answered ``engine_paused``; ``EngineCoreProc.resume_scheduler`` clears it);
+  ``_has_global_unfinished_reqs`` syncs at step 1 of a wave and every
+  ``parallel_config.dp_sync_interval`` steps (default 16); the front-end has no FIRST_REQ path
+  (``DPAsyncMPClient.add_request_async`` only stamps the wave; the coordinator logs a front-end
+  message as unexpected) and ``DPEngineCoreProc.add_request`` wakes an idle unpaused engine for any
+  request (``start_wave`` to the coordinator), not only for a stale wave.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+V0_25_0, V0_29_0, V0_33_0 = "v0.25.0", "v0.29.0", "v0.33.0"
+RELEASES = (V0_25_0, V0_29_0, V0_33_0)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The DP pause changes after v0.21.0 that a variant has (all off: v0.20.0/v0.21.0)."""
+
+    later: bool = False  # a release after v0.21.0: sleep/wake, device_busy tracked
+    sleep_skips_dummy: bool = False  # v0.25.0: no dummy batch while asleep; wake_up resumes only fully awake
+    synchronizes_device: bool = False  # v0.29.0: _finish_pause → collective_rpc("synchronize_device")
+    reports_wave_start: bool = False  # v0.29.0: rank 0 reports start_wave on its idle → running edge
+    rejects_while_paused: bool = False  # v0.33.0: pause_generation's reject_new_requests
+    sync_at_step_one: bool = False  # v0.33.0: dp_sync_interval cadence, step 1 of a wave synced too
+    no_first_request: bool = False  # v0.33.0: no FIRST_REQ; add_request wakes for any request
+
+
+_TABLE: dict[str, Release] = {
+    V0_25_0: Release(later=True, sleep_skips_dummy=True),
+    V0_29_0: Release(later=True, sleep_skips_dummy=True, synchronizes_device=True, reports_wave_start=True),
+    V0_33_0: Release(
+        later=True,
+        sleep_skips_dummy=True,
+        synchronizes_device=True,
+        reports_wave_start=True,
+        rejects_while_paused=True,
+        sync_at_step_one=True,
+        no_first_request=True,
+    ),
+}
+
+
+def release_of(variant_name: str) -> Release:
+    """The changes variant ``variant_name`` has (none for a variant that is not a later release)."""
+    return _TABLE.get(variant_name, Release())

@@ -1,0 +1,176 @@
+"""The dp-pause engine-core utilities of the releases after v0.21.0 (``releases.py``): sleep and
+wake_up with the executor's sleep state, the idle callback that synchronises the device before a
+pause completes, the device finishing a forward's kernels, and v0.33.0's ``pause_generation`` /
+``resume_scheduler`` with ``reject_new_requests`` and its ``add_request`` (a wake-up for any
+request to an idle, unpaused engine; no FIRST_REQ exists).
+
+Sleep is modelled at level 1 with the default mode ``abort`` (``EngineCore.sleep(level=1)``):
+``pause_scheduler`` (the DP two-phase pause, no ``reject_new_requests``), and when its future
+resolves the executor sleeps (``executor_sleep`` 1 → 2). ``wake_up`` with every tag wakes the
+executor and, fully awake, runs ``DPEngineCoreProc.resume_scheduler`` (the error, the no-op or the
+barrier of ``engine.handle_resume``). A sleep still waiting for its pause is not undone by
+``wake_up``: the callback puts the executor to sleep when the pause completes, as vLLM's does.
+"""
+
+from __future__ import annotations
+
+from lockstep.models.dp_pause import engine
+from lockstep.models.dp_pause.engine import REPLY, UTILITY, callback_due, consume, handling, reply
+from lockstep.models.dp_pause.state import MessageKind, Mode, PauseState, ReportKind, State, Variant, report
+from lockstep.spec.actions import action
+from lockstep.spec.machine import Step
+from lockstep.spec.terms import Term, TermLike, if_then_else
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors=UTILITY + "EngineCore.sleep(level=1, mode='abort') → EngineCoreProc.pause_scheduler → "
+    "DPEngineCoreProc._pause_complete",
+)
+def handle_sleep(model: State, rank: Term) -> Step:
+    """sleep(level=1): abort every request, PAUSED_NEW, vote to pause and kick-start; the executor
+    sleeps once the pause future resolves."""
+    requests, finished_pending, asleep = model.requests, model.finished_pending, model.executor_sleep
+    updates = consume(model, rank)
+    updates.update(
+        {
+            model.pause_state: model.pause_state.set(rank, PauseState.PAUSED_NEW),
+            requests: requests.set(rank, 0),
+            finished_pending: finished_pending.set(rank, finished_pending[rank] | (requests[rank] > 0)),
+            model.pending_pause: model.pending_pause.set(rank, True),
+            model.engines_running: model.engines_running.set(rank, True),
+            model.pause_future: model.pause_future.set(rank, True),
+            asleep: asleep.set(rank, 1),
+        }
+    )
+    if model.options.two_step:
+        updates[model.running_requests] = model.running_requests.set(rank, 0)
+    return Step(handling(model, rank, MessageKind.SLEEP), updates)
+
+
+def resumes(model: State, rank: Term) -> Term:
+    """DPEngineCoreProc.resume_scheduler takes the barrier path (neither the error nor the no-op)."""
+    running, ignore = model.engines_running, model.ignore_start_dp_wave
+    return ~(model.pending_pause[rank] | (running[rank] & ignore[rank])) & ~running[rank]
+
+
+def cleared_rejection(model: State, rank: Term) -> dict[Term, Term]:
+    """v0.33.0: EngineCoreProc.resume_scheduler (reached only on the barrier path) clears reject_new_requests."""
+    if not model.release.rejects_while_paused:
+        return {}
+    reject = model.reject_new_requests
+    return {reject: reject.set(rank, reject[rank] & ~resumes(model, rank))}
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors=UTILITY + "EngineCore.wake_up(tags=None) → model_executor.wake_up; fully awake → "
+    "DPEngineCoreProc.resume_scheduler",
+)
+def handle_wake(model: State, variant: Variant, rank: Term) -> Step:
+    """wake_up: the executor wakes (a sleep still waiting for its pause stays requested), then the
+    DP resume_scheduler: error while the pause is in flight, no-op while running, else the barrier."""
+    base = engine.handle_resume.function(model, variant, rank)
+    asleep = model.executor_sleep
+    updates: dict[Term, TermLike] = dict(base.updates)
+    updates[asleep] = asleep.set(rank, if_then_else(asleep[rank] == 2, 0, asleep[rank]))
+    updates.update(cleared_rejection(model, rank))
+    return Step(handling(model, rank, MessageKind.WAKE), updates)
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors=UTILITY + "EngineCoreProc.pause_generation → pause_scheduler → DPEngineCoreProc._pause_complete; "
+    "reject_new_requests = mode != 'keep'",
+)
+def handle_pause_generation(model: State, variant: Variant, rank: Term) -> Step:
+    """v0.33.0 pause_generation: the two-phase pause, then abort and wait reject new requests."""
+    base = engine.handle_pause.function(model, variant, rank)
+    reject = model.reject_new_requests
+    keep = model.input_queue[rank].head().field("kind") == MessageKind.PAUSE
+    return Step(base.guard, {**base.updates, reject: reject.set(rank, ~keep)})
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors=UTILITY + "DPEngineCoreProc.resume_scheduler (barrier path: EngineCoreProc.resume_scheduler "
+    "clears reject_new_requests)",
+)
+def handle_resume_scheduler(model: State, variant: Variant, rank: Term) -> Step:
+    """v0.33.0 resume_scheduler: as v0.21.0's; only the barrier path clears reject_new_requests."""
+    base = engine.handle_resume.function(model, variant, rank)
+    return Step(base.guard, {**base.updates, **cleared_rejection(model, rank)})
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors="_handle_client_request(ADD) → _reject_add_while_paused / DPEngineCoreProc.add_request (v0.33.0)",
+)
+def handle_add_request(model: State, rank: Term) -> Step:
+    """v0.33.0: a paused engine that rejects new requests answers engine_paused; otherwise the
+    request is added, a newer wave adopted, and an idle unpaused engine starts running and asks the
+    coordinator to wake the others (start_wave with its wave)."""
+    wave, running, reports, reject = (
+        model.current_wave,
+        model.engines_running,
+        model.to_coordinator,
+        model.reject_new_requests,
+    )
+    request_wave = model.input_queue[rank].head().field("wave")
+    accepted = ~reject[rank]
+    adopted = if_then_else(accepted & (request_wave > wave[rank]), request_wave, wave[rank])
+    wake = accepted & ~running[rank] & (model.pause_state[rank] == PauseState.UNPAUSED)
+    start = report(model, ReportKind.START_WAVE, adopted)
+    updates = consume(model, rank)
+    updates.update(
+        {
+            model.requests: model.requests.set(
+                rank, if_then_else(accepted, model.requests[rank] + 1, model.requests[rank])
+            ),
+            wave: wave.set(rank, adopted),
+            running: running.set(rank, running[rank] | wake),
+            reports: reports.set(rank, if_then_else(wake, reports[rank].append(start), reports[rank])),
+            model.rejected: model.rejected | ~accepted,
+        }
+    )
+    return Step(handling(model, rank, MessageKind.ADD), updates)
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors="_process_input_queue → _notify_idle_state_callbacks → engine_idle_callback → "
+    "EngineCore._finish_pause (collective_rpc('synchronize_device'))",
+)
+def fire_idle_callbacks(model: State, rank: Term) -> Step:
+    """v0.29.0 on: an idle engine runs its pause callback before it takes a message; the callback
+    first waits for the device (synchronize_device)."""
+    mode, future = model.mode, model.pause_future
+    return Step(
+        (mode[rank] == Mode.TOP) & callback_due(model, rank),
+        {future: future.set(rank, False), mode: mode.set(rank, Mode.DEVICE_SYNC)},
+    )
+
+
+@action(
+    actor="rank:{rank}",
+    mirrors="synchronize_device returns → engine_idle_callback: future.set_result (sleep: model_executor.sleep)"
+    + REPLY,
+)
+def synchronize_device(model: State, rank: Term) -> Step:
+    """The device is idle: the pause completes (a sleep's executor sleeps) and the reply goes out."""
+    mode, asleep = model.mode, model.executor_sleep
+    return Step(
+        (mode[rank] == Mode.DEVICE_SYNC) & ~model.device_busy[rank],
+        {
+            mode: mode.set(rank, Mode.TOP),
+            asleep: asleep.set(rank, if_then_else(asleep[rank] == 1, 2, asleep[rank])),
+            **reply(model),
+        },
+    )
+
+
+@action(actor="rank:{rank}", mirrors="the device finishes the last forward's kernels (asynchronously)")
+def device_idle(model: State, rank: Term) -> Step:
+    """The kernels the last forward launched complete on the device."""
+    busy = model.device_busy
+    return Step(busy[rank], {busy: busy.set(rank, False)})
