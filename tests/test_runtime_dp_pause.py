@@ -310,12 +310,10 @@ def test_a_client_that_reads_publications_between_requests_conforms(tmp_path: Pa
             variant="post-fix",
             scenario="counterexample",
             ranks=2,
-            requests=2,
-            sync_interval=2,
             seed=seed,
             timeout=5,
             trace_dir=str(folder),
-            extra={"schedule": schedule, "client_program": program},
+            extra={"schedule": schedule, "client_program": program, "requests": 2, "sync_interval": 2},
         )
         assert launch(config, deadline=60).outcome == "completed"
         assert '"client_read_publication"' in (folder / "client.jsonl").read_text()
