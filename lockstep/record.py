@@ -16,7 +16,9 @@ in one ``write`` before ``event`` returns, so a killed process leaves a replayab
     recorder.close()
 
 ``event`` takes the model's action name and arguments, optionally the part of the model's state
-this process can see (``observed``, keys as the model's variables: ``"requests[0]"``) and
+this process can see (``observed``, keys as the model's variables: ``"requests[0]"``, which
+``recorder.vocabulary.entry("requests", 0)`` writes; every name and value is checked against
+the model, see ``lockstep.spec.vocabulary``) and
 message clocks (``send``/``receive`` give the entries for a channel). ``collective`` writes the
 ``enter``/``complete`` pair of one member with the communicator's per-member sequence number.
 ``recording_enabled()`` / ``from_environment`` let instrumented code record only when
@@ -33,10 +35,13 @@ import os
 import platform
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.traces import JSONValue, TraceHeader, TraceSource
 from lockstep.traces.recorder import EventRecorder, trace_file_name
+
+if TYPE_CHECKING:
+    from lockstep.spec.vocabulary import Vocabulary
 
 TRACE_DIRECTORY_ENVIRONMENT = "LOCKSTEP_TRACE_DIR"
 
@@ -59,11 +64,25 @@ def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
     return result
 
 
+def vocabulary(protocol: str, variant: str, parameters: Mapping[str, JSONValue]) -> Vocabulary:
+    """The names and sorts ``protocol``'s model gives ``variant`` at ``parameters`` (its defaults for
+    the ones left out); an unknown protocol, variant or out-of-bounds parameter raises ``ValueError``."""
+    from lockstep.models import get_protocol
+    from lockstep.spec.vocabulary import Vocabulary
+
+    return Vocabulary.of(get_protocol(protocol), variant, parameters)
+
+
 class TraceRecorder(EventRecorder):
     """The trace file of one actor (one process); safe to share between threads.
 
     The one recorder core (``lockstep.traces.recorder.EventRecorder``) with every event checked
-    against the format (instrumented code's events may vary in shape from call to call)."""
+    against the format (instrumented code's events may vary in shape from call to call) and
+    against the model's ``vocabulary``: the first action, argument, observed name or value the
+    model does not have raises ``TraceFormatError`` naming it. ``vocabulary.entry("mode", 1)``
+    names an observed map entry (``"mode[1]"``)."""
+
+    vocabulary: Vocabulary
 
     def __init__(
         self,
@@ -79,7 +98,15 @@ class TraceRecorder(EventRecorder):
         header = TraceHeader(
             protocol, variant, instance, dict(parameters), source or TraceSource("runtime", host=platform.node())
         )
-        super().__init__(actor, Path(directory) / trace_file_name(actor), header, fsync=fsync, check_every_event=True)
+        self.vocabulary = vocabulary(protocol, variant, parameters)
+        super().__init__(
+            actor,
+            Path(directory) / trace_file_name(actor),
+            header,
+            fsync=fsync,
+            check_every_event=True,
+            vocabulary=self.vocabulary,
+        )
 
     def event(
         self,

@@ -39,10 +39,9 @@ def run_config(folder: Path, variant: str) -> RunConfig:
         variant=variant,
         scenario=parameters["scenario"],
         ranks=parameters["ranks"],
-        requests=parameters["requests"],
-        sync_interval=parameters["sync_interval"],
         seed=0,
         timeout=10.0,
+        extra={"requests": parameters["requests"], "sync_interval": parameters["sync_interval"]},
     )
 
 

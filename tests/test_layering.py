@@ -1,7 +1,8 @@
 """The package's layering, enforced by reading every module's imports with ``ast``.
 
 spec imports nothing of the project outside spec and no z3/torch/hypothesis/rich/numpy; traces
-imports only itself, the standard library and msgspec (its decoder); impl imports only traces, impl and models; models
+imports only itself, the standard library and msgspec (its decoder); impl imports only traces, impl, models and the
+vocabulary (lockstep.spec.vocabulary); models
 import only spec; only checkers/symbolic imports z3; only impl imports torch at module level.
 """
 
@@ -97,9 +98,9 @@ def impl_imports_traces_only(item: Import) -> str | None:
     if (
         in_folder(item, "impl")
         and item.root == "lockstep"
-        and not item.within("lockstep.traces", "lockstep.impl", "lockstep.models")
+        and not item.within("lockstep.traces", "lockstep.impl", "lockstep.models", "lockstep.spec.vocabulary")
     ):
-        allowed = "lockstep.traces, lockstep.impl and lockstep.models (action names)"
+        allowed = "lockstep.traces, lockstep.impl, lockstep.models and lockstep.spec.vocabulary (the model's names)"
         return f"imports {item.target}: impl imports only {allowed}"
     return None
 

@@ -20,7 +20,9 @@ def _lines(path: Path) -> list[dict[str, object]]:
 
 
 def test_both_producers_are_the_one_core(tmp_path: Path) -> None:
-    runtime = Recorder(RunConfig(trace_dir=str(tmp_path / "run")), "rank:0", {"ranks": 2}, TraceSource("runtime"))
+    runtime = Recorder(
+        RunConfig(protocol="dp-pause", trace_dir=str(tmp_path / "run")), "rank:0", {"ranks": 2}, TraceSource("runtime")
+    )
     instrumented = TraceRecorder(tmp_path / "vllm", "rank:1", "dp-pause", "post-fix", {"ranks": 2})
     for recorder in (runtime, instrumented):
         assert isinstance(recorder, EventRecorder)
@@ -69,7 +71,7 @@ def test_a_bad_event_is_refused_and_leaves_no_gap(tmp_path: Path, check_every_ev
 
 
 def test_without_a_file_it_only_counts() -> None:
-    recorder = Recorder(RunConfig(trace_dir=None), "client", {}, TraceSource("runtime"))
+    recorder = Recorder(RunConfig(protocol="dp-pause", trace_dir=None), "client", {}, TraceSource("runtime"))
     recorder.record("client_pause")
     assert recorder.enter("worker_dp", "forward") == 1
     assert recorder.events == 2 and recorder.path is None

@@ -26,8 +26,16 @@ from lockstep.impl.cudagraph_pp.descriptors import DescriptorPlan
 from lockstep.impl.cudagraph_pp.graphs import EmulatedGraph, GraphManager
 from lockstep.impl.cudagraph_pp.stages import Pipeline
 from lockstep.models.cudagraph_pp.descriptors import MODE_NAMES, capture_plan, capture_sizes, dispatch_plan
-from lockstep.models.cudagraph_pp.model import RUNTIME_ACTIONS
+from lockstep.models.cudagraph_pp.model import PROTOCOL as MODEL
 from lockstep.testing import replay_traces
+
+# the model's action names over its variants and instances, and the collective events
+ACTIONS = {
+    action.name
+    for instance in MODEL.instances
+    for variant in MODEL.variants
+    for action in MODEL.instance(variant.name, instance.name).machine().actions
+} | {"enter", "complete"}
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,7 +71,7 @@ def events_of(folder: Path, ranks: int) -> dict[str, list[dict[str, Any]]]:
     assert sorted(path.name for path in folder.glob("*.jsonl")) == [f"rank-{rank}.jsonl" for rank in range(ranks)]
     for path in sorted(folder.glob("*.jsonl")):
         events = validate_lines(path)
-        assert all(event["action"] in RUNTIME_ACTIONS.values() for event in events)
+        assert all(event["action"] in ACTIONS for event in events)  # the model's, as the vocabulary checked
         found[path.name] = events
     return found
 

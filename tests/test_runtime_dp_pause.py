@@ -241,7 +241,10 @@ def test_choice_sources() -> None:
         (["dp-pause", "--scenario", "nope"], "unknown scenario"),
         (["dp-pause", "--requests", "2"], "needs a rank without requests"),
         (["dp-pause", "--ranks", "1"], "dp-pause runs 2 to 8 ranks, got --ranks 1"),
-        (["dp-pause", "--set", "requests=2"], "dp-pause has no setting 'requests'"),
+        (["dp-pause", "--set", "chunks=2"], "dp-pause has no setting 'chunks'"),
+        (["dp-pause", "--set", "requests=2"], "needs a rank without requests"),  # --requests 2, spelled out
+        (["dp-pause", "--sync-interval", "33"], "sync_interval=33: must be between 1 and 32"),
+        (["pp-broadcast", "--sync-interval", "2"], "--sync-interval: pp-broadcast has no setting 'sync_interval'"),
         (["dp-pause", "--set", "requests"], "expected NAME=VALUE"),
         (["dp-pause", "--backend", "nccl"], "--backend nccl needs 2 CUDA devices"),
     ],
@@ -310,12 +313,10 @@ def test_a_client_that_reads_publications_between_requests_conforms(tmp_path: Pa
             variant="post-fix",
             scenario="counterexample",
             ranks=2,
-            requests=2,
-            sync_interval=2,
             seed=seed,
             timeout=5,
             trace_dir=str(folder),
-            extra={"schedule": schedule, "client_program": program},
+            extra={"schedule": schedule, "client_program": program, "requests": 2, "sync_interval": 2},
         )
         assert launch(config, deadline=60).outcome == "completed"
         assert '"client_read_publication"' in (folder / "client.jsonl").read_text()

@@ -13,6 +13,7 @@ from typing import Any
 
 from lockstep.impl.protocols import RUNTIME_PROTOCOLS, RuntimeProtocol
 from lockstep.impl.runtime import RunConfig
+from lockstep.models import POST_FIX, PRE_FIX
 
 
 def _bounded(kind: type, low: float, high: float | None = None) -> Any:
@@ -34,21 +35,18 @@ def _bounded(kind: type, low: float, high: float | None = None) -> Any:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("protocol", metavar="PROTOCOL", help=f"the protocol to run ({', '.join(RUNTIME_PROTOCOLS)})")
     parser.add_argument(
-        "--variant", default="post-fix", help="pre-fix, post-fix or a mutant the protocol runs (default: post-fix)"
+        "--variant", default=POST_FIX, help=f"{PRE_FIX}, {POST_FIX} or a mutant the protocol runs (default: {POST_FIX})"
     )
     parser.add_argument(
         "--scenario", help="the protocol's scenario (default: its first; `lockstep run --help` lists them)"
     )
     parser.add_argument("--ranks", type=_bounded(int, 1, 8), help="rank processes (default and range: the protocol's)")
-    parser.add_argument(
-        "--requests", type=_bounded(int, 1, 3), default=1, help="dp-pause: requests the client adds (default 1)"
-    )
-    parser.add_argument(
-        "--sync-interval",
-        type=_bounded(int, 1, 32),
-        default=32,
-        help="dp-pause: steps between engine all-reduces (vLLM: 32, the default)",
-    )
+    for option, setting in SHORTHANDS.items():
+        parser.add_argument(
+            option,
+            metavar="N",
+            help=f"--set {setting}=N, for the protocols with that setting ({_owners(setting)})",
+        )
     parser.add_argument(
         "--set",
         action="append",
@@ -100,6 +98,24 @@ def _settings_help() -> str:
     return "; ".join(parts) or "none"
 
 
+def _owners(setting: str) -> str:
+    return ", ".join(protocol.name for protocol in RUNTIME_PROTOCOLS.values() if setting in protocol.settings)
+
+
+def _shorthands(protocol: RuntimeProtocol, arguments: argparse.Namespace) -> list[str]:
+    """``--requests N`` and ``--sync-interval K`` as ``--set`` texts; a protocol without the setting is an error."""
+    texts = []
+    for option, setting in SHORTHANDS.items():
+        value = getattr(arguments, setting, None)
+        if value is None:
+            continue
+        if setting not in protocol.settings:
+            known = ", ".join(protocol.settings) or "none"
+            raise RunUsageError(f"{option}: {protocol.name} has no setting {setting!r} (its settings: {known})")
+        texts.append(f"{setting}={value}")
+    return texts
+
+
 def _settings(protocol: RuntimeProtocol, texts: list[str]) -> dict[str, int]:
     values = {name: setting.default for name, setting in protocol.settings.items()}
     for text in texts:
@@ -118,6 +134,9 @@ def _settings(protocol: RuntimeProtocol, texts: list[str]) -> dict[str, int]:
             raise RunUsageError(f"--set {name}={value}: must be between {setting.low} and {setting.high}")
         values[name] = number
     return values
+
+
+SHORTHANDS = {"--requests": "requests", "--sync-interval": "sync_interval"}  # option -> protocol setting
 
 
 class RunUsageError(ValueError):
@@ -145,7 +164,8 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
     fewest, most = protocol.ranks
     if not fewest <= ranks <= most:
         raise RunUsageError(f"{protocol.name} runs {fewest} to {most} ranks, got --ranks {ranks}")
-    extra: dict[str, Any] = dict(_settings(protocol, list(getattr(arguments, "settings", None) or [])))
+    texts = [*_shorthands(protocol, arguments), *(getattr(arguments, "settings", None) or [])]
+    extra: dict[str, Any] = dict(_settings(protocol, texts))
     trace_dir = None
     if arguments.trace_dir is not None:
         folder = Path(arguments.trace_dir)
@@ -167,8 +187,6 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
         variant=arguments.variant,
         scenario=scenario,
         ranks=ranks,
-        requests=arguments.requests,
-        sync_interval=arguments.sync_interval,
         backend=arguments.backend,
         seed=arguments.seed,
         timeout=arguments.hang_timeout,

@@ -28,8 +28,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import Client, Connection, Listener, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
+from lockstep.models import POST_FIX, get_protocol
+from lockstep.spec.vocabulary import Vocabulary
 from lockstep.traces import JSONValue, TraceHeader, TraceSource
 from lockstep.traces.output import safe_name
 from lockstep.traces.recorder import EventRecorder, RawObject, trace_file_name
@@ -40,14 +42,15 @@ AUTHKEY_ENVIRONMENT = "LOCKSTEP_RUN_AUTHKEY"
 
 @dataclass
 class RunConfig:
-    """One run: the protocol, its variant and scenario, bounds, and where files go."""
+    """One run of any protocol: its variant and scenario, ranks, and where files go. What belongs to
+    one protocol (its settings, ``--set NAME=VALUE``, which the protocol's ``RuntimeProtocol.settings``
+    declares and bounds; a reproduction's schedule) is in ``extra``; a protocol reads its own through
+    a typed view of its own (dp-pause: ``lockstep.impl.dp_pause.parameters.DpPauseConfig``)."""
 
-    protocol: str = "dp-pause"
-    variant: str = "post-fix"
-    scenario: str = "issue-36594"
+    protocol: str = ""
+    variant: str = POST_FIX
+    scenario: str = ""  # "": the protocol's first
     ranks: int = 2
-    requests: int = 1
-    sync_interval: int = 32
     backend: str = "gloo"
     seed: int = 0
     timeout: float = 10.0
@@ -62,14 +65,14 @@ class RunConfig:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, value: Mapping[str, Any]) -> RunConfig:
+    def from_json(cls, value: Mapping[str, Any]) -> Self:
         return cls(**dict(value))
 
     def write(self, path: str | os.PathLike[str]) -> None:
         Path(path).write_text(json.dumps(self.to_json()), encoding="utf-8")
 
     @classmethod
-    def read(cls, path: str | os.PathLike[str]) -> RunConfig:
+    def read(cls, path: str | os.PathLike[str]) -> Self:
         return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
 
 
@@ -139,11 +142,17 @@ def read_statuses(run_dir: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
 class Recorder(EventRecorder):
     """Trace events of one runtime process (``lockstep.traces.recorder.EventRecorder``, the one
     recorder core), its event count and trace-writing time mirrored on its status board; with no
-    trace directory it only counts."""
+    trace directory it only counts. Every event is checked against the model's ``vocabulary``
+    (derived from the model of the run's variant at the header's parameters), file or not; the
+    runtime names observed entries through it (``vocabulary.entry("mode", rank)``)."""
+
+    vocabulary: Vocabulary
 
     def __init__(self, config: RunConfig, actor: str, parameters: Mapping[str, JSONValue], source: TraceSource) -> None:
         path = None if config.trace_dir is None else Path(config.trace_dir) / trace_file_name(actor)
-        super().__init__(actor, path, TraceHeader(config.protocol, config.variant, config.scenario, parameters, source))
+        self.vocabulary = Vocabulary.of(get_protocol(config.protocol), config.variant, parameters)
+        header = TraceHeader(config.protocol, config.variant, config.scenario, parameters, source)
+        super().__init__(actor, path, header, vocabulary=self.vocabulary)
         self.status: StatusBoard | None = None  # gets the event count
 
     def record(

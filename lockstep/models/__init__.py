@@ -13,7 +13,9 @@ import importlib
 import pkgutil
 
 from lockstep.spec.lemma import AnyLemma
-from lockstep.spec.protocol import Protocol, UsageError
+from lockstep.spec.protocol import POST_FIX, PRE_FIX, Protocol, UsageError
+
+__all__ = ["LEMMAS", "POST_FIX", "PRE_FIX", "PROTOCOLS", "get_protocol"]
 
 # The order of tables and of ``check --all``: the five vLLM protocols as DESIGN.md lists them.
 _ORDER = ("pp_broadcast", "dp_pause", "async_placeholders", "computed_tokens", "cudagraph_pp")

@@ -5,96 +5,35 @@ parallel updates (every unmentioned variable is unchanged); all nondeterminism l
 parameters. Properties are ``always`` invariants (optionally with a condition on states where
 nothing is enabled), ``sometimes`` witnesses, and bounded responses, which become an ``always``
 over a monitor counter that every action updates, so every engine checks them the same way.
-``finish()`` freezes the machine and adds the built-in properties.
+``finish()`` freezes the machine and adds the built-in properties. The records it is made of are
+in ``lockstep.spec.definitions`` and the monitors' counters in ``lockstep.spec.monitors`` (their
+names are re-exported here).
 """
 
 from __future__ import annotations
 
-import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from lockstep.spec.actions import ActionDefinition
-from lockstep.spec.evaluation import Environment, evaluate
-from lockstep.spec.expressions import (
-    Constant,
-    Expression,
-    Operation,
-    Operator,
-    Parameter,
-    Variable,
-    substitute_variables,
-    walk,
+from lockstep.spec.definitions import (
+    IN_BOUNDS,
+    NO_COLLECTIVE_MISMATCH,
+    NO_DEADLOCK,
+    NO_HANG,
+    Action,
+    Property,
+    PropertyKind,
+    StateVariable,
+    Step,
 )
-from lockstep.spec.sorts import BOOL, BoolSort, IndexSort, IntSort, Sort, SortError, Value
-from lockstep.spec.terms import DefinitionError, Term, TermLike, if_then_else, lift, minimum
-
-IN_BOUNDS = "in_bounds"
-NO_DEADLOCK = "no_deadlock"
-NO_COLLECTIVE_MISMATCH = "no_collective_mismatch"
-NO_HANG = "no_hang"
-
-
-class PropertyKind(enum.Enum):
-    ALWAYS = "always"
-    SOMETIMES = "sometimes"
-    LEADS_TO = "leads-to"  # liveness under weak fairness: checked by the explicit engine
-
-
-@dataclass(frozen=True)
-class StateVariable:
-    name: str
-    sort: Sort
-    initial: Value
-    description: str = ""
-    monitor: bool = False  # auxiliary counter of a bounded-response property
-
-
-@dataclass(frozen=True)
-class Action:
-    name: str
-    actor: str  # a template such as "rank:{rank}", filled with the rendered parameters
-    parameters: tuple[Parameter, ...]
-    guard: tuple[Expression, ...]  # conjuncts, kept apart so a failed step can be explained
-    updates: tuple[tuple[str, Expression], ...]
-    description: str = ""
-    mirrors: str = ""  # the source function(s) the action stands for, shown with each counterexample step
-
-    def actor_for(self, arguments: Mapping[str, Value]) -> str:
-        rendered = {parameter.name: parameter.sort.render(arguments[parameter.name]) for parameter in self.parameters}
-        return self.actor.format(**rendered)
-
-
-@dataclass(frozen=True)
-class Property:
-    name: str
-    kind: PropertyKind
-    predicate: Expression
-    description: str = ""
-    at_deadlock: Expression | None = None  # must also hold in states where no action is enabled
-    builtin: bool = False
-    trigger: Expression | None = None  # leads-to: once this holds, ``predicate`` must eventually hold
-    fair: tuple[str, ...] | None = None  # leads-to: the weakly fair actions (None: every action)
-
-
-@dataclass(frozen=True)
-class Step:
-    """What an action function returns: a guard and the updates it makes when the guard holds."""
-
-    guard: TermLike
-    updates: Mapping[Term, TermLike] = field(default_factory=dict)
-
-
-@dataclass
-class _Response:
-    name: str
-    trigger: Term
-    response: Term
-    bound: int
-    response_actions: frozenset[str]
-    counter: Term
+from lockstep.spec.evaluation import Environment, evaluate
+from lockstep.spec.expressions import Constant, Expression, Operation, Operator, Parameter, Variable, walk
+from lockstep.spec.monitors import Response, monitor_update
+from lockstep.spec.sorts import BOOL, BoolSort, IndexSort, IntSort, Sort, Value
+from lockstep.spec.terms import DefinitionError, Term, TermLike, lift
 
 
 class Machine:
@@ -116,7 +55,7 @@ class Machine:
         self.symmetric: list[tuple[IndexSort, frozenset[int]]] = []
         self.communicators: list[object] = []
         self.strengthening: list[Expression] = []  # invariants k-induction assumes (and proves)
-        self._responses: list[_Response] = []
+        self._responses: list[Response] = []
         self._finished = False
 
     # ----------------------------------------------------------------------------------- definition
@@ -353,7 +292,7 @@ class Machine:
             raise DefinitionError(f"monitor {name!r}: the bound must be non-negative, got {bound}")
         counter = self._declare(f"monitor.{name}", IntSort(-1, bound), -1, f"steps since {name} was triggered", True)
         self._responses.append(
-            _Response(
+            Response(
                 name,
                 _boolean(trigger, f"monitor {name!r}"),
                 _boolean(response, f"monitor {name!r}"),
@@ -433,7 +372,7 @@ class Machine:
             post = dict(action.updates)
             extra: list[tuple[str, Expression]] = []
             for response in self._responses:
-                extra.append((f"monitor.{response.name}", _monitor_update(response, action.name, post)))
+                extra.append((f"monitor.{response.name}", monitor_update(response, action.name, post)))
             rebuilt.append(replace(action, updates=action.updates + tuple(extra)))
         self.actions = rebuilt
         initial = self.initial_state()
@@ -485,26 +424,6 @@ def _check_assignable(action: str, variable: StateVariable, value: Term) -> None
             f"action {action!r}: cannot assign a value of sort {value.sort.name} to {variable.name!r} of sort "
             f"{variable.sort.name}"
         )
-
-
-def _monitor_update(response: _Response, action_name: str, post: Mapping[str, Expression]) -> Expression:
-    """counter' = restart on a response action; -1 once answered; +1 while pending; 0 when triggered."""
-    counter = response.counter
-    bound = response.bound
-    after_trigger = Term(substitute_variables(response.trigger.expression, post))
-    after_response = Term(substitute_variables(response.response.expression, post))
-    restart = if_then_else(after_response, -1, if_then_else(after_trigger, 0, -1))
-    if action_name in response.response_actions:
-        return _as_int(restart)
-    pending = if_then_else(counter >= 0, minimum(counter + 1, bound), restart)
-    return _as_int(if_then_else(after_response, -1, pending))
-
-
-def _as_int(term: Term) -> Expression:
-    expression = term.expression
-    if not isinstance(expression.sort, IntSort):
-        raise SortError("monitor update must be an integer")  # pragma: no cover - by construction
-    return expression
 
 
 __all__ = [

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 
 from lockstep.spec.machine import Machine
 
+# Every protocol's two released variants; a model's mutants name themselves.
+PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+
 
 class UsageError(ValueError):
     """A user asked for something that does not exist or is out of range (exit code 2)."""
@@ -58,7 +61,7 @@ class Protocol:
     build: Callable[[str, Mapping[str, int]], Machine]
     rank_parameter: str | None = None
     default_instance: str = "seed"
-    default_variant: str = "post-fix"
+    default_variant: str = POST_FIX
 
     def variant(self, name: str) -> VariantSpec:
         for variant in self.variants:

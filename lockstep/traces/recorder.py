@@ -15,7 +15,12 @@ Both trace producers write through ``EventRecorder``: the reference runtime's pr
   instrumented code whose events may vary), and a value JSON cannot carry, such as NaN, is a
   ``TraceFormatError`` from the encoder whatever the mode;
 - the message clocks (``send``/``receive``, from ``MessageClocks``) and the per-communicator
-  sequence numbers of collective ops (``enter``/``complete``/``collective``).
+  sequence numbers of collective ops (``enter``/``complete``/``collective``);
+- the protocol's vocabulary (any ``EventVocabulary``, in practice ``lockstep.spec.vocabulary``'s,
+  derived from the model): given one, every event is checked through it, with or without a file,
+  so the first action, argument, communicator, observed name or value the model does not have is a
+  ``TraceFormatError`` naming it; ``Projection`` encodes a fixed list of observed entries (named
+  through the vocabulary) as one JSON object, each value checked the first time it is seen.
 
 With no path it only counts events (a run without a trace directory).
 """
@@ -28,11 +33,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from lockstep.traces.clocks import MessageClocks
 from lockstep.traces.format import JSONValue, TraceFormatError, TraceHeader, event_problems
+from lockstep.traces.merge import COLLECTIVE_ACTIONS
 from lockstep.traces.output import safe_name
 from lockstep.traces.writer import TraceWriter
 
@@ -43,10 +50,51 @@ def trace_file_name(actor: str) -> str:
 
 
 class RawObject(str):
-    """A JSON object already encoded (by code whose values are ints, bools and plain strings)."""
+    """A JSON object already encoded (by a ``Projection``, whose values it checked)."""
 
 
 _encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+class EventVocabulary(Protocol):
+    """What a recorder checks its events against (``lockstep.spec.vocabulary.Vocabulary``); each
+    check raises ``ValueError`` naming what the model does not have."""
+
+    def check_action(self, action: str, args: Mapping[str, object]) -> None: ...
+
+    def check_collective(self, communicator: str, op: str) -> None: ...
+
+    def check_observed(self, name: str, value: object) -> None: ...
+
+
+class Projection:
+    """A fixed list of observed names (made with the vocabulary's ``entry``), encoded as one JSON
+    object by ``encode(*values)``; each value is checked through the vocabulary the first time it is
+    seen at its place, and its encoding remembered."""
+
+    def __init__(self, vocabulary: EventVocabulary, names: Sequence[str]) -> None:
+        self.vocabulary = vocabulary
+        self.names = tuple(names)
+        self._prefixes = tuple(
+            ("{" if position == 0 else ",") + _encode(name) + ":" for position, name in enumerate(names)
+        )
+        self._encoded: tuple[dict[object, tuple[type, str]], ...] = tuple({} for _ in self.names)
+
+    def encode(self, *values: JSONValue) -> RawObject:
+        if len(values) != len(self.names):
+            raise TraceFormatError(f"a projection of {len(self.names)} names got {len(values)} values")
+        parts: list[str] = []
+        for prefix, name, known, value in zip(self._prefixes, self.names, self._encoded, values):
+            found = known.get(value)
+            if found is None or found[0] is not type(value):
+                try:
+                    self.vocabulary.check_observed(name, value)
+                    found = (type(value), _encode(value))
+                except (TypeError, ValueError) as error:
+                    raise TraceFormatError(f"bad observed value: {error}") from None
+                known[value] = found
+            parts.append(prefix + found[1])
+        return RawObject("".join(parts) + "}" if parts else "{}")
 
 
 class EventRecorder(MessageClocks):
@@ -60,9 +108,11 @@ class EventRecorder(MessageClocks):
         *,
         fsync: bool = False,
         check_every_event: bool = False,
+        vocabulary: EventVocabulary | None = None,
     ) -> None:
         super().__init__()  # send / receive: the message clocks
         self.actor = actor
+        self.vocabulary = vocabulary
         self.events = 0
         self.write_nanoseconds = 0  # time spent encoding and writing trace lines
         self._fsync = fsync
@@ -94,6 +144,8 @@ class EventRecorder(MessageClocks):
         ``flush=False`` keeps the line to be written in one ``write`` with the next event's line; only
         for an event the same thread follows at once with another (never before blocking)."""
         with self._lock:
+            if self.vocabulary is not None:
+                self._check_vocabulary(self.vocabulary, action, args, observed)
             if self._descriptor is None:
                 self.events += 1
                 return
@@ -145,6 +197,26 @@ class EventRecorder(MessageClocks):
                 raise TraceFormatError(f"bad trace event {index}: " + "; ".join(problems))
             self._checked.add(action)
         return line
+
+    def _check_vocabulary(
+        self,
+        vocabulary: EventVocabulary,
+        action: str,
+        args: Mapping[str, JSONValue] | None,
+        observed: Mapping[str, JSONValue] | RawObject | None,
+    ) -> None:
+        """The event's names and values are the model's (a ``RawObject`` was checked by its ``Projection``)."""
+        try:
+            if action in COLLECTIVE_ACTIONS:
+                arguments = args or {}
+                vocabulary.check_collective(str(arguments.get("communicator")), str(arguments.get("op")))
+            else:
+                vocabulary.check_action(action, args or {})
+            if observed is not None and not isinstance(observed, RawObject):
+                for name, value in observed.items():
+                    vocabulary.check_observed(name, value)
+        except ValueError as error:
+            raise TraceFormatError(f"bad trace event {self.events} of {self.actor}: {error}") from None
 
     def _write(self, data: bytes) -> None:
         assert self._descriptor is not None

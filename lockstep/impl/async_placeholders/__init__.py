@@ -10,12 +10,12 @@ no torch.
 from __future__ import annotations
 
 from lockstep.impl.protocols import RuntimeProtocol, Setting
-from lockstep.models.async_placeholders.model import PROTOCOL
+from lockstep.models.async_placeholders.model import POST_FIX, PRE_FIX, PROTOCOL
 
 RUNTIME = RuntimeProtocol(
     name="async-placeholders",
     package="lockstep.impl.async_placeholders",
-    variants=("pre-fix", "post-fix"),
+    variants=(PRE_FIX, POST_FIX),
     scenarios=tuple(instance.name for instance in PROTOCOL.instances),
     ranks=(1, 1),
     default_ranks=1,

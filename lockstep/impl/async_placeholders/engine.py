@@ -10,7 +10,7 @@ copy thread lands each step's device-to-host copy when the choice source says (a
 the next step is scheduled), so the repair of step N+1 and the scheduler's processing of step N
 may find it in flight and wait.
 
-Every state change is recorded under the model action it mirrors (``RUNTIME_ACTIONS``), as actor
+Every state change is recorded under the model action it mirrors (checked against the model's vocabulary), as actor
 ``scheduler`` or ``runner``, with the tracked request's state in ``observed``; an event is
 written before its effect is handed to the other thread (the scheduled step to the runner, the
 output to the scheduler), and the ``send:``/``recv:`` clocks of the two queues say so.
@@ -30,7 +30,6 @@ from lockstep.impl.async_placeholders.runner import Executed, ModelRunner
 from lockstep.impl.async_placeholders.scheduler import ScenarioBounds, Scheduler, Step
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.runtime import Recorder, StatusBoard
-from lockstep.models.async_placeholders.model import RUNTIME_ACTIONS
 
 SCHEDULED, EXECUTED = "scheduled", "executed"
 
@@ -65,7 +64,7 @@ class Engine:
         observed: dict[str, Any],
         clock: dict[str, int] | None = None,
     ) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[event], args or {}, observed, clock, actor=actor)
+        self.recorder.record(event, args or {}, observed, clock, actor=actor)
 
     # ------------------------------------------------------------------------ scheduler loop
     def run(self) -> None:

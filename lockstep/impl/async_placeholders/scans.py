@@ -22,8 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lockstep.models import POST_FIX, PRE_FIX
+
 PLACEHOLDER = -1
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
 
 
 def forward_first_placeholder(ids: list[int]) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lockstep.impl.protocols import RuntimeProtocol, Setting
-from lockstep.models.computed_tokens.model import PROTOCOL
+from lockstep.models.computed_tokens.model import POST_FIX, PRE_FIX, PROTOCOL
 
 if TYPE_CHECKING:
     from lockstep.impl.runtime import RunConfig
@@ -31,7 +31,7 @@ def _problem(config: RunConfig) -> str | None:
 RUNTIME = RuntimeProtocol(
     name="computed-tokens",
     package="lockstep.impl.computed_tokens",
-    variants=("pre-fix", "post-fix"),
+    variants=(PRE_FIX, POST_FIX),
     scenarios=tuple(instance.name for instance in PROTOCOL.instances),
     ranks=(1, 3),
     default_ranks=1,

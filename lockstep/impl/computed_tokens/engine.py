@@ -13,7 +13,7 @@
   on the ``pp_sampled`` group, the output to the engine) or ``pp_receive`` on the others (the
   broadcast, then ``postprocess``).
 
-Each event is recorded under the model's action (``RUNTIME_ACTIONS``) before its effect leaves
+Each event is recorded under the model's action (checked against the model's vocabulary) before its effect leaves
 the process (the step to the ranks, the hidden states, the broadcast, the output) and after what
 it waited for arrived; ``send:``/``recv:`` clocks name each message so the per-process files merge
 in causal order. The acceptance count of each request (the model's ``accepted`` parameter) is the
@@ -35,7 +35,6 @@ from lockstep.impl.computed_tokens.runner import HIDDEN, Executed, ModelRunner
 from lockstep.impl.computed_tokens.scheduler import DONE, SCHEDULE, Bounds, Scheduler, StepRecord
 from lockstep.impl.distributed import Groups
 from lockstep.impl.runtime import Recorder, StatusBoard, accept
-from lockstep.models.computed_tokens.model import RUNTIME_ACTIONS
 
 SCHEDULER = "scheduler"
 OUTPUT = "output"
@@ -55,7 +54,7 @@ class EngineCore(threading.Thread):
         self.error: BaseException | None = None
 
     def record(self, event: str, clock: dict[str, int]) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[event], {}, self.scheduler.observed(), clock, actor=SCHEDULER)
+        self.recorder.record(event, {}, self.scheduler.observed(), clock, actor=SCHEDULER)
 
     def run(self) -> None:
         ranks = range(self.bounds.ranks)
@@ -121,7 +120,7 @@ class Worker:
         self.steps = 0
 
     def record(self, event: str, args: dict[str, Any], observed: dict[str, Any], clock: dict[str, int]) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[event], args, observed, clock)
+        self.recorder.record(event, args, observed, clock)
 
     def run(self) -> None:
         while True:

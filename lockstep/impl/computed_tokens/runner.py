@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from lockstep.impl.computed_tokens.scheduler import Bounds, StepRecord
+from lockstep.models.computed_tokens.model import POST_FIX
 
 VOCABULARY, HIDDEN = 32, 16
 
@@ -86,7 +87,7 @@ Choose = Callable[[str, list[str]], str]  # (point, options) -> chosen option
 
 class ModelRunner:
     def __init__(self, variant: str, bounds: Bounds, rank: int, device: torch.device, seed: int) -> None:
-        self.fixed = variant == "post-fix"
+        self.fixed = variant == POST_FIX
         self.bounds, self.rank, self.device = bounds, rank, device
         count = bounds.requests
         self.num_computed_tokens = torch.zeros(count, dtype=torch.int64, device=device)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lockstep.impl.protocols import RuntimeProtocol, Setting
+from lockstep.models.cudagraph_pp.variants import NO_COPY_IN, NO_PERSISTENT_BUFFER, POST_FIX, PRE_FIX
 
 if TYPE_CHECKING:
     from lockstep.impl.runtime import RunConfig
@@ -40,7 +41,7 @@ def _problem(config: RunConfig) -> str | None:
 RUNTIME = RuntimeProtocol(
     name="cudagraph-pp",
     package="lockstep.impl.cudagraph_pp",
-    variants=("pre-fix", "post-fix", "no-persistent-buffer", "no-copy-in"),
+    variants=(PRE_FIX, POST_FIX, NO_PERSISTENT_BUFFER, NO_COPY_IN),
     scenarios=tuple(SCENARIOS),
     ranks=(2, 4),
     default_ranks=2,

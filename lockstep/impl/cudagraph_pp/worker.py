@@ -46,7 +46,7 @@ from lockstep.impl.cudagraph_pp.parameters import graph_kind, scenario_parameter
 from lockstep.impl.cudagraph_pp.stages import KEYS, Pipeline, Tensors, step_input_ids
 from lockstep.impl.distributed import Groups, share_object
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
-from lockstep.models.cudagraph_pp.model import NO_COPY_IN, NO_PERSISTENT_BUFFER, PRE_FIX, RUNTIME_ACTIONS
+from lockstep.models.cudagraph_pp.model import NO_COPY_IN, NO_PERSISTENT_BUFFER, PRE_FIX
 
 NO_BUFFER, UNKNOWN = "NO_BUFFER", "EAGER_OUTPUT"
 TOLERANCE = 1e-5
@@ -163,7 +163,7 @@ class StageWorker:
         with_rank: bool = True,
     ) -> None:
         args = {"rank": self.rank} if with_rank else {}
-        self.recorder.record(RUNTIME_ACTIONS[runtime_event], args, observed=observed, clock=clock)
+        self.recorder.record(runtime_event, args, observed=observed, clock=clock)
 
     # -------------------------------------------------------------------------------- capture
     def capture(self) -> None:
@@ -233,7 +233,7 @@ class StageWorker:
         if step == 0 and not self.eager_only:
             clock.update({f"recv:captured:{rank}>engine": 1 for rank in range(self.size)})
         self.recorder.record(
-            RUNTIME_ACTIONS["schedule"],
+            "schedule",
             {"tokens": tokens, "requests": requests, "decode": decode},
             clock=clock,
             actor="engine",

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lockstep.impl.dp_pause.parameters import SETTINGS, DpPauseConfig
 from lockstep.impl.protocols import RuntimeProtocol
+from lockstep.models.dp_pause.model import POST_FIX, PRE_FIX
 
 if TYPE_CHECKING:
     from lockstep.impl.runtime import RunConfig
 
 
-def _problem(config: RunConfig) -> str | None:
+def _problem(run: RunConfig) -> str | None:
+    try:
+        config = DpPauseConfig.of(run)
+    except ValueError as error:
+        return str(error)
     if config.scenario == "issue-36594" and config.requests >= config.ranks:
         return "scenario issue-36594 needs a rank without requests: use fewer --requests than --ranks"
     if config.scenario == "counterexample" and "schedule" not in config.extra:
@@ -26,11 +32,12 @@ def _problem(config: RunConfig) -> str | None:
 RUNTIME = RuntimeProtocol(
     name="dp-pause",
     package="lockstep.impl.dp_pause",
-    variants=("pre-fix", "post-fix"),
+    variants=(PRE_FIX, POST_FIX),
     scenarios=("issue-36594", "random", "counterexample"),
     ranks=(2, 8),
     default_ranks=2,
     validate=_problem,
+    settings=SETTINGS,
     reproduction="lockstep.impl.dp_pause.reproduction",
     fuzz_scenario="random",
     helper_actors=("client", "coordinator"),

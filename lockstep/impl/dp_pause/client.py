@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import instrument
+from lockstep.impl.dp_pause.parameters import DpPauseConfig, instrument
 from lockstep.impl.dp_pause.scenario import paces_pause_after_wave, placement_options
 from lockstep.impl.dp_pause.surface import EngineCoreRequestType
 from lockstep.impl.process import open_process
-from lockstep.impl.runtime import RunConfig, accept, announce, connect, listen, ready, receive
-from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
+from lockstep.impl.runtime import accept, announce, connect, listen, ready, receive
 
 ACTOR = "client"
 
@@ -50,7 +49,7 @@ class EngineCoreRequest:
 
 
 class Client:
-    def __init__(self, config: RunConfig, coordinator_address: tuple[str, int]) -> None:
+    def __init__(self, config: DpPauseConfig, coordinator_address: tuple[str, int]) -> None:
         self.config = config
         listener = listen("127.0.0.1" if config.extra.get("host") is None else str(config.extra["host"]))
         announce(listener.address)
@@ -84,7 +83,7 @@ class Client:
         clock: dict[str, int] | None = None,
         observed: dict[str, Any] | None = None,
     ) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[event], args or {}, observed or self.observed(), clock)
+        self.recorder.record(event, args or {}, observed or self.observed(), clock)
 
     def receive(self, what: str) -> None:
         """Take every message waiting (blocking for at least one)."""
@@ -243,7 +242,7 @@ FOLLOWING = {"PAUSE": "RPC", "RPC": "RESUME", "RESUME": "DONE"}
 
 
 def main(config_path: str, coordinator_address: str) -> int:
-    config = RunConfig.read(config_path)
+    config = DpPauseConfig.read(config_path)
     instrument("client")
     host, port = json.loads(coordinator_address)
     try:

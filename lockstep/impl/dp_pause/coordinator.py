@@ -19,17 +19,16 @@ import collections
 import sys
 from typing import Any
 
-from lockstep.impl.dp_pause.parameters import instrument
+from lockstep.impl.dp_pause.parameters import DpPauseConfig, instrument
 from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.process import open_process
-from lockstep.impl.runtime import RunConfig, accept, announce, listen, ready, receive
-from lockstep.models.dp_pause.model import RUNTIME_ACTIONS
+from lockstep.impl.runtime import accept, announce, listen, ready, receive
 
 ACTOR = "coordinator"
 
 
 def main(config_path: str) -> int:
-    config = RunConfig.read(config_path)
+    config = DpPauseConfig.read(config_path)
     instrument("coordinator")
     listener = listen("127.0.0.1" if config.extra.get("host") is None else str(config.extra["host"]))
     announce(listener.address)
@@ -95,7 +94,7 @@ def main(config_path: str) -> int:
                 clock.update(broadcast(wave, None))
             running = True
             clock.update(publication_clock((running, wave) != before))
-            recorder.record(RUNTIME_ACTIONS["coordinator_first_request"], {}, observed(), clock)
+            recorder.record("coordinator_first_request", {}, observed(), clock)
         else:
             rank = int(message["rank"])
             clock = recorder.receive(f"rank:{rank}>coordinator")
@@ -106,7 +105,7 @@ def main(config_path: str) -> int:
                 wave, running = reported, True
                 clock.update(broadcast(reported, rank))
             clock.update(publication_clock((running, wave) != before))
-            recorder.record(RUNTIME_ACTIONS["coordinator_report"], {"rank": rank}, observed(), clock)
+            recorder.record("coordinator_report", {"rank": rank}, observed(), clock)
         for name_to, outgoing in outbox:
             connections[name_to].send(outgoing)
         outbox.clear()

@@ -42,6 +42,7 @@ from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.distributed import Collective, Groups
+from lockstep.impl.dp_pause.parameters import DpPauseConfig
 from lockstep.impl.dp_pause.scenario import Arrivals, Progress
 from lockstep.impl.dp_pause.surface import (
     DPGroup,
@@ -53,11 +54,24 @@ from lockstep.impl.dp_pause.surface import (
     Scheduler,
     coordinate_batch_across_dp,
 )
-from lockstep.impl.runtime import InputQueue, Recorder, RunConfig, StatusBoard, ready, receive
-from lockstep.models.dp_pause.model import POST_FIX, RUNTIME_ACTIONS
-from lockstep.traces.recorder import RawObject
+from lockstep.impl.runtime import InputQueue, Recorder, StatusBoard, ready, receive
+from lockstep.models.dp_pause.model import POST_FIX
+from lockstep.traces import JSONValue
+from lockstep.traces.recorder import Projection, RawObject
 
 DELAYS_MS = ("0", "1", "2")
+# the model's per-rank variables each rank observes (``mode`` is the model's position of the core thread)
+OBSERVED = (
+    "mode",
+    "engines_running",
+    "current_wave",
+    "step_counter",
+    "pause_state",
+    "requests",
+    "finished_pending",
+    "pause_future",
+)
+OBSERVED_POST_FIX = ("pending_pause", "ignore_start_dp_wave")
 CALLS = {"pause_scheduler": "PAUSE", "collective_rpc": "RPC", "resume_scheduler": "RESUME"}  # utility → wire kind
 RequestType = EngineCoreRequestType
 
@@ -71,7 +85,7 @@ class DPEngineCoreProc:
 
     def __init__(
         self,
-        config: RunConfig,
+        config: DpPauseConfig,
         groups: Groups,
         client: Connection,
         coordinator: Connection,
@@ -101,25 +115,30 @@ class DPEngineCoreProc:
         self.shutdown_requested, self.resume_barrier = False, False
         self.steps, self.step_nanoseconds, self.step_started = 0, 0, 0
         self.arrival = ArrivalThread(self, arrivals, client, coordinator)
+        observed = [*OBSERVED, *(OBSERVED_POST_FIX if self.fixed else ())]  # the rank's entries, named by the model
+        vocabulary = recorder.vocabulary
+        self.projection = Projection(vocabulary, [vocabulary.entry(name, self.dp_rank) for name in observed])
 
     # ------------------------------------------------------------------------------- state
     def observed(self) -> RawObject:
-        """The rank's entries of the model's variables (JSON built directly: this runs every step)."""
-        r, scheduler = self.dp_rank, self.scheduler
-        step, requests = self.step_counter % self.config.sync_interval, len(scheduler.waiting) + len(scheduler.running)
-        text = (
-            f'{{"mode[{r}]":"{self.mode}","engines_running[{r}]":{_json(self.engines_running)},'
-            f'"current_wave[{r}]":{self.current_wave},"step_counter[{r}]":{step},'
-            f'"pause_state[{r}]":"{scheduler.pause_state.name}","requests[{r}]":{requests},'
-            f'"finished_pending[{r}]":{_json(bool(scheduler.finished_req_ids))},'
-            f'"pause_future[{r}]":{_json(bool(self._idle_state_callbacks))}'
-        )
+        """The rank's entries of the model's variables (``OBSERVED``, then ``OBSERVED_POST_FIX``
+        post-fix), encoded by the projection made from the vocabulary: this runs every step."""
+        scheduler = self.scheduler
+        step = self.step_counter % self.config.sync_interval
+        requests = len(scheduler.waiting) + len(scheduler.running)
+        values: list[JSONValue] = [
+            self.mode,
+            self.engines_running,
+            self.current_wave,
+            step,
+            scheduler.pause_state.name,
+            requests,
+            bool(scheduler.finished_req_ids),
+            bool(self._idle_state_callbacks),
+        ]
         if self.fixed:
-            text += (
-                f',"pending_pause[{r}]":{_json(self.pending_pause)},'
-                f'"ignore_start_dp_wave[{r}]":{_json(self.ignore_start_dp_wave)}'
-            )
-        return RawObject(text + "}")
+            values += [self.pending_pause, self.ignore_start_dp_wave]
+        return self.projection.encode(*values)
 
     def record(self, event: str, flush: bool = True) -> None:
         """The runtime's own record of ``event``, with the send clocks of the messages the output queue
@@ -135,7 +154,7 @@ class DPEngineCoreProc:
             elif outputs.utility_output is not None:
                 clock.update(self.recorder.send(f"{self.actor}>client"))
         self.recorder.record(
-            RUNTIME_ACTIONS[event], {"rank": self.dp_rank}, self.observed(), clock or None, flush=flush or bool(items)
+            event, {"rank": self.dp_rank}, self.observed(), clock or None, flush=flush or bool(items)
         )  # a send is on file before its message leaves
         self.output_queue.release(items)
 
@@ -372,10 +391,6 @@ class DPEngineCoreProc:
 Engine = DPEngineCoreProc
 
 
-def _json(flag: bool) -> str:
-    return "true" if flag else "false"
-
-
 def queue_item(message: dict[str, Any]) -> tuple[EngineCoreRequestType, Any]:
     """A wire message as an input-queue item ``(request_type, request)`` in vLLM's layout."""
     kind = message["kind"]
@@ -458,7 +473,7 @@ class ArrivalThread(threading.Thread):
         for message in batch:
             if engine.recording:
                 engine.recorder.record(
-                    RUNTIME_ACTIONS[event], {"rank": engine.dp_rank}, None, engine.recorder.receive(f"{name}>{actor}")
+                    event, {"rank": engine.dp_rank}, None, engine.recorder.receive(f"{name}>{actor}")
                 )
             kind = message["kind"]
             engine.progress.got_request |= kind == "ADD"

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from lockstep.impl.choices import ChoiceSource
 from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
 from lockstep.impl.dp_pause.engine import DPEngineCoreProc
-from lockstep.impl.dp_pause.parameters import instrument
+from lockstep.impl.dp_pause.parameters import DpPauseConfig, instrument
 from lockstep.impl.dp_pause.scenario import arrivals_for
 from lockstep.impl.lifetime import child_environment, python_command
 from lockstep.impl.process import open_process
@@ -52,7 +52,8 @@ def start_helpers(config_path: str) -> tuple[list[subprocess.Popen[str]], tuple[
     return [coordinator, client], (str(first[0]), int(first[1])), (str(second[0]), int(second[1]))
 
 
-def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
+def run_rank(run: RunConfig, config_path: str, groups: Groups) -> int:
+    config = DpPauseConfig.of(run)
     describe_torch(config)
     worker_backend = "nccl" if config.backend == "nccl" else "gloo"
     groups.create("engine_dp", "gloo")

@@ -87,8 +87,9 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
         scenario="counterexample",
         ranks=ranks,
         choices=choices,
-        settings={"requests": requests, "sync_interval": int(parameters["sync_interval"])},
         extra={
+            "requests": requests,
+            "sync_interval": int(parameters["sync_interval"]),
             "schedule": schedule,
             "client_program": program,
             "model_parameters": model,

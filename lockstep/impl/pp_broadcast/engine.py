@@ -33,7 +33,6 @@ from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.pp_broadcast.scenario import VOCABULARY, setting, workload
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, accept, announce, listen, receive
-from lockstep.models.pp_broadcast.model import RUNTIME_ACTIONS
 
 ACTOR = "engine"
 
@@ -76,7 +75,7 @@ class Engine:
         self.started_ns = 0  # the first schedule; the status board gets the time to the last reply
 
     def record(self, action: str, args: dict[str, Any], observed: dict[str, Any], clock: dict[str, int]) -> None:
-        self.recorder.record(RUNTIME_ACTIONS[action], args, observed, clock)
+        self.recorder.record(action, args, observed, clock)
 
     def unfinished(self) -> list[int]:
         return [request for request in range(self.requests) if self.computed[request] < self.lengths[request]]

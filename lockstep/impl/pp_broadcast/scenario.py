@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from lockstep.models.pp_broadcast.variants import POST_FIX, PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
+
 if TYPE_CHECKING:
     from lockstep.impl.runtime import RunConfig
 
-PRE_FIX, POST_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE = "pre-fix", "post-fix", "skip-disagree", "skip-whole-receive"
 VARIANTS = (PRE_FIX, POST_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE)
 VOCABULARY = 512  # token ids of the tiny model
 

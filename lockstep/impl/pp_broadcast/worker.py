@@ -44,17 +44,13 @@ import torch.distributed as dist
 
 from lockstep.impl.distributed import Collective, CollectiveTimeout, Event, Groups, issued
 from lockstep.impl.pp_broadcast.scenario import (
-    POST_FIX,
-    PRE_FIX,
-    SKIP_DISAGREE,
-    SKIP_WHOLE_RECEIVE,
     VOCABULARY,
     setting,
     workload,
 )
 from lockstep.impl.pp_broadcast.stage import Stage
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, receive
-from lockstep.models.pp_broadcast.model import RUNTIME_ACTIONS
+from lockstep.models.pp_broadcast.variants import POST_FIX, PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
 
 
 @dataclass
@@ -113,7 +109,7 @@ class Worker:
             f"gpu.phase[{self.rank}]": phase,
             f"gpu.posted[{self.rank}]": posted,
         }
-        return Event(RUNTIME_ACTIONS[action], {"rank": self.rank}, observed, clock)
+        return Event(action, {"rank": self.rank}, observed, clock)
 
     def write(self, event: Event) -> None:
         self.recorder.record(event.action, event.args, event.observed, event.clock)
@@ -174,9 +170,7 @@ class Worker:
             computed + scheduled < len(self.prompts[q]) + self.output_length[q] for q, computed, scheduled in step.rows
         ]
         self.rpcs += 1
-        self.recorder.record(
-            RUNTIME_ACTIONS["execute_model"], {"rank": self.rank}, {f"rank.rpcs[{self.rank}]": self.rpcs}, clock
-        )
+        self.recorder.record("execute_model", {"rank": self.rank}, {f"rank.rpcs[{self.rank}]": self.rpcs}, clock)
         if self.rank < self.last:
             self.metadata_work = dist.isend(
                 torch.tensor([tokens], dtype=torch.int64), self.rank + 1, group=self.cpu_group
@@ -256,7 +250,7 @@ class Worker:
             self.gpu_step, self.gpu_phase = number + 1, self.first_phase
             observed.update({f"gpu.step[{self.rank}]": number + 1, f"gpu.phase[{self.rank}]": self.first_phase})
         self.recorder.record(
-            RUNTIME_ACTIONS["sample_tokens"],
+            "sample_tokens",
             {"rank": self.rank},
             observed,
             self.recorder.receive(f"sample>rank:{self.rank}"),

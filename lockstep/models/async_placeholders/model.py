@@ -70,20 +70,7 @@ from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 from lockstep.spec.sorts import BOOL, integers
 
-__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build"]
-
-RUNTIME_ACTIONS: dict[str, str] = {
-    name: name
-    for name in (
-        "schedule",
-        "update_from_output",
-        "kv_load_failure",
-        "update_states",
-        "sample",
-        "bookkeeping",
-    )
-}
-"""Runtime event -> model action (``lockstep.impl.async_placeholders`` records these names)."""
+__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "build"]
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:

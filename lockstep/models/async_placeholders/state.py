@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 from lockstep.models.async_placeholders.scans import PLACEHOLDER
 from lockstep.spec.machine import Machine
+from lockstep.spec.protocol import POST_FIX as POST_FIX  # the variant names, defined once in spec
+from lockstep.spec.protocol import PRE_FIX as PRE_FIX
 from lockstep.spec.sorts import BOOL, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, enum, integers, record
 from lockstep.spec.terms import Term, TermLike, if_then_else, map_of, maximum, minimum
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
 """The variants: vLLM v0.21.0 (forward scan) and v0.22.0 (PR #42938, backward scan)."""
 
 Phase = enum("Phase", ["IDLE", "UPDATED", "SAMPLED"])

@@ -75,19 +75,7 @@ from lockstep.models.computed_tokens.state import POST_FIX, PRE_FIX, declare
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 
-__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "RUNTIME_ACTIONS", "build"]
-
-RUNTIME_ACTIONS: dict[str, str] = {
-    name: name
-    for name in (
-        "schedule",
-        "update_from_output",
-        "execute_model",
-        "sample_tokens",
-        "pp_receive",
-    )
-}
-"""Runtime event -> model action (``lockstep.impl.computed_tokens`` records these names)."""
+__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "build"]
 
 
 def build(variant: str, parameters: Mapping[str, int], *, invariants_as_properties: bool = False) -> Machine:

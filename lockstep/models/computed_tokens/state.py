@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from lockstep.spec.machine import Machine
+from lockstep.spec.protocol import POST_FIX as POST_FIX  # the variant names, defined once in spec
+from lockstep.spec.protocol import PRE_FIX as PRE_FIX
 from lockstep.spec.sorts import (
     BOOL,
     IndexSort,
@@ -30,7 +32,6 @@ from lockstep.spec.sorts import (
 )
 from lockstep.spec.terms import Term
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
 """The variants: vLLM v0.21.0 (the mirror moves in ``postprocess``) and v0.22.0 (PR #42202: in
 ``update_requests``)."""
 

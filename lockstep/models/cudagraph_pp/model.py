@@ -111,27 +111,11 @@ __all__ = [
     "POST_FIX",
     "PRE_FIX",
     "PROTOCOL",
-    "RUNTIME_ACTIONS",
     "GraphMode",
     "Key",
     "Phase",
     "build",
 ]
-
-# The reference runtime's events (lockstep/impl/cudagraph_pp) -> the model's actions; the runtime
-# records every action under its model name.
-RUNTIME_ACTIONS: dict[str, str] = {
-    name: name
-    for name in (
-        "capture",
-        "schedule",
-        "first_forward",
-        "receive",
-        "prepare_inputs",
-        "forward",
-        "send",
-    )
-}
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:

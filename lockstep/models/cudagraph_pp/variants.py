@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+from lockstep.spec.protocol import POST_FIX as POST_FIX  # the variant names, defined once in spec
+from lockstep.spec.protocol import PRE_FIX as PRE_FIX
+
 NO_PERSISTENT_BUFFER = "no-persistent-buffer"  # v0.19.0 capture, received tensors handed straight in
 NO_COPY_IN = "no-copy-in"  # persistent buffer without the copy (vLLM V1 #13353 before #13417)
 MISSING_KEY = "missing-key"  # the sender's tensors lack a key the persistent buffer has

@@ -104,41 +104,9 @@ __all__ = [
     "POST_FIX",
     "PRE_FIX",
     "PROTOCOL",
-    "RUNTIME_ACTIONS",
     "build",
     "sync_dp_state",
 ]
-
-# Runtime trace events (the reference runtime, lockstep/impl/dp_pause) by the model action each
-# records; here the identity: the runtime names its events after the model's actions.
-RUNTIME_ACTIONS: dict[str, str] = {
-    name: name
-    for name in (
-        "arrive_from_client",
-        "arrive_from_coordinator",
-        "handle_add",
-        "handle_start_wave",
-        "handle_pause",
-        "handle_collective_rpc",
-        "finish_collective_rpc",
-        "handle_resume",
-        "finish_resume",
-        "notify_idle",
-        "step",
-        "finish_forward",
-        "finish_sync",
-        "coordinator_first_request",
-        "coordinator_report",
-        "client_add_request",
-        "client_read_publication",
-        "client_pause",
-        "client_pause_returned",
-        "client_collective_rpc",
-        "client_collective_rpc_returned",
-        "client_resume",
-        "client_resume_returned",
-    )
-}
 
 
 def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:

@@ -23,10 +23,11 @@ from lockstep.spec.collectives import Communicator, OpSpec, all_reduce_max, all_
 from lockstep.spec.collectives import barrier as barrier_op
 from lockstep.spec.expressions import Variable
 from lockstep.spec.machine import Machine
+from lockstep.spec.protocol import POST_FIX as POST_FIX  # the variant names, defined once in spec
+from lockstep.spec.protocol import PRE_FIX as PRE_FIX
 from lockstep.spec.sorts import BOOL, IndexSort, MapSort, RecordSort, SequenceSort, Sort, enum, integers, record
 from lockstep.spec.terms import Term, TermLike, record_of
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
 # Rejected alternatives of PR #39366's discussion, as mutants (they show why the fix has its shape):
 IGNORE_WHILE_PAUSED = "ignore-wave-while-paused"  # #36608/#38009: v0.20.0 + drop START_DP_WAVE while paused
 NO_LOCAL_WAKEUP = "no-local-wakeup"  # an intermediate #39366: add_request's stale branch without running = True

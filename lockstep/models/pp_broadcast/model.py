@@ -96,26 +96,10 @@ __all__ = [
     "PRE_FIX",
     "PROTOCOL",
     "Phase",
-    "RUNTIME_ACTIONS",
     "SKIP_DISAGREE",
     "SKIP_WHOLE_RECEIVE",
     "build",
 ]
-
-# Runtime trace event -> model action (the reference runtime, ``lockstep.impl.pp_broadcast``, records
-# the model's names; collectives add ``enter``/``complete`` events of their own).
-RUNTIME_ACTIONS: dict[str, str] = {
-    name: name
-    for name in (
-        "schedule",
-        "process_output",
-        "execute_model",
-        "sample_tokens",
-        "gpu_compute",
-        "gpu_post",
-        "gpu_complete",
-    )
-}
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:

@@ -6,6 +6,8 @@ of a step, and (``skip-whole-receive``) whether a skipping non-last rank rebuild
 
 from __future__ import annotations
 
-PRE_FIX, POST_FIX = "pre-fix", "post-fix"
+from lockstep.spec.protocol import POST_FIX as POST_FIX  # the variant names, defined once in spec
+from lockstep.spec.protocol import PRE_FIX as PRE_FIX
+
 SKIP_DISAGREE = "skip-disagree"  # the last rank skips when all rows are discarded, others when no row decodes
 SKIP_WHOLE_RECEIVE = "skip-whole-receive"  # non-last ranks skip all of the receive on all-chunked steps
