@@ -111,6 +111,7 @@ class PropertyDirectedReachability:
         only: frozenset[int] | None = None,
         assume_proved: bool = True,
         stages: tuple[tuple[str, float], ...] = STAGES,
+        houdini: bool = True,
         progress: Progress | None = None,
     ) -> None:
         self.encoding = Encoding(machine)
@@ -123,6 +124,7 @@ class PropertyDirectedReachability:
         self.only = frozenset(range(len(self.machine.properties))) if only is None else only
         self.assume_proved = assume_proved
         self.stages = stages
+        self.use_houdini = houdini
         self.progress = progress
         self.attempts: dict[str, Attempt] = {}  # per property Spacer was asked about
         self.bmc_depth = 0  # the depth the BMC phase checked fully
@@ -155,7 +157,7 @@ class PropertyDirectedReachability:
         stopped: str | None = None
         clauses: dict[str, _Clauses] = {}
         with bit_vectors(None):
-            for position in self._houdini(pending, started):
+            for position in self._houdini(pending, started) if self.use_houdini else []:
                 results[machine.properties[position].name] = self._proved(
                     position, "integers", "Houdini over the model's own invariants"
                 )
