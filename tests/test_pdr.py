@@ -262,3 +262,17 @@ def test_abc_agrees_with_bfs_on_the_small_pinned_instances(protocol: str, varian
             assert item.verdict is explicit[item.name], (item.name, item.detail)
         settled += 1
     assert settled >= 3
+
+
+def test_proofs_applies_to_check_all_and_list_shows_what_is_proved() -> None:
+    import subprocess
+    import sys
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "lockstep", "check", "pp-broadcast", "--proofs"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "--proofs applies to check --all" in refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr
+    listing = subprocess.run([sys.executable, "-m", "lockstep", "list"], capture_output=True, text=True)
+    assert listing.returncode == 0
+    assert "proved for all depths" in listing.stdout and "checked exhaustively at the pinned sizes" in listing.stdout
