@@ -3,8 +3,11 @@ budget, and k-induction time per property. Run by hand (``python bench/symbolic.
 device; the figures are for one run of one machine (these machines are shared and noisy).
 
 ``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
-``--ranks``): per property its verdict, seconds, how it was proved and the invariant's size (atoms),
-next to the k-induction verdict (k = 1..``--k``) for comparison. Prints figures, asserts nothing.
+``--ranks``): per property its verdict, seconds, which prover settled it (Houdini, ABC's pdr on the
+circuit, Spacer), the seconds ABC took (its run and lockstep's re-check), the invariant's size
+(atoms), next to the k-induction verdict (k = 1..``--k``) for comparison; and the circuit's size
+and the BMC depth reached in ``--budget`` seconds. ``--stages abc`` or ``--stages spacer`` runs one
+prover alone. Prints figures, asserts nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import platform
 import z3
 
 from lockstep.checkers.symbolic import BoundedModelChecker, Induction
-from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
+from lockstep.checkers.symbolic.pdr import STAGES, PropertyDirectedReachability
 from lockstep.models import get_protocol
 
 
@@ -27,7 +30,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
     parser.add_argument("--pdr", nargs="+", metavar="MODEL", help="run pdr on these models' post-fix seeds instead")
-    parser.add_argument("--property-timeout", type=float, default=60.0, help="pdr: seconds of Spacer per property")
+    parser.add_argument("--property-timeout", type=float, default=60.0, help="pdr: seconds of the provers per property")
+    parser.add_argument("--stages", choices=["portfolio", "abc", "spacer"], default="portfolio", help="pdr: provers")
+    parser.add_argument("--no-bmc-depth", action="store_true", help="pdr: skip the BMC-depth-in-budget figure")
     arguments = parser.parse_args()
     if arguments.pdr:
         for name in arguments.pdr:
@@ -69,13 +74,29 @@ def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     ranks = f", {arguments.ranks} ranks" if parameters else ""
     print(f"{name} post-fix seed{ranks}: pdr, {arguments.property_timeout:.0f} s per property")
-    prover = PropertyDirectedReachability(machine, property_timeout=arguments.property_timeout)
+    stages = {"portfolio": STAGES, "abc": (("abc", 1.0),), "spacer": (("integers", 0.25), ("integers", 0.75))}
+    prover = PropertyDirectedReachability(
+        machine, property_timeout=arguments.property_timeout, stages=stages[arguments.stages]
+    )
     result = prover.run()
+    print(f"  provers: {arguments.stages}; yosys-abc: {prover.abc_program or 'not installed'}")
+    if prover.circuit is not None:
+        circuit = prover.circuit
+        print(
+            f"  circuit: {circuit.latch_count} latches, {len(circuit.aig.gates)} AND gates, "
+            f"{circuit.aig.inputs} inputs, built in {prover.circuit_seconds:.1f} s"
+        )
     print(f"  BMC phase to depth {prover.bmc_depth}; Houdini {prover.houdini_seconds:.1f} s; ", end="")
     print(f"total {result.stats.seconds:.1f} s")
+    if not arguments.no_bmc_depth:
+        deep = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget).run()
+        print(f"  BMC (Z3, bit-vectors): depth {deep.stats.depth} fully checked in {arguments.budget:.0f} s")
     induction = Induction(machine, max_k=arguments.k, solver_timeout=arguments.induction_timeout).run()
     by_induction = {item.name: item.verdict.value for item in induction.properties}
-    print(f"  {'property':<30} {'pdr':<20} {'seconds':>8} {'atoms':>6}  {'how':<44} k-induction (k<={arguments.k})")
+    print(
+        f"  {'property':<30} {'pdr':<20} {'seconds':>8} {'prover':<9} {'ABC s':>6} {'atoms':>6}  {'how':<44} "
+        f"k-induction (k<={arguments.k})"
+    )
     for item in result.properties:
         attempt = prover.attempts.get(item.name)
         seconds = f"{attempt.seconds:8.1f}" if attempt is not None else f"{'-':>8}"
@@ -84,7 +105,12 @@ def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
         )
         how = item.detail if item.path is None else f"{item.detail or 'BMC'}: length {item.path.length}"
         induction = by_induction.get(item.name, "-")
-        print(f"  {item.name:<30} {item.verdict.value:<20} {seconds} {atoms}  {how[:44]:<44} {induction}")
+        who = attempt.prover if attempt is not None and attempt.prover else "-"
+        abc_seconds = f"{attempt.abc_seconds:6.1f}" if attempt is not None and attempt.abc_seconds else f"{'-':>6}"
+        print(
+            f"  {item.name:<30} {item.verdict.value:<20} {seconds} {who:<9} {abc_seconds} {atoms}  {how[:44]:<44} "
+            f"{induction}"
+        )
 
 
 if __name__ == "__main__":

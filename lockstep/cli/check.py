@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
+from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.cli.listing import selected_protocols
 from lockstep.models import PROTOCOLS
@@ -168,6 +169,8 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     _validate_engine_options(arguments)
     if arguments.markdown:
         raise UsageError("--markdown applies to check --all")
+    if getattr(arguments, "proofs", False):
+        raise UsageError("--proofs applies to check --all")
     if not arguments.protocol and arguments.model_file is None:
         raise UsageError("name a protocol (see `lockstep list`), give --model-file PATH, or use --all")
     (protocol,) = selected_protocols(arguments)
@@ -208,6 +211,13 @@ def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instan
     ]
 
 
+def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:
+    """With ``--proofs``: pdr re-proves each post-fix seed's pinned properties (``checkers.proofs``)."""
+    if not getattr(arguments, "proofs", False):
+        return []
+    return [proof for protocol in selected_protocols(arguments) for proof in check_pinned(protocol)]
+
+
 def _check_all(arguments: argparse.Namespace, console: Console) -> int:
     rows: list[PinnedRow] = []
     payloads = []
@@ -216,9 +226,15 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         trace_file = _write_trace(instance, result, None, console)
         rows.append(PinnedRow.of(instance, result))
         payloads.append(result_json(result, instance, trace_file))
-    all_as_pinned = all(row.as_pinned for row in rows)
+    proofs = _check_proofs(arguments)
+    all_as_pinned = all(row.as_pinned for row in rows) and all(proof.proved for proof in proofs)
     if arguments.json:
         summary: dict[str, object] = {"schema_version": SCHEMA_VERSION, "as_pinned": all_as_pinned, "checks": payloads}
+        if proofs:
+            summary["proofs"] = [
+                {"protocol": proof.protocol, "property": proof.prop, "proved": proof.proved, "seconds": proof.seconds}
+                for proof in proofs
+            ]
         if arguments.markdown:  # both: the tables ride along in the JSON
             summary["markdown"] = markdown_tables(rows)
         sys.stdout.write(json.dumps(summary) + "\n")
@@ -226,6 +242,13 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         sys.stdout.write(markdown_tables(rows))
     if not arguments.json:
         console.print(summary_table(rows))
+        for proof in proofs:
+            mark = "proved" if proof.proved else "[bold red]NOT proved[/bold red]"
+            console.print(
+                f"{proof.protocol} post-fix seed: {proof.prop} {mark} by pdr ({proof.seconds:.1f} s)"
+                + ("" if proof.proved else f": {escape(proof.detail)}"),
+                highlight=False,
+            )
         differ = "[bold red]some verdicts differ from their pins[/bold red]"
         console.print("every verdict is as pinned" if all_as_pinned else differ)
     return EXIT_OK if all_as_pinned else EXIT_VIOLATED

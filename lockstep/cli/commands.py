@@ -82,6 +82,11 @@ def prove_lemmas(**options: Any) -> Invocation:
     "'markdown' field",
 )
 @click.option(
+    "--proofs",
+    is_flag=True,
+    help="with --all: also re-prove with --engine pdr each post-fix seed's pinned proofs (60 s per property; minutes)",
+)
+@click.option(
     "--model-file",
     type=FILE,
     metavar="PATH",

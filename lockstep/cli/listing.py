@@ -84,7 +84,37 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
             expected = ", ".join(f"{variant}: {verdict}" for variant, verdict in instance.expected.items())
             pins.add_row(protocol.name, instance.name, expected, instance.description)
     console.print(pins)
+    console.print(_proof_table(protocols))
     return EXIT_OK
+
+
+def _proof_table(protocols: list[Protocol]) -> Any:
+    """Per post-fix seed safety property: proved for all depths by pdr (pinned, ``check --all
+    --proofs``), or checked exhaustively at the pinned sizes (``check --all``)."""
+    from rich.table import Table
+
+    from lockstep.checkers.proofs import BUDGET, PINNED, status
+    from lockstep.spec.machine import PropertyKind
+
+    table = Table(
+        title=f"post-fix seed safety properties (pdr proofs pinned at {BUDGET:.0f} s per property; "
+        "sizes: the seed's, all-sizes facts: prove-lemmas)",
+        title_justify="left",
+    )
+    for column in ("protocol", "proved for all depths (pdr)", "checked exhaustively at the pinned sizes"):
+        table.add_column(column)
+    for protocol in protocols:
+        if "post-fix" not in [variant.name for variant in protocol.variants]:
+            continue
+        names = [
+            prop.name for prop in protocol.instance("post-fix").machine().properties if prop.kind is PropertyKind.ALWAYS
+        ]
+        proved = [name for name in names if status(protocol.name, name) == "proved for all depths"]
+        exhaustive = [name for name in names if name not in proved]
+        if protocol.name not in PINNED:
+            exhaustive = [f"{', '.join(exhaustive)} (no pdr proofs pinned)"]
+        table.add_row(protocol.name, ", ".join(proved) or "-", ", ".join(exhaustive) or "-")
+    return table
 
 
 def _protocol_json(protocol: Protocol) -> dict[str, Any]:

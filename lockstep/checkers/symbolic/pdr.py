@@ -1,4 +1,4 @@
-"""Property-directed reachability (IC3/PDR) with Z3's Spacer, run as a portfolio with BMC.
+"""Property-directed reachability (IC3/PDR): ABC's ``pdr`` and Z3's Spacer, run as a portfolio with BMC.
 
 Each safety property becomes a system of constrained Horn clauses over one relation
 ``reachable(state)``, built from the same encoding as BMC and k-induction (``Encoding``): the
@@ -13,8 +13,20 @@ The portfolio: BMC first, to ``depth`` steps within ``bmc_seconds`` (shallow vio
 witnesses, shortest as with BFS). Then Houdini (``houdini``) keeps the largest inductive subset of
 the model's own invariants (its ``always`` properties and strengthening invariants): the open
 properties among them are proved at once, and the subset is assumed by every later query. Every
-property still open goes to Spacer, in stages (``STAGES``) that share its time limit. Spacer's
-answer is believed only after lockstep checks it:
+property still open goes to the provers, in stages (``STAGES``) that share its time limit: ABC's
+``pdr`` on the circuit of the model (``circuit``: the second translation, bit-level, through the
+``yosys-abc`` binary of the ``pyosys`` wheel, ``abc``) and Spacer on Horn clauses. Without
+``pyosys`` the ABC stage is skipped with a warning and Spacer has the time. No answer is
+believed before lockstep checks it:
+
+- ABC's "proved" comes with its invariant (blocked cubes over the latches), read back into the
+  model's variables (``Circuit.invariant``) and re-checked by ``invariants.verify`` exactly as
+  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing.
+- ABC's counterexample is decoded to grounded transitions and re-run through ``evaluate``
+  (stutter steps dropped, the violation confirmed as BMC confirms its own); one that does not
+  replay goes to BMC, unrolled until the violation shows, as Spacer's "reachable" does.
+
+Spacer's answers:
 
 - "safe" comes with the interpretation of ``reachable``, an inductive invariant. It is translated
   back to the model's variables (``invariants.certificate``) and re-checked with a fresh solver on
@@ -37,8 +49,10 @@ from dataclasses import dataclass
 
 import z3
 
-from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict
-from lockstep.checkers.symbolic.bmc import BoundedModelChecker
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Verdict
+from lockstep.checkers.symbolic import abc
+from lockstep.checkers.symbolic.bmc import BoundedModelChecker, TranslationBug
+from lockstep.checkers.symbolic.circuit import Circuit, CircuitError
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
 from lockstep.checkers.symbolic.houdini import candidates, inductive_subset
 from lockstep.checkers.symbolic.invariants import (
@@ -54,19 +68,22 @@ from lockstep.checkers.symbolic.invariants import (
 )
 from lockstep.checkers.symbolic.solving import milliseconds
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
-from lockstep.spec.machine import Machine, PropertyKind
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 
 Progress = Callable[[Statistics], None]
 
 
 @dataclass
 class Attempt:
-    """What Spacer did for one property: its answer, seconds, and the checked certificate."""
+    """What the provers did for one property: the last answer, seconds, and the checked certificate."""
 
     answer: str  # "safe", "reachable", "unknown"
     seconds: float
     certificate: Certificate | None = None
-    rejected: str | None = None  # why the re-check refused Spacer's invariant
+    rejected: str | None = None  # why the re-check refused a prover's invariant
+    prover: str = ""  # which prover's answer settled it ("ABC pdr", "Spacer", "Houdini")
+    abc_seconds: float = 0.0  # seconds of ABC's pdr on it (circuit, run and re-check)
+    abc_answer: str = ""  # ABC's answer when it settled nothing ("unknown: ..."), for the detail
 
 
 # Spacer's readings of the integers, tried in turn, each stage giving every open property this
@@ -75,7 +92,10 @@ class Attempt:
 # encoding's sound width, bit-blasted (``xform.bit_blast``); with z3 4.x/5.x Spacer answers fast
 # there but its invariants are often not inductive (pp-broadcast's S1_broadcast_matching: a model
 # that fails its own transition clauses), so lockstep's re-check rejects them; not used by default.
-STAGES: tuple[tuple[str, float], ...] = (("integers", 0.25), ("integers", 0.75))
+# "abc": ABC's pdr on the circuit (skipped when ``yosys-abc`` is not installed). The order is by
+# measurement (README, ``bench/symbolic.py --pdr``): ABC proves in seconds what Spacer proves in
+# tens of seconds or not at all, and Spacer keeps a share for what ABC leaves open.
+STAGES: tuple[tuple[str, float], ...] = (("abc", 0.5), ("integers", 0.2), ("integers", 0.3))
 
 
 class PropertyDirectedReachability:
@@ -91,6 +111,7 @@ class PropertyDirectedReachability:
         only: frozenset[int] | None = None,
         assume_proved: bool = True,
         stages: tuple[tuple[str, float], ...] = STAGES,
+        houdini: bool = True,
         progress: Progress | None = None,
     ) -> None:
         self.encoding = Encoding(machine)
@@ -103,6 +124,7 @@ class PropertyDirectedReachability:
         self.only = frozenset(range(len(self.machine.properties))) if only is None else only
         self.assume_proved = assume_proved
         self.stages = stages
+        self.use_houdini = houdini
         self.progress = progress
         self.attempts: dict[str, Attempt] = {}  # per property Spacer was asked about
         self.bmc_depth = 0  # the depth the BMC phase checked fully
@@ -110,6 +132,11 @@ class PropertyDirectedReachability:
         self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
         self._certificates: dict[int, Certificate] = {}
         self.houdini_seconds = 0.0
+        self.abc_program = abc.binary()
+        self.circuit: Circuit | None = None
+        self.circuit_seconds = 0.0
+        self.warnings: list[str] = []
+        self._reference = BoundedModelChecker(self.machine, 0)  # concrete replay of counterexamples
 
     def _reading(self, mode: str) -> int | None:
         """The bit-vector width of a reading (None: mathematical integers)."""
@@ -130,10 +157,11 @@ class PropertyDirectedReachability:
         stopped: str | None = None
         clauses: dict[str, _Clauses] = {}
         with bit_vectors(None):
-            for position in self._houdini(pending, started):
+            for position in self._houdini(pending, started) if self.use_houdini else []:
                 results[machine.properties[position].name] = self._proved(
                     position, "integers", "Houdini over the model's own invariants"
                 )
+                self.attempts[machine.properties[position].name].prover = "Houdini"
                 pending.remove(position)
         for mode, fraction in self.stages:
             for position in list(pending):
@@ -145,10 +173,13 @@ class PropertyDirectedReachability:
                 limit = (
                     self.property_timeout * fraction if left is None else min(self.property_timeout * fraction, left)
                 )
-                with bit_vectors(self._reading(mode)):
-                    if mode not in clauses:
-                        clauses[mode] = _Clauses(self.encoding, bit_blast=mode == "bits")
-                    outcome = self._prove(position, results[prop.name], clauses[mode], mode, limit)
+                if mode == "abc":
+                    outcome = self._prove_abc(position, results[prop.name], limit)
+                else:
+                    with bit_vectors(self._reading(mode)):
+                        if mode not in clauses:
+                            clauses[mode] = _Clauses(self.encoding, bit_blast=mode == "bits")
+                        outcome = self._prove(position, results[prop.name], clauses[mode], mode, limit)
                 if outcome is not None:
                     results[prop.name] = outcome
                     pending.remove(position)
@@ -156,7 +187,103 @@ class PropertyDirectedReachability:
                     self.progress(Statistics(None, None, self.bmc_depth, time.monotonic() - started))
         stats = Statistics(None, None, self.bmc_depth, time.monotonic() - started)
         ordered = [results[prop.name] for position, prop in enumerate(machine.properties) if position in self.only]
-        return CheckResult(machine, "pdr", ordered, stats, stopped, list(first.warnings))
+        return CheckResult(machine, "pdr", ordered, stats, stopped, [*first.warnings, *self.warnings])
+
+    def _abc_circuit(self) -> Circuit | None:
+        """The circuit ABC reads (built once), or None with a warning saying why ABC is not used."""
+        if self.circuit is not None:
+            return self.circuit
+        if self.abc_program is None:
+            self._warn("ABC's pdr is not installed (pip install 'lockstep[proofs]' brings yosys-abc): Spacer only")
+            return None
+        started = time.monotonic()
+        try:
+            self.circuit = Circuit(self.encoding)
+        except CircuitError as error:
+            self._warn(f"ABC's pdr is not used: the model has no circuit ({error})")
+            self.abc_program = None
+        self.circuit_seconds = time.monotonic() - started
+        return self.circuit
+
+    def _warn(self, text: str) -> None:
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def _prove_abc(self, position: int, shallow: PropertyResult, limit: float) -> PropertyResult | None:
+        """The property's result if ABC's pdr settled it and lockstep's re-check agrees (None: open)."""
+        circuit = self._abc_circuit()
+        if circuit is None or self.abc_program is None:
+            return None
+        prop = self.machine.properties[position]
+        started = time.monotonic()
+        answer = abc.prove(self.abc_program, circuit.aiger(position), limit)
+        attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
+        result: PropertyResult | None = None
+        if answer.answer == "safe":
+            attempt.answer = "safe"
+            with bit_vectors(None):
+                invariant = circuit.invariant(answer.cubes, answer.columns)
+                rejected = verify(self.encoding, position, invariant, timeout=max(limit, 10.0))
+                if rejected is None:
+                    self._certificates[position] = certificate(self.encoding, invariant)
+                    if self.assume_proved:
+                        self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(invariant)]
+                    attempt.prover = "ABC pdr"
+                    result = self._proved(position, "integers", "PDR, ABC's pdr on the circuit")
+                else:
+                    attempt.rejected = f"ABC's invariant was rejected: {rejected}"
+                    shallow.verdict = Verdict.INCONCLUSIVE
+                    shallow.detail = attempt.rejected
+        elif answer.answer == "unsafe":
+            attempt.answer = "reachable"
+            result = self._abc_counterexample(position, circuit, answer.frames, limit)
+        else:
+            attempt.abc_answer = f"ABC's pdr answered unknown ({answer.reason})"
+            bounded = (
+                f"no violation within {self.bmc_depth} steps (BMC); "
+                if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND
+                else ""
+            )
+            shallow.detail = bounded + attempt.abc_answer
+        attempt.abc_seconds += time.monotonic() - started
+        attempt.seconds += time.monotonic() - started
+        return result
+
+    def _abc_counterexample(self, position: int, circuit: Circuit, frames: list[str], limit: float) -> PropertyResult:
+        """ABC's counterexample as actions, re-run through ``evaluate``; BMC if it does not replay."""
+        prop = self.machine.properties[position]
+        reference = self._reference
+        system = reference.reference
+        state = system.initial()
+        steps = []
+        for grounded in circuit.decode_path(frames):
+            for transition in system.transitions(state):
+                if (transition.action, transition.arguments) == (grounded.action, grounded.arguments):
+                    if transition.out_of_bounds is None:
+                        steps.append(reference._step(grounded, transition.target))
+                        state = transition.target
+                    break
+        path = Path(system.initial(), tuple(steps))
+        kind = "invariant"
+        detail = ""
+        if prop.name == IN_BOUNDS:
+            kind = "bounds"
+        elif prop.kind is PropertyKind.SOMETIMES:
+            kind = "witness"
+        elif prop.name == NO_DEADLOCK:
+            kind, detail = "deadlock", "no action is enabled"
+        try:
+            if kind == "bounds":
+                path, detail = reference._bounds_step(path)
+            reference._confirm(position, path, kind)
+        except TranslationBug:
+            return self._counterexample(position, limit)
+        verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
+        found = "witness" if prop.kind is PropertyKind.SOMETIMES else "counterexample"
+        note = f"ABC's pdr {found}, replayed through evaluate"
+        return PropertyResult(
+            prop.name, prop.kind, verdict, path, f"{detail}; {note}" if detail else note, prop.builtin
+        )
 
     def _houdini(self, pending: list[int], started: float) -> list[int]:
         """The pending properties the model's own invariants prove together (``houdini``); their
@@ -205,6 +332,7 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
                 if self.assume_proved:
                     self._lemmas[mode] = conjuncts(whole)
+                attempt.prover = "Spacer"
                 result = self._proved(position, mode, f"PDR, Spacer over {mode}")
             else:
                 attempt.rejected = f"Spacer's invariant ({mode}) was rejected: {rejected}"
@@ -218,8 +346,10 @@ class PropertyDirectedReachability:
                 if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND
                 else ""
             )
-            shallow.detail = f"{bounded}Spacer answered unknown" + (
-                "" if attempt.rejected is None else f"; {attempt.rejected}"
+            shallow.detail = (
+                f"{bounded}Spacer answered unknown"
+                + ("" if attempt.rejected is None else f"; {attempt.rejected}")
+                + (f"; {attempt.abc_answer}" if attempt.abc_answer else "")
             )
         attempt.seconds += time.monotonic() - started
         return result

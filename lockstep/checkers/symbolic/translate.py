@@ -16,6 +16,7 @@ unconstrained: models guard such reads, and every Z3 counterexample is re-run th
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Mapping
 
 import z3
@@ -54,6 +55,11 @@ from lockstep.spec.expressions import (
 )
 from lockstep.spec.sorts import MapSort, SequenceSort, Sort
 
+# One counter for the whole process: every undefined value is its own constant, whichever
+# translator, frame or use made it (a counter per translator gave ``undefined!1`` at every step
+# of an unrolling, so undefined reads of different frames were forced equal).
+_UNDEFINED = itertools.count(1)
+
 
 class Translator:
     """Translates IR expressions in an environment of symbolic variable and parameter values."""
@@ -62,12 +68,10 @@ class Translator:
         self.variables = variables
         self.parameters = dict(parameters or {})
         self.bound: dict[str, Symbolic] = {}
-        self.fresh = 0
 
     def undefined(self, sort: Sort) -> Symbolic:
-        """An unconstrained value, where the concrete semantics raises."""
-        self.fresh += 1
-        return declare(sort, f"undefined!{self.fresh}")
+        """An unconstrained value, where the concrete semantics raises; its name is unique in the process."""
+        return declare(sort, f"undefined!{next(_UNDEFINED)}")
 
     def translate(self, expression: Expression) -> Symbolic:  # noqa: C901 - one branch per node class
         if isinstance(expression, Constant):

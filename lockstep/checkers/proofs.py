@@ -1,0 +1,98 @@
+"""Pinned proofs: which post-fix properties ``--engine pdr`` proves for all depths, and their re-check.
+
+For each protocol's post-fix ``seed`` (dp-pause: not pinned; see README), ``PINNED`` names the
+safety properties that the pdr portfolio (Houdini, ABC's ``pdr`` on the circuit, Spacer) proves
+within ``BUDGET`` seconds each, measured with ``bench/symbolic.py --pdr``. A proof covers every
+depth of that instance, at its sizes (its ranks, requests, capacities): a property that depends
+on the number of ranks is proved for the seed's ranks only; the all-sizes facts are the lemmas
+of ``lockstep prove-lemmas``. Every other post-fix property is checked exhaustively at the pinned
+sizes by the explicit engines (``check --all``), or remains open where pdr answers unknown.
+
+``status`` gives one property's standing for ``lockstep list``; ``check_pinned`` runs pdr on the
+pinned properties (``check --all --proofs``) and says which are not proved as pinned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lockstep.spec.protocol import Protocol
+
+BUDGET = 60.0  # seconds of the provers per property (BMC and Houdini run first, once per model)
+
+PINNED: dict[str, tuple[str, ...]] = {
+    "pp-broadcast": (
+        "in_bounds",
+        "S1_broadcast_matching",
+        "S2_predicate_agreement",
+        "S3_no_stale_read",
+        "reads_latest_token",
+        "S4_placeholder_agreement",
+        "S5_rpc_order",
+        "no_false_dependency",
+        "no_collective_mismatch",
+        "no_hang",
+        "no_deadlock",
+    ),
+    "async-placeholders": (
+        "in_bounds",
+        "suffix_form",
+        "unused_slots_empty",
+        "repair_postcondition",
+        "scans_agree",
+        "batch_aliases_request_list",
+        "scan_cost_bounded",
+        "list_matches_scheduler_count",
+        "tokens_aligned",
+        "placeholders_nonnegative",
+        "no_deadlock",
+    ),
+    "computed-tokens": (
+        "in_bounds",
+        "U2_exact",
+        "U3_within_max_model_len",
+        "U4_prefill_progress",
+        "U5_padding",
+    ),
+}
+
+PROVED = "proved for all depths"
+EXHAUSTIVE = "checked exhaustively at the pinned sizes"
+
+
+def status(protocol: str, prop: str) -> str:
+    """A post-fix seed property's standing: proved by pdr (pinned), else checked exhaustively."""
+    return PROVED if prop in PINNED.get(protocol, ()) else EXHAUSTIVE
+
+
+@dataclass(frozen=True)
+class ProofCheck:
+    """One pinned proof re-run: the property, whether pdr proved it, the seconds, the detail."""
+
+    protocol: str
+    prop: str
+    proved: bool
+    seconds: float
+    detail: str
+
+
+def check_pinned(protocol: Protocol, budget: float = BUDGET) -> list[ProofCheck]:
+    """Run pdr on the pinned properties of ``protocol``'s post-fix seed, each within ``budget`` seconds."""
+    from lockstep.checkers.result import Verdict
+    from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
+
+    names = PINNED.get(protocol.name, ())
+    if not names:
+        return []
+    machine = protocol.instance("post-fix").machine()
+    positions = {prop.name: position for position, prop in enumerate(machine.properties)}
+    missing = [name for name in names if name not in positions]
+    only = frozenset(positions[name] for name in names if name in positions)
+    prover = PropertyDirectedReachability(machine, property_timeout=budget, only=only)
+    result = prover.run()
+    rows = [ProofCheck(protocol.name, name, False, 0.0, "the model has no such property") for name in missing]
+    for item in result.properties:
+        attempt = prover.attempts.get(item.name)
+        seconds = 0.0 if attempt is None else attempt.seconds
+        rows.append(ProofCheck(protocol.name, item.name, item.verdict is Verdict.HOLDS, seconds, item.detail))
+    return rows

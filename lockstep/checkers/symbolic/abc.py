@@ -1,0 +1,112 @@
+"""ABC's ``pdr`` as an external prover: finding the binary, running it, reading its answer.
+
+The ``yosys-abc`` binary comes with the ``pyosys`` wheel (``pip install lockstep[proofs]``); it is
+found next to that package (without importing it) or on ``PATH``. Each property is one run, a
+subprocess with its own temporary directory: ``read_aiger``, ``pdr -T`` with the time limit and
+``-d`` (dump the inductive invariant as a PLA of blocked cubes over the latches), and
+``write_cex -a`` (the counterexample as AIGER witness lines). The process is killed if it outlives
+its limit by ``GRACE`` seconds. Nothing ABC says is believed here: ``pdr`` decodes and re-checks
+it (``circuit``, ``invariants.verify``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GRACE = 5.0  # seconds past ``pdr -T`` before the process is killed
+
+
+@dataclass
+class AbcAnswer:
+    """ABC's answer for one property: "safe", "unsafe" or "unknown", and what came with it."""
+
+    answer: str
+    seconds: float
+    cubes: list[str] = field(default_factory=list)  # safe: the blocked cubes, one char per column
+    columns: list[int] = field(default_factory=list)  # the latch (position) of each column
+    frames: list[str] = field(default_factory=list)  # unsafe: input values per frame
+    reason: str = ""
+
+
+def binary() -> str | None:
+    """The path of ``yosys-abc``, or None if it is not installed."""
+    spec = importlib.util.find_spec("pyosys")
+    if spec is not None and spec.submodule_search_locations:
+        for folder in spec.submodule_search_locations:
+            candidate = Path(folder) / "yosys-abc"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return shutil.which("yosys-abc")
+
+
+def prove(program: str, aiger: bytes, limit: float) -> AbcAnswer:
+    """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds."""
+    started = time.monotonic()
+    seconds = max(1, int(limit))
+    with tempfile.TemporaryDirectory(prefix="lockstep-abc-") as folder:
+        directory = Path(folder)
+        (directory / "circuit.aig").write_bytes(aiger)
+        script = f"read_aiger circuit.aig; pdr -T {seconds} -d -I invariant.pla; write_cex -a witness.txt"
+        try:
+            completed = subprocess.run(
+                [program, "-c", script],
+                cwd=directory,
+                capture_output=True,
+                text=True,
+                timeout=seconds + GRACE,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return AbcAnswer(
+                "unknown", time.monotonic() - started, reason=f"ABC outlived its {seconds} s and was killed"
+            )
+        elapsed = time.monotonic() - started
+        output = completed.stdout + completed.stderr
+        if "Property proved" in output:
+            pla = directory / "invariant.pla"
+            if not pla.is_file():
+                return AbcAnswer("unknown", elapsed, reason="ABC proved it but wrote no invariant")
+            cubes, columns = _pla(pla.read_text())
+            if columns is None:
+                return AbcAnswer("unknown", elapsed, reason="ABC's invariant does not name its latches")
+            return AbcAnswer("safe", elapsed, cubes, columns)
+        if "was asserted in frame" in output:
+            witness = directory / "witness.txt"
+            if not witness.is_file():
+                return AbcAnswer("unknown", elapsed, reason="ABC found a counterexample but wrote none")
+            return AbcAnswer("unsafe", elapsed, frames=_witness(witness.read_text()))
+        last = [line for line in output.splitlines() if line.strip()]
+        return AbcAnswer("unknown", elapsed, reason=f"ABC: {last[-1].strip() if last else 'no answer'}")
+
+
+def _pla(text: str) -> tuple[list[str], list[int] | None]:
+    """The cubes of ABC's invariant PLA, and the latch of each column (from ``.ilb r<k>``)."""
+    cubes: list[str] = []
+    columns: list[int] | None = None
+    for line in text.splitlines():
+        if line.startswith(".ilb"):
+            names = line.split()[1:]
+            if not all(name.startswith("r") and name[1:].isdigit() for name in names):
+                return cubes, None
+            columns = [int(name[1:]) for name in names]
+        elif line and line[0] in "01-":
+            cubes.append(line.split()[0])
+    if columns is None and cubes and set(cubes[0]) <= {"-"}:
+        columns = []
+    if columns is not None and any(len(cube) != len(columns) for cube in cubes):
+        return cubes, None
+    return cubes, columns
+
+
+def _witness(text: str) -> list[str]:
+    """The input lines of an AIGER witness (the first line is the initial latch values)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(("#", "c"))]
+    lines = [line for line in lines if line not in (".", "1", "b0") or set(line) <= {"0", "1"}]
+    return lines[1:]
