@@ -88,6 +88,7 @@ from lockstep.models.pp_broadcast.properties import add_properties
 from lockstep.models.pp_broadcast.sources import sources
 from lockstep.models.pp_broadcast.state import Phase, declare
 from lockstep.models.pp_broadcast.variants import POST_FIX, PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
+from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 
@@ -131,6 +132,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.add(stream.gpu_complete, state, rank=state.Rank)
     add_properties(machine, state)
     machine.mirror(sources(variant))
+    bound_delay(machine, parameters["max_delay"], [state.pp.queue.expression.name])  # type: ignore[union-attr]
     return machine
 
 
@@ -163,6 +165,7 @@ PROTOCOL = Protocol(
             "gaps", 0, "steps from which the token budget may leave an unfinished request out", minimum=0, maximum=2
         ),
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
+        max_delay_parameter(),
     ),
     instances=(
         InstanceSpec(
