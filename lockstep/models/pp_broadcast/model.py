@@ -247,6 +247,10 @@ PROTOCOL = Protocol(
                 V0_21_0: "violated",
                 V0_22_0: "violated",
             },
+            finding="`GPUModelRunner.sample_tokens` (no `execute_model_state`: the receive path under "
+            "`use_async_scheduling and pp.world_size > 1`), `_pp_receive_prev_sampled_token_ids_to_input_batch` "
+            "(`assert not pp.is_last_rank`), `Worker.execute_model`, `EngineCore.step_with_batch_queue` (None from "
+            "sample_tokens means execute_model failed) (v0.20.0; v0.21.0 guards with `not pp.is_last_rank`)",
         ),
     ),
     build=build,
