@@ -50,6 +50,28 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
         12,
     ),
     ("skip-whole-receive", "decode-gap"): (22112, 54011, {"S3_no_stale_read": 22}, 12),
+    ("post-fix", "failed-forward"): (5002, 9108, {"no_hang": 34, "receive_only_on_non_last": 4}, 12),
+    ("pre-fix", "failed-forward"): (
+        4947,
+        9235,
+        {"no_false_dependency": 10, "no_hang": 34, "receive_only_on_non_last": 4, WITNESS: None},
+        None,
+    ),
+    ("skip-disagree", "failed-forward"): (
+        4582,
+        8539,
+        {"S1_broadcast_matching": 10, "no_deadlock": 28, "no_hang": 28, "receive_only_on_non_last": 4},
+        12,
+    ),
+    ("skip-whole-receive", "failed-forward"): (5002, 9108, {"no_hang": 34, "receive_only_on_non_last": 4}, 12),
+    ("v0.21.0", "seed"): (1024, 2477, {}, 12),
+    ("v0.21.0", "chunks-then-decode"): (3650, 9017, {}, 12),
+    ("v0.21.0", "decode-gap"): (22112, 54011, {}, 12),
+    ("v0.21.0", "failed-forward"): (5002, 9108, {"no_hang": 34}, 12),
+    ("v0.22.0", "seed"): (1024, 2477, {}, 12),
+    ("v0.22.0", "chunks-then-decode"): (3650, 9017, {}, 12),
+    ("v0.22.0", "decode-gap"): (22112, 54011, {}, 12),
+    ("v0.22.0", "failed-forward"): (5002, 9108, {"no_hang": 34}, 12),
 }
 
 

@@ -66,6 +66,7 @@ from lockstep.models.async_placeholders.runner import bookkeeping, sample, updat
 from lockstep.models.async_placeholders.scheduler import kv_load_failure, schedule, update_from_output
 from lockstep.models.async_placeholders.sources import sources
 from lockstep.models.async_placeholders.state import POST_FIX, PRE_FIX, Kind, declare
+from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 from lockstep.spec.sorts import BOOL, integers
@@ -92,6 +93,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     add_witnesses(machine, state)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    bound_delay(machine, parameters["max_delay"], ["queue.scheduled", "queue.executed"])
     return machine
 
 
@@ -118,6 +120,7 @@ PROTOCOL = Protocol(
             "chunked_prefill", 0, "1: (re)prefill may take non-final chunks (discarded rows)", minimum=0, maximum=1
         ),
         ParameterSpec("kv_load_failures", 0, "sync KV-load failures that discard outputs", minimum=0, maximum=2),
+        max_delay_parameter(),
     ),
     instances=(
         InstanceSpec(

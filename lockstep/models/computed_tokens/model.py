@@ -72,6 +72,7 @@ from lockstep.models.computed_tokens.runner import add_sample_tokens, execute_mo
 from lockstep.models.computed_tokens.scheduler import schedule, update_from_output
 from lockstep.models.computed_tokens.sources import sources
 from lockstep.models.computed_tokens.state import POST_FIX, PRE_FIX, declare
+from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 
@@ -99,6 +100,7 @@ def build(variant: str, parameters: Mapping[str, int], *, invariants_as_properti
         strengthen(machine, state, invariants_as_properties)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    bound_delay(machine, parameters["max_delay"], ["engine.batch", "engine.results"])
     return machine
 
 
@@ -136,6 +138,7 @@ PROTOCOL = Protocol(
             "async_scheduling", 1, "1: AsyncScheduler with the batch queue; 0: EngineCore.step", minimum=0, maximum=1
         ),
         ParameterSpec("padded_rows", 0, "rows of FULL CUDA-graph request padding", minimum=0, maximum=2),
+        max_delay_parameter(),
     ),
     instances=(
         InstanceSpec(

@@ -94,6 +94,7 @@ from lockstep.models.dp_pause.state import (
     declare,
     pause_modes,
 )
+from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 from lockstep.spec.sorts import integers
@@ -168,6 +169,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
         machine.declare_symmetric(Rank, tuple(range(1, options.ranks)))
     add_properties(machine, model, variant)
     machine.mirror(variant_sources(variant))
+    bound_delay(machine, parameters["max_delay"], [name for name in machine.variables if name.startswith("channel.")])
     return machine
 
 
@@ -262,6 +264,7 @@ PROTOCOL = Protocol(
         ParameterSpec(
             "hang_bound", 24, "steps within which every posted collective must complete", minimum=1, maximum=64
         ),
+        max_delay_parameter(),
         ParameterSpec(
             "bounded_liveness",
             0,

@@ -57,7 +57,7 @@ def schedule(state: State, leave_out: Term) -> Step:
     row = map_of(state.Request, lambda q: if_then_else(included(q), computed[q] + 1, 0), state.Planned)
     return Step(
         conjunction(
-            scheduled - state.processed < state.sizes.ranks,
+            (scheduled - state.processed < state.sizes.ranks) & ~state.dead,
             scheduled < state.sizes.steps,
             any_of(state.Request, included),
             nobody | ((gaps_left > 0) & any_of(state.Request, lambda q: (q == leave_out) & unfinished(q))),
@@ -78,5 +78,19 @@ def process_output(state: State) -> Step:
     """The oldest step's reply arrived (its GPU work, broadcast included, finished on the output rank)."""
     processed = state.processed
     return Step(
-        (processed < state.scheduled) & (state.gpu_step[state.sizes.last] > processed), {processed: processed + 1}
+        (processed < state.scheduled)
+        & (state.gpu_step[state.sizes.last] > processed)
+        & (state.failed != processed + 1),
+        {processed: processed + 1},
+    )
+
+
+@action(actor="engine")
+def engine_raises(state: State) -> Step:
+    """The oldest step's execute_model raised on the output rank: once its sample_tokens reply is in (None, or
+    the receive's AssertionError), step_with_batch_queue raises and the engine is gone."""
+    processed, last = state.processed, state.sizes.last
+    return Step(
+        conjunction(processed < state.scheduled, state.failed == processed + 1, state.rpc[last] >= 2 * processed + 2),
+        {state.dead: True},
     )

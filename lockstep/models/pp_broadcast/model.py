@@ -87,7 +87,15 @@ from lockstep.models.pp_broadcast import engine, stream, worker
 from lockstep.models.pp_broadcast.properties import add_properties
 from lockstep.models.pp_broadcast.sources import sources
 from lockstep.models.pp_broadcast.state import Phase, declare
-from lockstep.models.pp_broadcast.variants import POST_FIX, PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
+from lockstep.models.pp_broadcast.variants import (
+    POST_FIX,
+    PRE_FIX,
+    SKIP_DISAGREE,
+    SKIP_WHOLE_RECEIVE,
+    V0_21_0,
+    V0_22_0,
+)
+from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 
@@ -109,12 +117,17 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.add(engine.schedule, state, leave_out=state.LeaveOut)
     machine.add(engine.process_output, state)
     machine.add(worker.execute_model, state, rank=state.Rank)
+    if state.sizes.failures:
+        machine.add(worker.execute_model_raises, state, rank=state.Rank)
+        machine.add(engine.engine_raises, state)
     machine.add(worker.sample_tokens, state, variant, rank=state.Rank)
     machine.add(stream.gpu_compute, state, rank=state.Rank)
     machine.add(stream.gpu_post, state, rank=state.Rank)
     machine.add(stream.gpu_complete, state, rank=state.Rank)
     add_properties(machine, state)
-    machine.mirror(sources(variant))
+    declared = {action.name for action in machine.actions}
+    machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    bound_delay(machine, parameters["max_delay"], [state.pp.queue.expression.name])  # type: ignore[union-attr]
     return machine
 
 
@@ -137,6 +150,16 @@ PROTOCOL = Protocol(
             "mutant: non-last ranks skip all of the receive function on all-chunked steps",
             "v0.20.0 as first proposed in PR #38726's review",
         ),
+        VariantSpec(
+            V0_21_0,
+            "v0.20.0's skip; a rank without execute_model_state receives only if it is not the last rank",
+            "vLLM v0.21.0",
+        ),
+        VariantSpec(
+            V0_22_0,
+            "v0.21.0's guard; the receive also advances num_tokens_no_spec (not tracked by the model)",
+            "vLLM v0.22.0",
+        ),
     ),
     parameters=(
         ParameterSpec("ranks", 2, "PP stages", minimum=2, maximum=4),
@@ -147,26 +170,71 @@ PROTOCOL = Protocol(
             "gaps", 0, "steps from which the token budget may leave an unfinished request out", minimum=0, maximum=2
         ),
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
+        ParameterSpec("failures", 0, "1: the last rank's execute_model may raise once", minimum=0, maximum=1),
+        max_delay_parameter(),
     ),
     instances=(
         InstanceSpec(
             "seed",
             "PR #38726: one long prompt in two chunks on two stages; the first step is all non-final chunks",
             {},
-            {PRE_FIX: "violated", POST_FIX: "holds", SKIP_DISAGREE: "violated", SKIP_WHOLE_RECEIVE: "holds"},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "holds",
+                SKIP_DISAGREE: "violated",
+                SKIP_WHOLE_RECEIVE: "holds",
+                V0_21_0: "holds",
+                V0_22_0: "holds",
+            },
         ),
         InstanceSpec(
             "chunks-then-decode",
             "the long prompt in three chunks (a run of two all-chunked steps, both in flight), then a decode",
             {"chunks": 3, "decodes": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds", SKIP_DISAGREE: "violated", SKIP_WHOLE_RECEIVE: "holds"},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "holds",
+                SKIP_DISAGREE: "violated",
+                SKIP_WHOLE_RECEIVE: "holds",
+                V0_21_0: "holds",
+                V0_22_0: "holds",
+            },
         ),
         InstanceSpec(
             "decode-gap",
             "a one-chunk request decodes, the token budget leaves it out of an all-chunked step of the long prompt, "
             "then it decodes again",
             {"requests": 2, "chunks": 3, "decodes": 1, "gaps": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds", SKIP_DISAGREE: "violated", SKIP_WHOLE_RECEIVE: "violated"},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "holds",
+                SKIP_DISAGREE: "violated",
+                SKIP_WHOLE_RECEIVE: "violated",
+                V0_21_0: "holds",
+                V0_22_0: "holds",
+            },
+        ),
+        InstanceSpec(
+            "failed-forward",
+            "the seed where the last rank's execute_model may raise before its forward (execute_model_state "
+            "stays None): v0.19.0 and v0.20.0 send its sample_tokens into the receive path, whose "
+            "assert not pp.is_last_rank fails instead of returning None (receive_only_on_non_last; v0.21.0 and "
+            "v0.22.0 return None and hold it). Every variant also shows no_hang: the engine raises and the model "
+            "stops the workers with the last rank's irecv of the failed step still posted (the executor's shutdown, "
+            "not a protocol hang)",
+            {"failures": 1},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "violated",
+                SKIP_DISAGREE: "violated",
+                SKIP_WHOLE_RECEIVE: "violated",
+                V0_21_0: "violated",
+                V0_22_0: "violated",
+            },
+            finding="`GPUModelRunner.sample_tokens` (no `execute_model_state`: the receive path under "
+            "`use_async_scheduling and pp.world_size > 1`), `_pp_receive_prev_sampled_token_ids_to_input_batch` "
+            "(`assert not pp.is_last_rank`), `Worker.execute_model`, `EngineCore.step_with_batch_queue` (None from "
+            "sample_tokens means execute_model failed) (v0.20.0; v0.21.0 guards with `not pp.is_last_rank`)",
         ),
     ),
     build=build,

@@ -9,7 +9,7 @@ the machine and its communicator.
 from __future__ import annotations
 
 from lockstep.models.pp_broadcast.engine import all_chunked, non_final_chunk, present
-from lockstep.models.pp_broadcast.state import Phase, State
+from lockstep.models.pp_broadcast.state import Path, Phase, State
 from lockstep.models.pp_broadcast.stream import front_is
 from lockstep.models.pp_broadcast.worker import discarded
 from lockstep.spec.machine import Machine
@@ -127,45 +127,68 @@ def finished(state: State) -> Term:
 
 def add_properties(machine: Machine, state: State) -> None:
     """Declare the properties, in the model's order, and the final states."""
-    Rank, gpu_phase = state.Rank, state.gpu_phase
+    Rank, gpu_phase, last = state.Rank, state.gpu_phase, state.sizes.last
+
+    def while_alive(predicate: Term) -> Term:
+        """A data property holds while no execute_model has raised (after one the engine raises and is gone)."""
+        return (state.failed == 0).implies(predicate) if state.sizes.failures else predicate
+
     machine.always(
         "S1_broadcast_matching",
-        broadcast_matching(state),
+        while_alive(broadcast_matching(state)),
         "S1: for every sampled step the last rank broadcasts iff every other rank receives",
     )
     machine.always(
         "S2_predicate_agreement",
-        predicate_agreement(state),
+        while_alive(predicate_agreement(state)),
         "S2: ranks between exec(N) and sample(N) hold the same discard_request_mask for N",
     )
     machine.always(
         "S3_no_stale_read",
-        all_of(Rank, lambda r: reads_fresh(state, r)),
+        while_alive(all_of(Rank, lambda r: reads_fresh(state, r))),
         "S3: _prepare_input_ids(N+1) reads prev_sampled_token_ids only for rows kept at N, from N's broadcast",
     )
     machine.always(
         "reads_latest_token",
-        all_of(Rank, lambda r: reads_latest(state, r)),
+        while_alive(all_of(Rank, lambda r: reads_latest(state, r))),
         "the id _prepare_input_ids scatters for a request is the last token sampled for it (S3 by value)",
     )
     machine.always(
         "S4_placeholder_agreement",
-        placeholder_agreement(state),
+        while_alive(placeholder_agreement(state)),
         "S4: ranks that have sampled the same steps hold equal output_token_ids lengths",
     )
     machine.always(
         "S5_rpc_order",
-        all_of(Rank, lambda r: (state.rpc[r] <= 2 * state.scheduled) & (2 * state.gpu_step[r] <= state.rpc[r])),
+        while_alive(
+            all_of(Rank, lambda r: (state.rpc[r] <= 2 * state.scheduled) & (2 * state.gpu_step[r] <= state.rpc[r]))
+        ),
         "S5: every rank handles exec(N), sample(N), exec(N+1) as issued; its GPU never runs ahead",
     )
     machine.always(
         "no_false_dependency",
-        ~(state.posted[0] & (gpu_phase[0] == Phase.BROADCAST) & all_chunked(state, state.gpu_step[0])),
+        while_alive(~(state.posted[0] & (gpu_phase[0] == Phase.BROADCAST) & all_chunked(state, state.gpu_step[0]))),
         "rank 0's stream never waits on the broadcast of a step whose rows are all non-final chunks",
+    )
+    machine.always(
+        "sample_only_with_state",
+        all_of(Rank, lambda r: (state.path[r] == Path.SAMPLE).implies(r == last)),
+        "sample_tokens samples (and calls _pp_broadcast_prev_sampled_token_ids, which asserts pp.is_last_rank) "
+        "only with execute_model_state, which only the last rank sets",
+    )
+    machine.always(
+        "receive_only_on_non_last",
+        all_of(Rank, lambda r: (state.path[r] == Path.RECEIVE).implies(r != last)),
+        "_pp_receive_prev_sampled_token_ids_to_input_batch (assert not pp.is_last_rank) runs only on non-last ranks",
+    )
+    machine.always(
+        "return_only_after_failure",
+        all_of(Rank, lambda r: (state.path[r] == Path.RETURN).implies((r == last) & (state.failed > 0))),
+        "sample_tokens returns None (no state, no receive) only on the last rank after its execute_model raised",
     )
     machine.sometimes(
         "L2_pipelined_prefill",
         any_of(state.StepIndex, lambda n: pipelined(state, n)),
         "L2: rank 0 runs forward(N+1) before the last rank finishes sample(N) of an all-chunked step N",
     )
-    machine.set_final(finished(state))
+    machine.set_final(finished(state) | state.dead)

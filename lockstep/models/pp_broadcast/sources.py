@@ -46,9 +46,29 @@ SAMPLE_TOKENS: dict[str, str] = {
     f"{RECEIVE} if no row decodes)",
     "skip-whole-receive": f"GPUModelRunner.sample_tokens (mutant: {RECEIVE} returns before rebuilding "
     "prev_req_id_to_index if _is_all_reqs_chunked_prefill())",
+    "v0.21.0": "GPUModelRunner.sample_tokens: with execute_model_state: _sample → "
+    f"{BROADCAST} (skipped if _is_all_reqs_chunked_prefill()) → _bookkeeping_sync; without: "
+    f"{RECEIVE} if use_async_scheduling and not pp.is_last_rank, else return None",
+    "v0.22.0": "GPUModelRunner.sample_tokens: as v0.21.0; "
+    f"{RECEIVE} also advances input_batch.num_tokens_no_spec per kept row",
+}
+GUARD_V019 = (
+    " (no execute_model_state: the receive path if use_async_scheduling and pp.world_size > 1, "
+    f"and {RECEIVE} asserts not pp.is_last_rank)"
+)
+
+
+FAILURE: dict[str, str] = {
+    "execute_model_raises": "Worker.execute_model (irecv_tensor_dict posted) → GPUModelRunner.execute_model raises "
+    "before _model_forward; execute_model_state stays None; WorkerProc.worker_busy_loop reports the failure",
+    "engine_raises": "EngineCore.step_with_batch_queue: future.result() is None (or raises) → "
+    "exec_model_fut.result() raises",
 }
 
 
 def sources(variant: str) -> dict[str, str]:
-    """The mapping for a variant: the four differ only in ``sample_tokens``."""
-    return {**COMMON, "sample_tokens": SAMPLE_TOKENS[variant]}
+    """The mapping for a variant: the variants differ only in ``sample_tokens``."""
+    sample = SAMPLE_TOKENS[variant]
+    if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive"):
+        sample += GUARD_V019
+    return {**COMMON, **FAILURE, "sample_tokens": sample}

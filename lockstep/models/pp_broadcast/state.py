@@ -20,6 +20,11 @@ from lockstep.spec.terms import Term, lift
 Phase = enum("Phase", ["RECV", "FORWARD", "SEND", "SAMPLE", "BROADCAST"])
 """The op at the front of a rank's GPU stream: per step [RECV] FORWARD [SEND] [SAMPLE] [BROADCAST]."""
 
+Path = enum("Path", ["NONE", "SAMPLE", "RECEIVE", "RETURN"])
+"""The path the last ``sample_tokens`` of a rank took: none yet; ``execute_model_state`` set (sample and
+broadcast); no state and the release's guard true (``_pp_receive_prev_sampled_token_ids_to_input_batch``);
+no state and the guard false (return None)."""
+
 
 @dataclass(frozen=True)
 class Sizes:
@@ -28,6 +33,7 @@ class Sizes:
     ranks: int  # PP stages; rank ranks-1 is the last stage
     requests: int
     gaps: int  # steps from which the token budget may leave an unfinished request out
+    failures: int  # 1: the last rank's execute_model may raise once (execute_model_state stays None)
     prompts: tuple[int, ...]  # chunks of each request's prompt: request 0 ``chunks``, request 1 one
     lengths: tuple[int, ...]  # pieces (chunks and decodes) of each request
     steps: int  # every step is non-empty; each gap delays one request one step
@@ -45,6 +51,7 @@ def sizes_of(parameters: Mapping[str, int]) -> Sizes:
         ranks=parameters["ranks"],
         requests=count,
         gaps=gaps,
+        failures=parameters["failures"],
         prompts=prompts,
         lengths=lengths,
         steps=max(lengths) + gaps,
@@ -71,6 +78,8 @@ class State:
     computed: Term  # num_computed_tokens per request
     plan: Term  # per step and request: 0 absent, k+1 scheduled with num_computed_tokens k
     gaps_left: Term
+    failed: Term  # the step (1-based) whose execute_model raised on the last rank; 0: none
+    dead: Term  # the engine raised the failed step's exception: the engine is gone
     # the CPU thread of each rank (Worker / GPUModelRunner)
     rpc: Term  # RPCs handled: exec(N) is 2N-2, sample(N) 2N-1
     issued: Term  # per step: sample_tokens(N) called torch.distributed.broadcast
@@ -78,6 +87,7 @@ class State:
     mapped: Term  # per request: prev_req_id_to_index holds it
     map_step: Term  # the step (1-based) whose rows built a non-empty mapping; 0 when empty
     buffer_step: Term  # the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised
+    path: Term  # the path the rank's last sample_tokens took (``Path``)
     # the GPU stream of each rank
     gpu_step: Term  # the step (0-based) of the stream's front
     gpu_phase: Term  # the op of the stream's front
@@ -134,6 +144,10 @@ def _engine_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str
             "per step and request: 0 absent, k+1 scheduled with num_computed_tokens k",
         ),
         gaps_left=machine.variable("scheduler.gaps_left", integers(0, sizes.gaps), sizes.gaps),
+        failed=machine.variable(
+            "engine.failed_step", sorts.Steps, 0, "the step whose execute_model raised on the last rank; 0: none"
+        ),
+        dead=machine.variable("engine.dead", BOOL, False, "the engine raised the failed step's exception"),
     )
 
 
@@ -170,6 +184,7 @@ def _rank_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, 
             0,
             "the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised",
         ),
+        path=rank_map("rank.sample_path", Path, 0, "the path of the rank's last sample_tokens"),
     )
 
 

@@ -35,7 +35,9 @@ def advanced(state: State, rank: Term, skip_known: Term) -> tuple[Term, Term]:
     )
     wrapped = phase == Phase.BROADCAST
     passes = ~wrapped & (next_phase == Phase.BROADCAST) & skip_known
-    to_next = wrapped | passes
+    # the last rank's execute_model raised after posting its irecv: nothing else of the step was enqueued
+    aborted = (phase == Phase.RECV) & (rank == state.sizes.last) & (state.failed == step + 1)
+    to_next = wrapped | passes | aborted
     return if_then_else(to_next, step + 1, step), if_then_else(to_next, first_phase(rank), next_phase)
 
 
@@ -48,7 +50,8 @@ def enqueued(state: State, rank: Term) -> Term:
     """The CPU has enqueued the stream's front op."""
     step, phase, rpc = state.gpu_step[rank], state.gpu_phase[rank], state.rpc
     by_exec = disjunction(phase == Phase.RECV, phase == Phase.FORWARD, phase == Phase.SEND)
-    return if_then_else(by_exec, rpc[rank] >= 2 * step + 1, rpc[rank] >= 2 * step + 2)
+    # once the engine has raised, the executor shuts the workers down: nothing more runs
+    return if_then_else(by_exec, rpc[rank] >= 2 * step + 1, rpc[rank] >= 2 * step + 2) & ~state.dead
 
 
 def moved(state: State, rank: Term) -> dict[Term, Term]:
@@ -86,4 +89,6 @@ def gpu_post(state: State, rank: Term) -> Step:
 def gpu_complete(state: State, rank: Term) -> Step:
     """The posted op completed; the stream moves on."""
     posted = state.posted
-    return Step(posted[rank] & state.pp.done(rank), {posted: posted.set(rank, False), **moved(state, rank)})
+    return Step(
+        posted[rank] & state.pp.done(rank) & ~state.dead, {posted: posted.set(rank, False), **moved(state, rank)}
+    )

@@ -14,9 +14,9 @@ Each rank handles the RPCs in the order the executor sends them: exec(N), sample
 from __future__ import annotations
 
 from lockstep.models.pp_broadcast.engine import clamp, computed_before, present
-from lockstep.models.pp_broadcast.state import Phase, State
+from lockstep.models.pp_broadcast.state import Path, Phase, State
 from lockstep.models.pp_broadcast.stream import first_phase
-from lockstep.models.pp_broadcast.variants import PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
+from lockstep.models.pp_broadcast.variants import PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE, receive_guard
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
 from lockstep.spec.sorts import BOOL
@@ -39,8 +39,14 @@ def every_row_discarded(state: State, rank: Term, step: Term) -> Term:
     return all_of(state.Request, lambda q: present(state, step, q).implies(discarded(state, rank, step, q)))
 
 
+def has_state(state: State, rank: Term, step: Term) -> Term:
+    """``execute_model_state`` is set after execute_model(step): only the last rank sets it (the others
+    return their IntermediateTensors), and not when its execute_model raised."""
+    return (rank == state.sizes.last) & (state.failed != step + 1)
+
+
 def skips(state: State, variant: str, rank: Term, step: Term) -> Term:
-    """Whether this rank's sample_tokens(step) leaves out the broadcast."""
+    """Whether this rank's sample_tokens(step) leaves out the broadcast (or its receive)."""
     if variant == PRE_FIX:
         return lift(False)
     if variant == SKIP_DISAGREE:
@@ -48,7 +54,7 @@ def skips(state: State, variant: str, rank: Term, step: Term) -> Term:
             state.Request,
             lambda q: present(state, step, q).implies(computed_before(state, step, q) < state.prompt_of[q]),
         )
-        return if_then_else(rank == state.sizes.last, every_row_discarded(state, rank, step), no_decode)
+        return if_then_else(has_state(state, rank, step), every_row_discarded(state, rank, step), no_decode)
     return every_row_discarded(state, rank, step)
 
 
@@ -58,23 +64,47 @@ def execute_model(state: State, rank: Term) -> Step:
     rpc = state.rpc
     step = rpc[rank] // 2
     metadata = (rank == 0) | (rpc[state.previous_rank[rank]] >= 2 * step + 1)
-    return Step(conjunction(rpc[rank] % 2 == 0, step < state.scheduled, metadata), {rpc: rpc.set(rank, rpc[rank] + 1)})
+    return Step(
+        conjunction((rpc[rank] % 2 == 0) & ~state.dead, step < state.scheduled, metadata),
+        {rpc: rpc.set(rank, rpc[rank] + 1)},
+    )
+
+
+@action(actor="rank:{rank}")
+def execute_model_raises(state: State, rank: Term) -> Step:
+    """Worker.execute_model(N) on the last rank: the irecv is posted, then GPUModelRunner.execute_model raises
+    before its forward (execute_model_state stays None); the worker reports the error and takes the next RPC."""
+    rpc, last = state.rpc, state.sizes.last
+    step = rpc[rank] // 2
+    metadata = rpc[state.previous_rank[rank]] >= 2 * step + 1
+    return Step(
+        conjunction(rank == last, rpc[rank] % 2 == 0, step < state.scheduled, metadata, state.failed == 0),
+        {rpc: rpc.set(rank, rpc[rank] + 1), state.failed: step + 1},
+    )
 
 
 @action(actor="rank:{rank}")
 def sample_tokens(state: State, variant: str, rank: Term) -> Step:
-    """sample_tokens(N): the last rank samples and broadcasts, the others receive; both rebuild state."""
+    """sample_tokens(N), by execute_model_state and the release's guard: with a state the rank samples and
+    broadcasts; without one it receives if the guard holds (and, on the last rank, fails the receive's
+    ``assert not pp.is_last_rank`` before anything else) and returns None otherwise."""
     rpc, output_length, mapped, Request = state.rpc, state.output_length, state.mapped, state.Request
     step = rpc[rank] // 2
+    sampling = has_state(state, rank, step)
+    receiving = ~sampling & receive_guard(variant, rank, state.sizes.last)
+    rebuilds = sampling | (receiving & (rank != state.sizes.last))  # the receive on the last rank asserts
     skip = skips(state, variant, rank, step)
-    frozen = lift(variant == SKIP_WHOLE_RECEIVE) & skip & (rank != state.sizes.last)  # the mutant returns early
+    frozen = ~rebuilds | (lift(variant == SKIP_WHOLE_RECEIVE) & skip & receiving)  # the mutant returns early
     any_kept = any_of(Request, lambda q: kept(state, rank, step, q))
     at_broadcast = (state.gpu_step[rank] == step) & (state.gpu_phase[rank] == Phase.BROADCAST)
     return Step(
-        rpc[rank] % 2 == 1,
+        (rpc[rank] % 2 == 1) & ~state.dead,
         {
             rpc: rpc.set(rank, rpc[rank] + 1),
-            state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), ~skip)),
+            state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), rebuilds & ~skip)),
+            state.path: state.path.set(
+                rank, if_then_else(sampling, Path.SAMPLE, if_then_else(receiving, Path.RECEIVE, Path.RETURN))
+            ),
             output_length: output_length.set(
                 rank,
                 map_of(
@@ -93,13 +123,13 @@ def sample_tokens(state: State, variant: str, rank: Term) -> Step:
             ),
             state.buffer_step: state.buffer_step.set(
                 rank,
-                if_then_else(
-                    frozen, state.buffer_step[rank], if_then_else((rank == state.sizes.last) | ~skip, step + 1, 0)
-                ),
+                if_then_else(frozen, state.buffer_step[rank], if_then_else(sampling | ~skip, step + 1, 0)),
             ),
-            state.gpu_step: state.gpu_step.set(rank, if_then_else(at_broadcast & skip, step + 1, state.gpu_step[rank])),
+            state.gpu_step: state.gpu_step.set(
+                rank, if_then_else(at_broadcast & (skip | ~rebuilds), step + 1, state.gpu_step[rank])
+            ),
             state.gpu_phase: state.gpu_phase.set(
-                rank, if_then_else(at_broadcast & skip, first_phase(rank), state.gpu_phase[rank])
+                rank, if_then_else(at_broadcast & (skip | ~rebuilds), first_phase(rank), state.gpu_phase[rank])
             ),
         },
     )
