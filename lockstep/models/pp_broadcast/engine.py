@@ -15,7 +15,8 @@ from __future__ import annotations
 from lockstep.models.pp_broadcast.state import State
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, map_of, minimum
+from lockstep.spec.sorts import MapSort
+from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, lift, map_of, minimum
 
 
 def clamp(state: State, step: Term) -> Term:
@@ -88,9 +89,13 @@ def process_output(state: State) -> Step:
 @action(actor="engine")
 def engine_raises(state: State) -> Step:
     """The oldest step's execute_model raised on the output rank: once its sample_tokens reply is in (None, or
-    the receive's AssertionError), step_with_batch_queue raises and the engine is gone."""
-    processed, last = state.processed, state.sizes.last
+    the receive's AssertionError), step_with_batch_queue raises and the engine is gone. The engine's death
+    shuts the executor down (``MultiprocExecutor.shutdown`` terminates the worker processes), so the ops the
+    ranks still had posted on the PP group (the last rank's irecv of the failed step) go with them: a posted op
+    of a terminated process is not a hang."""
+    processed, last, pp = state.processed, state.sizes.last, state.pp
+    nothing_posted = lift(tuple(() for _ in range(pp.members.count)), MapSort(pp.members, pp.queue_sort))
     return Step(
         conjunction(processed < state.scheduled, state.failed == processed + 1, state.rpc[last] >= 2 * processed + 2),
-        {state.dead: True},
+        {state.dead: True, pp.queue: nothing_posted},
     )
