@@ -41,6 +41,7 @@ TRIGGER = "flight-recorder.dump"  # in the run directory
 SUFFIX = ".flight-recorder"
 MAPPING = "flight-recorder-mapping.json"
 DEFAULT_BUFFER_SIZE = "2000"
+DUMP_SECONDS = 8.0  # a dump call that has not returned by then is reported as blocked
 
 
 def flight_recorder_environment(config: RunConfig, environment: Mapping[str, str]) -> dict[str, str]:
@@ -78,7 +79,7 @@ def expected_dumps(config: RunConfig, rank: int) -> list[Path]:
     return paths
 
 
-def request_dumps(config: RunConfig, wait: float = 20.0) -> list[int]:
+def request_dumps(config: RunConfig, wait: float = DUMP_SECONDS + 2.0) -> list[int]:
     """Ask every rank to dump (the trigger file) and wait up to ``wait`` seconds until each rank
     has written every file it writes (``expected_dumps``) or its error file; returns the ranks
     that did neither (the caller kills the ranks next: a dump still being written would be lost)."""
@@ -142,12 +143,25 @@ class Dumper(threading.Thread):
         self.join(timeout=1.0)
 
     def dump(self) -> None:
-        try:
-            if self.rank == 0:
-                write_mapping(self.config, self.groups, self.runtime_only)
-            dump(self.config, self.rank)
-        except Exception as error:  # a daemon thread: say why there is no dump instead of dying silently
-            message = f"rank {self.rank}: no flight-recorder dump: {type(error).__name__}: {error}\n"
+        failures: list[str] = []
+
+        def write() -> None:
+            try:
+                if self.rank == 0:
+                    write_mapping(self.config, self.groups, self.runtime_only)
+                dump(self.config, self.rank)
+            except Exception as error:  # a daemon thread: say why there is no dump instead of dying silently
+                failures.append(f"{type(error).__name__}: {error}")
+
+        # torch's dump call can block (seen: _dump_fr_trace on pp-broadcast's rank 0, blocked in its
+        # receive, with gloo send/recv in flight): say so instead of leaving no file at all
+        writer = threading.Thread(target=write, name="lockstep-flight-recorder-dump", daemon=True)
+        writer.start()
+        writer.join(DUMP_SECONDS)
+        if writer.is_alive():
+            failures.append(f"torch's dump call did not return within {DUMP_SECONDS:.0f} s (blocked)")
+        if failures:
+            message = f"rank {self.rank}: no flight-recorder dump: {failures[0]}\n"
             sys.stderr.write("lockstep: " + message)
             if self.config.trace_dir is not None:
                 _write_whole(error_path(self.config.trace_dir, self.rank), message.encode("utf-8"))
