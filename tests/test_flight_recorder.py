@@ -22,6 +22,7 @@ from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
 from lockstep.traces.flight_recorder import FlightRecorderError, read_directory, read_dump, restricted_loads
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "flight-recorder"
+MAPPING = "flight-recorder-mapping.json"
 DESYNC = "ranks 0,2 in all_reduce#3 of unnamed group (pg_id 2); rank 1 in barrier#3 of unnamed group (pg_id 2)"
 CROSS = "ranks 0,1 in all_reduce#2 of group 0 (default_pg); rank 2 last posted broadcast#1 of group 1"
 EXPECTED = {
@@ -232,10 +233,13 @@ def test_lockstep_replay_flight_recorder_reads_every_fixture(capsys: pytest.Capt
     from lockstep.cli import main
 
     root = Path(__file__).resolve().parent / "data" / "flight-recorder"
-    folders = sorted(folder for folder in root.glob("*/*") if folder.is_dir())
-    assert folders
+    runtime = sorted(folder for folder in root.glob("runtime-*") if folder.is_dir())  # dumps in the folder itself
+    folders = sorted(folder for folder in root.glob("*/*") if folder.is_dir()) + runtime
+    assert len(runtime) >= 3
     for folder in folders:
-        expected = 0 if folder.parent.name.startswith("nccl-live") else 1  # the live dump is consistent
+        # consistent: the live dump; the runtime's gloo dumps (gloo records no members and no send/recv:
+        # each group has one poster); the NCCL pp dumps (every send has its recv, the broadcast is missing)
+        expected = 0 if folder.parent.name.startswith("nccl-live") or "runtime-" in str(folder) else 1
         assert main(["replay", "--flight-recorder", str(folder)]) == expected, folder
         text = capsys.readouterr().out
         assert text.startswith(f"flight-recorder dumps in {folder}") and "verdict:" in text
@@ -263,12 +267,19 @@ def _model_check(name: str, protocol: str, variant: str, mapping: bool = True) -
     from lockstep.checkers.flight_recorder_mapping import read_mapping
     from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
 
-    directory = read_directory(FIXTURES / name)
+    directory = read_directory(FIXTURES / name)  # "runtime-pp-broadcast-nccl/nccl": the mapping is one folder up
     model = model_instance(protocol, variant, None, len(directory.dumps))
     if not mapping:
         return check_dumps(directory, model)
-    groups, acknowledged = read_mapping(FIXTURES / name / "flight-recorder-mapping.json")
-    return check_dumps(directory, model, mapping=groups, acknowledged=acknowledged)
+    folder = next(path for path in (FIXTURES / name, (FIXTURES / name).parent) if (path / MAPPING).exists())
+    mapping_file = read_mapping(folder / MAPPING)
+    return check_dumps(
+        directory,
+        model,
+        mapping=mapping_file.groups,
+        acknowledged=mapping_file.acknowledged,
+        runtime_only=mapping_file.runtime_only,
+    )
 
 
 def test_the_runtime_dp_pause_hang_is_the_pre_fix_models_hang() -> None:

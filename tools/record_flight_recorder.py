@@ -192,6 +192,44 @@ def versions() -> list[str]:
     return lines
 
 
+def collect_dumps(traces: Path, directory: Path, ranks: int, backend: str, wait: float = 30.0) -> list[Path]:
+    """Copy a ``lockstep run --flight-recorder`` run's dumps from ``traces`` into ``directory``.
+
+    Waits up to ``wait`` seconds until every rank has written its dump (``rank-<r>.flight-recorder``
+    and, with NCCL, ``nccl/rank-<r>.flight-recorder``) or its error file; then copies those, the
+    error files, the NCCL watchdog's own dumps (``nccl-timeout/rank-<r>``) and the mapping. Exits
+    naming every missing file (with the error files' text and what the folder holds) when a dump
+    is missing, rather than leaving a fixture folder without dumps."""
+    import shutil
+
+    def expected(rank: int) -> list[Path]:
+        names = [traces / f"rank-{rank}.flight-recorder"]
+        return names + ([traces / "nccl" / f"rank-{rank}.flight-recorder"] if backend == "nccl" else [])
+
+    deadline = time.monotonic() + wait
+    missing = [path for rank in range(ranks) for path in expected(rank)]
+    while missing and time.monotonic() < deadline:
+        missing = [path for path in missing if not path.is_file()]
+        if missing:
+            time.sleep(0.1)
+    errors = sorted(traces.glob("*.flight-recorder.error"))
+    kept = sorted(traces.glob("*.flight-recorder")) + errors + sorted(traces.glob("flight-recorder-mapping.json"))
+    for folder in ("nccl", "nccl-timeout"):
+        kept += sorted(path for path in (traces / folder).glob("rank-*") if path.is_file())
+    for path in kept:
+        target = directory / path.relative_to(traces)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+    if missing:
+        present = sorted(str(path.relative_to(traces)) for path in traces.rglob("*") if path.is_file())
+        why = "".join(f"\n{path.name}: {path.read_text(errors='replace').strip()}" for path in errors)
+        raise SystemExit(
+            f"no dump after {wait:.0f} s: {', '.join(str(path.relative_to(traces)) for path in missing)}{why}\n"
+            f"{traces} holds: {', '.join(present) or 'nothing'}"
+        )
+    return kept
+
+
 def record_runtime(out: Path, scenario: str, backend: str, ranks: int) -> Path:
     """Run lockstep's runtime with --flight-recorder to its hang and keep the dumps (not the traces)."""
     import shutil
@@ -199,24 +237,23 @@ def record_runtime(out: Path, scenario: str, backend: str, ranks: int) -> Path:
 
     protocol, variant = RUNTIME_SCENARIOS[scenario]
     name = scenario if backend == "gloo" else f"{scenario}-nccl"
-    directory = out / name
+    directory = out.resolve() / name
     directory.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as scratch:
-        traces = Path(scratch) / "traces"
-        command = [sys.executable, "-m", "lockstep", "run", protocol, "--variant", variant, "--ranks", str(ranks)]
-        command += ["--backend", backend, "--hang-timeout", "3", "--trace-dir", str(traces), "--no-replay"]
-        command += ["--flight-recorder"]
-        finished = subprocess.run(command, capture_output=True, text=True, timeout=300)
-        if finished.returncode != 1:
-            raise SystemExit(f"expected a hang (exit 1), got {finished.returncode}:\n{finished.stderr}")
-        kept = sorted(traces.glob("*.flight-recorder")) + [traces / "flight-recorder-mapping.json"]
-        for folder in ("nccl", "nccl-timeout"):
-            kept += sorted(path for path in (traces / folder).glob("rank-*") if path.is_file())
-        for path in kept:
-            target = directory / path.relative_to(traces)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
-        outcome = finished.stderr.strip().splitlines()[:2]
+    scratch = Path(tempfile.mkdtemp(prefix="lockstep-record-"))
+    traces = scratch / "traces"
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-m", "lockstep", "run", protocol, "--variant", variant, "--ranks", str(ranks)]
+    command += ["--backend", backend, "--hang-timeout", "3", "--trace-dir", str(traces), "--no-replay"]
+    command += ["--flight-recorder"]
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])))
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=root, env=environment)
+    if finished.returncode != 1:
+        raise SystemExit(
+            f"expected a hang (exit 1), got {finished.returncode} (traces kept in {traces}):\n{finished.stderr}"
+        )
+    collect_dumps(traces, directory, ranks, backend)  # exits naming what is missing (the traces are kept then)
+    shutil.rmtree(scratch, ignore_errors=True)
+    outcome = finished.stderr.strip().splitlines()[:2]
     readme = [
         f"# Flight-recorder dumps: {name}",
         "",
@@ -232,7 +269,9 @@ def record_runtime(out: Path, scenario: str, backend: str, ranks: int) -> Path:
         f"- TORCH_FR_BUFFER_SIZE={os.environ.get('TORCH_FR_BUFFER_SIZE', '2000 (set by lockstep run)')}",
         "",
         "`rank-<r>.flight-recorder`: each rank's `_dump_fr_trace()` taken from inside once the launcher diagnosed",
-        "the hang; `flight-recorder-mapping.json`: rank 0's group-to-communicator mapping.",
+        "the hang (with NCCL, `nccl/rank-<r>.flight-recorder`: `_dump_nccl_trace()`, and `nccl-timeout/rank-<r>`:",
+        "the NCCL watchdog's own dump, where it wrote one); `flight-recorder-mapping.json`: rank 0's",
+        "group-to-communicator mapping.",
         "",
     ]
     (directory / "README.md").write_text("\n".join(readme))

@@ -11,7 +11,10 @@ that posted on the group (gloo records none).
 What a dump can say about completion depends on the backend: NCCL entries move from "scheduled"
 to "completed", so an op not completed is pending; gloo entries stay "scheduled" (torch 2.11 to 2.13),
 so only order and sequence ids are usable, and a gloo rank's last entry is taken as where it waits.
-P2P ops are listed but not matched. Values only: ``render`` in ``flight_recorder_report`` makes text.
+Send/recv ops are paired per channel (``flight_recorder_transfers``): a send without its recv, a
+recv without its send, or a pair of different sizes or dtypes is reported, and a pending NCCL
+send or recv is a wait like a pending collective. Values only: ``render`` in
+``flight_recorder_report`` makes text.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lockstep.checkers.flight_recorder_transfers import Transfer, match_transfers, summarise
 from lockstep.traces.flight_recorder import (
     FlightRecorderDirectory,
     FlightRecorderEntry,
@@ -82,7 +86,9 @@ class PostedOperation:
         entry = self.entries[0]
         sizes = " ".join(str([list(shape) for shape in entry.input_sizes]).split()) if entry.input_sizes else ""
         dtypes = ",".join(entry.input_dtypes)
-        return " ".join(part for part in (f"{self.operation}#{self.sequence}", sizes, dtypes) if part)
+        peers = entry.profiling_name.partition(" ")[2] if self.is_p2p and len(self.entries) == 1 else ""
+        name = f"{self.operation} {peers}" if peers else self.operation  # send 0->1: group ranks
+        return " ".join(part for part in (f"{name}#{self.sequence}", sizes, dtypes) if part)
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,10 @@ class Wait:
     posted: PostedOperation
 
     def describe(self) -> str:
-        return f"{self.posted.operation}#{self.posted.sequence} of {self.group_label}"
+        entry = self.posted.entries[0]
+        peers = entry.profiling_name.partition(" ")[2] if self.posted.is_p2p and len(self.posted.entries) == 1 else ""
+        name = f"{self.posted.operation} {peers}" if peers else self.posted.operation
+        return f"{name}#{self.posted.sequence} of {self.group_label}"
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,7 @@ class GroupDiagnosis:
     waits: tuple[Wait, ...]
     verdict: Verdict
     notes: tuple[str, ...]
+    transfers: tuple[Transfer, ...] = ()  # every send paired with its recv (NCCL; gloo records none)
 
 
 @dataclass(frozen=True)
@@ -240,8 +250,12 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
         operations[rank] = tuple(posted)
         collectives[rank] = {item.sequence: item for item in posted if not item.is_p2p}
         notes.extend(_losses(rank, sorted(collectives[rank])))
-    if any(item.is_p2p for posted in operations.values() for item in posted):
-        notes.append("p2p ops (send/recv) are listed but not matched")
+    dumped = {dump.rank for dump in dumps}
+    wrapped = {dump.rank for dump in dumps if dump.entries and dump.entries[0].record_id > 0}
+    transfers, transfer_notes = match_transfers(operations, members, dumped, wrapped)
+    if transfers:
+        notes.append(f"point-to-point: {summarise(transfers)}")
+    notes.extend(transfer_notes)
     tracks_completion = backend != "gloo"
     if not tracks_completion:
         notes.append('gloo records no completion (entries stay "scheduled"): only order and sequence ids are used')
@@ -250,13 +264,25 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
     if disagreement is not None:
         waits = [Wait(item.rank, key, label, item) for item in disagreement.posted]
     elif tracks_completion:
-        for rank, posted_by_sequence in collectives.items():
-            pending = [item for _, item in sorted(posted_by_sequence.items()) if item.state != "completed"]
+        for rank, own in operations.items():  # the oldest op not completed, collective or p2p
+            pending = [item for item in own if item.state != "completed"]
             if pending:
-                waits.append(Wait(rank, key, label, pending[0]))
+                waits.append(Wait(rank, key, label, min(pending, key=lambda item: item.entries[0].record_id)))
+    unmatched = [transfer for transfer in transfers if transfer.problem in ("send without recv", "recv without send")]
+    if not tracks_completion:  # no completion recorded: a send or recv without its partner is where its rank waits
+        waiting = {wait.rank for wait in waits}
+        for transfer in unmatched:
+            side = transfer.send or transfer.recv
+            if side is not None and side.rank not in waiting:
+                waits.append(Wait(side.rank, key, label, side))
+                waiting.add(side.rank)
     verdict: Verdict = "consistent"
     if disagreement is not None:
         verdict = "hang" if disagreement.reason == "missing operation" else "desync"
+    elif any(transfer.problem in ("different sizes", "different dtypes") for transfer in transfers):
+        verdict = "desync"
+    elif unmatched:
+        verdict = "hang"
     elif waits:
         verdict = "hang"
         notes.append("every member posted the pending op; it did not complete")
@@ -273,6 +299,7 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
         tuple(waits),
         verdict,
         tuple(notes),
+        transfers,
     )
 
 

@@ -2,11 +2,15 @@
 model execution must project onto (``lockstep.checkers.flight_recorder_model`` searches).
 
 A mapping file is JSON: ``{"groups": {"<group name or pg_id N>": "<communicator>" or null},
-"acknowledged": ["<communicator>", ...]}`` (``lockstep run --flight-recorder`` writes one as
-``flight-recorder-mapping.json``; other keys are ignored). A group mapped to null, or to a name
-that is no communicator of the model, is left out (with a note). ``acknowledged`` names
-communicators whose every transfer is answered by a one-element message back (the runtime's
-``Collective.send``/``recv`` rendezvous ack): those acks are dropped from the sequences.
+"acknowledged": ["<communicator>", ...], "runtime_only": ["<name>", ...]}`` (``lockstep run
+--flight-recorder`` writes one as ``flight-recorder-mapping.json``; other keys are ignored). A
+group mapped to null is left out (with a note). A group mapped to a name that is no communicator
+of the model is refused (``FlightRecorderError`` naming the file and the entry: exit 2) unless
+``runtime_only`` declares the name: a group the runtime keeps for its own plumbing (the
+reference runtime's ``pp_cpu`` carries the transfers' metadata), left out with a note.
+``acknowledged`` names communicators whose every transfer is answered by a one-element message
+back (the runtime's ``Collective.send``/``recv`` rendezvous ack): those acks are dropped from the
+sequences.
 
 Without a file the mapping is guessed: a group may be a communicator whose members can be its
 ranks (``pg_config`` ranks for NCCL; gloo records none) and which offers every kind of op the
@@ -119,8 +123,19 @@ def describe_posted(plan: ProjectionPlan, index: int, operation: DecodedOperatio
     return f"{operation.name}({name}) [{operation.family}]"
 
 
-def read_mapping(path: str | Path) -> tuple[dict[str, str | None], tuple[str, ...]]:
-    """A mapping file's groups and acknowledged communicators (``FlightRecorderError`` if unreadable)."""
+@dataclass(frozen=True)
+class MappingFile:
+    """A mapping file as read: groups to communicators, acknowledged communicators, runtime-only groups."""
+
+    path: Path
+    groups: dict[str, str | None]
+    acknowledged: tuple[str, ...]
+    runtime_only: tuple[str, ...]
+
+
+def read_mapping(path: str | Path) -> MappingFile:
+    """A mapping file's groups, acknowledged communicators and runtime-only group names
+    (``FlightRecorderError`` if unreadable)."""
     path = Path(path)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
@@ -136,7 +151,10 @@ def read_mapping(path: str | Path) -> tuple[dict[str, str | None], tuple[str, ..
     acknowledged = document.get("acknowledged", [])
     if not isinstance(acknowledged, list) or not all(isinstance(name, str) for name in acknowledged):
         raise FlightRecorderError(path, '"acknowledged" must be a list of communicator names')
-    return dict(groups), tuple(acknowledged)
+    runtime_only = document.get("runtime_only", [])
+    if not isinstance(runtime_only, list) or not all(isinstance(name, str) for name in runtime_only):
+        raise FlightRecorderError(path, '"runtime_only" must be a list of group names')
+    return MappingFile(path, dict(groups), tuple(acknowledged), tuple(runtime_only))
 
 
 def plan_projection(
@@ -144,8 +162,12 @@ def plan_projection(
     machine: Machine,
     mapping: Mapping[str, str | None] | None,
     acknowledged: tuple[str, ...] = (),
+    runtime_only: tuple[str, ...] = (),
+    mapping_file: str | Path | None = None,
 ) -> list[ProjectionPlan]:
-    """The plans to try: the given mapping's, or the guesses' (best first; at least one)."""
+    """The plans to try: the given mapping's, or the guesses' (best first; at least one). A given
+    mapping's entry naming no communicator of the model, and not declared ``runtime_only``, raises
+    ``FlightRecorderError`` naming ``mapping_file`` (or "the mapping") and the entry."""
     communicators = tuple(item for item in machine.communicators if isinstance(item, Communicator))
     entries: dict[str, list[FlightRecorderEntry]] = {}
     for dump in directory.dumps:
@@ -156,12 +178,19 @@ def plan_projection(
         notes = []
         chosen: dict[str, str] = {}
         for key, name in mapping.items():
-            if key not in entries:
+            if name is not None and name not in names and name not in runtime_only:
+                known = ", ".join(names) or "none"
+                raise FlightRecorderError(
+                    mapping_file or "the mapping",
+                    f'entry "{key}": "{name}" is no communicator of the model (its communicators: {known}) '
+                    'and not declared a runtime-only group ("runtime_only": [...])',
+                )
+            if name is not None and name not in names:
+                notes.append(f"mapping: group {key!r} -> {name!r} is a runtime-only group (no model communicator)")
+            elif key not in entries:
                 notes.append(f"mapping: group {key!r} has no entries in the dumps")
             elif name is None:
                 notes.append(f"mapping: group {key!r} left out")
-            elif name not in names:
-                notes.append(f"mapping: group {key!r} -> {name!r} is no communicator of the model; left out")
             else:
                 chosen[key] = name
         guesses = [chosen]

@@ -99,6 +99,7 @@ def check_dumps(
     mapping: Mapping[str, str | None] | None = None,
     mapping_file: str | None = None,
     acknowledged: tuple[str, ...] = (),
+    runtime_only: tuple[str, ...] = (),
     max_states: int = DEFAULT_MAX_STATES,
 ) -> ModelCheck:
     """Check ``directory``'s dumps against ``model`` (see the module doc). ``mapping``: dump group
@@ -107,7 +108,7 @@ def check_dumps(
     from lockstep.checkers import system_for
 
     system = system_for(model.machine())
-    plans = plan_projection(directory, system.machine, mapping, acknowledged)
+    plans = plan_projection(directory, system.machine, mapping, acknowledged, runtime_only, mapping_file)
     source = f"file {mapping_file}" if mapping_file else "given" if mapping is not None else "automatic"
     best: ModelCheck | None = None
     for number, plan in enumerate(plans, start=1):

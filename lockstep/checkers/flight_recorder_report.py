@@ -53,8 +53,16 @@ def render(diagnosis: Diagnosis, operations: bool = False, frames: int = 4) -> s
 def _group_lines(group: GroupDiagnosis, operations: bool, frames: int) -> list[str]:
     source = "from pg_config" if group.members_source == "pg_config" else "from the dumps"
     last = max((item.sequence for posted in group.operations.values() for item in posted if not item.is_p2p), default=0)
-    status = f"consistent through #{last}" if group.verdict == "consistent" else group.verdict
+    status: str = group.verdict
+    if group.verdict == "consistent":
+        status = f"consistent through #{last}" if last else "consistent"
+        matched = sum(1 for transfer in group.transfers if transfer.matched)
+        status += f", {matched} send/recv pair{'' if matched == 1 else 's'} matched" if group.transfers else ""
     lines = [f"{group.label}: {ranks_text(group.members)} ({source}), {group.backend}, {group.pattern}: {status}"]
+    unmatched = [transfer for transfer in group.transfers if not transfer.matched]
+    if unmatched:
+        lines.append("  send/recv without its partner or of another shape:")
+        lines += [f"    {transfer.problem}: {transfer.describe()}" for transfer in unmatched]
     disagreement = group.disagreement
     if disagreement is not None:
         lines.append(f"  first disagreement at #{disagreement.sequence}: {disagreement.reason}")
@@ -144,6 +152,17 @@ def _group_json(group: GroupDiagnosis) -> dict[str, Any]:
             "posted": [_posted_json(item) for item in disagreement.posted],
         },
         "waits": [_wait_json(wait) for wait in group.waits],
+        "transfers": [
+            {
+                "source": transfer.source,
+                "destination": transfer.destination,
+                "number": transfer.number,
+                "problem": transfer.problem or None,
+                "send": _posted_json(transfer.send) if transfer.send else None,
+                "recv": _posted_json(transfer.recv) if transfer.recv else None,
+            }
+            for transfer in group.transfers
+        ],
     }
 
 

@@ -145,14 +145,15 @@ def _check_flight_recorder(arguments: argparse.Namespace) -> ModelCheck:
     from lockstep.traces.flight_recorder import read_directory
 
     directory = read_directory(arguments.flight_recorder)
-    mapping, acknowledged = (None, ()) if arguments.mapping is None else read_mapping(arguments.mapping)
+    mapping = None if arguments.mapping is None else read_mapping(arguments.mapping)
     model = model_instance(arguments.protocol, arguments.variant, arguments.instance, len(directory.dumps))
     return check_dumps(
         directory,
         model,
-        mapping=mapping,
+        mapping=None if mapping is None else mapping.groups,
         mapping_file=arguments.mapping,
-        acknowledged=acknowledged,
+        acknowledged=() if mapping is None else mapping.acknowledged,
+        runtime_only=() if mapping is None else mapping.runtime_only,
         max_states=arguments.max_states,
     )
 

@@ -4,9 +4,15 @@
 torchrun sets them); under lockstep's launcher (``LOCKSTEP_STORE`` set) rank 0 serves the
 rendezvous store on the socket the launcher bound to 127.0.0.1 and handed down. The default
 group is gloo (it carries start-up object exchange). ``Groups.create`` makes a named group with
-a backend; every group gets the run's hang timeout. Only APIs present in both torch 2.11 and 2.13
-are used (``init_process_group``, ``new_group(backend=, timeout=)``, ``all_reduce``,
-``broadcast_object_list``, ``destroy_process_group``).
+a backend; every group gets the run's hang timeout. An NCCL group is bound to the rank's device
+(``new_group(device_id=)``), so torch creates its communicator eagerly, at set-up, where every rank
+joins it: otherwise ProcessGroupNCCL creates a group's communicator on its first collective (and
+a separate two-rank one for single send/recv), and a rank whose first collective its peers never
+post blocks inside communicator initialisation, before the flight recorder records the op. A
+group that carries only the runtime's own plumbing (no model communicator) is created with
+``runtime_only=True`` and declared so in ``flight-recorder-mapping.json``. Only APIs present in
+both torch 2.11 and 2.13 are used (``init_process_group``, ``new_group(backend=, timeout=,
+device_id=)``, ``all_reduce``, ``broadcast_object_list``, ``destroy_process_group``).
 
 ``Collective.all_reduce`` is one real collective of one member: its ``enter`` event (communicator,
 op, per-communicator sequence number in ``clock``) is written and flushed, and the status board
@@ -43,13 +49,23 @@ class Groups:
     device: torch.device
     groups: dict[str, Any] = field(default_factory=dict)
     backends: dict[str, str] = field(default_factory=dict)
+    runtime_only: set[str] = field(default_factory=set)  # groups that are no model communicator
 
-    def create(self, name: str, backend: str) -> None:
-        """A group of every rank (collective over all ranks: each rank calls it in the same order)."""
-        self.groups[name] = dist.new_group(
-            list(range(self.world_size)), backend=backend, timeout=datetime.timedelta(seconds=self.timeout)
-        )
+    def create(self, name: str, backend: str, runtime_only: bool = False) -> None:
+        """A group of every rank (collective over all ranks: each rank calls it in the same order).
+
+        An NCCL group is bound to this rank's device, so its communicator is initialised now (eager
+        init; its send/recv then use it too) and not lazily inside the first collective, where a rank
+        waiting for peers that never come leaves no flight-recorder entry. Gloo groups are unchanged."""
+        timeout = datetime.timedelta(seconds=self.timeout)
+        ranks = list(range(self.world_size))
+        if backend == "nccl" and self.device.type == "cuda":
+            self.groups[name] = dist.new_group(ranks, backend=backend, timeout=timeout, device_id=self.device)
+        else:
+            self.groups[name] = dist.new_group(ranks, backend=backend, timeout=timeout)
         self.backends[name] = backend
+        if runtime_only:
+            self.runtime_only.add(name)
 
 
 def initialize(timeout: float, uses_cuda: bool) -> Groups:

@@ -14,9 +14,14 @@ when it diagnoses a hang) and writes ``<trace dir>/rank-<r>.flight-recorder`` wi
 there) while the rank's main thread still blocks in its collective. A rank whose collective
 raised its group's timeout dumps before it exits. With NCCL the NCCL recorder's dump
 (``_dump_nccl_trace``) goes to ``<trace dir>/nccl/rank-<r>.flight-recorder``. Every file is
-written whole (a temporary file, then a rename). ``lockstep replay --flight-recorder <trace dir>``
-reads them; ``flight-recorder-mapping.json`` beside them names the model communicator of each
-group (``write_mapping``). Imports torch lazily (the launcher uses the environment part).
+written whole (a temporary file, then a rename); a rank that cannot dump writes
+``rank-<r>.flight-recorder.error`` instead. ``request_dumps`` waits until every rank has written
+all its files (NCCL: both) or its error file, so the launcher kills nothing mid-dump. A
+``RankPool`` rank starts a dumper for each run with the flight recorder on and stops it after.
+``lockstep replay --flight-recorder <trace dir>`` reads them; ``flight-recorder-mapping.json``
+beside them names the model communicator of each group and the groups that are the runtime's
+own (``runtime_only``: no model communicator; ``write_mapping``). Imports torch lazily (the
+launcher uses the environment part).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,7 @@ TRIGGER = "flight-recorder.dump"  # in the run directory
 SUFFIX = ".flight-recorder"
 MAPPING = "flight-recorder-mapping.json"
 DEFAULT_BUFFER_SIZE = "2000"
+DUMP_SECONDS = 8.0  # a dump call that has not returned by then is reported as blocked
 
 
 def flight_recorder_environment(config: RunConfig, environment: Mapping[str, str]) -> dict[str, str]:
@@ -64,9 +70,19 @@ def error_path(trace_dir: str | os.PathLike[str], rank: int) -> Path:
     return Path(trace_dir) / f"rank-{rank}{SUFFIX}.error"
 
 
-def request_dumps(config: RunConfig, wait: float = 5.0) -> list[int]:
-    """Ask every rank to dump (the trigger file) and wait up to ``wait`` seconds for their files;
-    returns the ranks whose dump did not appear."""
+def expected_dumps(config: RunConfig, rank: int) -> list[Path]:
+    """The files a rank's dump writes: its recorder's, and with NCCL the NCCL recorder's too."""
+    assert config.trace_dir is not None
+    paths = [dump_path(config.trace_dir, rank)]
+    if config.backend == "nccl":
+        paths.append(dump_path(config.trace_dir, rank, nccl=True))
+    return paths
+
+
+def request_dumps(config: RunConfig, wait: float = DUMP_SECONDS + 2.0) -> list[int]:
+    """Ask every rank to dump (the trigger file) and wait up to ``wait`` seconds until each rank
+    has written every file it writes (``expected_dumps``) or its error file; returns the ranks
+    that did neither (the caller kills the ranks next: a dump still being written would be lost)."""
     if not config.flight_recorder or config.trace_dir is None:
         return []
     (Path(config.run_dir) / TRIGGER).write_text("dump\n", encoding="utf-8")
@@ -77,7 +93,8 @@ def request_dumps(config: RunConfig, wait: float = 5.0) -> list[int]:
         missing = [
             rank
             for rank in missing
-            if not dump_path(config.trace_dir, rank).exists() and not error_path(config.trace_dir, rank).exists()
+            if not error_path(config.trace_dir, rank).exists()
+            and not all(path.exists() for path in expected_dumps(config, rank))
         ]
     return missing
 
@@ -106,40 +123,64 @@ def _write_whole(path: Path, data: bytes) -> None:
 class Dumper(threading.Thread):
     """Waits for the run's trigger file, then dumps this rank's flight recorder (once)."""
 
-    def __init__(self, config: RunConfig, rank: int, groups: Mapping[str, Any]) -> None:
+    def __init__(
+        self, config: RunConfig, rank: int, groups: Mapping[str, Any], runtime_only: Collection[str] = ()
+    ) -> None:
         super().__init__(name="lockstep-flight-recorder", daemon=True)
-        self.config, self.rank, self.groups = config, rank, groups
+        self.config, self.rank, self.groups, self.runtime_only = config, rank, groups, runtime_only
         self.trigger = Path(config.run_dir) / TRIGGER
+        self.stopped = threading.Event()
 
     def run(self) -> None:
         while not self.trigger.exists():
-            time.sleep(0.02)
+            if self.stopped.wait(0.02):
+                return
         self.dump()
 
+    def stop(self) -> None:
+        """End the thread without dumping (a pooled run that completed)."""
+        self.stopped.set()
+        self.join(timeout=1.0)
+
     def dump(self) -> None:
-        try:
-            if self.rank == 0:
-                write_mapping(self.config, self.groups)
-            dump(self.config, self.rank)
-        except Exception as error:  # a daemon thread: say why there is no dump instead of dying silently
-            message = f"rank {self.rank}: no flight-recorder dump: {type(error).__name__}: {error}\n"
+        failures: list[str] = []
+
+        def write() -> None:
+            try:
+                if self.rank == 0:
+                    write_mapping(self.config, self.groups, self.runtime_only)
+                dump(self.config, self.rank)
+            except Exception as error:  # a daemon thread: say why there is no dump instead of dying silently
+                failures.append(f"{type(error).__name__}: {error}")
+
+        # torch's dump call can block (seen: _dump_fr_trace on pp-broadcast's rank 0, blocked in its
+        # receive, with gloo send/recv in flight): say so instead of leaving no file at all
+        writer = threading.Thread(target=write, name="lockstep-flight-recorder-dump", daemon=True)
+        writer.start()
+        writer.join(DUMP_SECONDS)
+        if writer.is_alive():
+            failures.append(f"torch's dump call did not return within {DUMP_SECONDS:.0f} s (blocked)")
+        if failures:
+            message = f"rank {self.rank}: no flight-recorder dump: {failures[0]}\n"
             sys.stderr.write("lockstep: " + message)
             if self.config.trace_dir is not None:
                 _write_whole(error_path(self.config.trace_dir, self.rank), message.encode("utf-8"))
 
 
-def start(config: RunConfig, rank: int, groups: Mapping[str, Any]) -> Dumper | None:
+def start(config: RunConfig, rank: int, groups: Mapping[str, Any], runtime_only: Collection[str] = ()) -> Dumper | None:
     """Start the rank's dumper when the run has the flight recorder on; ``groups`` is the rank's
-    communicator-name -> process-group dict (filled later by the protocol's ``run_rank``)."""
+    communicator-name -> process-group dict and ``runtime_only`` the names of the runtime's own
+    groups (both filled later by the protocol's ``run_rank``)."""
     if not config.flight_recorder or config.trace_dir is None:
         return None
-    dumper = Dumper(config, rank, groups)
+    dumper = Dumper(config, rank, groups, runtime_only)
     dumper.start()
     return dumper
 
 
-def write_mapping(config: RunConfig, groups: Mapping[str, Any]) -> None:
-    """Rank 0 writes which dump group is which model communicator (``--mapping`` of replay)."""
+def write_mapping(config: RunConfig, groups: Mapping[str, Any], runtime_only: Collection[str] = ()) -> None:
+    """Rank 0 writes which dump group is which model communicator (``--mapping`` of replay), and
+    which groups are the runtime's own plumbing, no model communicator (``runtime_only``)."""
     if not config.flight_recorder or config.trace_dir is None:
         return
     import torch.distributed as dist
@@ -154,5 +195,6 @@ def write_mapping(config: RunConfig, groups: Mapping[str, Any]) -> None:
         "variant": config.variant,
         "groups": names,
         "acknowledged": sorted(names.values()),  # Collective.send/recv: every transfer is answered by a 1-element ack
+        "runtime_only": sorted(set(runtime_only) & set(names.values())),
     }
     _write_whole(Path(config.trace_dir) / MAPPING, (json.dumps(document, indent=2) + "\n").encode("utf-8"))

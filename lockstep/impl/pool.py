@@ -16,6 +16,12 @@ run at a time:
   when every rank reported 0, hung when a rank is blocked in one collective or receive for the
   timeout, failed when a rank reported otherwise or died.
 
+With ``flight_recorder=True`` the pool's groups wait three times the hang timeout (as
+``lockstep run --flight-recorder``'s do), and every run whose config has the flight recorder on
+and a trace directory gets a dumper in each rank (``lockstep.impl.flight_recorder``): on a hang
+``watch_run`` asks for the dumps and each rank writes its own beside its trace before the pool
+kills it.
+
 A run that did not complete leaves the processes unusable (a rank may be stuck in a collective):
 the pool kills the whole process group and starts afresh for the next run. ``close`` stops the
 ranks (``DIR/<n>.json`` holding ``{"stop": true}``) and kills what is left.
@@ -43,8 +49,11 @@ START_TIMEOUT = 120.0
 class RankPool:
     """Long-lived rank processes for runs of one protocol, rank count, backend and hang timeout."""
 
-    def __init__(self, protocol: str, ranks: int, backend: str = "gloo", timeout: float = 10.0) -> None:
+    def __init__(
+        self, protocol: str, ranks: int, backend: str = "gloo", timeout: float = 10.0, flight_recorder: bool = False
+    ) -> None:
         self.protocol, self.ranks, self.backend, self.timeout = protocol, ranks, backend, timeout
+        self.flight_recorder = flight_recorder
         self.directory: Path | None = None
         self.processes: list[subprocess.Popen[bytes]] = []
         self.logs: list[IO[bytes]] = []
@@ -57,7 +66,12 @@ class RankPool:
         self.directory = Path(tempfile.mkdtemp(prefix="lockstep-pool-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
         (self.directory / "logs").mkdir()
         base = RunConfig(
-            protocol=self.protocol, ranks=self.ranks, backend=self.backend, timeout=self.timeout, monitored=True
+            protocol=self.protocol,
+            ranks=self.ranks,
+            backend=self.backend,
+            timeout=self.timeout,
+            monitored=True,
+            flight_recorder=self.flight_recorder,
         )
         base.write(self.directory / "pool.json")
         if not os.environ.get("LOCKSTEP_KEEP_RUN_DIR"):

@@ -76,17 +76,26 @@ def pool_main(directory: Path) -> int:
         if request.get("stop"):
             return 0
         config_path = str(request["config"])
+        config = RunConfig.read(config_path)
+        os.environ.update(flight_recorder.flight_recorder_environment(config, os.environ))  # before the run's groups
+        dumper = flight_recorder.start(config, groups.rank, groups.groups, groups.runtime_only)
         try:
-            code = int(protocol.run_rank(RunConfig.read(config_path), config_path, groups))
+            code = int(protocol.run_rank(config, config_path, groups))
         except CollectiveTimeout as error:
             sys.stderr.write(f"lockstep: {error}\n")
             code = 1
         except Exception:
             traceback.print_exc()
             code = 3
+        if dumper is not None:
+            if code == 0:
+                dumper.stop()
+            else:  # stay for the pool's dump request (the pool kills the ranks after it)
+                dumper.join(timeout=5.0)
         for group in groups.groups.values():
             dist.destroy_process_group(group)
         groups.groups.clear()
+        groups.runtime_only.clear()
         report = directory / f".{number}.rank-{groups.rank}"
         report.write_text(str(code), encoding="utf-8")
         os.replace(report, directory / f"{number}.rank-{groups.rank}")
@@ -121,7 +130,7 @@ def main(argv: list[str]) -> int:
         config = RunConfig.read(config_path)
         if groups.rank == 0:  # no launcher watches a torchrun run: rank 0 diagnoses a hang itself
             Watchdog(config).start()
-    dumper = flight_recorder.start(config, groups.rank, groups.groups)
+    dumper = flight_recorder.start(config, groups.rank, groups.groups, groups.runtime_only)
     try:
         return int(protocol.run_rank(config, config_path, groups))
     except CollectiveTimeout as error:

@@ -29,8 +29,8 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
         raise RuntimeError(f"{groups.world_size} rank processes for {bounds.ranks} pipeline stages")
     if bounds.ranks > 1:
         backend = "nccl" if config.backend == "nccl" else "gloo"
-        groups.create("pp", backend)
-        groups.create("pp_sampled", backend)
+        groups.create("pp", backend, runtime_only=True)  # the model has no communicators
+        groups.create("pp_sampled", backend, runtime_only=True)
     actor = f"rank:{groups.rank}"
     recorder, status, choices = open_process(config, actor)
     core = None

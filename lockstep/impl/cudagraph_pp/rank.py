@@ -25,7 +25,7 @@ from lockstep.traces.output import safe_name
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     torch.set_num_threads(1)
     describe_torch(config)
-    groups.create("pp", "nccl" if config.backend == "nccl" else "gloo")
+    groups.create("pp", "nccl" if config.backend == "nccl" else "gloo", runtime_only=True)  # no model communicator
     actor = f"rank:{groups.rank}"
     recorder, status, choices = open_process(config, actor)
     status.update("running")

@@ -41,7 +41,7 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     torch.set_num_threads(1)
     describe_torch(config)
     groups.create("pp", "nccl" if config.backend == "nccl" else "gloo")
-    groups.create("pp_cpu", "gloo")
+    groups.create("pp_cpu", "gloo", runtime_only=True)  # metadata only: no model communicator
     actor = f"rank:{groups.rank}"
     recorder, status, _ = open_process(config, actor)
     engine = None
