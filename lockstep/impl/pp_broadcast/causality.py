@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockstep.models import get_protocol
-from lockstep.spec.sorts import MapSort
 from lockstep.spec.vocabulary import Vocabulary
 from lockstep.traces.merge import open_traces
 
@@ -70,9 +69,7 @@ def chunked_steps(trace_dir: str | os.PathLike[str]) -> list[ChunkedStep]:
     last_actor = f"rank:{last}"
     # the observed names this reads, through the vocabulary of the run's model (as its ranks wrote them)
     vocabulary = Vocabulary.of(get_protocol("pp-broadcast"), str(trace.header["variant"]), parameters)
-    plan_sort = vocabulary.variables["scheduler.steps"]
-    assert isinstance(plan_sort, MapSort)
-    plan_of = {vocabulary.entry("scheduler.steps", key): int(key) for key in plan_sort.keys}  # type: ignore[call-overload]
+    plan_of = {name: key for name, key in vocabulary.entries("scheduler.steps").items() if isinstance(key, int)}
     stream_of = {
         f"rank:{rank}": (vocabulary.entry("gpu.step", rank), vocabulary.entry("gpu.phase", rank))
         for rank in range(last + 1)
