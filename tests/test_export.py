@@ -205,6 +205,7 @@ def test_show_draws_a_trace_replay_refuses_without_a_highlight(
     code, out, err = run(capsys, "show", str(RUNTIME))
     said = " ".join(err.split())
     assert code == 0 and "→ forward(worker_dp)#1" in out and "replay against" not in out
+    assert "mirrors (source)" in out  # the picture is whole: only the highlight is left out
     assert "replay refuses the trace" in said and "parameters.settle_before_resume is 0" in said
     assert "--profile runtime" in said
     code, out, err = run(capsys, "show", str(RUNTIME), "--trust-header")

@@ -153,7 +153,8 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
     errors, console = console, Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     header = trace.header
     model, refused = _model(trace, judge)
-    layout = survey(header, trace.records(), _mirrors(model), console.width)  # every line checked before drawing
+    mirrors = _mirrors(model, trace, judge)
+    layout = survey(header, trace.records(), mirrors, console.width)  # every line checked before drawing
     if model is not None and header["source"]["kind"] == "model" and layout.events <= REPLAY_LIMIT:
         records = list(trace.records())  # re-run through the caller's model, as `lockstep check` draws it
         parameters = header.get("parameters", {})
@@ -195,11 +196,14 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _mirrors(model: Instance | None) -> dict[str, str]:
-    """The source function(s) each of the caller's model's actions stands for (empty without one)."""
-    if model is None:
-        return {}
+def _mirrors(model: Instance | None, trace: TraceInput, judge: dict[str, Any]) -> dict[str, str]:
+    """The source function(s) each action stands for: the caller's model's, else (replay refused the
+    trace; the names label the picture, they judge nothing) its protocol's default instance's."""
     try:
+        if model is None:
+            header = trace.header
+            protocol = get_protocol(str(judge["protocol"] or header["protocol"]))
+            model = protocol.instance(str(judge["variant"] or header["variant"]))
         machine = model.machine()
     except (KeyError, UsageError, ValueError):
         return {}
