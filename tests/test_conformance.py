@@ -3,14 +3,19 @@ verdict, the trace cannot widen its own check, and conforming needs evidence."""
 
 from __future__ import annotations
 
+import io
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
+from lockstep.checkers.fuzz.runtime import replay_example
 from lockstep.cli import main
+from lockstep.cli.runtime import replay_run
 from lockstep.impl.runtime import RunConfig
 from lockstep.testing import assert_conforms
 from lockstep.testing import replay_traces as library_replay
@@ -56,21 +61,27 @@ def with_header(folder: Path, target: Path, change: Any) -> Path:
     return target
 
 
-@pytest.mark.parametrize(
-    ("folder", "variant"), [(RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "pre-fix")]
-)
+CASES = [(RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "post-fix"), (PRE_FIX_RUNTIME, "pre-fix")]
+
+
+@pytest.mark.parametrize(("folder", "variant"), CASES)
 def test_every_entry_point_gives_one_trace_one_verdict(
     folder: Path, variant: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``lockstep replay``, ``lockstep.testing``, the checkers' function and the runtime's own replay
-    (``lockstep run``, ``fuzz --impl``) agree on the verdict, the evidence and the exemptions."""
+    """``lockstep replay``, ``lockstep.testing``, the checkers' function, ``lockstep run``'s replay
+    step and ``fuzz --impl``'s replay of an example agree on the verdict, the evidence and the
+    exemptions (the pytest plugin: ``test_the_pytest_plugin_gives_the_same_verdict``)."""
     code, cli = cli_json(capsys, str(folder), "--variant", variant, "--profile", "runtime")
     library = library_replay(folder, variant=variant, profile="runtime")
     checker = replay_traces(folder, variant=variant, profile="runtime").to_json()
-    runtime = runtime_replay(run_config(folder, variant), folder).to_json()  # lockstep run
-    fuzzed = replay_traces(folder, **runtime_expectations(run_config(folder, variant))).to_json()  # fuzz --impl
+    config = replace(run_config(folder, variant), trace_dir=str(folder))
+    said = io.StringIO()
+    runtime = replay_run(config, Console(file=said, width=200))  # lockstep run, after its ranks stop
+    assert runtime is not None and f"replay against the model: {cli['verdict']}" in said.getvalue()
+    fuzzed = replay_example(folder, runtime_expectations(config))  # fuzz --impl, after each example
     for key in VERDICT_KEYS:
         assert cli[key] == library[key] == checker[key] == runtime[key] == fuzzed[key], key
+    assert runtime_replay(config, folder).to_json()["verdict"] == cli["verdict"]
     assert code == {"conforms": 0, "violated": 1, "diverges": 1, "inconclusive": 3}[cli["verdict"]]
     if cli["verdict"] == "conforms":
         assert assert_conforms(folder, variant=variant, profile="runtime")["verdict"] == "conforms"
@@ -79,15 +90,46 @@ def test_every_entry_point_gives_one_trace_one_verdict(
             assert_conforms(folder, variant=variant, profile="runtime")
 
 
-def test_the_pytest_plugin_gives_the_same_verdict(pytester: pytest.Pytester) -> None:
+def test_the_pytest_plugin_gives_the_same_verdict(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The plugin's ``lockstep_assert_conforms`` passes where ``lockstep replay`` says conforms, and
+    fails naming the same verdict and event where it does not."""
+    found = tmp_path / "found"
+    found.mkdir()
+    cases = [(str(folder), variant, str(found / f"{number}.json")) for number, (folder, variant) in enumerate(CASES)]
     pytester.makepyfile(
         f"""
-        def test_runtime(lockstep_assert_conforms):
-            result = lockstep_assert_conforms({str(RUNTIME)!r}, profile="runtime")
-            assert result["verdict"] == "conforms" and result["events"] == 89
+        import json
+        import pytest
+
+        @pytest.mark.parametrize(("folder", "variant", "out"), {cases!r})
+        def test_runtime(lockstep_assert_conforms, folder, variant, out):
+            try:
+                result = lockstep_assert_conforms(folder, variant=variant, profile="runtime")
+                seen = {{key: result[key] for key in ("verdict", "event", "model", "events")}}
+            except AssertionError as error:
+                seen = {{"failure": str(error).splitlines()[0]}}
+            with open(out, "w") as file:
+                json.dump(seen, file)
+            assert "failure" not in seen
         """
     )
-    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(passed=1)
+    outcome = pytester.runpytest("-p", "no:cacheprovider")
+    capsys.readouterr()
+    expected_failures = 0
+    for number, (folder, variant) in enumerate(CASES):
+        _, cli = cli_json(capsys, str(folder), "--variant", variant, "--profile", "runtime")
+        seen = json.loads((found / f"{number}.json").read_text())
+        if cli["verdict"] == "conforms":
+            assert seen == {key: cli[key] for key in ("verdict", "event", "model", "events")}
+        else:
+            expected_failures += 1
+            assert seen["failure"] == (
+                f"trace does not conform to {cli['model']}: {cli['verdict']} at event {cli['event']}"
+            )
+    assert expected_failures and expected_failures < len(CASES)  # both kinds of verdict are compared
+    outcome.assert_outcomes(passed=len(CASES) - expected_failures, failed=expected_failures)
 
 
 def without_rank_1(target: Path, unrecorded: list[str] | None) -> Path:

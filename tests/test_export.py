@@ -135,9 +135,15 @@ def test_itf_export_holds_the_counterexample_states(capsys: pytest.CaptureFixtur
 
 
 def test_itf_needs_full_states(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "export", str(RUNTIME), "--format", "itf")
+    code, out, err = run(capsys, "export", str(RUNTIME), "--format", "itf", "--profile", "runtime")
     assert code == 2 and out == ""
     assert "ITF needs full states" in " ".join(err.split()) and "client.jsonl:2" in err.replace("\n", "")
+
+
+def test_itf_states_are_the_callers_model(capsys: pytest.CaptureFixture[str]) -> None:
+    """The header does not choose the model ITF's states come from: one that would widen it is exit 2."""
+    code, out, err = run(capsys, "export", str(RUNTIME), "--format", "itf")
+    assert code == 2 and out == "" and "parameters.settle_before_resume is 0" in " ".join(err.split())
 
 
 def test_dot_and_graphml_of_a_trace_path(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -186,8 +192,29 @@ def test_show_draws_swimlanes_and_highlights_the_failure(capsys: pytest.CaptureF
     sentence = get_protocol("dp-pause").instance("pre-fix").machine().property_named("quiescent_during_rpc").description
     assert " ".join(sentence.split())[:60] in " ".join(out.split())  # the property's sentence
     assert "mirrors (source)" in out and "DPEngineCoreProc" in out  # the vLLM functions of each step
-    code, out, _ = run(capsys, "show", str(RUNTIME))
+    code, out, err = run(capsys, "show", str(RUNTIME), "--profile", "runtime")
     assert code == 0 and "→ forward(worker_dp)#1" in out and "rank:0" in out and "rank:1" in out
+    assert "replay against dp-pause post-fix seed: conforms" in out and err == ""
+
+
+def test_show_draws_a_trace_replay_refuses_without_a_highlight(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The header does not choose its judge: a header widening the check is refused, and the picture
+    is drawn all the same, saying why on stderr; --trust-header or the recorder's profile accepts it."""
+    code, out, err = run(capsys, "show", str(RUNTIME))
+    said = " ".join(err.split())
+    assert code == 0 and "→ forward(worker_dp)#1" in out and "replay against" not in out
+    assert "mirrors (source)" in out  # the picture is whole: only the highlight is left out
+    assert "replay refuses the trace" in said and "parameters.settle_before_resume is 0" in said
+    assert "--profile runtime" in said
+    code, out, err = run(capsys, "show", str(RUNTIME), "--trust-header")
+    assert code == 0 and "replay against dp-pause post-fix seed: conforms" in out and err == ""
+    # another variant, chosen by the caller: the same events diverge, and show highlights where
+    code, out, _ = run(capsys, "show", str(RUNTIME), "--profile", "runtime", "--variant", "pre-fix")
+    assert code == 0 and "the run diverges from dp-pause pre-fix seed at event" in out
+    code, _, err = run(capsys, "show", str(RUNTIME), "--protocol", "no-such-protocol")
+    assert code == 2 and "no-such-protocol" in err
 
 
 @pytest.mark.parametrize("command", ["show", "export"])

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+# loaded once here: pytester's in-process runs drop the modules they import, and numpy cannot load twice
+import numpy  # noqa: F401
 import pytest
 
 pytest_plugins = ["pytester"]

@@ -9,6 +9,7 @@ what ``tools/recording_tables.py`` generates, and its ``--check`` fails on a sta
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,3 +99,19 @@ def test_the_worked_examples_code_is_the_instrumentation_modules() -> None:
     assert len(excerpts) >= 2
     for path, code in excerpts:
         assert code in (ROOT / path).read_text(), f"docs/recording-vllm.md's excerpt of {path} is stale"
+
+
+def test_the_api_example_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The document's first example runs as written (torch's collective stubbed): its parameters are
+    within the model's bounds, and its events are the model's."""
+    import types
+
+    from lockstep.traces.merge import open_traces
+
+    example = re.findall(r"```python\n(.*?)```", DOCUMENT.read_text(), re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    stub = types.SimpleNamespace(distributed=types.SimpleNamespace(all_reduce=lambda tensor, group: None))
+    exec(example, {"torch": stub, "dp_rank": 0, "dp_size": 2, "tensor": None, "dp_group": None})  # noqa: S102
+    trace = open_traces([str(tmp_path / "runs" / "1")])
+    assert trace.header["parameters"]["requests"] == 3
+    assert [record.event["action"] for record in trace.records()] == ["handle_pause", "enter", "complete"]

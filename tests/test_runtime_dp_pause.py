@@ -131,10 +131,11 @@ def test_post_fix_traces_follow_the_model(post_fix_run: tuple[int, dict[str, Any
 @pytest.mark.parametrize("seed", [0, 3])
 def test_pre_fix_hangs_and_the_waits_are_named(seed: int, tmp_path: Path) -> None:
     folder = tmp_path / "traces"
-    code, payload, seconds = run("--variant", "pre-fix", "--seed", str(seed), "--trace-dir", str(folder))
+    code, payload, _ = run("--variant", "pre-fix", "--seed", str(seed), "--trace-dir", str(folder))
     assert code == 1, payload
-    assert payload["outcome"] == "hang diagnosed"
-    assert seconds < TIMEOUT + 10
+    # the hang detector named it (a rank blocked for --hang-timeout), not the whole run's deadline
+    # (that outcome is "inconclusive": "no outcome within N s"); behaviour, not wall time, under load
+    assert payload["outcome"] == "hang diagnosed" and "no outcome within" not in payload["message"]
     waits = payload["waits"]
     # the rank that got the request runs the collective_rpc body; the other woke into a dummy forward
     assert sorted([waits["rank:0"], waits["rank:1"]]) == ["all_reduce(worker_dp)#1", "all_reduce(worker_world)#1"]

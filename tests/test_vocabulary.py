@@ -33,6 +33,9 @@ def test_the_vocabulary_is_the_models() -> None:
     assert vocabulary.communicators["engine_dp"] == ("sync_sum", "resume_max")
     assert vocabulary.entry("mode", 2) == "mode[2]" == vocabulary.entry("mode", "2")
     assert vocabulary.entry("requests") == "requests"
+    assert vocabulary.entries("mode") == {"mode[0]": 0, "mode[1]": 1, "mode[2]": 2}
+    with pytest.raises(VocabularyError, match="is not a map"):
+        vocabulary.entries("client.phase")
     # pre-fix has no two-phase pause state
     assert "pending_pause" not in Vocabulary.of(DP_PAUSE, "pre-fix").variables
 

@@ -4,8 +4,9 @@
 the pytest plugin all call it, so one trace gets one verdict whichever way it is checked.
 
 **The trace does not choose its judge.** The model's instance, parameters and unrecorded actions
-come from the caller (its arguments) or from a ``RecorderProfile`` defined in code. The header's
-values are compared with the caller's:
+come from the caller (its arguments) or from a ``RecorderProfile`` defined in code
+(``lockstep.checkers.replay_model`` resolves them; ``lockstep show`` and ``export`` use it too). The
+header's values are compared with the caller's:
 
 - a parameter the run sizes (``SIZING``: ranks, requests, ...; the protocol's rank parameter) and
   the caller did not fix is taken from the header (a wrong one makes the trace diverge, it cannot
@@ -35,63 +36,26 @@ from typing import Any
 
 from lockstep.checkers.guard_coverage import GuardCoverage
 from lockstep.checkers.replay import CONFORMS, EXIT_CODES, INCONCLUSIVE, Replayer, ReplayOptions, ReplayResult
-from lockstep.checkers.replay_result import default_unrecorded
+from lockstep.checkers.replay_model import (
+    PROFILES,
+    RUNTIME_PROFILES,
+    SIZING,
+    TRUST_HINT,
+    TRUSTED,
+    Exemption,
+    HeaderMismatch,
+    ResolvedModel,
+    recorder_profile,
+    resolve_exemptions,
+    resolve_model,
+)
 from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
-from lockstep.spec.protocol import Instance, Protocol, UsageError
+from lockstep.spec.protocol import Instance, UsageError
 from lockstep.traces.merge import TraceInput, open_traces
-from lockstep.traces.reader import Record, TraceInputError
+from lockstep.traces.reader import Record
 
 PathLike = str | os.PathLike[str]
-
-# Parameters that size a run (how many ranks, requests, steps it has): the header may supply them.
-SIZING = frozenset(
-    {
-        "ranks",
-        "requests",
-        "late_requests",
-        "pause_modes",
-        "request_steps",
-        "rpc",
-        "resumes",
-        "sync_interval",
-        "chunks",
-        "decodes",
-        "gaps",
-        "max_tokens",
-        "num_spec_tokens",
-        "history_toggles",
-        "preemptions",
-        "chunked_prefill",
-        "kv_load_failures",
-        "prefill_len",
-        "budget",
-        "drafts",
-        "steps",
-        "max_num_reqs",
-        "decode_query_len",
-        "largest_capture_size",
-        "padded_rows",
-        "abort_request",
-    }
-)
-TRUSTED = "header (trusted)"
-TRUST_HINT = "pass --trust-header (trust_header=True) to accept the header's value, or give it yourself"
-
-
-class HeaderMismatch(TraceInputError):
-    """A header value that would widen the check (bad input: exit 2)."""
-
-
-@dataclass(frozen=True)
-class Exemption:
-    """Something the replay did not require the trace to record, and who said so."""
-
-    name: str
-    origin: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "origin": self.origin}
 
 
 @dataclass
@@ -182,18 +146,22 @@ def replay_traces(
         trace = source
     else:
         trace = open_traces([source] if isinstance(source, (str, os.PathLike)) else list(source))
-    header, file = trace.header, trace.files[0]
-    chosen = _protocol(protocol or header["protocol"], file, explicit=protocol is not None)
-    variant_name = _variant(chosen, variant or header["variant"], file, explicit=variant is not None)
-    recorder = recorder_profile(profile, chosen.name)
-    model, origins = _instance(
-        chosen, variant_name, instance, dict(parameters or {}), recorder, header, file, trust_header
+    header = trace.header
+    resolved = resolve_model(
+        trace,
+        protocol=protocol,
+        variant=variant,
+        instance=instance,
+        parameters=parameters,
+        profile=profile,
+        trust_header=trust_header,
     )
+    model = resolved.instance
     from lockstep.checkers import system_for
 
     system = system_for(model.machine())
-    exemptions = _exemptions(system, header, file, list(unrecorded), recorder, trust_header)
-    own = chosen.name == header["protocol"] and variant_name == header["variant"]
+    exemptions = resolve_exemptions(system, trace, unrecorded, resolved.profile, trust_header)
+    own = resolved.protocol.name == header["protocol"] and resolved.variant == header["variant"]
     options = ReplayOptions(
         max_candidates, closure_depth, frozenset(exemption.name for exemption in exemptions), strict=own
     )
@@ -230,12 +198,8 @@ def replay_traces(
     coverage.guards = guards.to_json() if guards is not None else None
     if require_complete and replayer.stopped is None:
         coverage.complete = _complete(replayer)
-    verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, origins)
-    verdict.model_origin = {
-        "protocol": "caller" if protocol else "header",
-        "variant": "caller" if variant else "header",
-        "instance": "caller" if instance else "default",
-    }
+    verdict = ReplayVerdict(result, model, list(trace.warnings), exemptions, coverage, resolved.parameter_origins)
+    verdict.model_origin = dict(resolved.model_origin)
     verdict.missing = _missing(coverage, result, required_actions, required_witnesses, require_complete)
     if result.verdict == CONFORMS and verdict.missing:
         result.verdict = INCONCLUSIVE
@@ -285,159 +249,6 @@ def _complete(replayer: Replayer) -> bool:
     return any(replayer.system.is_final(state) for state in states)
 
 
-def _protocol(name: str, file: str, *, explicit: bool) -> Protocol:
-    try:
-        return get_protocol(name)
-    except UsageError as error:
-        if explicit:
-            raise
-        raise TraceInputError(file, 1, f"header: {error}") from None
-
-
-def _variant(protocol: Protocol, name: str, file: str, *, explicit: bool) -> str:
-    try:
-        return protocol.variant(name).name
-    except UsageError as error:
-        if explicit:
-            raise
-        raise TraceInputError(file, 1, f"header: {error}") from None
-
-
-def _header_parameters(protocol: Protocol, header: Mapping[str, Any], file: str) -> dict[str, int]:
-    declared = {parameter.name for parameter in protocol.parameters}
-    values: dict[str, int] = {}
-    for name, value in header["parameters"].items():
-        if name not in declared:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TraceInputError(file, 1, f"header: parameter {name} must be an integer, got {value!r}")
-        values[name] = value
-    return values
-
-
-def _instance(
-    protocol: Protocol,
-    variant: str,
-    instance: str | None,
-    explicit: dict[str, int],
-    profile: RecorderProfile | None,
-    header: Mapping[str, Any],
-    file: str,
-    trust_header: bool,
-) -> tuple[Instance, dict[str, str]]:
-    """The caller's instance, with sizing parameters the caller left open taken from the header."""
-    recorded = _header_parameters(protocol, header, file)
-    base = protocol.instance(variant, instance).parameters
-    fixed: dict[str, str] = (
-        {
-            name: f"instance {instance}"
-            for name in protocol.instance_spec(instance or protocol.default_instance).parameters
-        }
-        if instance
-        else {}
-    )
-    sizing = SIZING | ({protocol.rank_parameter} if protocol.rank_parameter else set())
-    taken = {
-        name: value
-        for name, value in recorded.items()
-        if name in sizing and name not in explicit and name not in fixed and value != base.get(name)
-    }
-    try:
-        protocol.instance(variant, instance, taken)
-    except UsageError as error:
-        raise TraceInputError(file, 1, f"header: {error}") from None
-    profile_values = profile.values({**base, **taken}) if profile is not None else {}
-    fixed.update({name: f"profile {profile.name}" for name in profile_values} if profile is not None else {})
-    fixed.update({name: "caller" for name in explicit})
-    overrides = {**taken, **profile_values, **explicit}
-    model = protocol.instance(variant, instance, overrides)
-    trusted: dict[str, int] = {}
-    for name, value in recorded.items():
-        if value == model.parameters.get(name) or name in taken:
-            continue
-        if not trust_header or name in explicit:
-            origin = fixed.get(name, f"instance {model.name} (the caller's model)")
-            raise HeaderMismatch(
-                file,
-                1,
-                f"header: parameters.{name} is {value}, but {origin} gives {model.parameters.get(name)}; {TRUST_HINT}",
-            )
-        trusted[name] = value
-    if trusted:
-        overrides.update(trusted)
-        model = protocol.instance(variant, instance, overrides)
-    origins = {name: fixed.get(name, "default") for name in model.parameters}
-    origins.update({name: "header (sizing)" for name in taken})
-    origins.update({name: TRUSTED for name in trusted})
-    return model, origins
-
-
-def _exemptions(
-    system: Any,
-    header: Mapping[str, Any],
-    file: str,
-    unrecorded: list[str],
-    profile: RecorderProfile | None,
-    trust_header: bool,
-) -> list[Exemption]:
-    kind = str(header["source"]["kind"])
-    found: dict[str, str] = {
-        name: f"collective completion (a {kind} recording)" for name in sorted(default_unrecorded(system, kind))
-    }
-    if profile is not None:
-        found.update({name: f"profile {profile.name}" for name in profile.unrecorded if name not in found})
-    found.update({name: "caller" for name in unrecorded if name not in found})
-    listed = header["parameters"].get("unrecorded", [])
-    if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
-        raise TraceInputError(file, 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
-    widening = [name for name in listed if name not in found]
-    if widening and not trust_header:
-        raise HeaderMismatch(
-            file,
-            1,
-            f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
-            f"which the caller did not exempt; {TRUST_HINT}",
-        )
-    found.update({name: TRUSTED for name in widening})
-    return [Exemption(name, origin) for name, origin in found.items()]
-
-
-PROFILES = {"vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause"}  # name -> module defining PROFILE
-
-
-def _dp_pause_runtime(sizing: Mapping[str, int]) -> dict[str, int]:
-    """The runtime bounds waves by its requests and records the declared (not derived) response bound."""
-    return {
-        "max_wave": sizing["requests"] + 3,
-        "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
-    }
-
-
-# The reference runtime's recordings (``lockstep.impl.*.parameters.model_parameters`` without a
-# reproduced counterexample's bounds): it records every action but collective completions.
-RUNTIME_PROFILES = {
-    "dp-pause": RecorderProfile("runtime", "dp-pause", (), {"settle_before_resume": 0}, _dp_pause_runtime),
-    "pp-broadcast": RecorderProfile("runtime", "pp-broadcast", (), {"hang_bound": 64}),
-}
-
-
-def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> RecorderProfile | None:
-    """The recorder profile ``name`` (``--profile``) for ``protocol``, defined in code by the recorder."""
-    if name is None or isinstance(name, RecorderProfile):
-        found = name
-    elif name == "runtime":
-        found = RUNTIME_PROFILES.get(protocol, RecorderProfile("runtime", protocol))
-    elif name in PROFILES:
-        import importlib
-
-        found = importlib.import_module(PROFILES[name]).PROFILE
-    else:
-        raise UsageError(f"no recorder profile {name!r}; profiles: runtime, {', '.join(PROFILES)}")
-    if found is not None and found.protocol != protocol:
-        raise UsageError(f"recorder profile {found.name} is for {found.protocol}, not {protocol}")
-    return found
-
-
 def runtime_expectations(config: Any) -> dict[str, Any]:
     """What a ``lockstep run`` (or ``fuzz --impl``) run's traces are replayed against, taken from the
     run's config before it runs: its protocol, variant and the parameters the runtime records
@@ -462,11 +273,16 @@ __all__ = [
     "PROFILES",
     "RUNTIME_PROFILES",
     "SIZING",
+    "TRUSTED",
+    "TRUST_HINT",
     "Coverage",
     "Exemption",
     "HeaderMismatch",
     "ReplayVerdict",
+    "ResolvedModel",
     "recorder_profile",
+    "resolve_exemptions",
+    "resolve_model",
     "replay_traces",
     "runtime_expectations",
     "runtime_replay",

@@ -38,6 +38,10 @@ or the observed values the model contradicts. The candidate set growing beyond
 ``max_candidates`` stops the replay as ``inconclusive``. Memory is flat in the trace's length:
 the candidate set plus bounded memo tables of successors and property values per state.
 
+**Reading an event** in the model's terms (bindings, observed checks, collectives, unrecorded
+entries) is ``lockstep.checkers.replay_events``'s ``EventReader``, which ``Replayer`` extends; the
+verdict types are ``lockstep.checkers.replay_result``'s. Both stay importable from here.
+
 **Speed.** A run revisits few candidate sets and few distinct events (without index and clock),
 so each set is interned as a ``_Node`` holding its property verdicts and, per event, the step it
 took (next node, largest set on the way): a step seen before is one lookup. Anything else takes
@@ -49,6 +53,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from lockstep.checkers.replay_events import (
+    Binding,
+    Check,
+    EventReader,
+    collective_holds,
+    frozen_key,
+    matches,
+)
 from lockstep.checkers.replay_result import (
     CONFORMS,
     DIVERGES,
@@ -59,19 +71,12 @@ from lockstep.checkers.replay_result import (
     ReplayResult,
     default_unrecorded,
 )
-from lockstep.checkers.trace_values import ValueMismatch, decode, decode_key
-from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import IN_BOUNDS, PropertyKind
-from lockstep.spec.semantics import State, TransitionSystem, argument_space
-from lockstep.spec.sorts import MapSort, Value
+from lockstep.spec.semantics import State, TransitionSystem
 from lockstep.traces.merge import COLLECTIVE_ACTIONS
 from lockstep.traces.reader import Record, TraceInputError
 
-_MEMO_LIMIT = 1 << 16
 _NODE_LIMIT, _STEPS_PER_NODE = 1 << 14, 1 << 5  # interned candidate sets, and steps remembered from each
-
-Binding = tuple[int, tuple[Value, ...]]  # (action position, arguments in parameter order)
-Check = tuple[int, int, Value]  # (variable slot, map key position or -1 for the whole value, value)
 
 
 class _Node:
@@ -86,25 +91,15 @@ class _Node:
         self.witnesses = witnesses  # sometimes-properties some state satisfies, in first-seen order
 
 
-class Replayer:
+class Replayer(EventReader):
     """Feed it the records of one run in order (``feed``), then take the ``result``."""
 
     def __init__(self, system: TransitionSystem, options: ReplayOptions | None = None) -> None:
         self.system = system
         self.options = options or ReplayOptions()
-        machine = system.machine
-        self.machine = machine
-        self._actions = {action.name: (position, action) for position, action in enumerate(machine.actions)}
-        self._spaces = [argument_space(action) for action in machine.actions]
-        self._actor_of: dict[Binding, str] = {}
-        for position, action in enumerate(machine.actions):
-            names = [parameter.name for parameter in action.parameters]
-            for arguments in self._spaces[position]:
-                self._actor_of[(position, arguments)] = action.actor_for(dict(zip(names, arguments)))
-        self.actors = frozenset(self._actor_of.values())
+        super().__init__(system.machine)
+        machine = self.machine
         self._unrecorded = self._unrecorded_positions(self.options.unrecorded)
-        self._slots = {name: slot for slot, name in enumerate(machine.variables)}
-        self._communicators = {c.name: c for c in machine.communicators if isinstance(c, Communicator)}
         self._always = [
             i
             for i, prop in enumerate(machine.properties)
@@ -114,8 +109,6 @@ class Replayer:
         self._tables: dict[State, dict[Binding, list[tuple[State, str | None]]]] = {}
         self._internal_memo: dict[State, tuple[State, ...]] = {}
         self._property_memo: dict[State, tuple[frozenset[int], frozenset[int]]] = {}
-        self._binding_memo: dict[object, list[Binding]] = {}
-        self._observed_memo: dict[object, tuple[Check, ...]] = {}
         self._nodes: dict[tuple[State, ...], _Node] = {}
         initial = system.initial()
         self.candidates: dict[State, None] = {initial: None}
@@ -155,7 +148,7 @@ class Replayer:
             step = node.steps.get(key)
         except TypeError:  # a list among the values: as a tuple (an object among them: no fast path)
             try:
-                key = _frozen(key)
+                key = frozen_key(key)
                 step = node.steps.get(key)
             except TypeError:
                 key = step = None
@@ -201,14 +194,14 @@ class Replayer:
                 table = tables.get(state) or self._table(state)
                 for binding in bindings:
                     for target, out_of_bounds in table.get(binding, ()):
-                        if not checks or _matches(target, checks):
+                        if not checks or matches(target, checks):
                             if successors.get(target, "") is not None:
                                 successors[target] = out_of_bounds
         else:
             slot, member, op = collective
             for state in candidates:
-                if _collective_holds(state, slot, member, op, name == "enter") and (
-                    not checks or _matches(state, checks)
+                if collective_holds(state, slot, member, op, name == "enter") and (
+                    not checks or matches(state, checks)
                 ):
                     successors[state] = None
         if not successors:
@@ -239,122 +232,6 @@ class Replayer:
         if self.violation is not None:
             return self._result(VIOLATED)
         return self._result(CONFORMS)
-
-    # ------------------------------------------------------------------------------- resolution
-    def _bindings(self, record: Record) -> list[Binding]:
-        event = record.event
-        args = event["args"]
-        try:
-            key: object = (event["actor"], event["action"], tuple(args.items()))
-            hash(key)
-        except TypeError:
-            key = None
-        if key is not None:
-            found = self._binding_memo.get(key)
-            if found is not None:
-                return found
-        position, action = self._actions[event["action"]]
-        declared = {parameter.name: (slot, parameter.sort) for slot, parameter in enumerate(action.parameters)}
-        fixed: list[tuple[int, Value]] = []
-        for name, value in args.items():
-            if name not in declared:
-                names = ", ".join(declared) or "none"
-                raise TraceInputError(
-                    record.path, record.line, f"action {action.name} has no parameter {name!r} (parameters: {names})"
-                )
-            slot, sort = declared[name]
-            try:
-                fixed.append((slot, decode(sort, value, f"args.{name}")))
-            except ValueMismatch as error:
-                raise TraceInputError(record.path, record.line, str(error)) from None
-        if event["actor"] not in self.actors:
-            known = ", ".join(sorted(self.actors))
-            raise TraceInputError(
-                record.path, record.line, f"unknown actor {event['actor']!r} for {self.machine.name} (actors: {known})"
-            )
-        bindings = [
-            (position, arguments)
-            for arguments in self._spaces[position]
-            if all(arguments[slot] == value for slot, value in fixed)
-            and self._actor_of[(position, arguments)] == event["actor"]
-        ]
-        if key is not None:
-            self._remember(self._binding_memo, key, bindings)
-        return bindings
-
-    def _observed(self, record: Record) -> tuple[Check, ...]:
-        observed = record.event.get("observed")
-        if not observed:
-            return ()
-        try:
-            key: object = tuple(observed.items())
-            hash(key)
-        except TypeError:
-            key = None
-        if key is not None:
-            found = self._observed_memo.get(key)
-            if found is not None:
-                return found
-        checks: list[Check] = []
-        for name, value in observed.items():
-            try:
-                checks.append(self._observation(name, value))
-            except ValueMismatch as error:
-                raise TraceInputError(record.path, record.line, str(error)) from None
-        result = tuple(checks)
-        if key is not None:
-            self._remember(self._observed_memo, key, result)
-        return result
-
-    def _observation(self, name: str, value: object) -> Check:
-        variables = self.machine.variables
-        if name in variables:
-            return self._slots[name], -1, decode(variables[name].sort, value, f"observed.{name}")
-        base, bracket, rest = name.partition("[")
-        if bracket and rest.endswith("]") and base in variables and isinstance(variables[base].sort, MapSort):
-            sort = variables[base].sort
-            assert isinstance(sort, MapSort)
-            position = decode_key(sort, rest[:-1], f"observed.{name}")
-            return self._slots[base], position, decode(sort.value, value, f"observed.{name}")
-        raise ValueMismatch(f"observed.{name}: {self.machine.name} has no variable {name!r}")
-
-    def _collective(self, record: Record) -> tuple[int, int, int | None]:
-        event = record.event
-        clock = event.get("clock") or {}
-        name = event["args"].get("communicator")
-        if name is None and len(clock) == 1:
-            name = next(iter(clock))
-        communicator = self._communicators.get(name) if isinstance(name, str) else None
-        if communicator is None:
-            known = ", ".join(self._communicators) or "none"
-            raise TraceInputError(record.path, record.line, f"unknown communicator {name!r} (communicators: {known})")
-        _, _, identifier = event["actor"].partition(":")
-        try:
-            member = decode(communicator.members, int(identifier), f"actor {event['actor']}")
-        except (ValueError, ValueMismatch) as error:
-            raise TraceInputError(
-                record.path, record.line, f"actor {event['actor']!r} is not a member of {name}: {error}"
-            ) from None
-        op = event["args"].get("op")
-        if op is not None and op not in communicator.specs:
-            raise TraceInputError(
-                record.path, record.line, f"communicator {name} has no op {op!r} (ops: {', '.join(communicator.specs)})"
-            )
-        assert isinstance(member, int)
-        return self._slots[f"{communicator.name}.queue"], member, None if op is None else communicator.op_sort.index(op)
-
-    def _unrecorded_positions(self, entries: frozenset[str]) -> frozenset[int]:
-        positions: set[int] = set()
-        for entry in entries:
-            matched = {
-                position
-                for position, action in enumerate(self.machine.actions)
-                if entry in (action.name, action.actor, action.actor.split(":")[0] + ":*")
-            }
-            if not matched:
-                raise ValueError(f"unrecorded {entry!r} names no action, actor or actor kind of {self.machine.name}")
-            positions |= matched
-        return frozenset(positions)
 
     # ------------------------------------------------------------------------------------ memos
     def _table(self, state: State) -> dict[Binding, list[tuple[State, str | None]]]:
@@ -432,12 +309,6 @@ class Replayer:
             node = self._nodes[ordered] = _Node(states, name, tuple(witnesses))
         return node
 
-    @staticmethod
-    def _remember(memo: dict[Any, Any], key: object, value: object) -> None:
-        if len(memo) >= _MEMO_LIMIT:
-            memo.clear()
-        memo[key] = value
-
     # ------------------------------------------------------------------------------- properties
     def _arrive(self, node: _Node, index: int) -> None:
         """The candidates are ``node``'s after event ``index``: the first violation and witnesses."""
@@ -506,28 +377,6 @@ class Replayer:
             explanation["earlier_violation"] = {"event": self.violation[0], "property": self.violation[1]}
         self.stopped = result
         return False
-
-
-def _frozen(value: object) -> object:
-    """``value`` with every list (and tuple) in it a tuple: JSON has no tuples, so keys stay distinct."""
-    return tuple(_frozen(item) for item in value) if isinstance(value, (list, tuple)) else value
-
-
-def _matches(state: State, checks: tuple[Check, ...]) -> bool:
-    for slot, position, value in checks:
-        current = state[slot]
-        if position >= 0:
-            current = current[position]  # type: ignore[index]
-        if current != value:
-            return False
-    return True
-
-
-def _collective_holds(state: State, slot: int, member: int, op: int | None, entered: bool) -> bool:
-    queue = state[slot][member]  # type: ignore[index]
-    if not entered:
-        return not queue
-    return bool(queue) and (op is None or queue[-1][0] == op)
 
 
 def replay(system: TransitionSystem, records: Iterable[Record], options: ReplayOptions | None = None) -> ReplayResult:

@@ -47,6 +47,39 @@ set_option = click.option(
 json_option = click.option("--json", is_flag=True, help=JSON_HELP)
 
 
+def judge_options(function: Any) -> Any:
+    """``replay``'s choice of model, for ``show`` and ``export``: the caller's, never the header's."""
+    options = [
+        click.option(
+            "--protocol", metavar="NAME", shell_complete=completion.protocols, help="default: the header's protocol"
+        ),
+        click.option(
+            "--variant", metavar="NAME", shell_complete=completion.variants, help="default: the header's variant"
+        ),
+        click.option("--instance", metavar="NAME", help="the model's instance (default: its default)"),
+        click.option(
+            "--set",
+            "set",
+            multiple=True,
+            metavar="NAME=VALUE",
+            help="a model parameter's value (repeatable); the header may not widen the check past it",
+        ),
+        click.option(
+            "--profile",
+            metavar="NAME",
+            help="the recorder profile the trace was written under: runtime (lockstep run) or vllm-dp-pause",
+        ),
+        click.option(
+            "--trust-header",
+            is_flag=True,
+            help="take the header's parameters and unrecorded actions even where they widen the check",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
 @click.command("list")
 @click.option(
     "--model-file", type=FILE, metavar="PATH", help="list the model a Python file defines instead of the built-in ones"
@@ -385,8 +418,12 @@ def merge(**options: Any) -> Invocation:
 @click.command("show")
 @click.argument("paths", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
 @click.option("--no-replay", is_flag=True, help="do not replay a recording to find its failing event")
+@judge_options
 def show(**options: Any) -> Invocation:
-    """Draw a trace (TRACE: trace files or a trace directory) as per-actor swimlanes on stdout."""
+    """Draw a trace (TRACE: trace files or a trace directory) as per-actor swimlanes on stdout, the event where
+    replay against the caller's model (as `lockstep replay` chooses it) finds the failure highlighted. A recording of
+    `lockstep run` replays with --profile runtime; where replay refuses, the picture has no highlight and stderr says
+    why."""
     return call("lockstep.cli.export:run_export_command", "show", options)
 
 
@@ -400,6 +437,7 @@ def show(**options: Any) -> Invocation:
     help="perfetto: ui.perfetto.dev; itf: Apalache/Quint (full states only)",
 )
 @click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
+@judge_options
 def export(**options: Any) -> Invocation:
     """Write a trace (TRACE: trace files or a trace directory) as Perfetto trace events, ITF, DOT or GraphML."""
     return call("lockstep.cli.export:run_export_command", "export", options)

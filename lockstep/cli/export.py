@@ -6,9 +6,18 @@ for the source function(s) each event's model action stands for (when the model 
 collective's ``enter`` and ``complete`` sit in each member's column with the op's name and number,
 and a communicator's own completion step (in model traces) is drawn across every member's column.
 The event where the run goes wrong is highlighted: the last event of a model counterexample
-(its header names the property), or, for a recording, the event where replay against its model
-finds a violation or a divergence. ``export`` writes to ``-o FILE`` or stdout. Bad input exits 2
-with a message naming the file and line; ITF of a trace without full states exits 2.
+(its header names the property), or, for a recording, the event where replay finds a violation or
+a divergence. ``export`` writes to ``-o FILE`` or stdout. Bad input exits 2 with a message naming
+the file and line; ITF of a trace without full states exits 2.
+
+**The model is the caller's**, chosen as ``lockstep replay`` chooses it (``--protocol``,
+``--variant``, ``--instance``, ``--set``, ``--profile``, ``--trust-header``; see
+``lockstep.checkers.replay_model``), and the highlight comes from the one replay path
+(``lockstep.checkers.conformance.replay_traces``). A recording of ``lockstep run`` replays with
+``--profile runtime`` (its header's ``settle_before_resume``, ``hang_bound``, ... are the runtime
+profile's, not the default instance's). Where replay refuses the trace (a header that would widen
+the check, without ``--trust-header``), ``show`` still draws the picture, without the highlight,
+and says why on stderr (exit 0); ``export --format itf``, whose states are the model's, exits 2.
 
 ``show`` and ``export`` stream (see ``lockstep.traces.swimlanes``, ``lockstep.traces.export`` and
 ``checkers.export.write_itf``): memory stays flat in the trace's length. ``show`` reads the input
@@ -22,17 +31,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
-from lockstep.checkers import system_for
+from lockstep.checkers.conformance import replay_traces
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.checkers.export import ExportError, state_graph, to_dot, write_itf
-from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
+from lockstep.checkers.replay_model import recorder_profile, resolve_model
 from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
 from lockstep.checkers.result import Step
@@ -40,7 +49,7 @@ from lockstep.checkers.trace_values import decode
 from lockstep.models import get_protocol
 from lockstep.models.external import load_model_file
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import Instance, UsageError
+from lockstep.spec.protocol import Instance, UsageError, parse_assignment
 from lockstep.spec.semantics import InterpretedSystem
 from lockstep.traces.export import write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
@@ -52,13 +61,36 @@ EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find the failing event
 
 
-def _instance(header: dict[str, Any]) -> Instance:
-    protocol = get_protocol(str(header["protocol"]))
-    known = {parameter.name for parameter in protocol.parameters}
-    values = {
-        name: value for name, value in header.get("parameters", {}).items() if name in known and isinstance(value, int)
+def _judge(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The caller's choice of model (``replay``'s options), checked before anything is read: a name
+    that is not a protocol, variant or profile is the caller's bad input (exit 2)."""
+    judge: dict[str, Any] = {
+        "protocol": arguments.protocol,
+        "variant": arguments.variant,
+        "instance": arguments.instance,
+        "parameters": dict(parse_assignment(text) for text in arguments.set),
+        "profile": arguments.profile,
+        "trust_header": arguments.trust_header,
     }
-    return protocol.instance(header["variant"], overrides=values)
+    if arguments.protocol is not None:
+        protocol = get_protocol(arguments.protocol)
+        if arguments.variant is not None:
+            protocol.variant(arguments.variant)
+        if arguments.profile is not None:
+            recorder_profile(arguments.profile, protocol.name)
+    return judge
+
+
+def _model(trace: TraceInput, judge: dict[str, Any]) -> tuple[Instance | None, str]:
+    """The caller's model of ``trace`` (``lockstep.checkers.replay_model``), or None and why replay
+    refuses it (a header that would widen the check, a header naming no model)."""
+    try:
+        return resolve_model(trace, **judge).instance, ""
+    except (TraceInputError, UsageError) as error:
+        hint = ""
+        if trace.header["source"]["kind"] == "runtime" and judge["profile"] is None:
+            hint = " (a `lockstep run` recording replays with --profile runtime)"
+        return None, f"{error}{hint}"
 
 
 def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None:
@@ -70,21 +102,19 @@ def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None
         write_atomically(output, lambda file: file.write(text))
 
 
-def _failing_event(trace: TraceInput, records: Iterable[Record]) -> tuple[int | None, str]:
-    """The event to highlight and why: a counterexample's last event, or replay's finding."""
-    header = trace.header
-    prop = header.get("parameters", {}).get("property")
-    if header["source"]["kind"] == "model" and isinstance(prop, str):
-        return -1, f"{prop} is violated (model counterexample)"
-    instance = _instance(header)
-    system = system_for(instance.machine())
-    options = ReplayOptions(unrecorded=default_unrecorded(system, header["source"]["kind"]))
-    result = replay(system, iter(records), options)
+def _failing_event(trace: TraceInput, judge: dict[str, Any]) -> tuple[int | None, str, bool]:
+    """The event to highlight and why, from replay against the caller's model (``replay_traces``,
+    the one replay path): a violation or a divergence; and False when replay refused the trace."""
+    try:
+        verdict = replay_traces(trace, **judge)
+    except (TraceInputError, UsageError) as error:
+        return None, str(error), False
+    result = verdict.result
     if result.verdict == "violated":
-        return result.event, f"{result.failed_property} is violated after event {result.event}"
+        return result.event, f"{result.failed_property} is violated after event {result.event}", True
     if result.verdict == "diverges":
-        return result.event, f"the run diverges from {instance.label} at event {result.event}"
-    return None, f"replay: {result.verdict}"
+        return result.event, f"the run diverges from {verdict.instance.label} at event {result.event}", True
+    return None, f"replay against {verdict.instance.label}: {result.verdict}", True
 
 
 def _model_path(instance: Instance, records: list[Record], loop_start: object) -> tuple[Machine, ResultPath] | None:
@@ -116,15 +146,19 @@ def _model_path(instance: Instance, records: list[Record], loop_start: object) -
 
 
 def command_show(arguments: argparse.Namespace, console: Console) -> int:
-    """The swimlanes of a trace, on stdout (a picture is the command's result); errors stay on stderr."""
+    """The swimlanes of a trace, on stdout (a picture is the command's result); why replay refused
+    the trace, and errors, on stderr (``console``)."""
+    judge = _judge(arguments)
     trace = open_traces(arguments.paths)
-    console = Console(width=None if sys.stdout.isatty() else 160, emoji=False)
+    errors, console = console, Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     header = trace.header
-    layout = survey(header, trace.records(), _mirrors(header), console.width)  # every line checked before drawing
-    if header["source"]["kind"] == "model" and layout.events <= REPLAY_LIMIT:  # as `lockstep check` draws it
-        records = list(trace.records())
+    model, refused = _model(trace, judge)
+    mirrors = _mirrors(model, trace, judge)
+    layout = survey(header, trace.records(), mirrors, console.width)  # every line checked before drawing
+    if model is not None and header["source"]["kind"] == "model" and layout.events <= REPLAY_LIMIT:
+        records = list(trace.records())  # re-run through the caller's model, as `lockstep check` draws it
         parameters = header.get("parameters", {})
-        rebuilt = _model_path(_instance(header), records, parameters.get("loop_start"))
+        rebuilt = _model_path(model, records, parameters.get("loop_start"))
         if rebuilt is not None:
             machine, path = rebuilt
             prop = parameters.get("property")
@@ -142,35 +176,46 @@ def command_show(arguments: argparse.Namespace, console: Console) -> int:
                     + (f": {escape(sentence)}" if sentence else "")
                 )
             return EXIT_OK
-    highlight, why = (None, "")
-    if not arguments.no_replay and layout.events <= REPLAY_LIMIT:
-        highlight, why = _failing_event(trace, trace.records())
-        if highlight == -1:
-            highlight = layout.last_index
+    highlight, why, replayed = None, "", True
+    if model is None:
+        replayed = arguments.no_replay
+        why = "" if arguments.no_replay else f"no highlight: replay refuses the trace: {refused}"
+    elif not arguments.no_replay and layout.events <= REPLAY_LIMIT:
+        highlight, why, replayed = _failing_event(trace, judge)
+        if not replayed:
+            why = f"no highlight: replay refuses the trace: {why}"
     console.file.flush()
     write_swimlanes(layout, trace.records(), sys.stdout, highlight, color=console.is_terminal and not console.no_color)
     sys.stdout.flush()
     for warning in trace.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-    if why:
+    if not replayed:
+        errors.print(f"[yellow]lockstep: warning:[/yellow] {escape(why)}", soft_wrap=True)
+    elif why:
         console.print(("[bold red]" if highlight is not None else "[green]") + escape(why) + "[/]")
     return EXIT_OK
 
 
-def _mirrors(header: dict[str, Any]) -> dict[str, str]:
-    """The source function(s) each of the trace's model's actions stands for (empty if unknown)."""
+def _mirrors(model: Instance | None, trace: TraceInput, judge: dict[str, Any]) -> dict[str, str]:
+    """The source function(s) each action stands for: the caller's model's, else (replay refused the
+    trace; the names label the picture, they judge nothing) its protocol's default instance's."""
     try:
-        machine = _instance(header).machine()
+        if model is None:
+            header = trace.header
+            protocol = get_protocol(str(judge["protocol"] or header["protocol"]))
+            model = protocol.instance(str(judge["variant"] or header["variant"]))
+        machine = model.machine()
     except (KeyError, UsageError, ValueError):
         return {}
     return {action.name: action.mirrors for action in machine.actions if action.mirrors}
 
 
 def command_export(arguments: argparse.Namespace, console: Console) -> int:
+    judge = _judge(arguments)
     trace = open_traces(arguments.paths)
     header = trace.header
-    if arguments.format == "itf":
-        machine = _instance(header).machine()
+    if arguments.format == "itf":  # the states are the caller's model's: a refusal is bad input (exit 2)
+        machine = resolve_model(trace, **judge).instance.machine()
         write_output(arguments.output, lambda file: write_itf(machine, header, trace.records(), file), trace.files)
     else:
         writer = {"perfetto": write_perfetto, "dot": write_dot, "graphml": write_graphml}[arguments.format]

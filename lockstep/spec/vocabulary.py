@@ -7,7 +7,8 @@ the trace:
 - ``actions``: each action's name, actor template, and parameter names with their sorts;
 - ``variables``: each state variable's sort; ``entry(variable, key)`` names an observed entry
   (``entry("mode", 1)`` is ``"mode[1]"``, ``entry("requests")`` the whole variable), checking the
-  variable and the key, so recorders name state without writing JSON keys by hand;
+  variable and the key, so recorders name state without writing JSON keys by hand, and
+  ``entries(variable)`` lists every entry's name with its key (for readers of recordings);
 - ``variants``: the protocol's variant names; ``communicators``: each communicator's op names.
 
 Recorders (``lockstep.traces.recorder.EventRecorder`` and so the runtime's ``Recorder`` and
@@ -126,6 +127,15 @@ class Vocabulary:
         except (ValueMismatch, ValueError) as error:
             raise VocabularyError(f"{self.model}: {error}") from None
         return f"{variable}[{sort.key.render(sort.keys[position])}]"
+
+    def entries(self, variable: str) -> dict[str, object]:
+        """Every observed name of map ``variable``'s entries with its key, a model value of the key
+        sort: ``entries("mode") == {"mode[0]": 0, "mode[1]": 1}`` (for a reader of recordings)."""
+        sort = self.variables.get(variable)
+        if not isinstance(sort, MapSort):
+            self.entry(variable, 0)  # the VocabularyError naming what is wrong
+            raise AssertionError("unreachable")  # pragma: no cover
+        return {f"{variable}[{sort.key.render(key)}]": key for key in sort.keys}
 
     # ---------------------------------------------------------------------------------- checking
     def check_action(self, action: str, args: Mapping[str, object]) -> None:

@@ -169,7 +169,7 @@ def fuzz_runtime(
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
-    from lockstep.checkers.conformance import replay_traces, runtime_expectations
+    from lockstep.checkers.conformance import runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import launch
@@ -177,7 +177,6 @@ def fuzz_runtime(
     from lockstep.impl.pool import RankPool
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
-    from lockstep.traces.reader import TraceInputError
 
     known = RUNTIME_PROTOCOLS.get(protocol)
     if known is None:
@@ -256,10 +255,7 @@ def fuzz_runtime(
         began = time.monotonic()
         expected = runtime_expectations(config)  # before the run: the runner may not change the judge
         outcome = run(config)
-        try:
-            replayed: dict[str, Any] | None = replay_traces(trace_dir, **expected).to_json()
-        except (TraceInputError, ValueError) as error:
-            replayed = {"verdict": "unreadable", "explanation": {"reason": str(error)}}
+        replayed: dict[str, Any] | None = replay_example(trace_dir, expected)
         sample = RuntimeExample(
             number,
             run_seed,
@@ -297,6 +293,19 @@ def fuzz_runtime(
             pool.close()
             result.pool_starts = pool.started
     return result
+
+
+def replay_example(trace_dir: str | Path, expected: Mapping[str, Any]) -> dict[str, Any]:
+    """One example's traces replayed (the one replay path, ``replay_traces``) against the model
+    ``expected`` names (``runtime_expectations`` of its config, taken before the run): the
+    verdict's JSON, or ``unreadable`` with the reason."""
+    from lockstep.checkers.conformance import replay_traces
+    from lockstep.traces.reader import TraceInputError
+
+    try:
+        return replay_traces(trace_dir, **expected).to_json()
+    except (TraceInputError, ValueError) as error:
+        return {"verdict": "unreadable", "explanation": {"reason": str(error)}}
 
 
 def _json_line(value: Mapping[str, Any]) -> str:

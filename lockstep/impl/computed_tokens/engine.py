@@ -116,7 +116,7 @@ class Worker:
         self.pp = groups.groups.get("pp")
         self.pp_sampled = groups.groups.get("pp_sampled")
         self.device = groups.device if groups.backends.get("pp") == "nccl" else torch.device("cpu")
-        self.runner = ModelRunner(variant, bounds, self.rank, groups.device, seed)
+        self.runner = ModelRunner(variant, bounds, self.rank, groups.device, seed, recorder.vocabulary)
         self.steps = 0
 
     def record(self, event: str, args: dict[str, Any], observed: dict[str, Any], clock: dict[str, int]) -> None:

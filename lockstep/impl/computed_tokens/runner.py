@@ -33,8 +33,21 @@ import torch
 
 from lockstep.impl.computed_tokens.scheduler import Bounds, StepRecord
 from lockstep.models.computed_tokens.model import POST_FIX
+from lockstep.spec.vocabulary import Vocabulary
 
 VOCABULARY, HIDDEN = 32, 16
+# The model's per-rank variables the runner observes (each named ``name[rank]`` by the vocabulary).
+OBSERVED = (
+    "runner.num_computed_tokens_np",
+    "runner.num_computed_tokens",
+    "runner.num_computed_prefill_tokens",
+    "runner.prefill_len",
+    "metadata.real",
+    "metadata.seq_lens_cpu_upper_bound",
+    "metadata.seq_lens",
+    "metadata.max_seq_len",
+    "metadata.is_prefilling",
+)
 
 
 class TinyTarget:
@@ -86,7 +99,9 @@ Choose = Callable[[str, list[str]], str]  # (point, options) -> chosen option
 
 
 class ModelRunner:
-    def __init__(self, variant: str, bounds: Bounds, rank: int, device: torch.device, seed: int) -> None:
+    def __init__(
+        self, variant: str, bounds: Bounds, rank: int, device: torch.device, seed: int, vocabulary: Vocabulary
+    ) -> None:
         self.fixed = variant == POST_FIX
         self.bounds, self.rank, self.device = bounds, rank, device
         count = bounds.requests
@@ -96,25 +111,27 @@ class ModelRunner:
         self.prefill_len = torch.zeros(count, dtype=torch.int64)
         self.target = TinyTarget(bounds, seed, device)
         self.last = rank == bounds.ranks - 1
+        # the rank's observed entries, named through the model's vocabulary (``runner.prefill_len[r]``, ...)
+        self.entry = {name: vocabulary.entry(name, rank) for name in OBSERVED}
 
     # ---------------------------------------------------------------------------- state
     def observed(self) -> dict[str, object]:
-        rank = self.rank
+        entry = self.entry
         return {
-            f"runner.num_computed_tokens_np[{rank}]": self.num_computed_tokens_np.tolist(),
-            f"runner.num_computed_tokens[{rank}]": self.num_computed_tokens.tolist(),
-            f"runner.num_computed_prefill_tokens[{rank}]": self.num_computed_prefill_tokens.tolist(),
-            f"runner.prefill_len[{rank}]": self.prefill_len.tolist(),
+            entry["runner.num_computed_tokens_np"]: self.num_computed_tokens_np.tolist(),
+            entry["runner.num_computed_tokens"]: self.num_computed_tokens.tolist(),
+            entry["runner.num_computed_prefill_tokens"]: self.num_computed_prefill_tokens.tolist(),
+            entry["runner.prefill_len"]: self.prefill_len.tolist(),
         }
 
     def observed_metadata(self, metadata: Metadata) -> dict[str, object]:
-        rank = self.rank
+        entry = self.entry
         return {
-            f"metadata.real[{rank}]": metadata.real,
-            f"metadata.seq_lens_cpu_upper_bound[{rank}]": metadata.upper,
-            f"metadata.seq_lens[{rank}]": metadata.seq_lens,
-            f"metadata.max_seq_len[{rank}]": metadata.max_seq_len,
-            f"metadata.is_prefilling[{rank}]": metadata.is_prefilling,
+            entry["metadata.real"]: metadata.real,
+            entry["metadata.seq_lens_cpu_upper_bound"]: metadata.upper,
+            entry["metadata.seq_lens"]: metadata.seq_lens,
+            entry["metadata.max_seq_len"]: metadata.max_seq_len,
+            entry["metadata.is_prefilling"]: metadata.is_prefilling,
         }
 
     # ---------------------------------------------------------------------- execute_model

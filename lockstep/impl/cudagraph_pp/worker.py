@@ -49,6 +49,24 @@ from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
 from lockstep.models.cudagraph_pp.model import NO_COPY_IN, NO_PERSISTENT_BUFFER, PRE_FIX
 
 NO_BUFFER, UNKNOWN = "NO_BUFFER", "EAGER_OUTPUT"
+# The model's per-rank variables a stage observes (each named ``name[rank]`` by the vocabulary).
+OBSERVED = (
+    "graph.input",
+    "graph.requests",
+    "manager.output_rows",
+    "captured",
+    "received.keys",
+    "received.rows",
+    "descriptor",
+    "persistent",
+    "forward.given",
+    "forward.data",
+    "forward.step",
+    "forward.descriptor",
+    "send.source",
+    "send.rows",
+    "send.step",
+)
 TOLERANCE = 1e-5
 
 
@@ -92,6 +110,8 @@ class StageWorker:
         self.pipeline = Pipeline(config.seed, self.size, hidden_size, self.device)
         self.manager = GraphManager(self.rank, self.pipeline, self.max_num_reqs, graph_kind(config) == "cuda")
         self.link = PipelineLink(groups, KEYS, hidden_size, status)
+        # the rank's observed entries, named through the model's vocabulary (``captured[r]``, ...)
+        self.entry = {name: recorder.vocabulary.entry(name, self.rank) for name in OBSERVED}
         self.addresses: dict[int, str] = {}
         self.keep: list[Tensors] = []  # capture buffers: alive as long as the graphs that read them
         self.received: list[Tensors] = []  # each step's fresh receive tensors, kept alive (unique addresses)
@@ -196,10 +216,10 @@ class StageWorker:
             self._record(
                 "capture",
                 {
-                    f"graph.input[{self.rank}]": dict(graph_input),
-                    f"graph.requests[{self.rank}]": dict(graph_requests),
-                    f"manager.output_rows[{self.rank}]": next(iter(self.manager.output.values())).shape[0],
-                    f"captured[{self.rank}]": index + 1,
+                    self.entry["graph.input"]: dict(graph_input),
+                    self.entry["graph.requests"]: dict(graph_requests),
+                    self.entry["manager.output_rows"]: next(iter(self.manager.output.values())).shape[0],
+                    self.entry["captured"]: index + 1,
                 },
                 clock={f"send:captured:{self.rank}>engine": 1} if done else None,
             )
@@ -271,10 +291,10 @@ class StageWorker:
         self._record(
             "first_forward",
             {
-                "descriptor[0]": self._label(descriptor),
-                "forward.given[0]": self.address_of(given),
-                "forward.step[0]": step,
-                "forward.descriptor[0]": self._label(descriptor),
+                self.entry["descriptor"]: self._label(descriptor),  # rank 0's entries
+                self.entry["forward.given"]: self.address_of(given),
+                self.entry["forward.step"]: step,
+                self.entry["forward.descriptor"]: self._label(descriptor),
             },
             clock={"recv:pp-ack:1>0": step} if waited else None,
             with_rank=False,
@@ -297,21 +317,21 @@ class StageWorker:
         self._record(
             "receive",
             {
-                f"received.keys[{rank}]": {key: key in received for key in KEYS},
-                f"received.rows[{rank}]": next(iter(received.values())).shape[0],
+                self.entry["received.keys"]: {key: key in received for key in KEYS},
+                self.entry["received.rows"]: next(iter(received.values())).shape[0],
             },
             clock,
         )
         self.link.send_ack()
         batch = self.batches[step]
         descriptor, rows = self._dispatch(batch)
-        observed: dict[str, Any] = {f"descriptor[{rank}]": self._label(descriptor)}
+        observed: dict[str, Any] = {self.entry["descriptor"]: self._label(descriptor)}
         if self.persistent is not None:
             if self.copies_in:  # every key of the persistent buffer (a missing key is vLLM's KeyError)
                 for key, tensor in self.persistent.items():
                     tensor[:rows].copy_(received[key][:rows])
             given = {key: tensor[:rows] for key, tensor in self.persistent.items()}
-            observed[f"persistent[{rank}]"] = {
+            observed[self.entry["persistent"]] = {
                 key: self.data_of(tensor, key) for key, tensor in self.persistent.items()
             }
         else:  # v0.18.0: the received tensors go straight to the model
@@ -324,10 +344,10 @@ class StageWorker:
         self._record(
             "forward",
             {
-                f"forward.given[{rank}]": self.address_of(given),
-                f"forward.data[{rank}]": data,
-                f"forward.step[{rank}]": step,
-                f"forward.descriptor[{rank}]": self._label(descriptor),
+                self.entry["forward.given"]: self.address_of(given),
+                self.entry["forward.data"]: data,
+                self.entry["forward.step"]: step,
+                self.entry["forward.descriptor"]: self._label(descriptor),
             },
         )
         if rank < self.last:
@@ -338,9 +358,9 @@ class StageWorker:
         self._record(
             "send",
             {
-                f"send.source[{rank}]": self.address_of(output),
-                f"send.rows[{rank}]": next(iter(output.values())).shape[0],
-                f"send.step[{rank}]": step,
+                self.entry["send.source"]: self.address_of(output),
+                self.entry["send.rows"]: next(iter(output.values())).shape[0],
+                self.entry["send.step"]: step,
             },
             clock={f"send:pp:{rank}>{rank + 1}": step + 1},
         )

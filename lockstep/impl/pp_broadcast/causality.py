@@ -20,6 +20,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lockstep.models import get_protocol
+from lockstep.spec.vocabulary import Vocabulary
 from lockstep.traces.merge import open_traces
 
 VectorClock = dict[str, int]
@@ -65,6 +67,13 @@ def chunked_steps(trace_dir: str | os.PathLike[str]) -> list[ChunkedStep]:
     samples: dict[int, tuple[str, VectorClock]] = {}  # step -> the last rank's sampling kernel
     forwards: dict[int, tuple[str, VectorClock]] = {}  # step -> rank 0's forward kernel
     last_actor = f"rank:{last}"
+    # the observed names this reads, through the vocabulary of the run's model (as its ranks wrote them)
+    vocabulary = Vocabulary.of(get_protocol("pp-broadcast"), str(trace.header["variant"]), parameters)
+    plan_of = {name: key for name, key in vocabulary.entries("scheduler.steps").items() if isinstance(key, int)}
+    stream_of = {
+        f"rank:{rank}": (vocabulary.entry("gpu.step", rank), vocabulary.entry("gpu.phase", rank))
+        for rank in range(last + 1)
+    }
     for record in trace.records():
         event = record.event
         actor, action = event["actor"], event["action"]
@@ -91,18 +100,18 @@ def chunked_steps(trace_dir: str | os.PathLike[str]) -> list[ChunkedStep]:
                 broadcasts[before[0]] = (actor, clock)
         elif action == "schedule":
             for key, value in observed.items():
-                if key.startswith("scheduler.steps["):
-                    plans[int(key[len("scheduler.steps[") : -1])] = list(value)
+                if key in plan_of:
+                    plans[plan_of[key]] = list(value)
         elif action == "gpu_compute" and before is not None:
             if actor == "rank:0" and before[1] == "FORWARD":
                 forwards[before[0]] = (actor, clock)
             elif actor == last_actor and before[1] == "SAMPLE":
                 samples[before[0]] = (actor, clock)
-        rank = actor.partition(":")[2]
-        if f"gpu.step[{rank}]" in observed:
-            position[actor] = (int(observed[f"gpu.step[{rank}]"]), str(observed[f"gpu.phase[{rank}]"]))
-        elif actor.startswith("rank:") and actor not in position:
-            position[actor] = (0, "RECV" if rank != "0" else "FORWARD")
+        stream = stream_of.get(actor)
+        if stream is not None and stream[0] in observed:
+            position[actor] = (int(observed[stream[0]]), str(observed[stream[1]]))
+        elif stream is not None and actor not in position:
+            position[actor] = (0, "RECV" if actor != "rank:0" else "FORWARD")
     found = []
     for step in sorted(plans):
         if step + 1 not in plans or not _all_chunked(plans[step], prompts):

@@ -130,7 +130,7 @@ class Engine:
             "schedule",
             {"leave_out": leave_out},
             {
-                f"scheduler.steps[{step}]": plan,
+                self.recorder.vocabulary.entry("scheduler.steps", step): plan,
                 "scheduler.num_computed_tokens": list(self.computed),
                 "scheduler.gaps_left": self.gaps_left,
                 "engine.scheduled": self.scheduled,

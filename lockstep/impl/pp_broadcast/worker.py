@@ -52,6 +52,16 @@ from lockstep.impl.pp_broadcast.stage import Stage
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, receive
 from lockstep.models.pp_broadcast.variants import POST_FIX, PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE
 
+# The model's per-rank variables this worker observes (each named ``name[rank]`` by the vocabulary).
+OBSERVED = (
+    "gpu.step",
+    "gpu.phase",
+    "gpu.posted",
+    "rank.rpcs",
+    "rank.output_token_ids",
+    "rank.prev_req_id_to_index",
+)
+
 
 @dataclass
 class Step:
@@ -95,6 +105,8 @@ class Worker:
         self.steps = 0
         self.step_nanoseconds = 0  # wall time in exec and sample handlers, waits included (status ``step_ns``)
         self.skipped = 0
+        # the rank's observed entries, named through the model's vocabulary (``gpu.step[r]``, ...)
+        self.entry = {name: recorder.vocabulary.entry(name, self.rank) for name in OBSERVED}
 
     @property
     def first_phase(self) -> str:
@@ -104,11 +116,8 @@ class Worker:
     def gpu(self, action: str, step: int, phase: str, posted: bool, clock: dict[str, int] | None = None) -> Event:
         """A stream event; observed: the stream's position after it."""
         self.gpu_step, self.gpu_phase = step, phase
-        observed = {
-            f"gpu.step[{self.rank}]": step,
-            f"gpu.phase[{self.rank}]": phase,
-            f"gpu.posted[{self.rank}]": posted,
-        }
+        entry = self.entry
+        observed = {entry["gpu.step"]: step, entry["gpu.phase"]: phase, entry["gpu.posted"]: posted}
         return Event(action, {"rank": self.rank}, observed, clock)
 
     def write(self, event: Event) -> None:
@@ -170,7 +179,7 @@ class Worker:
             computed + scheduled < len(self.prompts[q]) + self.output_length[q] for q, computed, scheduled in step.rows
         ]
         self.rpcs += 1
-        self.recorder.record("execute_model", {"rank": self.rank}, {f"rank.rpcs[{self.rank}]": self.rpcs}, clock)
+        self.recorder.record("execute_model", {"rank": self.rank}, {self.entry["rank.rpcs"]: self.rpcs}, clock)
         if self.rank < self.last:
             self.metadata_work = dist.isend(
                 torch.tensor([tokens], dtype=torch.int64), self.rank + 1, group=self.cpu_group
@@ -241,14 +250,15 @@ class Worker:
             for row, (q, _, _) in enumerate(step.rows):
                 self.output_length[q] += kept[row]  # the -1 placeholder
         self.rpcs += 1
+        entry = self.entry
         observed: dict[str, Any] = {
-            f"rank.rpcs[{self.rank}]": self.rpcs,
-            f"rank.output_token_ids[{self.rank}]": list(self.output_length),
-            f"rank.prev_req_id_to_index[{self.rank}]": [q in self.prev_map for q in range(self.requests)],
+            entry["rank.rpcs"]: self.rpcs,
+            entry["rank.output_token_ids"]: list(self.output_length),
+            entry["rank.prev_req_id_to_index"]: [q in self.prev_map for q in range(self.requests)],
         }
         if self.rank != self.last and skip:  # the stream passes the broadcast the CPU left out
             self.gpu_step, self.gpu_phase = number + 1, self.first_phase
-            observed.update({f"gpu.step[{self.rank}]": number + 1, f"gpu.phase[{self.rank}]": self.first_phase})
+            observed.update({entry["gpu.step"]: number + 1, entry["gpu.phase"]: self.first_phase})
         self.recorder.record(
             "sample_tokens",
             {"rank": self.rank},
