@@ -38,9 +38,9 @@ def start_wave(model: State, wave: Term, exclude: Term | None) -> Term:
 
 @action(actor="coordinator", mirrors="DPCoordinatorProc.process_input_socket (FIRST_REQ) → _send_start_wave")
 def coordinator_first_request(model: State) -> Step:
-    """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc).
-    v0.29.0 on (``first_request_leaves_idle``): START_DP_WAVE only; engines_running stays false and
-    nothing is published until an engine reports start_wave."""
+    """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
+    # v0.29.0 on (first_request_leaves_idle): START_DP_WAVE only; engines_running stays false and nothing is
+    # published until an engine reports start_wave (coordinator.py 0.29.0, 361-368)
     running, channel, first_request = model.coordinator_running, model.from_coordinator, model.first_request
     starts = ~running
     updates: dict[Term, TermLike] = {
