@@ -336,7 +336,7 @@ def test_v0_33_0_drain_returns_while_a_kept_request_is_unfinished() -> None:
     result = check(PROTOCOL.instance("v0.33.0", "drain-after-resume"))
     assert result.verdict is Verdict.VIOLATED
     broken = {name for name, verdict in verdicts(result).items() if verdict == "violated"}
-    assert broken == {"drained_when_idle"}
+    assert broken == {"drained_when_idle", "drained_while_adding", "wave_seen_before_complete"}
     drain = result.property_result("drained_when_idle")
     assert drain.path is not None and drain.path.length == 46
     actions = [step.action for step in drain.path.steps]
@@ -357,8 +357,11 @@ def test_v0_25_0_pause_returns_while_the_device_still_runs_a_forward() -> None:
 @pytest.mark.slow
 def test_v0_33_0_sleep_synchronises_the_device_and_wakes_up() -> None:
     result = check(PROTOCOL.instance("v0.33.0", "sleep"))
-    assert result.verdict is Verdict.HOLDS
     found = verdicts(result)
+    assert {name for name, verdict in found.items() if verdict == "violated"} == {
+        "drained_while_adding",
+        "wave_seen_before_complete",
+    }
     assert found["slept"] == "holds" and found["awake_after_wake_up"] == "holds"
     assert found["device_idle_after_pause"] == "holds"
 
@@ -382,3 +385,45 @@ def test_v0_21_0_variants_have_none_of_the_later_release_state() -> None:
     assert not names & {"executor_sleep", "device_busy", "was_running", "reject_new_requests", "client.rejected"}
     later = set(PROTOCOL.instance("v0.33.0").machine().variables)
     assert {"executor_sleep", "device_busy", "was_running", "reject_new_requests", "client.rejected"} <= later
+
+
+def test_v0_29_0_first_request_no_longer_marks_the_coordinator_running() -> None:
+    # coordinator.py 0.29.0: FIRST_REQ sends START_DP_WAVE but leaves engines_running to the engines' reports
+    def updated(variant: str) -> set[str]:
+        action = PROTOCOL.instance(variant).machine().action_named("coordinator_first_request")
+        return {name for name, _ in action.updates}
+
+    assert "coordinator.engines_running" in updated("v0.25.0")
+    assert "coordinator.engines_running" not in updated("v0.29.0")
+    assert "channel.coordinator" in updated("v0.29.0")
+
+
+def test_v0_25_0_sleep_replies_only_with_the_device_idle() -> None:
+    # the sleep's pause callback runs model_executor.sleep: Worker.sleep synchronises the device before replying
+    result = check(PROTOCOL.instance("v0.25.0", "sleep"), engine="bfs-vec")
+    found = verdicts(result)
+    assert found["device_idle_after_pause"] == "holds" and found["slept"] == "holds"
+    assert found["awake_after_wake_up"] == "holds"
+    names = {action.name for action in PROTOCOL.instance("v0.25.0", "sleep").machine().actions}
+    assert {"fire_idle_callbacks", "synchronize_device"} <= names and "notify_idle" not in names
+    # a plain pause in v0.25.0 still returns with the device busy (pause-device-busy)
+    assert "notify_idle" in {action.name for action in PROTOCOL.instance("v0.25.0").machine().actions}
+
+
+@pytest.mark.slow
+def test_wave_seen_before_complete_per_release() -> None:
+    lengths = {}
+    for variant in ("v0.25.0", "v0.29.0", "v0.33.0"):
+        seen = check(PROTOCOL.instance(variant, "wave-unseen"), engine="bfs-vec").property_result(
+            "wave_seen_before_complete"
+        )
+        assert seen.verdict is Verdict.VIOLATED and seen.path is not None
+        actions = [step.action for step in seen.path.steps]
+        assert actions[-1] == "finish_sync"
+        lengths[variant] = (seen.path.length, actions)
+    # v0.25.0: the FIRST_REQ never reaches the coordinator before the wave ends
+    assert lengths["v0.25.0"][0] == 24 and "coordinator_first_request" not in lengths["v0.25.0"][1]
+    # v0.33.0: the start_wave of the rank that took the request is still on its way
+    assert lengths["v0.33.0"][0] == 24 and "coordinator_report" not in lengths["v0.33.0"][1]
+    # v0.29.0 at sync_interval 1: the wave ends at its first step, a sync the real 32-step cadence never has there
+    assert lengths["v0.29.0"][0] == 13 and "coordinator_first_request" in lengths["v0.29.0"][1]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from lockstep.models.dp_pause.state import MessageKind, ReportKind, State, message
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.terms import Term, if_then_else, map_of, record_of
+from lockstep.spec.terms import Term, TermLike, if_then_else, map_of, record_of
 
 
 def superseded(model: State, changes: Term) -> dict[Term, Term]:
@@ -39,17 +39,17 @@ def start_wave(model: State, wave: Term, exclude: Term | None) -> Term:
 @action(actor="coordinator", mirrors="DPCoordinatorProc.process_input_socket (FIRST_REQ) → _send_start_wave")
 def coordinator_first_request(model: State) -> Step:
     """FIRST_REQ: if no wave runs, start one (exclusion is ineffective on this path, see module doc)."""
+    # v0.29.0 on (first_request_leaves_idle): START_DP_WAVE only; engines_running stays false and nothing is
+    # published until an engine reports start_wave (coordinator.py 0.29.0, 361-368)
     running, channel, first_request = model.coordinator_running, model.from_coordinator, model.first_request
     starts = ~running
-    return Step(
-        ~first_request.is_empty(),
-        {
-            first_request: first_request.tail(),
-            running: True,
-            channel: if_then_else(starts, start_wave(model, model.coordinator_wave, None), channel),
-            **superseded(model, starts),
-        },
-    )
+    updates: dict[Term, TermLike] = {
+        first_request: first_request.tail(),
+        channel: if_then_else(starts, start_wave(model, model.coordinator_wave, None), channel),
+    }
+    if not model.release.first_request_leaves_idle:
+        updates.update({running: True, **superseded(model, starts)})
+    return Step(~first_request.is_empty(), updates)
 
 
 @action(

@@ -59,22 +59,27 @@ def reply(model: State) -> dict[Term, Term]:
     return {model.replies: model.replies + 1}
 
 
+def callbacks_wait_for_device(model: State) -> bool:
+    """The idle callback blocks the core thread until the device is idle: from v0.29.0 every pause's
+    (``_finish_pause`` → ``synchronize_device``); from v0.25.0 a sleep's (``model_executor.sleep`` →
+    ``collective_rpc("sleep")`` → ``Worker.sleep`` → ``torch.accelerator.synchronize``)."""
+    release = model.release
+    return release.synchronizes_device or (release.sleep_skips_dummy and model.options.sleep_level > 0)
+
+
 def idle_callbacks(model: State, rank: Term) -> dict[Term, Term]:
-    """Fire the pending pause future if the engine is idle (before it blocks on its queue). From
-    v0.29.0 the callback synchronises the device first: ``sleep.fire_idle_callbacks`` does it, as
-    its own step, before the engine takes a message (``handling``)."""
+    """Fire the pending pause future if the engine is idle (before it blocks on its queue). Where
+    the callback waits for the device (``callbacks_wait_for_device``), ``sleep.fire_idle_callbacks``
+    does it, as its own step, before the engine takes a message (``handling``)."""
     pause_future, replies = model.pause_future, model.replies
-    if model.release.synchronizes_device:
+    if callbacks_wait_for_device(model):
         return {replies: replies}
     fire = ~has_work(model, rank) & pause_future[rank]
     updates = {
         pause_future: pause_future.set(rank, pause_future[rank] & ~fire),
         replies: if_then_else(fire, replies + 1, replies),
     }
-    if model.release.sleep_skips_dummy:  # a completed sleep's pause puts the executor to sleep
-        asleep = model.executor_sleep
-        updates[asleep] = asleep.set(rank, if_then_else(fire & (asleep[rank] == 1), 2, asleep[rank]))
-    return updates
+    return updates  # a sleep's callback waits for the device: sleep.synchronize_device puts it to sleep
 
 
 def callback_due(model: State, rank: Term) -> Term:
@@ -86,7 +91,7 @@ def handling(model: State, rank: Term, kind: Term) -> Term:
     """The core thread is at the top of its loop and the head of its queue is a ``kind`` message."""
     inbox = model.input_queue
     guard = conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), inbox[rank].head().field("kind") == kind)
-    if model.release.synchronizes_device:  # the callbacks (device synchronisation) come first
+    if callbacks_wait_for_device(model):  # the callbacks (device synchronisation) come first
         guard = guard & ~callback_due(model, rank)
     return guard
 
@@ -233,7 +238,7 @@ def handle_pause(model: State, variant: Variant, rank: Term) -> Step:
         ]
     )
     guard = conjunction(model.mode[rank] == Mode.TOP, ~inbox[rank].is_empty(), pausing)
-    if model.release.synchronizes_device:
+    if callbacks_wait_for_device(model):
         guard = guard & ~callback_due(model, rank)
     return Step(guard, updates)
 
@@ -424,6 +429,8 @@ def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
     returned = ((mode[rank] == Mode.FORWARD_REAL) | (mode[rank] == Mode.FORWARD_DUMMY)) & model.worker_dp.done(rank)
     if model.release.later:  # the CPU thread goes on; the forward's kernels may still run on the device
         extra[model.device_busy] = model.device_busy.set(rank, model.device_busy[rank] | returned)
+        served, wave = model.last_served, model.current_wave[rank]  # ghost: this wave served a request
+        extra[served] = if_then_else(real & (wave > served), wave, served)
         if model.release.sleep_skips_dummy:
             returned = returned | (mode[rank] == Mode.DUMMY_SKIPPED)
         pending = model.pending_pause[rank]

@@ -7,14 +7,17 @@ the place of pause and resume when ``sleep_level`` = 1, and the properties that 
 client's view of the coordinator's published ``engines_running``, and returns as soon as it is
 false. The model does not add the call as a step: a drain that starts in a state returns there iff
 the view is false, so the drain-time property is an invariant over the states where the engines
-are not paused (the client is adding requests, or resume returned).
+are not paused (the client is adding requests, has not sent its first pause yet, or resume
+returned). It is a race, not a lasting state: the view lags the engines until the coordinator
+hears from them. ``wave_seen_before_complete`` says whether the coordinator hears at all: every
+wave that serves a request is marked running there before its wave_complete is taken.
 """
 
 from __future__ import annotations
 
 from lockstep.models.dp_pause import client
 from lockstep.models.dp_pause.client import send, settled
-from lockstep.models.dp_pause.state import ClientPhase, MessageKind, State, message
+from lockstep.models.dp_pause.state import ClientPhase, MessageKind, ReportKind, State, message
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.sorts import integers
@@ -76,16 +79,41 @@ def unfinished_anywhere(model: State) -> Term:
     return any_of(model.Rank, holds)
 
 
+WAVE_SEEN = (
+    "D3: every wave that serves a request is seen running by the coordinator (and so published to the "
+    "client's view) before the coordinator takes rank 0's wave_complete for it"
+)
+
+
+def wave_seen(model: State) -> Term:
+    """D3 at the moment the coordinator takes rank 0's wave_complete(w) for a wave in which a rank ran
+    a real forward: it has marked w running (or already moved past it). Only the latest served wave
+    is tracked (``wave.last_served``), so this never fires for a wave that served nothing."""
+    reports = model.to_coordinator[0]
+    head = reports.head()
+    wave, coordinator_wave = head.field("wave"), model.coordinator_wave
+    completing = ~reports.is_empty() & (head.field("kind") == ReportKind.WAVE_COMPLETE)
+    seen = (coordinator_wave > wave) | ((coordinator_wave == wave) & model.coordinator_running)
+    return (completing & (model.last_served == wave)).implies(seen)
+
+
 def add_release_properties(machine: Machine, model: State) -> None:
     """The drain-time, device, rejection and sleep properties of the later releases."""
     phase, release, Rank = model.client_phase, model.release, model.Rank
-    unpaused = (phase == ClientPhase.REQUESTS) | (phase == ClientPhase.DONE)
+    none_sent = all_of(Rank, lambda r: ~model.sent_to[r])
+    adding = (phase == ClientPhase.REQUESTS) | ((phase == ClientPhase.PAUSE) & none_sent)
     machine.always(
         "drained_when_idle",
-        (unpaused & ~model.client_running).implies(~unfinished_anywhere(model)),
-        "D1: when wait_for_requests_to_drain returns (the client's view says the engines are idle) while the "
-        "engines are not paused, no request the client added is unfinished or on its way",
+        ((phase == ClientPhase.DONE) & ~model.client_running).implies(~unfinished_anywhere(model)),
+        "D1 (a race: the view lags the engines): when wait_for_requests_to_drain returns (the client's view says "
+        "the engines are idle) after resume returned, no request the client added is unfinished or on its way",
     )
+    machine.always(
+        "drained_while_adding",
+        (adding & ~model.client_running).implies(~unfinished_anywhere(model)),
+        "D1a (a race): the same while the client adds requests, before it sends its first pause",
+    )
+    machine.always("wave_seen_before_complete", wave_seen(model), WAVE_SEEN)
     machine.always(
         "device_idle_after_pause",
         (phase == ClientPhase.RPC).implies(all_of(Rank, lambda r: ~model.device_busy[r])),

@@ -71,7 +71,7 @@ def _add_engine_actions(machine: Machine, model: State, variant: Variant) -> Non
     else:
         machine.add(engine.handle_resume, model, variant, rank=Rank)
     machine.add(engine.finish_resume, model, rank=Rank)
-    if release.synchronizes_device:
+    if engine.callbacks_wait_for_device(model):
         machine.add(sleep.fire_idle_callbacks, model, rank=Rank)
         machine.add(sleep.synchronize_device, model, rank=Rank)
     else:

@@ -10,8 +10,8 @@ from lockstep.spec.protocol import InstanceSpec
 
 # instance -> {variant: verdict} for the shared instances
 SHARED: dict[str, dict[str, str]] = {
-    # D1 drained_when_idle: the kept request after resume (the finding drain-after-resume); v0.25.0 also
-    # D2 device_idle_after_pause (the finding pause-device-busy)
+    # D1 drained_when_idle after resume (the finding drain-after-resume), D1a drained_while_adding, D3
+    # wave_seen_before_complete; v0.25.0 also D2 device_idle_after_pause (the finding pause-device-busy)
     "seed": {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
 }
 
@@ -19,29 +19,63 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
     InstanceSpec(
         "drain-after-resume",
         "the seed (pause(keep) with a request held, collective_rpc, resume): right after resume_generation "
-        "returned, wait_for_requests_to_drain returns at once while the kept request is unfinished: the resume "
-        "barrier set engines_running on every rank, but the coordinator (and so the client's published view) "
-        "still says the engines are idle until rank 0 reports start_wave after its next step (v0.29.0 on) or, "
-        "in v0.25.0, never",
+        "returned, wait_for_requests_to_drain returns at once while the kept request is unfinished (a race: "
+        "the view lags the engines): the resume barrier set engines_running on every rank, but the coordinator "
+        "(and so the client's published view) still says idle until rank 0 reports start_wave after its first "
+        "step (v0.29.0 on) or, in v0.25.0, for the whole resumed wave",
         {},
         {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
-        finding="`AsyncLLM.wait_for_requests_to_drain` (returns when `dp_engines_running()` is false), "
+        finding="`drained_when_idle` in 45 (v0.25.0), 51 (v0.29.0), 46 (v0.33.0) steps: "
+        "`DPEngineCoreProc.resume_scheduler` (the barrier sets `engines_running`, nothing to the coordinator), "
         "`DPAsyncMPClient` stats task (`engines_running` only from the coordinator's publications), "
-        "`DPEngineCoreProc.resume_scheduler` (the barrier sets `engines_running` without telling the "
-        "coordinator), `DPEngineCoreProc.run_busy_loop` (rank 0's `start_wave` only at the end of its next "
-        "iteration, v0.29.0 on) (v0.25.0, v0.29.0, v0.33.0)",
+        "`AsyncLLM.wait_for_requests_to_drain` (returns when `dp_engines_running()` is false), "
+        "`DPEngineCoreProc.run_busy_loop` (rank 0's `start_wave` after its first step, v0.29.0 on) "
+        "(v0.25.0, v0.29.0, v0.33.0)",
+    ),
+    InstanceSpec(
+        "pause-device-busy",
+        "the seed: pause_generation returns while the last dummy batch's kernels still run on a device (v0.25.0: "
+        "the pause future resolves with no device synchronisation; v0.29.0 adds _finish_pause)",
+        {},
+        {V0_25_0: "violated"},
+        finding="`device_idle_after_pause` in 20 steps: `DPEngineCoreProc._pause_complete` / the idle callback "
+        "resolves the pause future, `DPEngineCoreProc.run_busy_loop` → `execute_dummy_batch` returns before its "
+        "kernels finish (v0.25.0; v0.29.0 adds `EngineCore._finish_pause` → `collective_rpc('synchronize_device')`)",
+    ),
+    InstanceSpec(
+        "drain-after-add",
+        "the seed: right after add_request the drain returns while the request is on its way: v0.33.0 has no "
+        "FIRST_REQ (the view stays idle until the engine's start_wave is published); v0.25.0/v0.29.0 set the "
+        "view at FIRST_REQ, but the stats task then applies a publication the coordinator sent before it took "
+        "FIRST_REQ (v0.29.0's coordinator never publishes running for FIRST_REQ)",
+        {},
+        {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+        finding="`drained_while_adding` in 2 (v0.25.0, v0.29.0) and 1 (v0.33.0) steps: "
+        "`DPAsyncMPClient.add_request_async`, its stats task (FIRST_REQ sets `engines_running`, the next drained "
+        "publication overwrites it), `DPCoordinatorProc` poll-timeout publication, "
+        "`AsyncLLM.wait_for_requests_to_drain` (v0.25.0, v0.29.0, v0.33.0)",
+    ),
+    InstanceSpec(
+        "wave-unseen",
+        "the seed: a wave that serves the request ends (rank 0's wave_complete taken) before the coordinator "
+        "marked it running: v0.25.0, the FIRST_REQ still on its way while the engine runs the request and the "
+        "pause wave; v0.33.0, the engine's start_wave taken after rank 0's wave_complete. v0.29.0's shortest "
+        "violation at sync_interval 1 is the model syncing at step 1 (v0.29.0 syncs every 32): not a finding",
+        {},
+        {V0_25_0: "violated", V0_33_0: "violated"},
+        finding="`wave_seen_before_complete` in 24 steps (v0.25.0, v0.33.0): `DPEngineCoreProc.add_request`, "
+        "`run_busy_loop` (wave_complete from rank 0; v0.33.0 `start_wave` from the rank that took the request), "
+        "`DPCoordinatorProc.process_input_socket` (FIRST_REQ / start_wave / wave_complete in arrival order) "
+        "(v0.25.0, v0.33.0)",
     ),
     InstanceSpec(
         "sleep",
         "sleep(level=1) instead of pause (abort: the request is aborted), collective_rpc while asleep, then "
-        "wake_up (fully awake: the DP resume barrier); v0.25.0's sleep returns while the last dummy batch's "
-        "kernels may still run (no synchronize_device before the pause completes)",
+        "wake_up (fully awake: the DP resume barrier); sleep replies only once the executor slept, and "
+        "Worker.sleep synchronises the device first, so no release returns with a busy device; violated "
+        "through drained_while_adding and wave_seen_before_complete, as the seed",
         {"sleep_level": 1},
-        {V0_25_0: "violated", V0_29_0: "holds", V0_33_0: "holds"},
-        finding="`EngineCore.sleep` → `pause_scheduler` → the idle callback resolves the future (and the "
-        "executor sleeps) with no device synchronisation; `DPEngineCoreProc.run_busy_loop` → "
-        "`execute_dummy_batch` returns before its kernels finish (v0.25.0; v0.29.0 adds `_finish_pause` → "
-        "`collective_rpc('synchronize_device')`)",
+        {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
     ),
     InstanceSpec(
         "reject-while-paused",

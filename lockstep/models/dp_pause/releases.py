@@ -10,11 +10,17 @@ the v0.20.0/v0.21.0 variants, whose counts and verdicts stay as pinned.
 - v0.25.0: ``DPEngineCoreProc.run_busy_loop`` skips the dummy batch while
   ``model_executor.is_sleeping`` (it still counts the step and joins the engine all-reduce);
   ``EngineCore.wake_up`` resumes the scheduler only once fully awake. ``sleep(level, mode)`` is
-  ``pause_scheduler`` (no ``reject_new_requests``) whose completion puts the executor to sleep.
+  ``pause_scheduler`` (no ``reject_new_requests``) whose completion puts the executor to sleep:
+  ``model_executor.sleep`` → ``collective_rpc("sleep")`` waits for every worker, and
+  ``Worker.sleep`` synchronises the device first, so the reply follows an idle device (a pause's
+  own completion does not wait for the device before v0.29.0).
 - v0.29.0: ``EngineCore._finish_pause``: a pause completes only after
   ``collective_rpc("synchronize_device")`` (the idle callback runs it before the future resolves);
   ``run_busy_loop``: rank 0 reports ``start_wave`` to the coordinator when it starts running at an
-  iteration it began idle (``was_running``), unless a pause is pending.
+  iteration it began idle (``was_running``), unless a pause is pending;
+  ``DPCoordinatorProc.process_input_socket``: FIRST_REQ still sends START_DP_WAVE to an idle wave
+  but no longer sets ``engines_running`` nor publishes ("only set from the engines' own
+  notifications"; 0.27.0 still set it).
 - v0.33.0: ``EngineCoreProc.pause_generation`` sets ``reject_new_requests`` for abort and wait (an
   ADD is answered ``engine_paused``; ``EngineCoreProc.resume_scheduler`` clears it);
   ``_has_global_unfinished_reqs`` syncs at step 1 of a wave and every
@@ -40,6 +46,7 @@ class Release:
     sleep_skips_dummy: bool = False  # v0.25.0: no dummy batch while asleep; wake_up resumes only fully awake
     synchronizes_device: bool = False  # v0.29.0: _finish_pause → collective_rpc("synchronize_device")
     reports_wave_start: bool = False  # v0.29.0: rank 0 reports start_wave on its idle → running edge
+    first_request_leaves_idle: bool = False  # v0.29.0: the coordinator's FIRST_REQ leaves engines_running false
     rejects_while_paused: bool = False  # v0.33.0: pause_generation's reject_new_requests
     sync_at_step_one: bool = False  # v0.33.0: dp_sync_interval cadence, step 1 of a wave synced too
     no_first_request: bool = False  # v0.33.0: no FIRST_REQ; add_request wakes for any request
@@ -47,12 +54,19 @@ class Release:
 
 _TABLE: dict[str, Release] = {
     V0_25_0: Release(later=True, sleep_skips_dummy=True),
-    V0_29_0: Release(later=True, sleep_skips_dummy=True, synchronizes_device=True, reports_wave_start=True),
+    V0_29_0: Release(
+        later=True,
+        sleep_skips_dummy=True,
+        synchronizes_device=True,
+        reports_wave_start=True,
+        first_request_leaves_idle=True,
+    ),
     V0_33_0: Release(
         later=True,
         sleep_skips_dummy=True,
         synchronizes_device=True,
         reports_wave_start=True,
+        first_request_leaves_idle=True,
         rejects_while_paused=True,
         sync_at_step_one=True,
         no_first_request=True,

@@ -1,8 +1,8 @@
 """The dp-pause engine-core utilities of the releases after v0.21.0 (``releases.py``): sleep and
-wake_up with the executor's sleep state, the idle callback that synchronises the device before a
-pause completes, the device finishing a forward's kernels, and v0.33.0's ``pause_generation`` /
-``resume_scheduler`` with ``reject_new_requests`` and its ``add_request`` (a wake-up for any
-request to an idle, unpaused engine; no FIRST_REQ exists).
+wake_up with the executor's sleep state, the idle callback that waits for the device before a
+pause (v0.29.0 on) or a sleep (v0.25.0 on) completes, the device finishing a forward's kernels,
+and v0.33.0's ``pause_generation`` / ``resume_scheduler`` with ``reject_new_requests`` and its
+``add_request`` (a wake-up for any request to an idle, unpaused engine; no FIRST_REQ exists).
 
 Sleep is modelled at level 1 with the default mode ``abort`` (``EngineCore.sleep(level=1)``):
 ``pause_scheduler`` (the DP two-phase pause, no ``reject_new_requests``), and when its future
@@ -139,11 +139,13 @@ def handle_add_request(model: State, rank: Term) -> Step:
 @action(
     actor="rank:{rank}",
     mirrors="_process_input_queue → _notify_idle_state_callbacks → engine_idle_callback → "
-    "EngineCore._finish_pause (collective_rpc('synchronize_device'))",
+    "EngineCore._finish_pause (collective_rpc('synchronize_device'), v0.29.0 on) / sleep's pause_complete → "
+    "model_executor.sleep → collective_rpc('sleep') → Worker.sleep (torch.accelerator.synchronize)",
 )
 def fire_idle_callbacks(model: State, rank: Term) -> Step:
-    """v0.29.0 on: an idle engine runs its pause callback before it takes a message; the callback
-    first waits for the device (synchronize_device)."""
+    """An idle engine runs its pause callback before it takes a message; the callback first waits
+    for the device: v0.29.0 on, every pause (synchronize_device); v0.25.0 on, a sleep (Worker.sleep
+    synchronises before it suspends, and collective_rpc waits for every worker)."""
     mode, future = model.mode, model.pause_future
     return Step(
         (mode[rank] == Mode.TOP) & callback_due(model, rank),
@@ -153,8 +155,8 @@ def fire_idle_callbacks(model: State, rank: Term) -> Step:
 
 @action(
     actor="rank:{rank}",
-    mirrors="synchronize_device returns → engine_idle_callback: future.set_result (sleep: model_executor.sleep)"
-    + REPLY,
+    mirrors="synchronize_device (or Worker.sleep's synchronize) returns → future.set_result "
+    "(sleep: model_executor.sleep, is_sleeping)" + REPLY,
 )
 def synchronize_device(model: State, rank: Term) -> Step:
     """The device is idle: the pause completes (a sleep's executor sleeps) and the reply goes out."""

@@ -37,8 +37,9 @@ MessageKind = enum(
     ["ADD", "START_WAVE", "PAUSE", "RPC", "RESUME", "PAUSE_ABORT", "PAUSE_WAIT", "BARRIER", "ABORT", "SLEEP", "WAKE"],
 )
 ReportKind = enum("ReportKind", ["WAVE_COMPLETE", "START_WAVE"])
-# DUMMY_SKIPPED (v0.25.0 on): an asleep engine in a wave skips the dummy batch; DEVICE_SYNC (v0.29.0 on):
-# _finish_pause waits in collective_rpc("synchronize_device")
+# DUMMY_SKIPPED (v0.25.0 on): an asleep engine in a wave skips the dummy batch; DEVICE_SYNC: the idle
+# callback waits for the device (v0.29.0 on: _finish_pause's collective_rpc("synchronize_device"); v0.25.0
+# on, a sleep: model_executor.sleep → Worker.sleep's torch.accelerator.synchronize)
 Mode = enum(
     "Mode",
     [
@@ -208,6 +209,7 @@ class State:
     was_running: Term  # engines_running at the top of this loop iteration (run_busy_loop's was_running)
     reject_new_requests: Term  # EngineCoreProc.reject_new_requests
     rejected: Term  # client.rejected: an ADD was answered "engine_paused"
+    last_served: Term  # ghost wave.last_served: the latest wave in which a real forward ran (-1: none)
     # communicators (see model.py)
     engine_dp: Communicator
     worker_dp: Communicator
@@ -288,6 +290,13 @@ def _engine_variables(declared: _Declaration, variant: Variant, options: Options
         device_busy=per_rank("device_busy", BOOL, False, "kernels still running", present=release.later),
         was_running=per_rank("was_running", BOOL, False, present=release.reports_wave_start),
         reject_new_requests=per_rank("reject_new_requests", BOOL, False, present=release.rejects_while_paused),
+        last_served=declared.variable(
+            "wave.last_served",
+            integers(-1, options.max_wave),
+            -1,
+            "ghost: the latest wave in which a rank ran a real forward",
+            release.later,
+        ),
     )
 
 
