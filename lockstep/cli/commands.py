@@ -288,6 +288,7 @@ def reproduce(**options: Any) -> Invocation:
     help="wall-clock limit of each path's run (default: 6 × --hang-timeout, at least 60)",
 )
 @click.option("--max-paths", type=POSITIVE_INTEGER, metavar="N", help="run at most N paths (most goals first)")
+@click.option("--fail-fast", is_flag=True, help="stop after the first run that diverges or violates a property")
 @click.option("--seed", type=int, default=0, help="seed for the choices past each path's end (default 0)")
 @click.option("--trace-dir", type=FILE, metavar="DIR", help="where the paths and runs go (default: lockstep-out/test-runtime-...)")
 @json_option

@@ -1,7 +1,7 @@
 """The ``test-runtime`` command of ``lockstep``: model-guided testing of the reference runtime.
 
 ``lockstep test-runtime PROTOCOL [--variant V] [--instance I] [--backend gloo|nccl] [--hang-timeout S]
-[--timeout S] [--max-paths N] [--seed S] [--trace-dir DIR] [--json]`` computes the model's coverage
+[--timeout S] [--max-paths N] [--fail-fast] [--seed S] [--trace-dir DIR] [--json]`` computes the model's coverage
 goals (``lockstep.checkers.goals``: every action with its arguments, every guard conjunct true and
 false, every branch condition of an update, every ``sometimes`` witness, the states one step from
 violating an ``always`` property, the highest level of each bounded-response monitor), finds a
@@ -10,7 +10,8 @@ the real runtime through each path's choices exactly as ``lockstep reproduce`` d
 protocol's ``plan_reproduction``: ``reproduce.reproduction_config``). Every run's trace is
 replayed against the model (``replay_traces``, with guard coverage and the goal observer), and
 the command reports per goal whether the model reaches it and whether the runtime did, and per
-path the run's outcome and the replay's verdict, with the trace directory.
+path the run's outcome and the replay's verdict, with the trace directory. ``--fail-fast`` stops
+after the first run that diverges or violates a property (runtime mutation testing uses it).
 
 Exit codes: 0 every run completed and its trace follows the model; 1 some run's trace diverges
 from the model, violates a property, or the run hung; 2 usage (an unknown protocol, variant or
@@ -181,6 +182,8 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
             f"path {number}/{len(chosen)} ({label}, {path.length} steps): {outcome.outcome} in "
             f"{outcome.seconds:.1f} s{detail} -> {verdict}",
         )
+        if arguments.fail_fast and verdict in ("divergence", "violation"):
+            break
     goals = [
         {
             "kind": goal.kind,
