@@ -10,9 +10,10 @@ a mutant is killed when the command exits 1: a run's trace diverges from the mod
 property, or the run hangs. ``tools/runtime_mutants.py`` prints the kill rate per protocol;
 ``tests/test_runtime_mutants.py`` asserts each non-equivalent mutant is killed.
 
-Every mutant is run against the post-fix variant's ``seed`` instance. async-placeholders and
-cudagraph-pp have no reproduction plan yet, so ``test-runtime`` cannot drive them: they have no
-mutants here.
+Every mutant is run against the post-fix variant's ``seed`` instance, or the instance its
+``options`` name (pp-broadcast's ``decode-gap``: the seed has one request, so no step mixes a
+decode with a chunk and no gap is left; async-placeholders' ``spec-decode``: the seed has no
+drafts).
 """
 
 from __future__ import annotations
@@ -43,7 +44,11 @@ class Mutant:
     replacement: str  # without indentation (the original's is kept)
     weakens: str
     equivalent: str = ""  # why no run can tell it from the original ("" for a mutant that must be killed)
+    options: tuple[str, ...] = ()  # test-runtime options beyond the protocol's post-fix seed (an --instance)
 
+
+DECODE_GAP = ("--instance", "decode-gap")
+SPEC_DECODE = ("--instance", "spec-decode")  # drafts: the seed has none, so rejected drafts never happen  # two requests, a gap: mixed steps (a decode and a chunk) happen
 
 MUTANTS = (
     # ------------------------------------------------------------------------------------ dp-pause
@@ -111,6 +116,7 @@ MUTANTS = (
         "return every_row_discarded",
         "return False",
         "the fix's core: post-fix skips the broadcast on an all-chunked-prefill step",
+        options=DECODE_GAP,
     ),
     Mutant(
         "pp-broadcast",
@@ -119,6 +125,7 @@ MUTANTS = (
         "every_row_discarded = all(step.discard)  # _is_all_reqs_chunked_prefill()",
         "every_row_discarded = any(step.discard)  # _is_all_reqs_chunked_prefill()",
         "the skip consensus: skip when any row is discarded, not every row",
+        options=DECODE_GAP,
     ),
     Mutant(
         "pp-broadcast",
@@ -127,6 +134,7 @@ MUTANTS = (
         "if waiting and self.scheduled - self.processed < self.size:",
         "if waiting and self.scheduled - self.processed <= self.size:",
         "ordering: the engine keeps at most pp_size steps in flight (off by one)",
+        options=DECODE_GAP,
     ),
     Mutant(
         "pp-broadcast",
@@ -135,6 +143,7 @@ MUTANTS = (
         "self.prev_map = {q: row for row, (q, _, _) in enumerate(step.rows) if kept[row]}",
         "self.prev_map = {q: row for row, (q, _, _) in enumerate(step.rows)}",
         "prev_req_id_to_index maps only rows whose sample is kept",
+        options=DECODE_GAP,
     ),
     Mutant(
         "pp-broadcast",
@@ -143,6 +152,7 @@ MUTANTS = (
         "self.output_length[q] += kept[row]  # the -1 placeholder",
         "self.output_length[q] += 1  # the -1 placeholder",
         "a placeholder only for a kept row (counter)",
+        options=DECODE_GAP,
     ),
     Mutant(
         "pp-broadcast",
@@ -151,6 +161,7 @@ MUTANTS = (
         "if leave_out >= 0:",
         "if leave_out > 0:",
         "leaving request 0 out uses up a gap (index off by one)",
+        options=DECODE_GAP,
     ),
     # ----------------------------------------------------------------------------- computed-tokens
     Mutant(
@@ -201,6 +212,119 @@ MUTANTS = (
         "self.num_computed_tokens += scheduled.to(self.device)",
         "post_update subtracts the rejected drafts on the device",
     ),
+    # -------------------------------------------------------------------------- async-placeholders
+    Mutant(
+        "async-placeholders",
+        "forward-scan",
+        "impl/async_placeholders/scans.py",
+        "POST_FIX: backward_first_placeholder,",
+        "POST_FIX: forward_first_placeholder,",
+        "the fix's core: post-fix finds the -1 run by a backward scan",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "scan-reads-one-more",
+        "impl/async_placeholders/scans.py",
+        "reads = 0",
+        "reads = 1",
+        "the backward scan's element count (off by one)",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "scan-stops-at-one",
+        "impl/async_placeholders/scans.py",
+        "while first > 0:",
+        "while first > 1:",
+        "the backward scan may reach the list's first element (index off by one)",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "valid-ids-one-more",
+        "impl/async_placeholders/scans.py",
+        "return len(row) if row[-1] != PLACEHOLDER else row.index(PLACEHOLDER)",
+        "return len(row) if row[-1] != PLACEHOLDER else row.index(PLACEHOLDER) + 1",
+        "a sampled row's valid ids end before its first -1 (off by one)",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "repair-unbounded",
+        "impl/async_placeholders/scans.py",
+        "written = min(valid_count(row), run)",
+        "written = valid_count(row)",
+        "the repair writes at most as many ids as the -1 run is long",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "placeholders-without-drafts",
+        "impl/async_placeholders/scheduler.py",
+        "request.placeholders += 1 + drafts",
+        "request.placeholders += 1",
+        "a producing step adds one placeholder per draft plus one (counter)",
+        options=SPEC_DECODE,
+    ),
+    Mutant(
+        "async-placeholders",
+        "rejected-placeholders-kept",
+        "impl/async_placeholders/scheduler.py",
+        "request.placeholders -= entry.drafts - accepted",
+        "request.placeholders -= entry.drafts",
+        "the rejected drafts' placeholders are dropped, the accepted ones kept",
+        options=SPEC_DECODE,
+    ),
+    # -------------------------------------------------------------------------------- cudagraph-pp
+    Mutant(
+        "cudagraph-pp",
+        "no-copy-in",
+        "impl/cudagraph_pp/worker.py",
+        "if self.copies_in:  # every key of the persistent buffer (a missing key is vLLM's KeyError)",
+        "if False:  # every key of the persistent buffer (a missing key is vLLM's KeyError)",
+        "the fix's core: post-fix copies the received tensors into the persistent buffer",
+    ),
+    Mutant(
+        "cudagraph-pp",
+        "no-persistent-buffer",
+        "impl/cudagraph_pp/worker.py",
+        "self.persistent_buffer = self.variant not in (PRE_FIX, NO_PERSISTENT_BUFFER)",
+        "self.persistent_buffer = self.variant in (NO_PERSISTENT_BUFFER,)",
+        "the fix's other half: post-fix captures on a persistent buffer",
+    ),
+    Mutant(
+        "cudagraph-pp",
+        "bucket-above",
+        "impl/cudagraph_pp/descriptors.py",
+        "bucket = next((size for size in sorted(self.candidates) if size >= num_tokens), None)",
+        "bucket = next((size for size in sorted(self.candidates) if size > num_tokens), None)",
+        "dispatch: the smallest capture size that holds the batch (off by one)",
+    ),
+    Mutant(
+        "cudagraph-pp",
+        "fewer-requests-fit",
+        "impl/cudagraph_pp/descriptors.py",
+        "and (descriptor.num_reqs is None or descriptor.num_reqs >= num_reqs)",
+        "and (descriptor.num_reqs is None or descriptor.num_reqs > num_reqs)",
+        "dispatch: a FULL graph serves a batch of up to its request count (off by one)",
+    ),
+    Mutant(
+        "cudagraph-pp",
+        "copy-one-row-short",
+        "impl/cudagraph_pp/worker.py",
+        "tensor[:rows].copy_(received[key][:rows])",
+        "tensor[: rows - 1].copy_(received[key][: rows - 1])",
+        "the copy-in covers every row the graph reads (index off by one)",
+    ),
+    Mutant(
+        "cudagraph-pp",
+        "capture-requests-unbounded",
+        "impl/cudagraph_pp/descriptors.py",
+        "BatchDescriptor(mixed_mode, size, min(size, max_num_reqs) if mixed_mode == \"FULL\" else None)",
+        "BatchDescriptor(mixed_mode, size, size if mixed_mode == \"FULL\" else None)",
+        "a FULL capture's request count is bounded by max_num_seqs",
+    ),
 )
 
 
@@ -232,7 +356,7 @@ def run_test_runtime(
     """``lockstep test-runtime PROTOCOL --variant post-fix --fail-fast --json`` with the mutant's
     package first on PYTHONPATH (None: the real package); exit code, JSON object, stderr."""
     protocol = mutant.protocol if mutant is not None else options[0]
-    arguments = list(options[1:]) if mutant is None else list(options)
+    arguments = list(options[1:]) if mutant is None else [*mutant.options, *options]
     source = mutated_package(mutant, folder / "package") if mutant is not None else ROOT
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(ROOT)])}
     completed = subprocess.run(

@@ -65,10 +65,11 @@ def _model(arguments: argparse.Namespace) -> tuple[Any, Any]:
     return instance, runtime
 
 
-def _verdict(outcome: str, replayed: dict[str, Any] | None) -> str:
-    """One run's verdict: consistent, violation (a hang or a violated property), divergence, trouble."""
+def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str:
+    """One run's verdict: consistent, violation (a hang or a violated property), divergence (the
+    trace leaves the model, or the runtime did not offer a choice the model's path takes), trouble."""
     replay = (replayed or {}).get("verdict")
-    if replay == "diverges":
+    if replay == "diverges" or "ChoiceDivergence" in message:
         return "divergence"
     if replay == "violated" or outcome == "hang diagnosed":
         return "violation"
@@ -96,6 +97,10 @@ def _replay(config: Any, goals: Any) -> dict[str, Any]:
         "model": result.get("model"),
         "detail": str((result.get("explanation") or {}).get("reason") or (result.get("explanation") or {}).get("detail") or ""),
     }
+
+
+def _short(label: str, width: int = 100) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
 
 
 def _say(console: Any, text: str) -> None:
@@ -160,11 +165,11 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
                 return usage_error(console, str(error), arguments)
             record.update(outcome="not run", message=str(error), seconds=0.0, events=0, replay=None, verdict="trouble")
             runs.append(record)
-            _say(console, f"path {number}/{len(chosen)} ({label}, {path.length} steps): not run: {error}")
+            _say(console, f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): not run: {error}")
             continue
         outcome = launch(config, deadline=deadline(arguments.timeout, config))
         replayed = _replay(config, reached_in_runtime)
-        verdict = _verdict(outcome.outcome, replayed)
+        verdict = _verdict(outcome.outcome, outcome.message, replayed)
         record.update(
             outcome=outcome.outcome,
             message=outcome.message,
@@ -177,9 +182,11 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
         detail = f"; replay {replayed['verdict']}" + (f" ({replayed['property']})" if replayed.get("property") else "")
         if replayed.get("verdict") in ("diverges", "error") and replayed.get("detail"):
             detail += f" at event {replayed.get('event')}: {replayed['detail']}"
+        if outcome.outcome != "completed" and outcome.message:
+            detail += f"; {outcome.message.strip().splitlines()[-1]}"
         _say(
             console,
-            f"path {number}/{len(chosen)} ({label}, {path.length} steps): {outcome.outcome} in "
+            f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): {outcome.outcome} in "
             f"{outcome.seconds:.1f} s{detail} -> {verdict}",
         )
         if arguments.fail_fast and verdict in ("divergence", "violation"):
@@ -214,7 +221,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     )
     for run in runs:
         if run["verdict"] in ("divergence", "violation"):
-            _say(console, f"  path {run['index']} ({run['goal']}): {run['verdict']}; traces: {run['trace_dir']}")
+            _say(console, f"  path {run['index']} ({_short(run['goal'])}): {run['verdict']}; traces: {run['trace_dir']}")
     _say(console, f"traces: {folder.resolve()}")
     if arguments.json:
         payload = {
