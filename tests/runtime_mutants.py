@@ -7,7 +7,7 @@ that is not found exactly once fails loudly (``MutantError``), so a mutant canno
 applying when the runtime changes. ``run_test_runtime`` runs ``lockstep test-runtime`` in a
 subprocess with that copy first on ``PYTHONPATH`` (the rank processes it spawns inherit it), and
 a mutant is killed when the command exits 1: a run's trace diverges from the model, violates a
-property, or the run hangs. ``tools/runtime_mutants.py`` prints the kill rate per protocol;
+property, or the run hangs. ``bench/runtime_mutants.py`` prints the kill rate per protocol;
 ``tests/test_runtime_mutants.py`` asserts each non-equivalent mutant is killed.
 
 Every mutant is run against the post-fix variant's ``seed`` instance, or the instance its
@@ -47,8 +47,10 @@ class Mutant:
     options: tuple[str, ...] = ()  # test-runtime options beyond the protocol's post-fix seed (an --instance)
 
 
+# two requests and a gap: steps that mix a decode with a chunk happen
 DECODE_GAP = ("--instance", "decode-gap")
-SPEC_DECODE = ("--instance", "spec-decode")  # drafts: the seed has none, so rejected drafts never happen  # two requests, a gap: mixed steps (a decode and a chunk) happen
+# drafts: the seed has none, so rejected drafts never happen
+SPEC_DECODE = ("--instance", "spec-decode")
 
 MUTANTS = (
     # ------------------------------------------------------------------------------------ dp-pause
@@ -321,8 +323,8 @@ MUTANTS = (
         "cudagraph-pp",
         "capture-requests-unbounded",
         "impl/cudagraph_pp/descriptors.py",
-        "BatchDescriptor(mixed_mode, size, min(size, max_num_reqs) if mixed_mode == \"FULL\" else None)",
-        "BatchDescriptor(mixed_mode, size, size if mixed_mode == \"FULL\" else None)",
+        'BatchDescriptor(mixed_mode, size, min(size, max_num_reqs) if mixed_mode == "FULL" else None)',
+        'BatchDescriptor(mixed_mode, size, size if mixed_mode == "FULL" else None)',
         "a FULL capture's request count is bounded by max_num_seqs",
     ),
 )

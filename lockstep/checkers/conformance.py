@@ -180,8 +180,8 @@ def replay_traces(
     model the caller names (see the module doc); ``profile`` a ``RecorderProfile`` or its name
     (``runtime``, ``vllm-dp-pause``). ``observe(system, candidates, bindings)`` is called before
     each event with the candidate states and the event's model bindings (action position,
-    arguments), and once at the end with no bindings (``lockstep.checkers.goals``). Raises ``TraceInputError`` (``HeaderMismatch``
-    among them) or ``UsageError`` for bad input."""
+    arguments), and once at the end with no bindings (``lockstep.checkers.goals``). Raises
+    ``TraceInputError`` (``HeaderMismatch`` among them) or ``UsageError`` for bad input."""
     if isinstance(source, TraceInput):
         trace = source
     else:

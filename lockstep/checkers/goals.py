@@ -5,8 +5,7 @@ a goal is, how the model reaches it and how a runtime trace's replay is judged t
 A goal is one of
 
 - ``action``: an action fires with one tuple of arguments (``action handle_pause(rank=1)``);
-- ``guard``: a guard conjunct of an action is true, or false, for some argument binding (the
-  labels of ``lockstep.checkers.guard_coverage``, so a replay's guard coverage answers them);
+- ``guard``: a guard conjunct of an action is true, or false, for some argument binding;
 - ``decision``: a Boolean condition inside an action's updates (a comparison or a flag read,
   with no bound variable) is true, or false, when the action fires: the branch the step takes.
   dp-pause post-fix's "a partial pause vote at a sync point" is ``finish_sync: votes % 2 != 0``
@@ -28,14 +27,24 @@ goals the trace reached. Nothing here prints.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from lockstep.checkers.result import Path, Step
 from lockstep.spec.evaluation import Environment, EvaluationError, evaluate
-from lockstep.spec.expressions import Bound, Comprehension, Constant, Expression, Operation, Operator, children, render
+from lockstep.spec.expressions import (
+    Bound,
+    Comprehension,
+    Constant,
+    Expression,
+    Operation,
+    Operator,
+    children,
+    render,
+    walk,
+)
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.semantics import State, Transition, TransitionSystem, argument_space, unpack
 from lockstep.spec.sorts import BoolSort, Value
@@ -104,6 +113,20 @@ class GoalSearch:
         return Path(self._initial, tuple(steps))
 
 
+def label_of(expression: Expression) -> str:
+    """``render(expression)`` with its bound variables numbered from 0 in order of appearance: a
+    machine built twice names them apart (``rank9``, ``rank17``), a goal's label must not."""
+    text = render(expression)
+    names: list[str] = []
+    for node in walk(expression):
+        if isinstance(node, Comprehension) and node.variable.name not in names:
+            names.append(node.variable.name)
+    if not names:
+        return text
+    renamed = {name: f"{name.rstrip('0123456789')}#{number}" for number, name in enumerate(names)}
+    return re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda match: renamed[match.group(1)], text)
+
+
 def _atoms(expression: Expression, found: dict[str, Expression]) -> None:
     """Boolean conditions in ``expression``: Bool-valued nodes that are no connective or constant
     and read no bound variable (those could not be evaluated on their own)."""
@@ -113,7 +136,7 @@ def _atoms(expression: Expression, found: dict[str, Expression]) -> None:
         isinstance(expression, Operation) and expression.operator in CONNECTIVES
     ):
         if not _binds(expression):
-            found.setdefault(render(expression), expression)
+            found.setdefault(label_of(expression), expression)
         return
     for child in children(expression):
         _atoms(child, found)
@@ -155,7 +178,7 @@ class _Catalogue:
             self.spaces.append(space)
             for arguments in space:
                 self.goals.append(Goal("action", action_label(machine, action.name, arguments)))
-            guard = [(f"{action.name}: {render(conjunct)}", conjunct) for conjunct in action.guard]
+            guard = [(f"{action.name}: {label_of(conjunct)}", conjunct) for conjunct in action.guard]
             self.guards.append(guard)
             for label, _ in guard:
                 self.goals += [Goal("guard", f"{label} {value}") for value in ("true", "false")]
@@ -221,7 +244,9 @@ class _Catalogue:
         """The action goal and decision goals of the action at ``position`` firing with ``arguments``."""
         action = self.machine.actions[position]
         found = {action_label(self.machine, action.name, arguments)}
-        environment = Environment(values, {parameter.name: value for parameter, value in zip(action.parameters, arguments)})
+        environment = Environment(
+            values, {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
+        )
         for label, atom in self.decisions[position]:
             value = _value(atom, environment)
             if value is not None:
@@ -230,7 +255,9 @@ class _Catalogue:
 
     def fires(self, values: dict[str, Value], position: int, arguments: tuple[Value, ...]) -> bool:
         action = self.machine.actions[position]
-        environment = Environment(values, {parameter.name: value for parameter, value in zip(action.parameters, arguments)})
+        environment = Environment(
+            values, {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
+        )
         return all(_value(conjunct, environment) for conjunct in action.guard)
 
 
@@ -243,7 +270,9 @@ def _value(expression: Expression, environment: Environment) -> bool | None:
 
 def action_label(machine: Machine, action: str, arguments: tuple[Value, ...]) -> str:
     declared = machine.action_named(action).parameters
-    rendered = ", ".join(f"{parameter.name}={parameter.sort.render(value)}" for parameter, value in zip(declared, arguments))
+    rendered = ", ".join(
+        f"{parameter.name}={parameter.sort.render(value)}" for parameter, value in zip(declared, arguments)
+    )
     return f"{action}({rendered})"
 
 
@@ -261,8 +290,8 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
     catalogue = _Catalogue(machine)
     initial = system.initial()
     index: dict[State, int] = {initial: 0}
-    states, parent, via, depth = [initial], [-1], [None], [0]
-    parent_via: list[Transition | None] = via
+    states, parent, depth = [initial], [-1], [0]
+    parent_via: list[Transition | None] = [None]
     reached: dict[str, ReachedGoal] = {}
     guard_open = {goal.label for goal in catalogue.goals if goal.kind == "guard"}
     highest = {name: (0, -1) for name in catalogue.monitors}  # monitor -> (level, state id)
@@ -360,9 +389,9 @@ def _on_path(search: GoalSearch, label: str, chain: list[int]) -> bool:
 
 
 class RuntimeGoals:
-    """The goals a replayed trace reaches, fed by ``replay_traces(observe=...)`` and then by its
-    guard coverage (``add_guards``). Evaluates each candidate state the replay holds before an
-    event (at most ``per_event`` of them) and the event's bindings that can fire there."""
+    """The goals a replayed trace reaches, fed by ``replay_traces(observe=...)``. Evaluates each
+    candidate state the replay holds before an event and after the last (at most ``per_event`` of
+    them) with the code the model search uses, and the event's bindings that can fire there."""
 
     def __init__(self, per_event: int = 8) -> None:
         self.per_event = per_event
@@ -381,6 +410,7 @@ class RuntimeGoals:
             if state not in self._seen:
                 self._seen.add(state)
                 self.reached |= catalogue.state_goals(system, state, system.transitions(state))
+                self.reached |= catalogue.guard_goals(state)
                 for name, position in catalogue.monitors.items():
                     level = state[position]
                     if isinstance(level, int) and level > 0:
@@ -389,13 +419,6 @@ class RuntimeGoals:
             for position, arguments in bindings:
                 if catalogue.fires(values, position, arguments):
                     self.reached |= catalogue.step_goals(values, position, arguments)
-
-    def add_guards(self, guards: dict[str, Any] | None) -> None:
-        """The replay's guard coverage (``guard_coverage=True``): conjuncts seen true and false."""
-        for label, counts in ((guards or {}).get("conjuncts") or {}).items():
-            for value in ("true", "false"):
-                if counts.get(value):
-                    self.reached.add(f"{label} {value}")
 
     def reaches(self, goal: Goal) -> bool:
         if goal.kind == "monitor":  # at least the level the model reaches

@@ -265,8 +265,15 @@ def reproduce(**options: Any) -> Invocation:
 
 @click.command("test-runtime")
 @click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
-@click.option("--variant", metavar="NAME", shell_complete=completion.variants, help="the model variant (default: the protocol's default)")
-@click.option("--instance", metavar="NAME", shell_complete=completion.instances, help="the model instance (default: seed)")
+@click.option(
+    "--variant",
+    metavar="NAME",
+    shell_complete=completion.variants,
+    help="the model variant (default: the protocol's default)",
+)
+@click.option(
+    "--instance", metavar="NAME", shell_complete=completion.instances, help="the model instance (default: seed)"
+)
 @click.option(
     "--backend",
     type=click.Choice(("gloo", "nccl")),
@@ -285,12 +292,14 @@ def reproduce(**options: Any) -> Invocation:
     "--timeout",
     type=POSITIVE_NUMBER,
     metavar="SECONDS",
-    help="wall-clock limit of each path's run (default: 6 × --hang-timeout, at least 60)",
+    help="wall-clock limit of the whole command (then exit 3; each run: 6 × --hang-timeout, at least 60)",
 )
 @click.option("--max-paths", type=POSITIVE_INTEGER, metavar="N", help="run at most N paths (most goals first)")
 @click.option("--fail-fast", is_flag=True, help="stop after the first run that diverges or violates a property")
 @click.option("--seed", type=int, default=0, help="seed for the choices past each path's end (default 0)")
-@click.option("--trace-dir", type=FILE, metavar="DIR", help="where the paths and runs go (default: lockstep-out/test-runtime-...)")
+@click.option(
+    "--trace-dir", type=FILE, metavar="DIR", help="where the paths and runs go (default: lockstep-out/test-runtime-...)"
+)
 @json_option
 def test_runtime(**options: Any) -> Invocation:
     """Model-guided runtime testing: drive the torch reference runtime through model paths that reach every

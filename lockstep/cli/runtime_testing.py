@@ -8,15 +8,16 @@ violating an ``always`` property, the highest level of each bounded-response mon
 shortest model path to each and a few paths that together pass through all of them, and drives
 the real runtime through each path's choices exactly as ``lockstep reproduce`` does (the
 protocol's ``plan_reproduction``: ``reproduce.reproduction_config``). Every run's trace is
-replayed against the model (``replay_traces``, with guard coverage and the goal observer), and
+replayed against the model (``replay_traces`` with the goal observer), and
 the command reports per goal whether the model reaches it and whether the runtime did, and per
 path the run's outcome and the replay's verdict, with the trace directory. ``--fail-fast`` stops
 after the first run that diverges or violates a property (runtime mutation testing uses it).
 
 Exit codes: 0 every run completed and its trace follows the model; 1 some run's trace diverges
 from the model, violates a property, or the run hung; 2 usage (an unknown protocol, variant or
-instance, a runtime without a reproduction plan); 3 runtime trouble (a run ended otherwise, or
-its trace could not be judged) and nothing diverged. Progress goes to stderr; with ``--json``
+instance, a runtime without a reproduction plan); 3 runtime trouble (a run ended otherwise, its trace
+could not be judged, or ``--timeout``, the whole command's wall clock, left paths unrun) and
+nothing diverged. Progress goes to stderr; with ``--json``
 stdout carries one object (``lockstep/schemas/test-runtime.schema.json``).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,19 +85,18 @@ def _replay(config: Any, goals: Any) -> dict[str, Any]:
     from lockstep.traces.reader import TraceInputError
 
     try:
-        verdict = replay_traces(
-            config.trace_dir, **runtime_expectations(config), guard_coverage=True, observe=goals.observe
-        )
+        verdict = replay_traces(config.trace_dir, **runtime_expectations(config), observe=goals.observe)
     except (TraceInputError, ValueError, OSError) as error:
         return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
     result = verdict.to_json()
-    goals.add_guards(result["coverage"].get("guards"))
     return {
         "verdict": result["verdict"],
         "event": result.get("event"),
         "property": result.get("property"),
         "model": result.get("model"),
-        "detail": str((result.get("explanation") or {}).get("reason") or (result.get("explanation") or {}).get("detail") or ""),
+        "detail": str(
+            (result.get("explanation") or {}).get("reason") or (result.get("explanation") or {}).get("detail") or ""
+        ),
     }
 
 
@@ -116,6 +117,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.cli.runtime import check_backend, deadline
     from lockstep.impl.launcher import launch
 
+    started = time.monotonic()
     try:
         instance, runtime = _model(arguments)
         folder = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
@@ -131,6 +133,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
         f"{len(chosen)} paths cover {sum(len(goals) for _, goals in chosen)} of them",
     )
     folder.mkdir(parents=True, exist_ok=True)
+    timed_out = False
     reached_in_runtime = RuntimeGoals()
     runs: list[dict[str, Any]] = []
     path_of: dict[str, int] = {}
@@ -156,7 +159,10 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
         try:
             header, events = _read(str(file))
             options = argparse.Namespace(
-                counterexample=str(file), backend=arguments.backend, seed=arguments.seed, hang_timeout=arguments.hang_timeout
+                counterexample=str(file),
+                backend=arguments.backend,
+                seed=arguments.seed,
+                hang_timeout=arguments.hang_timeout,
             )
             config = reproduction_config(options, header, events, run_dir)
             check_backend(config)
@@ -167,7 +173,12 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
             runs.append(record)
             _say(console, f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): not run: {error}")
             continue
-        outcome = launch(config, deadline=deadline(arguments.timeout, config))
+        left = None if arguments.timeout is None else arguments.timeout - (time.monotonic() - started)
+        if left is not None and left <= 1:
+            _say(console, f"--timeout {arguments.timeout:g} s reached: {len(chosen) - number + 1} paths not run")
+            timed_out = True
+            break
+        outcome = launch(config, deadline=deadline(None, config) if left is None else min(left, deadline(None, config)))
         replayed = _replay(config, reached_in_runtime)
         verdict = _verdict(outcome.outcome, outcome.message, replayed)
         record.update(
@@ -206,12 +217,12 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     if verdicts & {"divergence", "violation"}:
         code = EXIT_DIVERGENCE
         overall = "divergence" if "divergence" in verdicts else "violation"
-    elif "trouble" in verdicts or not runs:
+    elif "trouble" in verdicts or not runs or timed_out:
         code, overall = EXIT_TROUBLE, "trouble"
     else:
         code, overall = EXIT_CONSISTENT, "consistent"
-    in_model = sum(goal["model"] for goal in goals)
-    in_runtime = sum(goal["model"] and goal["runtime"] for goal in goals)
+    in_model = sum(bool(goal["model"]) for goal in goals)
+    in_runtime = sum(bool(goal["model"] and goal["runtime"]) for goal in goals)
     colour = {"consistent": "green", "trouble": "yellow"}.get(overall, "red")
     console.print(
         f"[bold {colour}]{overall}[/bold {colour}]: {len(runs)} runs; goals reached in the model {in_model} of "
@@ -221,7 +232,9 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     )
     for run in runs:
         if run["verdict"] in ("divergence", "violation"):
-            _say(console, f"  path {run['index']} ({_short(run['goal'])}): {run['verdict']}; traces: {run['trace_dir']}")
+            _say(
+                console, f"  path {run['index']} ({_short(run['goal'])}): {run['verdict']}; traces: {run['trace_dir']}"
+            )
     _say(console, f"traces: {folder.resolve()}")
     if arguments.json:
         payload = {

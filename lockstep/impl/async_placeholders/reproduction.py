@@ -72,7 +72,9 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
             if picked == "run" and not prefilling and speculative:
                 choices.append(Choice(SCHEDULER, "drafts", (), str(drafts)))
             if expected["history_toggles"]:
-                choices.append(Choice(SCHEDULER, "history", (), "needed" if args.get("history", True) else "not-needed"))
+                choices.append(
+                    Choice(SCHEDULER, "history", (), "needed" if args.get("history", True) else "not-needed")
+                )
             prefilling = {"run": False, "preempt": True}.get(picked, prefilling)
             drafts_of.append(drafts)
         elif action == "kv_load_failure":

@@ -1,6 +1,6 @@
 """Print the kill rate of ``lockstep test-runtime`` over the runtime mutants, per protocol.
 
-``python tools/runtime_mutants.py [--protocol P]... [--max-paths N]`` applies each mutant of
+``python bench/runtime_mutants.py [--protocol P]... [--max-paths N]`` applies each mutant of
 ``tests/runtime_mutants.py`` to a temporary copy of the package, runs ``lockstep test-runtime``
 on the protocol's post-fix ``seed`` (``--fail-fast``) with that copy first on PYTHONPATH, and
 prints one line per mutant (killed or survived, the first failing path, the seconds it took)
