@@ -85,6 +85,12 @@ class GoalSearch:
     _parent: list[int] = field(repr=False, default_factory=list)
     _via: list[Transition | None] = field(repr=False, default_factory=list)
     _initial: State = ()
+    _system: TransitionSystem | None = field(repr=False, default=None)
+    _catalogue: _Catalogue | None = field(repr=False, default=None)
+
+    def state(self, state_id: int) -> State:
+        via = self._via[state_id]
+        return self._initial if via is None else via.target
 
     @property
     def unreached(self) -> list[Goal]:
@@ -345,7 +351,7 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
             goal = Goal("monitor", monitor_label(name, level))
             goals.append(goal)
             reached[goal.label] = ReachedGoal(goal, state_id, None, depth[state_id])
-    return GoalSearch(machine, goals, reached, len(states), complete, parent, parent_via, initial)
+    return GoalSearch(machine, goals, reached, len(states), complete, parent, parent_via, initial, system, catalogue)
 
 
 def _goal(catalogue: _Catalogue, label: str) -> Goal:
@@ -356,16 +362,41 @@ def _goal(catalogue: _Catalogue, label: str) -> Goal:
 
 
 def covering_paths(search: GoalSearch, max_paths: int | None = None) -> list[tuple[str, list[str]]]:
-    """A small set of goal paths (greedy set cover over the BFS tree) that together pass through
-    every reached goal: ``(goal whose path it is, goals its path reaches)``, most goals first."""
+    """A small set of goal paths that together pass through every reached goal (greedy set cover:
+    each time the path that reaches most goals not yet covered, evaluating every goal along it):
+    ``(goal whose path it is, goals its path reaches that no earlier path did)``, most first."""
+    at_state: dict[int, set[str]] = {}
+    at_step: dict[int, set[str]] = {}
+    wanted = set(search.reached)
+
+    def state_goals(state_id: int) -> set[str]:
+        found = at_state.get(state_id)
+        if found is None:
+            found = at_state[state_id] = _goals_at(search, search.state(state_id)) & wanted
+        return found
+
+    def step_goals(state_id: int, transition: Transition) -> set[str]:
+        assert search._catalogue is not None
+        values = unpack(search.machine, search.state(state_id))
+        return search._catalogue.step_goals(values, transition.action, transition.arguments) & wanted
+
     covers: dict[str, set[str]] = {}
-    at_state: dict[int, list[str]] = {}
-    for label, reached in search.reached.items():
-        at_state.setdefault(reached.state_id, []).append(label)
     for label, reached in search.reached.items():
         chain = search.chain(reached.state_id)
-        covered = {goal for state_id in chain for goal in at_state.get(state_id, []) if _on_path(search, goal, chain)}
-        covers[label] = covered | {label}
+        covered = {label}
+        for position, state_id in enumerate(chain):
+            covered |= state_goals(state_id)
+            if position + 1 < len(chain):
+                child = chain[position + 1]
+                found = at_step.get(child)
+                if found is None:
+                    transition = search._via[child]
+                    assert transition is not None
+                    found = at_step[child] = step_goals(state_id, transition)
+                covered |= found
+        if reached.transition is not None:
+            covered |= step_goals(reached.state_id, reached.transition)
+        covers[label] = covered
     chosen: list[tuple[str, list[str]]] = []
     left = set(search.reached)
     while left and (max_paths is None or len(chosen) < max_paths):
@@ -378,14 +409,17 @@ def covering_paths(search: GoalSearch, max_paths: int | None = None) -> list[tup
     return chosen
 
 
-def _on_path(search: GoalSearch, label: str, chain: list[int]) -> bool:
-    """A goal reached at a state of ``chain`` lies on the path: a state goal always, a step goal
-    when its step is the chain's next one."""
-    reached = search.reached[label]
-    if reached.transition is None:
-        return True
-    position = chain.index(reached.state_id)
-    return position + 1 < len(chain) and search._via[chain[position + 1]] == reached.transition
+def _goals_at(search: GoalSearch, state: State) -> set[str]:
+    """The state goals (witnesses, near-violations, guard conjuncts, monitor levels up to the
+    state's) that hold in ``state``."""
+    catalogue, system = search._catalogue, search._system
+    assert catalogue is not None and system is not None
+    found = catalogue.state_goals(system, state, system.transitions(state)) | catalogue.guard_goals(state)
+    for name, position in catalogue.monitors.items():
+        level = state[position]
+        if isinstance(level, int):
+            found |= {monitor_label(name, below) for below in range(1, level + 1)}
+    return found
 
 
 class RuntimeGoals:
