@@ -10,7 +10,9 @@ A goal is one of
   with no bound variable) is true, or false, when the action fires: the branch the step takes.
   dp-pause post-fix's "a partial pause vote at a sync point" is ``finish_sync: votes % 2 != 0``
   true, "a START_DP_WAVE arriving after consensus" ``handle_start_wave: ignore_start_dp_wave[rank]``
-  true;
+  true; and an operand of an ``and`` (``or``) that is false (true) while every other operand is
+  true (false), so it alone decides the branch (``... ~ignore_start_dp_wave[rank] false decides
+  ...``: a START_DP_WAVE the post-fix engine would have applied, but ignores after consensus);
 - ``witness``: a ``sometimes`` property holds;
 - ``near-violation``: one enabled step leads to a state that violates an ``always`` property
   (the state itself does not);
@@ -154,16 +156,24 @@ def _binds(expression: Expression) -> bool:
     return any(_binds(child) for child in children(expression))
 
 
-def _conditions(expression: Expression, found: dict[str, Expression]) -> None:
-    """The atoms of every condition (of an if-then-else, a connective's operand) inside an update."""
+def _conditions(
+    expression: Expression, found: dict[str, Expression], deciding: dict[str, tuple[Operation, int]]
+) -> None:
+    """The atoms of every condition (of an if-then-else, a connective's operand) inside an update,
+    and every operand of an ``and``/``or`` (with no bound variable) that can decide it alone."""
     if isinstance(expression, Comprehension):
         return
     if isinstance(expression, Operation) and expression.operator in CONNECTIVES:
         operands = expression.arguments[:1] if expression.operator is Operator.IF_THEN_ELSE else expression.arguments
         for operand in operands:
             _atoms(operand, found)
+        if expression.operator in (Operator.AND, Operator.OR) and not _binds(expression):
+            for position, operand in enumerate(expression.arguments):
+                value = "false" if expression.operator is Operator.AND else "true"
+                label = f"{label_of(operand)} {value} decides {label_of(expression)}"
+                deciding.setdefault(label, (expression, position))
     for child in children(expression):
-        _conditions(child, found)
+        _conditions(child, found, deciding)
 
 
 @dataclass
@@ -175,6 +185,8 @@ class _Catalogue:
     spaces: list[list[tuple[Value, ...]]] = field(default_factory=list)
     guards: list[list[tuple[str, Expression]]] = field(default_factory=list)  # per action: (label, conjunct)
     decisions: list[list[tuple[str, Expression]]] = field(default_factory=list)  # per action: (label, atom)
+    # per action: (label, (connective, operand)): the operand alone decides the and/or
+    deciders: list[list[tuple[str, tuple[Operation, int]]]] = field(default_factory=list)
     monitors: dict[str, int] = field(default_factory=dict)  # monitor variable -> position in the state
 
     def __post_init__(self) -> None:
@@ -189,13 +201,17 @@ class _Catalogue:
             for label, _ in guard:
                 self.goals += [Goal("guard", f"{label} {value}") for value in ("true", "false")]
             atoms: dict[str, Expression] = {}
+            deciding: dict[str, tuple[Operation, int]] = {}
             for name, update in action.updates:
                 if not machine.variables[name].monitor:  # a monitor's counter is bookkeeping, not a branch
-                    _conditions(update, atoms)
+                    _conditions(update, atoms, deciding)
             decision = [(f"{action.name}: {text}", atom) for text, atom in atoms.items() if "monitor." not in text]
             self.decisions.append(decision)
             for label, _ in decision:
                 self.goals += [Goal("decision", f"{label} {value}") for value in ("true", "false")]
+            decisive = [(f"{action.name}: {text}", found) for text, found in deciding.items() if "monitor." not in text]
+            self.deciders.append(decisive)
+            self.goals += [Goal("decision", label) for label, _ in decisive]
         for prop in machine.properties:
             if prop.kind is PropertyKind.SOMETIMES:
                 self.goals.append(Goal("witness", prop.name))
@@ -257,6 +273,13 @@ class _Catalogue:
             value = _value(atom, environment)
             if value is not None:
                 found.add(f"{label} {'true' if value else 'false'}")
+        for label, (connective, operand) in self.deciders[position]:
+            values_of = [_value(argument, environment) for argument in connective.arguments]
+            alone = connective.operator is Operator.OR  # the value the operand decides the connective with
+            if values_of[operand] is alone and all(
+                value is (not alone) for place, value in enumerate(values_of) if place != operand
+            ):
+                found.add(label)
         return found
 
     def fires(self, values: dict[str, Value], position: int, arguments: tuple[Value, ...]) -> bool:
