@@ -85,6 +85,10 @@ MUTANTS = (
         "if self.pending_pause or (self.engines_running and self.ignore_start_dp_wave):",
         "if self.pending_pause:",
         "resume refuses while the pause is in flight (only the vote is checked)",
+        equivalent="in every dp-pause instance where post-fix holds the client resumes once, after every pause "
+        "returned, and a deferred pause returns only once consensus ended the wave (engines_running false): the "
+        "model reaches no handle_resume with engines_running and ignore_start_dp_wave both set (test-runtime lists "
+        "that decision goal as unreached); only a second resume (the double-resume finding, violated) gets there",
     ),
     Mutant(
         "dp-pause",
@@ -205,6 +209,7 @@ MUTANTS = (
         "wanted = min(wanted, budget, bounds.max_model_len - 1 - computed)",
         "wanted = min(wanted, budget, bounds.max_model_len - computed)",
         "the scheduled tokens stay below max_model_len (off by one)",
+        options=("--instance", "context-limit"),  # the seed's max_model_len never binds
     ),
     Mutant(
         "computed-tokens",
@@ -258,6 +263,9 @@ MUTANTS = (
         "written = min(valid_count(row), run)",
         "written = valid_count(row)",
         "the repair writes at most as many ids as the -1 run is long",
+        equivalent="the scheduler adds 1 + drafts placeholders per producing step and the sampled row has at "
+        "most 1 + drafts valid ids, so the -1 run is never shorter than the valid ids and the min never binds "
+        "(test-runtime's post-fix runs keep the suffix invariant I1)",
         options=SPEC_DECODE,
     ),
     Mutant(
@@ -271,11 +279,11 @@ MUTANTS = (
     ),
     Mutant(
         "async-placeholders",
-        "rejected-placeholders-kept",
+        "accepted-placeholder-kept",
         "impl/async_placeholders/scheduler.py",
-        "request.placeholders -= entry.drafts - accepted",
-        "request.placeholders -= entry.drafts",
-        "the rejected drafts' placeholders are dropped, the accepted ones kept",
+        "request.placeholders -= accepted + 1",
+        "request.placeholders -= accepted",
+        "an output replaces its placeholder: accepted drafts plus the bonus token (off by one)",
         options=SPEC_DECODE,
     ),
     # -------------------------------------------------------------------------------- cudagraph-pp

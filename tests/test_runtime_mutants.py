@@ -14,9 +14,12 @@ from runtime_mutants import MUTANTS, Mutant, MutantError, mutated_package, run_t
 KILLABLE = [mutant for mutant in MUTANTS if not mutant.equivalent]
 
 
-def test_every_protocol_the_runtime_can_drive_has_six_mutants_that_apply(tmp_path: Path) -> None:
-    for protocol in {mutant.protocol for mutant in MUTANTS}:
-        assert sum(mutant.protocol == protocol for mutant in MUTANTS) >= 6, protocol
+def test_every_protocol_has_six_non_equivalent_mutants_that_apply(tmp_path: Path) -> None:
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+
+    assert {mutant.protocol for mutant in MUTANTS} == set(RUNTIME_PROTOCOLS)
+    for protocol in RUNTIME_PROTOCOLS:
+        assert sum(mutant.protocol == protocol for mutant in KILLABLE) >= 6, protocol
     for number, mutant in enumerate(MUTANTS):
         folder = mutated_package(mutant, tmp_path / str(number))
         assert mutant.replacement in (folder / "lockstep" / mutant.file).read_text(encoding="utf-8")
@@ -28,11 +31,19 @@ def test_a_mutant_whose_line_is_gone_fails_loudly(tmp_path: Path) -> None:
         mutated_package(gone, tmp_path)
 
 
-def test_the_fix_core_removed_from_pp_broadcast_is_killed_on_the_first_path(tmp_path: Path) -> None:
-    mutant = next(mutant for mutant in MUTANTS if mutant.name == "never-skip")
+def test_the_fix_core_removed_from_computed_tokens_is_killed_on_the_first_path(tmp_path: Path) -> None:
+    mutant = next(mutant for mutant in MUTANTS if mutant.name == "no-refresh")
     code, result, stderr = run_test_runtime(mutant, tmp_path, "--max-paths", "1")
     assert code == 1, stderr
     assert result["runs"][0]["verdict"] in ("divergence", "violation")
+
+
+def test_the_unmutated_runtime_is_not_killed(tmp_path: Path) -> None:
+    """The control: the harness itself (the package copy first on PYTHONPATH) kills nothing."""
+    original = next(mutant for mutant in MUTANTS if mutant.name == "no-refresh")
+    control = Mutant(original.protocol, "control", original.file, original.original, original.original, "nothing")
+    code, result, stderr = run_test_runtime(control, tmp_path)
+    assert code == 0 and result["verdict"] == "consistent", stderr
 
 
 @pytest.mark.slow

@@ -14,11 +14,12 @@ path the run's outcome and the replay's verdict, with the trace directory. ``--f
 after the first run that diverges or violates a property (runtime mutation testing uses it).
 
 Exit codes: 0 every run completed and its trace follows the model; 1 some run's trace diverges
-from the model, violates a property, or the run hung; 2 usage (an unknown protocol, variant or
-instance, a runtime without a reproduction plan); 3 runtime trouble (a run ended otherwise, its trace
-could not be judged, or ``--timeout``, the whole command's wall clock, left paths unrun) and
-nothing diverged. Progress goes to stderr; with ``--json``
-stdout carries one object (``lockstep/schemas/test-runtime.schema.json``).
+from the model (a value, action or actor the model does not have counts too, and so does a choice
+of the path the runtime did not offer), violates a property, or the run hung; 2 usage (an unknown
+protocol, variant or instance, a runtime without a reproduction plan); 3 runtime trouble (a run
+ended otherwise, its trace could not be judged, or ``--timeout``, the whole command's wall clock,
+left paths unrun) and nothing diverged. Progress goes to stderr; with ``--json`` stdout carries
+one object (``lockstep/schemas/test-runtime.schema.json``).
 """
 
 from __future__ import annotations
@@ -81,12 +82,16 @@ def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str
 
 
 def _replay(config: Any, goals: Any) -> dict[str, Any]:
-    from lockstep.checkers.conformance import replay_traces, runtime_expectations
+    from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations
     from lockstep.traces.reader import TraceInputError
 
     try:
         verdict = replay_traces(config.trace_dir, **runtime_expectations(config), observe=goals.observe)
-    except (TraceInputError, ValueError, OSError) as error:
+    except HeaderMismatch as error:  # the run's header is not what its configuration promised
+        return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
+    except TraceInputError as error:  # the runtime under test recorded what the model cannot represent
+        return {"verdict": "diverges", "event": None, "property": None, "model": None, "detail": str(error)}
+    except (ValueError, OSError) as error:
         return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
     result = verdict.to_json()
     return {
