@@ -39,7 +39,8 @@ class ReproduceError(ValueError):
     """Input that cannot be reproduced (the message names the file and line, or the reason)."""
 
 
-def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_counterexample(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and events of a model counterexample (``ReproduceError`` for anything else)."""
     from lockstep.traces.merge import open_traces
     from lockstep.traces.reader import TraceInputError
 
@@ -163,7 +164,7 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.impl.launcher import launch
 
     try:
-        header, events = _read(arguments.counterexample)
+        header, events = read_counterexample(arguments.counterexample)
         trace_dir = _trace_dir(arguments)
         config = reproduction_config(arguments, header, events, trace_dir)
         check_backend(config)

@@ -118,7 +118,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.checkers import system_for
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
-    from lockstep.cli.reproduce import _read, reproduction_config
+    from lockstep.cli.reproduce import read_counterexample, reproduction_config
     from lockstep.cli.runtime import check_backend, deadline
     from lockstep.impl.launcher import launch
 
@@ -162,7 +162,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
         record: dict[str, Any] = {"index": number, "goal": label, "steps": path.length, "file": str(file)}
         record["trace_dir"] = str(run_dir.resolve())
         try:
-            header, events = _read(str(file))
+            header, events = read_counterexample(str(file))
             options = argparse.Namespace(
                 counterexample=str(file),
                 backend=arguments.backend,
