@@ -92,7 +92,7 @@ def test_every_json_command_has_a_schema() -> None:
     published = {path.name for path in SCHEMAS.glob("*.schema.json")}
     assert published == {
         f"{name}.schema.json"
-        for name in ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "list", "error")
+        for name in ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "test-runtime", "list", "error")
     }
     assert {f"{name}.schema.json" for name in NAMES} == published
     assert {path.name for path in DOCUMENTED.glob("*.schema.json")} == {"trace.schema.json"}  # one copy of each
@@ -158,6 +158,16 @@ def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str],
         reproduce.validate({**result, "verdict": "maybe"})
 
 
+def test_test_runtime_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    test_runtime = validator("test-runtime.schema.json")
+    arguments = ["computed-tokens", "--max-paths", "1", "--hang-timeout", "3", "--trace-dir", str(tmp_path / "runs")]
+    result = output(capsys, "test-runtime", *arguments, "--json")
+    test_runtime.validate(result)
+    assert isinstance(result, dict) and result["verdict"] == "consistent" and len(result["runs"]) == 1
+    with pytest.raises(jsonschema.ValidationError):
+        test_runtime.validate({**result, "verdict": "maybe"})
+
+
 def test_outputs_name_their_schema_version(capsys: pytest.CaptureFixture[str]) -> None:
     for name, arguments in (
         ("list", ["list", "--json"]),
@@ -178,6 +188,7 @@ def test_outputs_name_their_schema_version(capsys: pytest.CaptureFixture[str]) -
         (["fuzz", "dp-pause", "--scenario", "random", "--json"], "usage", 2),
         (["replay", "no-such-file.jsonl", "--json"], "usage", 2),
         (["run", "no-such-protocol", "--json"], "usage", 2),
+        (["test-runtime", "no-such-protocol", "--json"], "usage", 2),
         (["reproduce", "no-such-file.jsonl", "--json"], "usage", 2),
         (["list", "--model-file", "no-such-model.py", "--json"], "usage", 2),
     ],

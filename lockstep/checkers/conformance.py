@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +56,7 @@ from lockstep.traces.merge import TraceInput, open_traces
 from lockstep.traces.reader import Record
 
 PathLike = str | os.PathLike[str]
+Observer = Callable[[Any, Collection[Any], Sequence[tuple[int, tuple[Any, ...]]]], None]
 
 
 @dataclass
@@ -135,13 +136,16 @@ def replay_traces(
     required_witnesses: Collection[str] = (),
     require_complete: bool = False,
     guard_coverage: bool = False,
+    observe: Observer | None = None,
     max_candidates: int = 100_000,
     closure_depth: int = 16,
 ) -> ReplayVerdict:
     """Replay ``source`` (trace files, a trace directory, or an opened ``TraceInput``) against the
     model the caller names (see the module doc); ``profile`` a ``RecorderProfile`` or its name
-    (``runtime``, ``vllm-dp-pause``). Raises ``TraceInputError`` (``HeaderMismatch``
-    among them) or ``UsageError`` for bad input."""
+    (``runtime``, ``vllm-dp-pause``). ``observe(system, candidates, bindings)`` is called before
+    each event with the candidate states and the event's model bindings (action position,
+    arguments), and once at the end with no bindings (``lockstep.checkers.goals``). Raises
+    ``TraceInputError`` (``HeaderMismatch`` among them) or ``UsageError`` for bad input."""
     if isinstance(source, TraceInput):
         trace = source
     else:
@@ -175,8 +179,12 @@ def replay_traces(
     for record in _counted(trace.records(), events_per_actor, actions):
         if guards is not None and replayer.candidates:
             guards.observe(next(iter(replayer.candidates)))
+        if observe is not None and replayer.candidates:
+            observe(system, replayer.candidates, _bindings(replayer, record))
         if not replayer.feed(record):
             break
+    if observe is not None and replayer.candidates:
+        observe(system, replayer.candidates, ())
     result = replayer.result()
     exempt_actors = {exemption.name for exemption in exemptions if exemption.origin != TRUSTED}
     if expected_actors is None:
@@ -207,6 +215,13 @@ def replay_traces(
             "detail": "the trace follows the model but is not evidence enough: " + "; ".join(verdict.missing)
         }
     return verdict
+
+
+def _bindings(replayer: Replayer, record: Record) -> Sequence[tuple[int, tuple[Any, ...]]]:
+    try:
+        return replayer._bindings(record)
+    except (TraceInputError, KeyError):
+        return ()  # the replay itself reports the event
 
 
 def _counted(records: Iterable[Record], actors: Counter[str], actions: Counter[str]) -> Iterator[Record]:

@@ -301,6 +301,50 @@ def reproduce(**options: Any) -> Invocation:
     return call("lockstep.cli.reproduce:command_reproduce", "reproduce", options)
 
 
+@click.command("test-runtime")
+@click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
+@click.option(
+    "--variant",
+    metavar="NAME",
+    shell_complete=completion.variants,
+    help="the model variant (default: the protocol's default)",
+)
+@click.option(
+    "--instance", metavar="NAME", shell_complete=completion.instances, help="the model instance (default: seed)"
+)
+@click.option(
+    "--backend",
+    type=click.Choice(("gloo", "nccl")),
+    default="gloo",
+    show_default=True,
+    help="worker-level groups' backend",
+)
+@click.option(
+    "--hang-timeout",
+    type=POSITIVE_NUMBER,
+    default=5.0,
+    metavar="SECONDS",
+    help="seconds blocked in one collective or receive that count as a hang (default 5)",
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="wall-clock limit of the whole command (then exit 3; each run: 6 × --hang-timeout, at least 60)",
+)
+@click.option("--max-paths", type=POSITIVE_INTEGER, metavar="N", help="run at most N paths (most goals first)")
+@click.option("--fail-fast", is_flag=True, help="stop after the first run that diverges or violates a property")
+@click.option("--seed", type=int, default=0, help="seed for the choices past each path's end (default 0)")
+@click.option(
+    "--trace-dir", type=FILE, metavar="DIR", help="where the paths and runs go (default: lockstep-out/test-runtime-...)"
+)
+@json_option
+def test_runtime(**options: Any) -> Invocation:
+    """Model-guided runtime testing: drive the torch reference runtime through model paths that reach every
+    coverage goal of PROTOCOL's model, replay each run's trace and report the goals reached and any divergence."""
+    return call("lockstep.cli.runtime_testing:command_test_runtime", "test-runtime", options)
+
+
 @click.command("replay")
 @click.argument("paths", nargs=-1, metavar="PATH...", type=click.Path())
 @click.option(

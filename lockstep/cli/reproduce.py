@@ -39,7 +39,8 @@ class ReproduceError(ValueError):
     """Input that cannot be reproduced (the message names the file and line, or the reason)."""
 
 
-def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_counterexample(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The header and events of a model counterexample (``ReproduceError`` for anything else)."""
     from lockstep.traces.merge import open_traces
     from lockstep.traces.reader import TraceInputError
 
@@ -73,9 +74,13 @@ def _trace_dir(arguments: argparse.Namespace) -> Path:
     return folder
 
 
-def _config(
+def reproduction_config(
     arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path
 ) -> Any:
+    """The ``RunConfig`` that runs the counterexample (``header``, ``events``) as the protocol's plan
+    says, its choices written to ``trace_dir/choices.json`` (``lockstep test-runtime`` uses it too).
+    ``arguments`` gives ``counterexample`` (the file named in messages), ``backend``, ``seed`` and
+    ``hang_timeout``."""
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
 
@@ -159,9 +164,9 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.impl.launcher import launch
 
     try:
-        header, events = _read(arguments.counterexample)
+        header, events = read_counterexample(arguments.counterexample)
         trace_dir = _trace_dir(arguments)
-        config = _config(arguments, header, events, trace_dir)
+        config = reproduction_config(arguments, header, events, trace_dir)
         check_backend(config)
     except ValueError as error:  # ReproduceError, RunUsageError
         return usage_error(console, str(error), arguments)

@@ -52,6 +52,10 @@ COMMANDS = {
     "reproduce": Entry(
         "lockstep.cli.commands:reproduce", "run a model counterexample's choices in the torch reference runtime"
     ),
+    "test-runtime": Entry(
+        "lockstep.cli.commands:test_runtime",
+        "drive the torch reference runtime through model paths to every coverage goal, replaying each run",
+    ),
     "fuzz": Entry(
         "lockstep.cli.commands:fuzz",
         "random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)",

@@ -14,7 +14,7 @@ import json
 from importlib.resources import files
 from typing import Any
 
-NAMES = ("check", "list", "prove-lemmas", "fuzz", "replay", "run", "reproduce", "error")
+NAMES = ("check", "list", "prove-lemmas", "fuzz", "replay", "run", "reproduce", "test-runtime", "error")
 
 
 def schema(name: str) -> dict[str, Any]:

@@ -25,4 +25,5 @@ RUNTIME = RuntimeProtocol(
         "interruptions": Setting(2, 0, 8, "non-producing steps (chunks, skips, preemptions) a run may take"),
     },
     summary="the last PP rank's runner: -1 placeholders, the async copy and the repair scan",
+    reproduction="lockstep.impl.async_placeholders.reproduction",
 )

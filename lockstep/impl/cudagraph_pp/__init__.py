@@ -57,4 +57,5 @@ RUNTIME = RuntimeProtocol(
         "hidden_size": Setting(16, 1, 256, "hidden size of the tiny model"),
     },
     summary="PP stages with CUDA graphs (emulated on CPU), persistent intermediate buffers, copy-in and real p2p",
+    reproduction="lockstep.impl.cudagraph_pp.reproduction",
 )

@@ -1,0 +1,260 @@
+"""The ``test-runtime`` command of ``lockstep``: model-guided testing of the reference runtime.
+
+``lockstep test-runtime PROTOCOL [--variant V] [--instance I] [--backend gloo|nccl] [--hang-timeout S]
+[--timeout S] [--max-paths N] [--fail-fast] [--seed S] [--trace-dir DIR] [--json]`` computes the model's coverage
+goals (``lockstep.checkers.goals``: every action with its arguments, every guard conjunct true and
+false, every branch condition of an update, every ``sometimes`` witness, the states one step from
+violating an ``always`` property, the highest level of each bounded-response monitor), finds a
+shortest model path to each and a few paths that together pass through all of them, and drives
+the real runtime through each path's choices exactly as ``lockstep reproduce`` does (the
+protocol's ``plan_reproduction``: ``reproduce.reproduction_config``). Every run's trace is
+replayed against the model (``replay_traces`` with the goal observer), and
+the command reports per goal whether the model reaches it and whether the runtime did, and per
+path the run's outcome and the replay's verdict, with the trace directory. ``--fail-fast`` stops
+after the first run that diverges or violates a property (runtime mutation testing uses it).
+
+Exit codes: 0 every run completed and its trace follows the model; 1 some run's trace diverges
+from the model (a value, action or actor the model does not have counts too, and so does a choice
+of the path the runtime did not offer), violates a property, or the run hung; 2 usage (an unknown
+protocol, variant or instance, a runtime without a reproduction plan); 3 runtime trouble (a run
+ended otherwise, its trace could not be judged, or ``--timeout``, the whole command's wall clock,
+left paths unrun) and nothing diverged. Progress goes to stderr; with ``--json`` stdout carries
+one object (``lockstep/schemas/test-runtime.schema.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lockstep.cli.failures import usage_error
+
+SCHEMA_VERSION = 1  # of test-runtime's --json object
+EXIT_CONSISTENT, EXIT_DIVERGENCE, EXIT_TROUBLE = 0, 1, 3
+
+
+def _trace_dir(arguments: argparse.Namespace, label: str) -> Path:
+    if arguments.trace_dir is not None:
+        folder = Path(arguments.trace_dir)
+        if folder.is_dir() and any(folder.iterdir()):
+            raise ValueError(f"--trace-dir {folder} is not empty; give an empty or new directory")
+        return folder
+    base = Path("lockstep-out") / f"test-runtime-{label}"
+    folder, number = base, 1
+    while folder.is_dir() and any(folder.iterdir()):
+        number += 1
+        folder = base.with_name(f"{base.name}-{number}")
+    return folder
+
+
+def _model(arguments: argparse.Namespace) -> tuple[Any, Any]:
+    """The model instance and the runtime protocol (ValueError: a usage error)."""
+    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
+    from lockstep.models import get_protocol
+
+    model = get_protocol(arguments.protocol)  # UsageError (a ValueError) names the protocols
+    instance = model.instance(arguments.variant, arguments.instance)
+    runtime = RUNTIME_PROTOCOLS.get(model.name)
+    if runtime is None:
+        raise ValueError(f"the runtime has no protocol {model.name!r}; it runs: {', '.join(RUNTIME_PROTOCOLS)}")
+    if instance.variant not in runtime.variants:
+        raise ValueError(f"the {runtime.name} runtime runs {', '.join(runtime.variants)}, not {instance.variant!r}")
+    if not runtime.reproduction:
+        raise ValueError(f"the {runtime.name} runtime cannot follow model paths (it has no reproduction plan)")
+    return instance, runtime
+
+
+def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str:
+    """One run's verdict: consistent, violation (a hang or a violated property), divergence (the
+    trace leaves the model, or the runtime did not offer a choice the model's path takes), trouble."""
+    replay = (replayed or {}).get("verdict")
+    if replay == "diverges" or "ChoiceDivergence" in message:
+        return "divergence"
+    if replay == "violated" or outcome == "hang diagnosed":
+        return "violation"
+    if outcome == "completed" and replay == "conforms":
+        return "consistent"
+    return "trouble"
+
+
+def _replay(config: Any, goals: Any) -> dict[str, Any]:
+    from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations
+    from lockstep.traces.reader import TraceInputError
+
+    try:
+        verdict = replay_traces(config.trace_dir, **runtime_expectations(config), observe=goals.observe)
+    except HeaderMismatch as error:  # the run's header is not what its configuration promised
+        return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
+    except TraceInputError as error:  # the runtime under test recorded what the model cannot represent
+        return {"verdict": "diverges", "event": None, "property": None, "model": None, "detail": str(error)}
+    except (ValueError, OSError) as error:
+        return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
+    result = verdict.to_json()
+    return {
+        "verdict": result["verdict"],
+        "event": result.get("event"),
+        "property": result.get("property"),
+        "model": result.get("model"),
+        "detail": str(
+            (result.get("explanation") or {}).get("reason") or (result.get("explanation") or {}).get("detail") or ""
+        ),
+    }
+
+
+def _short(label: str, width: int = 100) -> str:
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _say(console: Any, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
+    """Run the model's goal paths in the runtime; the exit code (see the module doc)."""
+    from lockstep.checkers import system_for
+    from lockstep.checkers.counterexample import write_counterexample
+    from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
+    from lockstep.cli.reproduce import read_counterexample, reproduction_config
+    from lockstep.cli.runtime import check_backend, deadline
+    from lockstep.impl.launcher import launch
+
+    started = time.monotonic()
+    try:
+        instance, runtime = _model(arguments)
+        folder = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
+    except ValueError as error:
+        return usage_error(console, str(error), arguments)
+    machine = instance.machine()
+    _say(console, f"test-runtime {instance.label}: searching the model for coverage goals")
+    search = find_goals(system_for(machine))
+    chosen = covering_paths(search, arguments.max_paths)
+    _say(
+        console,
+        f"model: {search.states:,} states, {len(search.goals)} goals, {len(search.reached)} reached; "
+        f"{len(chosen)} paths cover {sum(len(goals) for _, goals in chosen)} of them",
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    timed_out = False
+    reached_in_runtime = RuntimeGoals()
+    runs: list[dict[str, Any]] = []
+    path_of: dict[str, int] = {}
+    for number, (label, covered) in enumerate(chosen, start=1):
+        for goal in covered:
+            path_of.setdefault(goal, number)
+        path = search.path(label)
+        file = folder / f"path-{number}.jsonl"
+        write_counterexample(
+            file,
+            machine,
+            path,
+            protocol=instance.protocol.name,
+            variant=instance.variant,
+            instance=instance.name,
+            parameters=instance.parameters,
+            property_name=label,
+            backend="lockstep-goals",
+        )
+        run_dir = folder / f"path-{number}"
+        record: dict[str, Any] = {"index": number, "goal": label, "steps": path.length, "file": str(file)}
+        record["trace_dir"] = str(run_dir.resolve())
+        try:
+            header, events = read_counterexample(str(file))
+            options = argparse.Namespace(
+                counterexample=str(file),
+                backend=arguments.backend,
+                seed=arguments.seed,
+                hang_timeout=arguments.hang_timeout,
+            )
+            config = reproduction_config(options, header, events, run_dir)
+            check_backend(config)
+        except ValueError as error:
+            if number == 1 and "--backend" in str(error):
+                return usage_error(console, str(error), arguments)
+            record.update(outcome="not run", message=str(error), seconds=0.0, events=0, replay=None, verdict="trouble")
+            runs.append(record)
+            _say(console, f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): not run: {error}")
+            continue
+        left = None if arguments.timeout is None else arguments.timeout - (time.monotonic() - started)
+        if left is not None and left <= 1:
+            _say(console, f"--timeout {arguments.timeout:g} s reached: {len(chosen) - number + 1} paths not run")
+            timed_out = True
+            break
+        outcome = launch(config, deadline=deadline(None, config) if left is None else min(left, deadline(None, config)))
+        replayed = _replay(config, reached_in_runtime)
+        verdict = _verdict(outcome.outcome, outcome.message, replayed)
+        record.update(
+            outcome=outcome.outcome,
+            message=outcome.message,
+            seconds=round(outcome.seconds, 3),
+            events=outcome.events,
+            replay=replayed,
+            verdict=verdict,
+        )
+        runs.append(record)
+        detail = f"; replay {replayed['verdict']}" + (f" ({replayed['property']})" if replayed.get("property") else "")
+        if replayed.get("verdict") in ("diverges", "error") and replayed.get("detail"):
+            detail += f" at event {replayed.get('event')}: {replayed['detail']}"
+        if outcome.outcome != "completed" and outcome.message:
+            detail += f"; {outcome.message.strip().splitlines()[-1]}"
+        _say(
+            console,
+            f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): {outcome.outcome} in "
+            f"{outcome.seconds:.1f} s{detail} -> {verdict}",
+        )
+        if arguments.fail_fast and verdict in ("divergence", "violation"):
+            break
+    goals = [
+        {
+            "kind": goal.kind,
+            "label": goal.label,
+            "model": goal.label in search.reached,
+            "depth": search.reached[goal.label].depth if goal.label in search.reached else None,
+            "path": path_of.get(goal.label),
+            "runtime": reached_in_runtime.reaches(goal),
+        }
+        for goal in search.goals
+    ]
+    verdicts = {run["verdict"] for run in runs}
+    if verdicts & {"divergence", "violation"}:
+        code = EXIT_DIVERGENCE
+        overall = "divergence" if "divergence" in verdicts else "violation"
+    elif "trouble" in verdicts or not runs or timed_out:
+        code, overall = EXIT_TROUBLE, "trouble"
+    else:
+        code, overall = EXIT_CONSISTENT, "consistent"
+    in_model = sum(bool(goal["model"]) for goal in goals)
+    in_runtime = sum(bool(goal["model"] and goal["runtime"]) for goal in goals)
+    colour = {"consistent": "green", "trouble": "yellow"}.get(overall, "red")
+    console.print(
+        f"[bold {colour}]{overall}[/bold {colour}]: {len(runs)} runs; goals reached in the model {in_model} of "
+        f"{len(goals)}, in the runtime {in_runtime} of {in_model}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for run in runs:
+        if run["verdict"] in ("divergence", "violation"):
+            _say(
+                console, f"  path {run['index']} ({_short(run['goal'])}): {run['verdict']}; traces: {run['trace_dir']}"
+            )
+    _say(console, f"traces: {folder.resolve()}")
+    if arguments.json:
+        payload = {
+            "schema_version": SCHEMA_VERSION,
+            "protocol": instance.protocol.name,
+            "variant": instance.variant,
+            "instance": instance.name,
+            "verdict": overall,
+            "exit_code": code,
+            "model": {"states": search.states, "complete": search.complete},
+            "summary": {"goals": len(goals), "model_reached": in_model, "runtime_reached": in_runtime},
+            "goals": goals,
+            "runs": runs,
+            "trace_dir": str(folder.resolve()),
+        }
+        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.flush()
+    return code
