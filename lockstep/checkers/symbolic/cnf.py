@@ -36,30 +36,25 @@ class _Clauses:
     def __init__(self, formula: z3.BoolRef, bits: dict[str, tuple[str, str]]) -> None:
         goal = z3.Goal()
         goal.add(formula)
-        result = _TACTIC(goal)
-        self.numbers: dict[str, int] = {}
-        self.interface: dict[int, tuple[str, str]] = {}
         self.clauses: list[list[int]] = []
-        for subgoal in result:
-            for clause in subgoal:
-                self.clauses.append(self._clause(clause, bits))
+        self.interface: dict[int, tuple[str, str]] = {}
+        self.count = 0
+        for subgoal in _TACTIC(goal):
+            self._read(subgoal.dimacs(), bits)
 
-    def _clause(self, clause: z3.BoolRef, bits: dict[str, tuple[str, str]]) -> list[int]:
-        if z3.is_false(clause):
-            return []
-        literals = clause.children() if z3.is_or(clause) else [clause]
-        return [self._literal(literal, bits) for literal in literals]
-
-    def _literal(self, literal: z3.BoolRef, bits: dict[str, tuple[str, str]]) -> int:
-        negative = z3.is_not(literal)
-        atom = literal.arg(0) if negative else literal
-        name = atom.decl().name()
-        number = self.numbers.get(name)
-        if number is None:
-            number = self.numbers[name] = len(self.numbers) + 1
-            if name in bits:
-                self.interface[number] = bits[name]
-        return -number if negative else number
+    def _read(self, dimacs: str, bits: dict[str, tuple[str, str]]) -> None:
+        """Z3's DIMACS text: clauses, and ``c <number> <name>`` for every named variable."""
+        offset = self.count
+        for line in dimacs.splitlines():
+            if line.startswith("p cnf"):
+                self.count += int(line.split()[2])
+            elif line.startswith("c "):
+                _, number, name = line.split(" ", 2)
+                if name in bits:
+                    self.interface[offset + int(number)] = bits[name]
+            elif line:
+                literals = [int(literal) for literal in line.split()[:-1]]
+                self.clauses.append([literal + offset if literal > 0 else literal - offset for literal in literals])
 
 
 class _Bits:
@@ -138,7 +133,7 @@ class CadicalBackend:
 
     def _add(self, clauses: _Clauses, frame: int) -> None:
         """Add ``clauses`` with template frame P at ``frame`` and Q at ``frame + 1``."""
-        mapping = [0] * (len(clauses.numbers) + 1)
+        mapping = [0] * (clauses.count + 1)
         for number in range(1, len(mapping)):
             where = clauses.interface.get(number)
             if where is None:
