@@ -54,7 +54,7 @@ class BoundedModelChecker:
         progress: Progress | None = None,
         timeout: float | None = None,
         only: frozenset[int] | None = None,
-        reduction: bool = True,
+        reduction: bool = False,
         solver: str = "z3",
         pack: bool = True,
     ) -> None:
@@ -62,6 +62,8 @@ class BoundedModelChecker:
             raise ValueError("the BMC depth must be non-negative")
         if solver not in SOLVERS:
             raise ValueError(f"unknown BMC solver {solver!r}; solvers: {', '.join(SOLVERS)}")
+        if solver == "cadical" and solver_timeout is not None:
+            raise ValueError("CaDiCaL queries cannot be interrupted: a per-query limit needs the z3 solver")
         self.encoding = Encoding(machine)
         self.machine = self.encoding.machine
         self.depth = depth
