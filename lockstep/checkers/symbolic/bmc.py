@@ -1,10 +1,14 @@
 """Bounded model checking: the transition relation unrolled step by step, one incremental solver.
 
-At each depth k (0..K) the engine asks, for every property not yet decided, whether a path of k
-steps from the initial state violates it (``always``), witnesses it (``sometimes``), ends in a
-state where nothing is enabled and the property's deadlock condition fails, or (``in_bounds``)
-enables a step whose update leaves its sort. Depths are tried in order, so each counterexample is
-a shortest one, as with BFS. Every counterexample is decoded and re-run through the concrete
+At each depth k (0..K) the engine asks whether a path of k steps from the initial state violates a
+property not yet decided (``always``), witnesses it (``sometimes``), ends in a state where nothing
+is enabled and the property's deadlock condition fails, or (``in_bounds``) enables a step whose
+update leaves its sort. The step is encoded once (``unrolling.Template``) and renamed per frame;
+one query asks for all of a depth's goals, every goal its model satisfies is decided by that path,
+and the rest are asked again until unsat. Depths are tried in order, so each counterexample is a
+shortest one, as with BFS. The solver is Z3 (``backends``) or CaDiCaL on the CNF unrolling
+(``cnf``); ``reduction`` optionally forbids commuting adjacent steps out of canonical order, which
+keeps every verdict and length. Every counterexample is decoded and re-run through the concrete
 evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised. A query
 that times out, or answers ``sat`` with a model that fails its own assertions (a cancelled
 search), counts as unknown: its property is inconclusive and nothing is decoded.
