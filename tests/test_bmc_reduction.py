@@ -15,7 +15,9 @@ import pytest
 from test_symbolic import small_machine
 
 from lockstep.checkers import CheckResult, Verdict, check
-from lockstep.checkers.symbolic import BoundedModelChecker
+from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
+from lockstep.checkers.symbolic import translate as translate_module
+from lockstep.checkers.symbolic import values as values_module
 from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.reduction import commuting_pairs
 from lockstep.checkers.symbolic.values import bit_vectors
@@ -127,3 +129,14 @@ def test_the_cli_finds_the_same_witness_length_either_way(
     payload = json.loads(capsys.readouterr().out)
     witness = {item["name"]: item for item in payload["properties"]}["optimistic_bound"]
     assert code == 3 and witness["verdict"] == "holds" and witness["witness"]["length"] == 9
+
+
+def test_a_translator_bug_is_caught_on_the_cadical_path_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_equal = translate_module.equal
+
+    def broken_equal(left: object, right: object) -> object:  # a deliberately wrong translation of ==
+        return values_module.negate(real_equal(left, right))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(translate_module, "equal", broken_equal)
+    with pytest.raises(TranslationBug):
+        BoundedModelChecker(small_machine(False).finish(), 6, solver="cadical", reduction=True).run()
