@@ -1,5 +1,6 @@
-"""Z3 engines on dp-pause post-fix ``seed``: seconds per BMC depth, the depth reached in a time
-budget, and k-induction time per property. Run by hand (``python bench/symbolic.py``) or on the
+"""Z3 engines on dp-pause post-fix ``seed``: seconds per BMC depth and the depth reached in a time
+budget per backend (Z3, CaDiCaL) with and without the partial-order reduction, and k-induction
+time per property. Run by hand (``python bench/symbolic.py``) or on the
 device; the figures are for one run of one machine (these machines are shared and noisy).
 
 ``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
@@ -27,7 +28,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for BMC")
     parser.add_argument("--max-depth", type=int, default=100)
-    parser.add_argument("--k", type=int, default=2, help="k of the induction runs")
+    parser.add_argument("--solvers", nargs="+", default=["z3", "cadical"], choices=["z3", "cadical"])
+    parser.add_argument("--reductions", nargs="+", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument("--k", type=int, default=2, help="k of the induction runs (0: no induction run)")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
     parser.add_argument("--pdr", nargs="+", metavar="MODEL", help="run pdr on these models' post-fix seeds instead")
     parser.add_argument("--property-timeout", type=float, default=60.0, help="pdr: seconds of the provers per property")
@@ -41,22 +44,33 @@ def main() -> None:
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
-    every = frozenset(range(len(machine.properties)))
-    without_bounds = frozenset(i for i, prop in enumerate(machine.properties) if prop.name != "in_bounds")
     runs = {}
-    for label, only in (("every property", every), ("every property but in_bounds", without_bounds)):
-        checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget, only=only)
-        result = checker.run()
-        runs[label] = checker.depth_seconds
-        print(
-            f"BMC, {label}: depth {result.stats.depth} fully checked in {result.stats.seconds:.1f} s (budget "
-            f"{arguments.budget:.0f} s)"
-        )
+    for solver in arguments.solvers:
+        for reduction in arguments.reductions:
+            checker = BoundedModelChecker(
+                machine, arguments.max_depth, timeout=arguments.budget, solver=solver, reduction=reduction == "on"
+            )
+            result = checker.run()
+            label = f"{solver}, reduction {reduction}"
+            runs[label] = checker.depth_seconds
+            within, elapsed = -1, checker.setup_seconds  # the last depth whose queries ended within the budget
+            for depth, seconds in enumerate(checker.depth_seconds):
+                elapsed += seconds
+                if elapsed <= arguments.budget:
+                    within = depth
+            pairs = "" if checker.reduction is None else f", {checker.reduction.size} ordered pairs commute"
+            print(
+                f"BMC {label}: depth {within} fully checked within {arguments.budget:.0f} s (setup "
+                f"{checker.setup_seconds:.1f} s{pairs}; stopped at depth {result.stats.depth} after "
+                f"{result.stats.seconds:.1f} s)"
+            )
     labels = list(runs)
-    print("depth  " + "  ".join(f"{label:>30}" for label in labels))
+    print("depth  " + "  ".join(f"{label:>22}" for label in labels))
     for depth in range(max(len(seconds) for seconds in runs.values())):
-        cells = [f"{runs[label][depth]:>29.2f}s" if depth < len(runs[label]) else f"{'':>30}" for label in labels]
+        cells = [f"{runs[label][depth]:>21.2f}s" if depth < len(runs[label]) else f"{'':>22}" for label in labels]
         print(f"{depth:>5}  " + "  ".join(cells))
+    if arguments.k == 0:
+        return
     print(f"k-induction, k = {arguments.k} ({arguments.induction_timeout:.0f} s per query):")
     induction = Induction(machine, k=arguments.k, solver_timeout=arguments.induction_timeout)
     proved = induction.run()

@@ -72,6 +72,8 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             compact=arguments.compact,
             stop_at_first=arguments.stop_at_first,
             workers=arguments.workers,
+            bmc_solver=arguments.bmc_solver,
+            reduction=None if arguments.reduction is None else arguments.reduction == "on",
         )
 
 
@@ -96,11 +98,18 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             raise UsageError(f"--k applies to --engine induction, not to {engine} (use --depth)")
         if engine == "induction" and arguments.depth is not None:
             raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
+        for option, value in (("--reduction", arguments.reduction), ("--solver", arguments.bmc_solver)):
+            if value is not None and engine != "bmc":
+                raise UsageError(f"{option} applies to --engine bmc, not to {engine}")
+        if arguments.bmc_solver == "cadical" and arguments.solver_timeout is not None:
+            raise UsageError("--solver-timeout needs --solver z3 (CaDiCaL queries cannot be interrupted)")
     else:
         symbolic = (
             ("--depth", arguments.depth),
             ("--k", arguments.induction_k),
             ("--solver-timeout", arguments.solver_timeout),
+            ("--reduction", arguments.reduction),
+            ("--solver", arguments.bmc_solver),
         )
         for option, value in symbolic:
             if value is not None:

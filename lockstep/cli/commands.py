@@ -168,6 +168,17 @@ def prove_lemmas(**options: Any) -> Invocation:
     metavar="SECONDS",
     help="bmc, induction: limit per Z3 query; pdr: per property (unknown = inconclusive)",
 )
+@click.option(
+    "--reduction",
+    type=click.Choice(["on", "off"]),
+    help="bmc: order commuting adjacent steps canonically (sound partial-order reduction; default off)",
+)
+@click.option(
+    "--solver",
+    "bmc_solver",
+    type=click.Choice(["z3", "cadical"]),
+    help="bmc: Z3's bit-vector solver or CaDiCaL on the bit-blasted unrolling (default cadical)",
+)
 @click.option("--symmetry", is_flag=True, help="reduce by the model's declared symmetry")
 @click.option("--max-states", type=POSITIVE_INTEGER, metavar="N", help="stop after this many states (inconclusive)")
 @click.option(

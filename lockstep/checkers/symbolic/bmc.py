@@ -1,10 +1,14 @@
 """Bounded model checking: the transition relation unrolled step by step, one incremental solver.
 
-At each depth k (0..K) the engine asks, for every property not yet decided, whether a path of k
-steps from the initial state violates it (``always``), witnesses it (``sometimes``), ends in a
-state where nothing is enabled and the property's deadlock condition fails, or (``in_bounds``)
-enables a step whose update leaves its sort. Depths are tried in order, so each counterexample is
-a shortest one, as with BFS. Every counterexample is decoded and re-run through the concrete
+At each depth k (0..K) the engine asks whether a path of k steps from the initial state violates a
+property not yet decided (``always``), witnesses it (``sometimes``), ends in a state where nothing
+is enabled and the property's deadlock condition fails, or (``in_bounds``) enables a step whose
+update leaves its sort. The step is encoded once (``unrolling.Template``) and renamed per frame;
+one query asks for all of a depth's goals, every goal its model satisfies is decided by that path,
+and the rest are asked again until unsat. Depths are tried in order, so each counterexample is a
+shortest one, as with BFS. The solver is Z3 (``backends``) or CaDiCaL on the CNF unrolling
+(``cnf``); ``reduction`` optionally forbids commuting adjacent steps out of canonical order, which
+keeps every verdict and length. Every counterexample is decoded and re-run through the concrete
 evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised. A query
 that times out, or answers ``sat`` with a model that fails its own assertions (a cancelled
 search), counts as unknown: its property is inconclusive and nothing is decoded.
@@ -16,23 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import z3
-
 from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
+from lockstep.checkers.symbolic.backends import Backend, Valuation, Z3Backend
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
-from lockstep.checkers.symbolic.solving import ask, milliseconds
-from lockstep.checkers.symbolic.values import (
-    Symbolic,
-    bit_vectors,
-    conjoin,
-    disjoin,
-    integer_constant,
-    integer_of,
-    negate,
-    to_z3,
-)
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
+from lockstep.checkers.symbolic.reduction import Reduction, commuting_pairs
+from lockstep.checkers.symbolic.unrolling import Goal, Template
+from lockstep.checkers.symbolic.values import bit_vectors
+from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, State
 
 
@@ -50,6 +45,9 @@ class _Outcome:
     detail: str = ""
 
 
+SOLVERS = ("z3", "cadical")
+
+
 class BoundedModelChecker:
     def __init__(
         self,
@@ -60,86 +58,76 @@ class BoundedModelChecker:
         progress: Progress | None = None,
         timeout: float | None = None,
         only: frozenset[int] | None = None,
+        reduction: bool = False,
+        solver: str = "z3",
+        pack: bool = True,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
+        if solver not in SOLVERS:
+            raise ValueError(f"unknown BMC solver {solver!r}; solvers: {', '.join(SOLVERS)}")
+        if solver == "cadical" and solver_timeout is not None:
+            raise ValueError("CaDiCaL queries cannot be interrupted: a per-query limit needs the z3 solver")
         self.encoding = Encoding(machine)
         self.machine = self.encoding.machine
         self.depth = depth
         self.width = self.encoding.integer_width()
-        self.solver = z3.SolverFor("QF_BV")
         self.progress = progress
         self.timeout = timeout  # wall clock of the whole run: stop (inconclusive) once exceeded
         self.only = frozenset(range(len(self.machine.properties))) if only is None else only  # properties asked
         self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
+        self.use_reduction, self.solver_name, self.pack = reduction, solver, pack
+        self.reduction: Reduction | None = None
+        self.setup_seconds = 0.0  # translating the template, deciding the commuting pairs
         self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
 
     def run(self) -> CheckResult:
         with bit_vectors(self.width):
             return self._run()
 
+    def _backend(self, started: float) -> tuple[Template, Backend]:
+        template = Template(self.encoding, pack=self.pack)
+        if self.use_reduction and self.depth > 1:
+            deadline = None if self.timeout is None else started + self.timeout / 2
+            self.reduction = commuting_pairs(self.encoding, deadline=deadline)
+        if self.solver_name == "cadical":
+            from lockstep.checkers.symbolic.cnf import CadicalBackend
+
+            return template, CadicalBackend(template, self.reduction)
+        return template, Z3Backend(template, self.reduction)
+
     def _run(self) -> CheckResult:
         started = time.monotonic()
-        machine, encoding, solver = self.machine, self.encoding, self.solver
+        machine = self.machine
         properties = machine.properties
         outcomes: dict[int, _Outcome] = {}
         unknown: set[int] = set()
-        states = [encoding.state(0)]
-        selectors: list[z3.ExprRef] = []
-        solver.add(to_z3(encoding.domain(states[0])), to_z3(encoding.initial(states[0])))
         reached = -1  # the deepest depth whose queries all answered
         stopped = None
         try:
+            template, backend = self._backend(started)
+            self.setup_seconds = time.monotonic() - started
             for depth in range(self.depth + 1):
                 depth_started = time.monotonic()
                 if self.timeout is not None and depth_started - started >= self.timeout:
                     stopped = "timeout"
                     break
-                current = states[depth]
-                steps = encoding.steps(current)
-                enabled = encoding.enabled(steps)
-                for position, prop in enumerate(properties):
-                    if position in outcomes or position not in self.only:
-                        continue
-                    goal, kind = self._goal(position, current, steps, enabled)
-                    if goal is None or (prop.name == IN_BOUNDS and depth == self.depth):
-                        continue
-                    if not self._limit_query(started):
-                        stopped = "timeout"
-                        break
-                    solver.push()
-                    solver.add(to_z3(goal))
-                    answer, model = ask(solver)
-                    path = self._path(model, states, selectors, depth) if model is not None else None
-                    solver.pop()
-                    if path is not None:
-                        detail = "no action is enabled" if kind == "deadlock" else ""
-                        if kind == "bounds":
-                            path, detail = self._bounds_step(path)
-                        self._confirm(position, path, kind)
-                        verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
-                        outcomes[position] = _Outcome(verdict, path, detail)
-                        continue
-                    if answer == z3.unknown:
-                        if self.timeout is not None and time.monotonic() - started >= self.timeout:
-                            stopped = "timeout"
-                            break
-                        unknown.add(position)
+                open_goals = [
+                    template.goals[position]
+                    for position, prop in enumerate(properties)
+                    if position in self.only
+                    and position not in outcomes
+                    and not (prop.name == IN_BOUNDS and depth == self.depth)
+                ]
+                stopped = self._ask(backend, open_goals, depth, started, outcomes, unknown)
                 if stopped is not None:
                     break
                 reached = depth  # every query at this depth answered
                 if len(outcomes) == len(self.only) or depth == self.depth:
                     self.depth_seconds.append(time.monotonic() - depth_started)
                     break
-                following = encoding.state(depth + 1)
-                selector = integer_constant(f"action@{depth}")
-                solver.add(to_z3(encoding.domain(following)))
-                solver.add(
-                    *[to_z3(constraint) for constraint in encoding.transition(current, following, selector, depth)]
-                )
-                states.append(following)
-                selectors.append(selector)
+                backend.extend(depth)
                 self.depth_seconds.append(time.monotonic() - depth_started)
                 if self.progress is not None:
                     self.progress(Statistics(None, None, depth + 1, time.monotonic() - started))
@@ -165,50 +153,74 @@ class BoundedModelChecker:
         stats = Statistics(None, None, max(reached, 0) if stopped else self.depth, time.monotonic() - started)
         return CheckResult(machine, "bmc", results, stats, stopped, [])
 
-    def _limit_query(self, started: float) -> bool:
-        """Each query gets the per-query limit, or what is left of the run's wall clock if less;
-        False (ask nothing) once the run's wall clock is spent."""
+    def _ask(
+        self,
+        backend: Backend,
+        goals: list[Goal],
+        depth: int,
+        started: float,
+        outcomes: dict[int, _Outcome],
+        unknown: set[int],
+    ) -> str | None:
+        """Ask the depth's goals together; every goal a model satisfies is decided by its path (a
+        shortest one: the shallower depths were unsat for it); ask again for the rest until unsat.
+        An unknown answer for several goals asks each alone. Returns why the run stops, or None."""
+        pending = list(goals)
+        while pending:
+            seconds = self._query_seconds(started)
+            if seconds is not None and seconds <= 0:
+                return "timeout"
+            answer, valuation = backend.query(pending, depth, seconds)
+            if valuation is not None:
+                hits = [goal for goal in pending if valuation.holds(goal, depth)]
+                if not hits:
+                    raise TranslationBug("the solver's model satisfies none of the goals it was asked")
+                path = self._path(valuation, depth)
+                for goal in hits:
+                    self._decide(goal, path, outcomes)
+                decided = {goal.position for goal in hits}
+                pending = [goal for goal in pending if goal.position not in decided]
+                continue
+            if answer == "unknown":
+                if self.timeout is not None and time.monotonic() - started >= self.timeout:
+                    return "timeout"
+                if len(pending) == 1:
+                    unknown.add(pending[0].position)
+                else:
+                    for goal in pending:
+                        stop = self._ask(backend, [goal], depth, started, outcomes, unknown)
+                        if stop is not None:
+                            return stop
+            return None
+        return None
+
+    def _decide(self, goal: Goal, path: Path, outcomes: dict[int, _Outcome]) -> None:
+        prop = self.machine.properties[goal.position]
+        detail = "no action is enabled" if goal.kind == "deadlock" else ""
+        if goal.kind == "bounds":
+            path, detail = self._bounds_step(path)
+        self._confirm(goal.position, path, goal.kind)
+        verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
+        outcomes[goal.position] = _Outcome(verdict, path, detail)
+
+    def _query_seconds(self, started: float) -> float | None:
+        """Each query gets the per-query limit, or what is left of the run's wall clock if less
+        (0 or less: the run's wall clock is spent)."""
         limits = []
         if self.solver_timeout is not None:
             limits.append(self.solver_timeout)
         if self.timeout is not None:
-            left = self.timeout - (time.monotonic() - started)
-            if left <= 0:
-                return False
-            limits.append(left)
-        if limits:
-            self.solver.set("timeout", milliseconds(min(limits)))
-        return True
+            limits.append(self.timeout - (time.monotonic() - started))
+        return min(limits) if limits else None
 
-    def _goal(
-        self,
-        position: int,
-        state: dict[str, Symbolic],
-        steps: list,  # type: ignore[type-arg]
-        enabled: Symbolic,
-    ) -> tuple[Symbolic | None, str]:
-        prop = self.machine.properties[position]
-        encoding = self.encoding
-        if prop.name == IN_BOUNDS:
-            return disjoin([conjoin([guard, out]) for guard, _, out in steps]), "bounds"
-        if prop.kind is PropertyKind.SOMETIMES:
-            return encoding.predicate(prop.predicate, state), "witness"
-        goals: list[Symbolic] = [negate(encoding.predicate(prop.predicate, state))]
-        kinds = "invariant"
-        if prop.name == NO_DEADLOCK:
-            goals = [conjoin([negate(enabled), negate(encoding.predicate(self.machine.final, state))])]
-            kinds = "deadlock"
-        elif prop.at_deadlock is not None:
-            goals.append(conjoin([negate(enabled), negate(encoding.predicate(prop.at_deadlock, state))]))
-        return disjoin(goals), kinds
-
-    def _path(
-        self, model: z3.ModelRef, states: list[dict[str, Symbolic]], selectors: list[z3.ExprRef], depth: int
-    ) -> Path:
-        decoded = [self.encoding.decode_state(states[step], model) for step in range(depth + 1)]
+    def _path(self, valuation: Valuation, depth: int) -> Path:
+        decoded = []
+        for frame in range(depth + 1):
+            state, model = valuation.state(frame)
+            decoded.append(self.encoding.decode_state(state, model))
         steps = []
         for step in range(depth):
-            grounded = self.encoding.grounded[integer_of(model.eval(selectors[step], model_completion=True))]
+            grounded = self.encoding.grounded[valuation.selector(step)]
             steps.append(self._step(grounded, decoded[step + 1]))
         return Path(decoded[0], tuple(steps))
 

@@ -197,9 +197,16 @@ class Encoding:
         return result
 
     def transition(
-        self, pre: dict[str, Symbolic], post: dict[str, Symbolic], selector: z3.ExprRef, step: int | str
+        self,
+        pre: dict[str, Symbolic],
+        post: dict[str, Symbolic],
+        selector: z3.ExprRef,
+        step: int | str,
+        *,
+        name_arguments: bool = True,
     ) -> list[Symbolic]:
-        """Constraints: ``post`` follows ``pre`` by the grounded transition ``selector`` names."""
+        """Constraints: ``post`` follows ``pre`` by the grounded transition ``selector`` names (with
+        ``name_arguments``, per-step parameter constants equal its arguments)."""
         constraints: list[Symbolic] = [selector >= 0, selector < len(self.grounded)]
         steps = self.steps(pre)
         changes: dict[str, list[tuple[int, list[Any]]]] = {name: [] for name in self.sorts}
@@ -223,6 +230,8 @@ class Encoding:
                         continue
                     chained = ite(selector == index, candidate, chained)
                 constraints.append(equal(new, chained))
+        if not name_arguments:  # the caller decodes the arguments from the selector
+            return constraints
         for index, grounded in enumerate(self.grounded):  # name the arguments in the model
             action = self.machine.actions[grounded.action]
             for parameter, argument in zip(action.parameters, grounded.arguments, strict=True):
