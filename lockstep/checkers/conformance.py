@@ -53,7 +53,7 @@ from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
 from lockstep.spec.protocol import Instance, UsageError
 from lockstep.traces.merge import TraceInput, open_traces
-from lockstep.traces.reader import Record
+from lockstep.traces.reader import Record, TraceInputError
 
 PathLike = str | os.PathLike[str]
 Observer = Callable[[Any, Collection[Any], Sequence[tuple[int, tuple[Any, ...]]]], None]
