@@ -37,14 +37,14 @@ GOLDEN = {
     "seed": (57, 83, {"repaired": 12}),
     "spec-decode": (151, 237, {"repaired": 12, "fewer_drafts_accepted": 12}),
     "kv-load-failure": (
-        343,
-        543,
+        321,
+        511,
         {"repaired": 12, "fewer_drafts_accepted": 12, "trim_left_no_placeholder": 14, "more_ids_than_placeholders": 14},
     ),
-    "preemption": (1263, 2373, {"repaired": 12, "rejoins_with_history": 11, "discarded_chunk": 3}),
+    "preemption": (1081, 2026, {"repaired": 12, "rejoins_with_history": 11, "discarded_chunk": 3}),
     "all-operations": (
-        7504,
-        14273,
+        5484,
+        10409,
         {
             "repaired": 12,
             "fewer_drafts_accepted": 12,

@@ -107,10 +107,35 @@ class Scheduler:
         request = self.tracked
         return len(request.output_token_ids) + request.placeholders + 1 + drafts <= self.bounds.max_tokens
 
+    def finished(self) -> bool:
+        """The tracked request has all ``max_tokens`` outputs (``check_stop`` finishes it; it leaves the queues)."""
+        return len(self.tracked.output_token_ids) >= self.bounds.max_tokens
+
+    def kinds(self) -> list[str]:
+        """What the next step may do to the tracked request.
+
+        ``run`` only while one more output (and its drafts) fits ``max_tokens``. The engine schedules a
+        step for the batch whether or not the tracked request can produce (``step_with_batch_queue``
+        asks ``has_requests()``), so an unfinished request at its limit may still be skipped (the async
+        check that the step in flight reaches ``max_tokens``, or the token budget spent on others),
+        preempted (another request's ``allocate_slots`` fails) or take a prefill chunk, as the scenario
+        allows and while the run has interruptions left. A finished request takes no step.
+        """
+        request, bounds = self.tracked, self.bounds
+        if self.finished():
+            return []
+        found = ["run"] if self.can_produce() else []
+        if self.interruptions_left > 0:
+            if bounds.chunked_prefill and request.prefilling:
+                found.append("chunk")
+            if bounds.preemptions:
+                found += ["skip", "preempt"]
+        return found
+
     def options(self) -> list[str]:
         """What the engine loop may do next: schedule, process the oldest output, a KV-load failure."""
         found = []
-        if self.in_flight < 2 and self.can_produce():
+        if self.in_flight < 2 and self.kinds():
             found.append("schedule")
         if self.in_flight > 0:
             found.append("process")
@@ -118,7 +143,7 @@ class Scheduler:
             self.in_flight == 0
             and self.kv_failures < self.bounds.kv_load_failures
             and self.tracked.output_token_ids
-            and self.can_produce()
+            and not self.finished()
         ):
             found.append("kv_load_failure")
         return found
@@ -127,13 +152,7 @@ class Scheduler:
     def schedule(self) -> tuple[Step, dict[str, str | int | bool]]:
         """One step; returns it and the model's ``schedule`` arguments for the tracked request."""
         request, bounds = self.tracked, self.bounds
-        kinds = ["run"]
-        if self.interruptions_left > 0:
-            if bounds.chunked_prefill and request.prefilling:
-                kinds.append("chunk")
-            if bounds.preemptions:
-                kinds += ["skip", "preempt"]
-        picked = self.choices.choose(self.actor, "kind", kinds)
+        picked = self.choices.choose(self.actor, "kind", self.kinds())
         kind = {"run": RUN, "chunk": RUN, "skip": SKIP, "preempt": PREEMPT}[picked]
         chunk = picked == "chunk"
         if picked != "run":

@@ -7,6 +7,15 @@ which sends ``num_output_tokens`` = outputs + placeholders; ``_preempt_request``
 ``_update_request_with_output``: placeholders -= new tokens), with ``vllm/v1/engine/core.py``'s
 ``step_with_batch_queue`` (a queue of two steps).
 
+Finished requests (faithfulness note): once ``num_output_tokens >= max_tokens``, ``check_stop``
+(``vllm/v1/core/sched/utils.py``) finishes the request in ``update_from_output``, preempted or
+not, and it leaves the queues, so the model gives a request with all ``max_tokens`` outputs no step
+and no KV-load failure. An unfinished request whose outputs and placeholders already reach
+``max_tokens`` may still be skipped (``Scheduler.schedule``'s async check that the step in flight
+reaches ``max_tokens``, or a token budget spent on other requests) or preempted (another request's
+``allocate_slots`` fails): the engine schedules the batch's other requests regardless
+(``step_with_batch_queue`` asks ``has_requests()``).
+
 KV-load failure (faithfulness note): in v0.22.0 ``update_from_output`` skips the failed request
 before ``_update_request_with_output`` and truncates ``num_computed_tokens``; no line there drops
 output tokens. The model follows the runner's comment in ``_update_states`` ("some output tokens
@@ -32,6 +41,7 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
     produces = run & ~chunk
     guard = conjunction(
         state.to_runner.length() + state.to_scheduler.length() < 2,  # the batch queue holds two steps
+        outputs < sizes.capacity,  # check_stop finished the request at max_tokens: it takes no more steps
         produces.implies(outputs + placeholders + 1 + drafts <= sizes.capacity),
         chunk.implies(run & prefilling) if sizes.chunked_prefill else ~chunk,
         (drafts > 0).implies(produces & ~prefilling),
@@ -81,7 +91,12 @@ def kv_load_failure(state: State, discarded: Term) -> Step:
     """A sync KV-load failure discards the last outputs; the request recomputes (see module doc)."""
     idle = conjunction(state.to_runner.is_empty(), state.to_scheduler.is_empty(), state.phase == Phase.IDLE)
     return Step(
-        conjunction(idle, state.kv_failures < state.sizes.kv_load_failures, state.outputs >= discarded),
+        conjunction(
+            idle,
+            state.kv_failures < state.sizes.kv_load_failures,
+            state.outputs >= discarded,
+            state.outputs < state.sizes.capacity,  # a finished request loads no KV
+        ),
         {
             state.outputs: state.outputs - discarded,
             state.generated: state.generated - discarded,
