@@ -252,10 +252,14 @@ def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_
 
 def test_running_out_of_memory_stops_the_search_cleanly() -> None:
     class Full(NumpyBackend):
-        def zeros_words(self, words: int, count: int) -> Any:
-            if count > 2048:
+        chunk = 256  # the visited set's blocks hold 8 chunks: 2048 states
+        allocated = 0
+
+        def empty_table(self, rows: int, columns: int) -> Any:
+            self.allocated += rows
+            if self.allocated > 2048:
                 raise MemoryError("the machine is full")
-            return super().zeros_words(words, count)
+            return super().empty_table(rows, columns)
 
     instance = get_protocol("dp-pause").instance("post-fix", "seed")
     result = VectorSearch(instance.machine(), Full(), engine="bfs-vec").run()
