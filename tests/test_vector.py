@@ -173,15 +173,20 @@ def test_compact_mode_keeps_fingerprints_only_and_reports_the_omission_probabili
     assert search.bytes_per_state <= 16
 
 
-def test_states_sharing_a_fingerprint_are_told_apart_in_the_exact_mode() -> None:
+@pytest.mark.parametrize("chunk", [None, 2], ids=["one-block", "blocks-of-16-states"])
+def test_states_sharing_a_fingerprint_are_told_apart_in_the_exact_mode(chunk: int | None) -> None:
     class Colliding(NumpyBackend):
         def fingerprint(self, words: Any) -> Any:
             return words[0] % 7  # a deliberately weak fingerprint: many states share one
 
+    backend = Colliding()
+    if chunk is not None:
+        backend.chunk = chunk  # the stored words then lie in many blocks of 8 chunks
     instance = get_protocol("async-placeholders").instance("pre-fix", "seed")
-    search = VectorSearch(instance.machine(), Colliding(), engine="bfs-vec")
+    search = VectorSearch(instance.machine(), backend, engine="bfs-vec")
     assert summary(search.run()) == summary(check(instance, "bfs"))
     assert search.visited.collisions
+    assert len(search.visited.blocks) > 1 if chunk is not None else len(search.visited.blocks) == 1
 
 
 # --------------------------------------------------------------------------- (d) refusals and choice

@@ -98,6 +98,13 @@ def outside(translator: Translator, value: Scalar, low: int, high: int) -> Scala
     if value.constant:
         inside = low <= int(value.value) <= high  # type: ignore[call-overload]
         return FALSE if inside else Scalar("True", True)
+    known = translator.value_range(value)
+    if known is not None and low <= known[0] and known[1] <= high:  # e.g. a stored field, or a choice of them
+        return FALSE
+    span = high - low + 1
+    if span & (span - 1) == 0:  # a range of 2**k values: one shift tells (negative values shift to -1)
+        shifted = value.code if low == 0 else f"({value.code} - {low})" if low > 0 else f"({value.code} + {-low})"
+        return translator.emit(f"(({shifted} >> {span.bit_length() - 1}) != 0)")
     below = translator.binary(Operator.LESS, value, Scalar(repr(low), low))
     above = translator.binary(Operator.GREATER, value, Scalar(repr(high), high))
     return translator.either(below, above)
@@ -105,9 +112,10 @@ def outside(translator: Translator, value: Scalar, low: int, high: int) -> Scala
 
 def packed_region(
     translator: Translator, layout: Layout, parent: str, origin: Origin, checked: bool
-) -> tuple[tuple[int, int, str], Scalar]:
+) -> tuple[tuple[int, int, str | int], Scalar]:
     """The new bits of a sequence's slot region after an append or a tail (where the origin's
-    condition holds), as (word, bits cleared, code); and the rows whose appended element leaves its sort."""
+    condition holds), as (word, bits cleared, code or constant); and the rows whose appended element
+    leaves its sort."""
     slots = layout.sequences[origin.length_leaf]
     assert slots.word is not None
     region = ((1 << (slots.capacity * slots.stride)) - 1) << slots.base
@@ -116,7 +124,12 @@ def packed_region(
     length = translator.column(origin.length_leaf)
     if origin.kind == "tail":
         shift = slots.base + slots.stride
-        code = f"(({parent}[{slots.word}] >> {shift}) & {region >> shift}) << {slots.base}"
+        if region >> shift == 0:  # the tail of a one-slot sequence: its region is all zero
+            if origin.condition is None:
+                return (slots.word, region, 0), leaving
+            code = "0"
+        else:
+            code = f"(({parent}[{slots.word}] >> {shift}) & {region >> shift}) << {slots.base}"
     else:
         assert origin.element is not None
         parts, constant = [], 0
