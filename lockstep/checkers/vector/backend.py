@@ -1,8 +1,9 @@
 """Array backends of the vectorised engines: numpy on one CPU core, torch on a GPU (or the CPU).
 
 A backend supplies the helpers the generated kernels call (``_where``, ``_int``, ``_rows``,
-``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array operations the search loop
-needs (sorting, searching, concatenating, fingerprints). Packed states are int64 arrays of shape
+``_columns``, ``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array
+operations the search loop needs (sorting, searching, concatenating, gathering, fingerprints).
+Packed states are int64 arrays of shape
 (words, rows); every word is non-negative (63 bits), so both libraries order them alike.
 Fingerprints are the same 64-bit mix (a multiply and xor-shift per word, splitmix64's finaliser at
 the end) in both, so a state has one fingerprint on every device and in every process. torch is imported only here, and
@@ -64,6 +65,7 @@ class NumpyBackend:
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
+            "_columns": self.columns,
         }
 
     # ------------------------------------------------------------------------------ array operations
@@ -96,8 +98,13 @@ class NumpyBackend:
         return np.argsort(values)
 
     def columns(self, array: Any, indices: Any) -> Any:
-        """``array[:, indices]`` (``take`` gathers faster than indexing)."""
+        """``array[:, indices]`` laid out row by row (indexing would give a column-major array, whose
+        rows the kernels then read with a stride)."""
         return np.take(array, indices, axis=1)
+
+    def rows_of(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices].T``: the chosen columns as rows, each one's values side by side."""
+        return np.take(np.ascontiguousarray(array.T), indices, axis=0)
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return np.searchsorted(sorted_values, values)
@@ -223,6 +230,7 @@ class TorchBackend:
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
+            "_columns": self.columns,
         }
 
     def array(self, values: Any) -> Any:
@@ -257,6 +265,10 @@ class TorchBackend:
     def columns(self, array: Any, indices: Any) -> Any:
         """``array[:, indices]``."""
         return array[:, indices]
+
+    def rows_of(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices].T``."""
+        return array[:, indices].T
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return self.torch.searchsorted(sorted_values, values)

@@ -196,7 +196,7 @@ class _Builder:
         lines = [
             f"if counts[{tuple_id}]:",
             f"    {rows} = _rows({guard.code}, N, counts[{tuple_id}])",
-            f"    {parent} = W[:, {rows}]",
+            f"    {parent} = _columns(W, {rows})",
         ]
         body = list(scope.lines) + writes
         if error.value is not False:

@@ -93,11 +93,11 @@ class VisitedSet:
         least = backend.run_minimum(discovery[order], starts)
         if not self.exact:
             return backend.columns(states, order[starts]), sorted_keys[starts], least
-        ordered = backend.columns(states, order)
-        if len(first) and bool(((ordered[:, 1:] != ordered[:, :-1]).any(0) & ~first).any()):
+        ordered = backend.rows_of(states, order)  # (rows, words): a state's words side by side
+        if len(first) and bool(((ordered[1:] != ordered[:-1]).any(1) & ~first).any()):
             chosen, least = self.unique(keys, states, discovery)  # a fingerprint shared by different states
             return backend.columns(states, chosen), keys[chosen], least
-        return ordered[:, starts], sorted_keys[starts], least
+        return ordered[starts].T, sorted_keys[starts], least
 
     def absent(self, keys: Any, states: Any) -> Any:
         """A mask over distinct candidate states: those not stored yet."""
