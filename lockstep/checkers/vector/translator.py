@@ -6,7 +6,8 @@ through the reference ``apply_operator``; the rest becomes lines of array code (
 the same text for both) over one column per leaf of the packed state. Every value comes with an
 error mask: the rows where the reference evaluator would raise (division by zero, a key outside
 its map, the tail of an empty sequence), with the short-circuit semantics of ``evaluate`` for
-and/or/implies/if-then-else.
+and/or/implies/if-then-else. Integer temporaries carry bounds (a stored field lies in its sort):
+checks and comparisons the bounds decide fold away. Map and sequence operations: ``containers``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as Sequences
 
+from lockstep.checkers.vector.containers import map_access, sequence_operation
 from lockstep.checkers.vector.values import (
     FALSE,
     TRUE,
@@ -29,7 +31,6 @@ from lockstep.checkers.vector.values import (
     constant_of,
     padding,
 )
-from lockstep.spec.compiler import stays_in_sort
 from lockstep.spec.evaluation import apply_operator
 from lockstep.spec.expressions import (
     Bound,
@@ -436,9 +437,9 @@ class Translator:
                 return first.parts[position], FALSE
             return Compound(first.parts[:position] + (values[2],) + first.parts[position + 1 :]), FALSE
         if operator in (Operator.SELECT, Operator.STORE):
-            return self._map_access(expression, values)
+            return map_access(self, expression, values)
         if isinstance(first, Sequence):
-            return self._sequence(operator, first, values)
+            return sequence_operation(self, operator, first, values)
         scalars = [value for value in values if isinstance(value, Scalar)]
         if len(scalars) != len(values):
             raise Unsupported(f"operator {operator.value} over non-scalar values")
@@ -471,81 +472,6 @@ class Translator:
         safe = self.emit(f"_where({zero.code}, 1, {right.code})")
         symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
         return self.emit(f"({left.code} {symbol} {safe.code})"), zero
-
-    def _map_access(self, expression: Operation, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:
-        container, key = values[0], values[1]
-        map_sort = expression.arguments[0].sort
-        assert isinstance(container, Compound) and isinstance(key, Scalar) and isinstance(map_sort, MapSort)
-        size = len(container.parts)
-        if key.constant:
-            assert isinstance(key.value, int)
-            if not 0 <= key.value < size:
-                return (container if expression.operator is Operator.STORE else container.parts[0]), TRUE
-            if expression.operator is Operator.SELECT:
-                return container.parts[key.value], FALSE
-            parts = list(container.parts)
-            parts[key.value] = values[2]
-            return Compound(tuple(parts)), FALSE
-        if stays_in_sort(expression.arguments[1], map_sort.key):
-            error = FALSE
-        else:
-            low = self.binary(Operator.LESS, key, Scalar("0", 0))
-            high = self.binary(Operator.GREATER_EQUAL, key, Scalar(repr(size), size))
-            error = self.either(low, high)
-        if expression.operator is Operator.SELECT:
-            return self.choose(key, container.parts), error
-        stored = tuple(
-            self.where(self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), values[2], part)
-            for position, part in enumerate(container.parts)
-        )
-        return Compound(stored), error
-
-    def _sequence(
-        self, operator: Operator, sequence: Sequence, values: list[VectorValue]
-    ) -> tuple[VectorValue, Scalar]:
-        length, slots = sequence.length, sequence.slots
-        if operator is Operator.LENGTH:
-            return length, FALSE
-        if operator is Operator.AT:
-            position = values[1]
-            assert isinstance(position, Scalar)
-            error = self.either(
-                self.binary(Operator.LESS, position, Scalar("0", 0)),
-                self.binary(Operator.GREATER_EQUAL, position, length),
-            )
-            if position.constant:
-                assert isinstance(position.value, int)
-                if not 0 <= position.value < len(slots):
-                    return (slots[0] if slots else Scalar("0", 0)), TRUE
-                return slots[position.value], error
-            if not slots:
-                return Scalar("0", 0), TRUE
-            return self.choose(position, slots), error
-        if operator is Operator.APPEND:
-            element = values[1]
-            filler = padding(sequence.element)
-            grown = []
-            for index, slot in enumerate((*slots, filler)):
-                here = self.binary(Operator.EQUAL, length, Scalar(repr(index), index))
-                grown.append(self.where(here, element, slot))
-            origin = sequence.origin
-            derived = (
-                Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
-            )
-            return Sequence(
-                self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived
-            ), FALSE
-        if operator is Operator.TAIL:
-            error = self.binary(Operator.LESS_EQUAL, length, Scalar("0", 0))
-            if not slots:
-                return sequence, TRUE
-            shifted = (*slots[1:], padding(sequence.element))
-            origin = sequence.origin
-            derived = Origin("tail", origin.length_leaf) if origin is not None and origin.kind == "read" else None
-            return Sequence(
-                self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived
-            ), error
-        raise Unsupported(f"operator {operator.value} on a sequence")
 
 
 def _decided(operator: Operator, left: tuple[int, int], right: tuple[int, int]) -> bool | None:
