@@ -152,9 +152,11 @@ def packed_region(
             else str(int(length.value) * slots.stride + slots.base)  # type: ignore[call-overload]
         )
         code = f"{current} | (({bits}) << {offset})"
-    if origin.condition is not None:
+    if origin.condition is not None and not origin.condition.constant:
         code = f"_where({origin.condition.code}, {code}, {current})"
         leaving = translator.both(origin.condition, leaving)
+    elif origin.condition is not None and not origin.condition.value:
+        return (slots.word, region, current), FALSE  # the sequence stays as it is in every row
     return (slots.word, region, f"({code})"), leaving
 
 

@@ -468,8 +468,9 @@ class Translator:
                 return Scalar(repr(value), value), FALSE
             symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
             return self.emit(f"({left.code} {symbol} {right.code})"), FALSE
-        zero = self.binary(Operator.EQUAL, right, Scalar("0", 0))
-        safe = self.emit(f"_where({zero.code}, 1, {right.code})")
+        zero = self.binary(Operator.EQUAL, right, Scalar("0", 0))  # constant when the bounds decide it
+        safe = self.where(zero, Scalar("1", 1), right)
+        assert isinstance(safe, Scalar)
         symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
         return self.emit(f"({left.code} {symbol} {safe.code})"), zero
 
