@@ -3,11 +3,10 @@
 A backend supplies the helpers the generated kernels call (``_where``, ``_int``, ``_rows``,
 ``_columns``, ``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array
 operations the search loop needs (sorting, searching, concatenating, gathering, fingerprints).
-Packed states are int64 arrays of shape
-(words, rows); every word is non-negative (63 bits), so both libraries order them alike.
-Fingerprints are the same 64-bit mix (a multiply and xor-shift per word, splitmix64's finaliser at
-the end) in both, so a state has one fingerprint on every device and in every process. torch is imported only here, and
-only when a torch backend is made.
+Packed states are int64 arrays of shape (words, rows); every word is non-negative (63 bits), so
+both libraries order them alike. Fingerprints are the same 64-bit mix (a multiply and xor-shift per
+word, splitmix64's finaliser at the end) in both, so a state has one fingerprint on every device
+and in every process. torch is imported only here, and only when a torch backend is made.
 """
 
 from __future__ import annotations
