@@ -8,7 +8,8 @@ state: for the vectorised engines, what their visited set and parent links keep 
 exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of the peak resident
 set over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
 Each configuration runs in a fresh process, so one's memory does not hide another's.
-Ratios are taken within one run: these machines are shared and noisy.
+Ratios are taken within one run: these machines are shared and noisy. The process's CPU seconds
+(``cpu s``) are printed beside the wall-clock seconds: on a shared machine they vary less.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         torch.cuda.reset_peak_memory_stats()
     before = resident_memory_bytes()
     started = time.perf_counter()
+    processor = time.process_time()
     per_state: float | None = None
     if engine == "bfs":
         result = check(machine, "bfs", symmetry=symmetry, limits=limits)
@@ -58,6 +60,7 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         result = search.run()
         per_state = search.bytes_per_state
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - processor
     states = result.stats.states or 0
     if per_state is None:  # the peak of the resident set over the run (this process runs nothing else)
         per_state = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before, 0) / max(states, 1)
@@ -68,6 +71,7 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         "states": states,
         "transitions": result.stats.transitions or 0,
         "seconds": seconds,
+        "cpu": cpu,
         "rate": states / seconds if seconds else 0.0,
         "bytes": per_state,
         "verdict": result.verdict.value if result.stopped is None else f"partial ({result.stopped})",
@@ -102,8 +106,8 @@ def main() -> None:
 
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     print(
-        f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'states/s':>11} "
-        f"{'B/state':>8}  verdict",
+        f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'cpu s':>8} "
+        f"{'states/s':>11} {'B/state':>8}  verdict",
         flush=True,
     )
     symmetries = {"off": [False], "on": [True], "both": [False, True]}[options.symmetry]
@@ -120,7 +124,8 @@ def main() -> None:
                 print(
                     f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
                     f"{row['transitions']:>13,} "
-                    f"{row['seconds']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  {row['verdict']}{extra}",
+                    f"{row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  "
+                    f"{row['verdict']}{extra}",
                     flush=True,
                 )
 

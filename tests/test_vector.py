@@ -173,15 +173,20 @@ def test_compact_mode_keeps_fingerprints_only_and_reports_the_omission_probabili
     assert search.bytes_per_state <= 16
 
 
-def test_states_sharing_a_fingerprint_are_told_apart_in_the_exact_mode() -> None:
+@pytest.mark.parametrize("chunk", [None, 2], ids=["one-block", "blocks-of-16-states"])
+def test_states_sharing_a_fingerprint_are_told_apart_in_the_exact_mode(chunk: int | None) -> None:
     class Colliding(NumpyBackend):
         def fingerprint(self, words: Any) -> Any:
             return words[0] % 7  # a deliberately weak fingerprint: many states share one
 
+    backend = Colliding()
+    if chunk is not None:
+        backend.chunk = chunk  # the stored words then lie in many blocks of 8 chunks
     instance = get_protocol("async-placeholders").instance("pre-fix", "seed")
-    search = VectorSearch(instance.machine(), Colliding(), engine="bfs-vec")
+    search = VectorSearch(instance.machine(), backend, engine="bfs-vec")
     assert summary(search.run()) == summary(check(instance, "bfs"))
     assert search.visited.collisions
+    assert len(search.visited.blocks) > 1 if chunk is not None else len(search.visited.blocks) == 1
 
 
 # --------------------------------------------------------------------------- (d) refusals and choice
@@ -252,10 +257,14 @@ def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_
 
 def test_running_out_of_memory_stops_the_search_cleanly() -> None:
     class Full(NumpyBackend):
-        def zeros_words(self, words: int, count: int) -> Any:
-            if count > 2048:
+        chunk = 256  # the visited set's blocks hold 8 chunks: 2048 states
+        allocated = 0
+
+        def empty_table(self, rows: int, columns: int) -> Any:
+            self.allocated += rows
+            if self.allocated > 2048:
                 raise MemoryError("the machine is full")
-            return super().zeros_words(words, count)
+            return super().empty_table(rows, columns)
 
     instance = get_protocol("dp-pause").instance("post-fix", "seed")
     result = VectorSearch(instance.machine(), Full(), engine="bfs-vec").run()

@@ -1,12 +1,12 @@
 """Array backends of the vectorised engines: numpy on one CPU core, torch on a GPU (or the CPU).
 
 A backend supplies the helpers the generated kernels call (``_where``, ``_int``, ``_rows``,
-``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array operations the search loop
-needs (sorting, searching, concatenating, fingerprints). Packed states are int64 arrays of shape
-(words, rows); every word is non-negative (63 bits), so both libraries order them alike.
-Fingerprints are the same 64-bit mix (a multiply and xor-shift per word, splitmix64's finaliser at
-the end) in both, so a state has one fingerprint on every device and in every process. torch is imported only here, and
-only when a torch backend is made.
+``_columns``, ``_stack``, ``_less``, ``_lookup``, ``_minimum``, ``_maximum``) and the few array
+operations the search loop needs (sorting, searching, concatenating, gathering, fingerprints).
+Packed states are int64 arrays of shape (words, rows); every word is non-negative (63 bits), so
+both libraries order them alike. Fingerprints are the same 64-bit mix (a multiply and xor-shift per
+word, splitmix64's finaliser at the end) in both, so a state has one fingerprint on every device
+and in every process. torch is imported only here, and only when a torch backend is made.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class NumpyBackend:
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
+            "_columns": self.columns,
         }
 
     # ------------------------------------------------------------------------------ array operations
@@ -79,8 +80,9 @@ class NumpyBackend:
     def empty(self) -> Any:
         return np.empty(0, dtype=np.int64)
 
-    def zeros_words(self, words: int, count: int) -> Any:
-        return np.zeros((words, count), dtype=np.int64)
+    def empty_table(self, rows: int, columns: int) -> Any:
+        """An uninitialised (rows, columns) array."""
+        return np.empty((rows, columns), dtype=np.int64)
 
     def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
         return np.concatenate(arrays, axis=axis)
@@ -93,6 +95,15 @@ class NumpyBackend:
 
     def argsort(self, values: Any) -> Any:
         return np.argsort(values)
+
+    def columns(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices]`` laid out row by row (indexing would give a column-major array, whose
+        rows the kernels then read with a stride)."""
+        return np.take(array, indices, axis=1)
+
+    def rows_of(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices].T``: the chosen columns as rows, each one's values side by side."""
+        return np.take(np.ascontiguousarray(array.T), indices, axis=0)
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return np.searchsorted(sorted_values, values)
@@ -218,6 +229,7 @@ class TorchBackend:
             "_rows": rows,
             "_stack": stack,
             "_less": self.less,
+            "_columns": self.columns,
         }
 
     def array(self, values: Any) -> Any:
@@ -233,8 +245,9 @@ class TorchBackend:
     def empty(self) -> Any:
         return self.torch.empty(0, dtype=self.torch.int64, device=self.device)
 
-    def zeros_words(self, words: int, count: int) -> Any:
-        return self.torch.zeros((words, count), dtype=self.torch.int64, device=self.device)
+    def empty_table(self, rows: int, columns: int) -> Any:
+        """An uninitialised (rows, columns) tensor."""
+        return self.torch.empty((rows, columns), dtype=self.torch.int64, device=self.device)
 
     def concatenate(self, arrays: list[Any], axis: int = 0) -> Any:
         return self.torch.cat(arrays, dim=axis)
@@ -247,6 +260,14 @@ class TorchBackend:
 
     def argsort(self, values: Any) -> Any:
         return self.torch.argsort(values, stable=True)
+
+    def columns(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices]``."""
+        return array[:, indices]
+
+    def rows_of(self, array: Any, indices: Any) -> Any:
+        """``array[:, indices].T``."""
+        return array[:, indices].T
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return self.torch.searchsorted(sorted_values, values)

@@ -14,37 +14,36 @@ rows):
 - ``canonical(W)``: with symmetry, the least image of each state under the declared permutations
   (compared as word tuples), so that states of one orbit share one packed form.
 
-The tuple ids of ``expand`` index ``Kernels.tuples``: (action position, argument tuple).
+The tuple ids of ``expand`` index ``Kernels.tuples``: (action position, argument tuple). This module
+owns the successor and property kernels; how updated values are packed into words is in
+``packing``, the symmetry kernel in ``images``.
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.checkers.vector.images import canonical_source
+from lockstep.checkers.vector.packing import encoded, fit, indent, outside, packed_region
 from lockstep.checkers.vector.tidy import tidy
 from lockstep.checkers.vector.translator import Translator
 from lockstep.checkers.vector.values import (
     FALSE,
-    Compound,
     Emitter,
     Origin,
     Scalar,
     Scope,
-    Sequence,
     Unsupported,
-    VectorValue,
     leaves_of,
-    padding,
 )
 from lockstep.spec.compiler import stays_in_sort
-from lockstep.spec.expressions import Expression, Operator
-from lockstep.spec.layout import Layout, Leaf
+from lockstep.spec.expressions import Expression
+from lockstep.spec.layout import Layout
 from lockstep.spec.machine import NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import argument_space
-from lockstep.spec.sorts import IndexSort, MapSort, RecordSort, SequenceSort, Sort, Value
+from lockstep.spec.sorts import Value
 
 Kernel = Callable[..., Any]
 
@@ -73,7 +72,7 @@ def compile_kernels(
     sources = [builder.expand_source(), builder.predicates_source(), builder.deadlocked_source()]
     permutations = 1
     if symmetry:
-        source, permutations = builder.canonical_source()
+        source, permutations = canonical_source(machine, layout, builder.emitter)
         sources.append(source)
     source = tidy("\n\n".join(sources))
     namespace: dict[str, Any] = dict(backend_namespace)
@@ -128,7 +127,7 @@ class _Builder:
                     blocks.extend(self._successor_block(tuple_id, action.updates, bindings, guard, action.name))
         counts = f"counts = _counts(({''.join(f'{guard}, ' for guard in guards)}), N)"
         body = [*outer.lines, counts, *blocks, f"return blocks, {enabled.code}, errors"]
-        return "def expand(W):\n    N = W.shape[1]\n    blocks = []\n    errors = []\n" + _indent(body, 1)
+        return "def expand(W):\n    N = W.shape[1]\n    blocks = []\n    errors = []\n" + indent(body, 1)
 
     def _guard(self, translator: Translator, conjuncts: tuple[Expression, ...], where: str) -> tuple[Scalar, Scalar]:
         guard, error = Scalar("True", True), FALSE
@@ -168,7 +167,7 @@ class _Builder:
             position = self.variable_index[variable]
             sort = self.layout.sorts[position]
             first, last = self.layout.spans[position]
-            new = _fit(translator, self.layout, value, sort, first)
+            new = fit(translator, self.layout, value, sort, first)
             old = leaves_of(translator.variable(variable))
             checked = not stays_in_sort(expression, sort)
             offset = 0
@@ -178,7 +177,7 @@ class _Builder:
                     offset += slots.capacity * slots.per_slot
                     if item.kind == "read":
                         continue
-                    word_change, leaving = self._packed(translator, parent, item, checked)
+                    word_change, leaving = packed_region(translator, self.layout, parent, item, checked)
                     out_of_bounds = translator.either(out_of_bounds, leaving)
                     word, cleared, bits = word_change
                     changed.setdefault(word, []).append((cleared, bits))
@@ -189,64 +188,23 @@ class _Builder:
                 if item.code == old_value.code:
                     continue
                 if checked and not leaf.boolean:
-                    out_of_bounds = translator.either(out_of_bounds, _outside(translator, item, leaf.low, leaf.high))
-                changed.setdefault(leaf.word, []).append((leaf.mask << leaf.shift, _encoded(item, leaf)))
+                    out_of_bounds = translator.either(out_of_bounds, outside(translator, item, leaf.low, leaf.high))
+                changed.setdefault(leaf.word, []).append((leaf.mask << leaf.shift, encoded(item, leaf)))
             assert offset == last - first == len(old)
         writes = self._writes(translator, parent, changed)
         rows = f"r{tuple_id}"
         lines = [
             f"if counts[{tuple_id}]:",
             f"    {rows} = _rows({guard.code}, N, counts[{tuple_id}])",
-            f"    {parent} = W[:, {rows}]",
+            f"    {parent} = _columns(W, {rows})",
         ]
         body = list(scope.lines) + writes
         if error.value is not False:
             body.append(f"errors.append(({tuple_id}, {error.code}, {rows}))")
         oob = {False: "None", True: f"({rows} >= 0)"}.get(out_of_bounds.value, out_of_bounds.code)  # type: ignore[call-overload]
         body.append(f"blocks.append(({tuple_id}, {rows}, {parent}, {oob}, counts[{tuple_id}]))")
-        lines.extend(_indent(body, 1).splitlines())
+        lines.extend(indent(body, 1).splitlines())
         return lines
-
-    def _packed(
-        self, translator: Translator, parent: str, origin: Origin, checked: bool
-    ) -> tuple[tuple[int, int, str], Scalar]:
-        """The new bits of a sequence's slot region after an append or a tail (where the origin's
-        condition holds), as (word, bits cleared, code); and the rows whose appended element leaves its sort."""
-        slots = self.layout.sequences[origin.length_leaf]
-        assert slots.word is not None
-        region = ((1 << (slots.capacity * slots.stride)) - 1) << slots.base
-        current = f"({parent}[{slots.word}] & {region})"
-        leaving = FALSE
-        length = translator.column(origin.length_leaf)
-        if origin.kind == "tail":
-            shift = slots.base + slots.stride
-            code = f"(({parent}[{slots.word}] >> {shift}) & {region >> shift}) << {slots.base}"
-        else:
-            assert origin.element is not None
-            parts, constant = [], 0
-            element_leaves = _fit(translator, self.layout, origin.element, None, slots.first)
-            for index, value in enumerate(element_leaves):
-                assert isinstance(value, Scalar)
-                leaf = self.layout.leaves[slots.first + index]
-                shift = leaf.shift - slots.base
-                if checked and not leaf.boolean:
-                    leaving = translator.either(leaving, _outside(translator, value, leaf.low, leaf.high))
-                encoded = _encoded(value, leaf, shift=0)
-                if isinstance(encoded, int):
-                    constant |= encoded << shift
-                else:
-                    parts.append(f"({encoded} << {shift})" if shift else encoded)
-            bits = " | ".join([*parts, *([str(constant)] if constant or not parts else [])])
-            offset = (
-                f"(({length.code} * {slots.stride}) + {slots.base})"
-                if not length.constant
-                else str(int(length.value) * slots.stride + slots.base)  # type: ignore[call-overload]
-            )
-            code = f"{current} | (({bits}) << {offset})"
-        if origin.condition is not None:
-            code = f"_where({origin.condition.code}, {code}, {current})"
-            leaving = translator.both(origin.condition, leaving)
-        return (slots.word, region, f"({code})"), leaving
 
     def _writes(
         self, translator: Translator, target: str, changed: Mapping[int, list[tuple[int, str | int]]]
@@ -282,7 +240,7 @@ class _Builder:
             error = translator.either(error, failed)
             results.append(value.code)
         body = [*scope.lines, f"return ({', '.join(results)},), {error.code}"]
-        return "def predicates(W):\n" + _indent(body, 1)
+        return "def predicates(W):\n" + indent(body, 1)
 
     def deadlocked_source(self) -> str:
         scope = Scope("W")
@@ -297,209 +255,7 @@ class _Builder:
             error = translator.either(error, failed)
             results.append(value.code)
         body = [*scope.lines, f"return ({', '.join(results)},), {error.code}"]
-        return "def deadlocked(W):\n" + _indent(body, 1)
-
-    # ---------------------------------------------------------------------------------- symmetry
-    def canonical_source(self) -> tuple[str, int]:
-        from lockstep.checkers.symmetry import Canonicalizer
-
-        Canonicalizer(self.machine)  # validates the declaration, with its messages
-        groups: list[list[tuple[IndexSort, tuple[int, ...]]]] = []
-        for symmetric, members in self.machine.symmetric:
-            chosen = sorted(members)
-            group = []
-            for image in itertools.permutations(chosen):
-                renamed = list(range(symmetric.count))
-                for source, destination in zip(chosen, image):
-                    renamed[source] = destination
-                group.append((symmetric, tuple(renamed)))
-            groups.append(group)
-        scope = Scope("W")
-        translator = Translator(self.layout, self.emitter, scope)
-        originals = [translator.variable(name) for name in self.layout.names]
-        lines: list[str] = []
-        count = 0
-        for combination in itertools.product(*groups):
-            if all(mapping == tuple(range(len(mapping))) for _, mapping in combination):
-                continue
-            count += 1
-            images = []
-            for value, sort in zip(originals, self.layout.sorts):
-                for symmetric_sort, mapping in combination:
-                    value = _permute(translator, value, sort, symmetric_sort, mapping)
-                images.append(value)
-            leaves = [leaf for image in images for leaf in leaves_of(image)]
-            words = self._encode_words(translator, leaves)
-            image_name = f"image{count}"
-            scope.lines.append(f"{image_name} = _stack([{', '.join(words)}], N)")
-            lines.append(image_name)
-        body = ["N = W.shape[1]", *scope.lines, "best = W"]
-        for image_name in lines:
-            body.append(f"best = _where(_less({image_name}, best)[None, :], {image_name}, best)")
-        body.append("return best")
-        return "def canonical(W):\n" + _indent(body, 1), count + 1
-
-    def _encode_words(self, translator: Translator, leaves: list[Scalar]) -> list[str]:
-        """The words of a state whose leaves hold ``leaves``. A leaf that holds another leaf's value
-        unchanged is a bit move; moves between the same two words by the same distance are one
-        masked shift (a permutation mostly moves whole blocks: a rank's entries of a map)."""
-        reads = {
-            translator.column(position).code: position for position, leaf in enumerate(self.layout.leaves) if leaf.width
-        }
-        moves: dict[tuple[int, int, int], int] = {}  # (target word, source word, shift) -> source bits
-        per_word: list[list[str]] = [[] for _ in range(self.layout.words)]
-        constants = [0] * self.layout.words
-        for leaf, value in zip(self.layout.leaves, leaves, strict=True):
-            if leaf.width == 0:
-                continue
-            source = None if value.constant else reads.get(value.code)
-            if source is not None and (self.layout.leaves[source].low, self.layout.leaves[source].width) == (
-                leaf.low,
-                leaf.width,
-            ):
-                origin = self.layout.leaves[source]
-                key = (leaf.word, origin.word, leaf.shift - origin.shift)
-                moves[key] = moves.get(key, 0) | (origin.mask << origin.shift)
-                continue
-            encoded = _encoded(value, leaf)
-            if isinstance(encoded, int):
-                constants[leaf.word] |= encoded
-            else:
-                per_word[leaf.word].append(encoded)
-        for (target, source, distance), bits in moves.items():
-            moved = f"(W[{source}] & {bits})"
-            per_word[target].append(
-                moved if distance == 0 else f"({moved} << {distance})" if distance > 0 else f"({moved} >> {-distance})"
-            )
-        return [
-            " | ".join([*parts, *([str(constants[word])] if constants[word] or not parts else [])])
-            for word, parts in enumerate(per_word)
-        ]
-
-
-def _fit(
-    translator: Translator, layout: Layout, value: VectorValue, sort: Sort | None, position: int
-) -> list[Scalar | Origin]:
-    """The leaves of ``value`` stored at leaf ``position`` (of ``sort``; None: the sort laid out
-    there), sequences cut or padded to capacity, slots past the length reset to the padding when the
-    element sorts differ. A sequence derived from the very sequence stored there, whose slots share
-    one word, comes back as its ``Origin``: all its slot leaves written as one shift."""
-    items: list[Scalar | Origin] = []
-    _fit_into(translator, layout, value, sort, position, items)
-    return items
-
-
-def _fit_into(
-    translator: Translator,
-    layout: Layout,
-    value: VectorValue,
-    sort: Sort | None,
-    position: int,
-    items: list[Scalar | Origin],
-) -> int:
-    if isinstance(value, Scalar):
-        items.append(value)
-        return position + 1
-    if isinstance(value, Compound):
-        children = _child_sorts(sort, len(value.parts))
-        for part, child in zip(value.parts, children):
-            position = _fit_into(translator, layout, part, child, position, items)
-        return position
-    slots = layout.sequences[position]
-    element = sort.element if isinstance(sort, SequenceSort) else value.element
-    items.append(value.length)
-    origin = value.origin
-    if origin is not None and origin.length_leaf == position and slots.word is not None and value.element == element:
-        items.append(origin)
-        return slots.first + slots.capacity * slots.per_slot
-    grown = translator.widen(value, slots.capacity)
-    cursor = slots.first
-    for slot_index, slot in enumerate(grown.slots[: slots.capacity]):
-        slot_items: list[Scalar | Origin] = []
-        cursor = _fit_into(translator, layout, slot, element, cursor, slot_items)
-        if value.element != element:
-            used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
-            pads = leaves_of(padding(element))
-            slot_items = [
-                translator.where(used, leaf, pad) if isinstance(leaf, Scalar) else leaf  # type: ignore[misc]
-                for leaf, pad in zip(slot_items, pads)
-            ]
-        items.extend(slot_items)
-    return cursor
-
-
-def _child_sorts(sort: Sort | None, count: int) -> list[Sort | None]:
-    if isinstance(sort, MapSort):
-        return [sort.value] * count
-    if isinstance(sort, RecordSort):
-        return [field_sort for _, field_sort in sort.fields]
-    return [None] * count
-
-
-def _encoded(value: Scalar, leaf: Leaf, shift: int | None = None) -> str | int:
-    """The bits of ``value`` in ``leaf``, shifted to its place (or by ``shift``): a constant or code."""
-    places = leaf.shift if shift is None else shift
-    if value.constant:
-        number: int = int(value.value)  # type: ignore[call-overload]
-        return ((number - leaf.low) & leaf.mask) << places
-    code = f"_int({value.code})" if leaf.boolean else value.code
-    if leaf.low:
-        code = f"({code} - {leaf.low})"
-    return f"({code} << {places})" if places else code
-
-
-def _outside(translator: Translator, value: Scalar, low: int, high: int) -> Scalar:
-    if value.constant:
-        inside = low <= int(value.value) <= high  # type: ignore[call-overload]
-        return FALSE if inside else Scalar("True", True)
-    below = translator.binary(Operator.LESS, value, Scalar(repr(low), low))
-    above = translator.binary(Operator.GREATER, value, Scalar(repr(high), high))
-    return translator.either(below, above)
-
-
-def _permute(
-    translator: Translator, value: VectorValue, sort: Sort, target: IndexSort, mapping: tuple[int, ...]
-) -> VectorValue:
-    """The image of ``value`` (of ``sort``) when the values of ``target`` are renamed by ``mapping``."""
-    if sort == target:
-        assert isinstance(value, Scalar)
-        if value.constant:
-            renamed = mapping[int(value.value)]  # type: ignore[call-overload]
-            return Scalar(repr(renamed), renamed)
-        return translator.emit(f"_lookup({mapping!r}, {value.code})")
-    if isinstance(sort, MapSort):
-        assert isinstance(value, Compound)
-        parts = [_permute(translator, part, sort.value, target, mapping) for part in value.parts]
-        if sort.key == target:
-            moved = list(parts)
-            for source, destination in enumerate(mapping):
-                moved[destination] = parts[source]
-            parts = moved
-        return Compound(tuple(parts))
-    if isinstance(sort, RecordSort):
-        assert isinstance(value, Compound)
-        return Compound(
-            tuple(
-                _permute(translator, part, field_sort, target, mapping)
-                for part, (_, field_sort) in zip(value.parts, sort.fields)
-            )
-        )
-    if isinstance(sort, SequenceSort):
-        assert isinstance(value, Sequence)
-        slots = []
-        for slot_index, slot in enumerate(value.slots):
-            image = _permute(translator, slot, sort.element, target, mapping)
-            if image is not slot and mapping[0] != 0:  # an unused slot's padding (value 0) would change
-                used = translator.binary(Operator.GREATER, value.length, Scalar(repr(slot_index), slot_index))
-                image = translator.where(used, image, slot)
-            slots.append(image)
-        return Sequence(value.length, tuple(slots), value.element)
-    return value
-
-
-def _indent(lines: list[str], depth: int) -> str:
-    prefix = "    " * depth
-    return "".join(f"{prefix}{line}\n" for line in lines)
+        return "def deadlocked(W):\n" + indent(body, 1)
 
 
 __all__ = ["Kernels", "Unsupported", "compile_kernels"]

@@ -242,18 +242,16 @@ class VectorSearch:
         states, discovery = backend.concatenate(children, axis=1), backend.concatenate(keys)
         if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
             chosen, discovery = self.visited.unique(backend.fingerprint(states), states, discovery)
-            states = kernels.canonical(states[:, chosen])
-        fingerprints = backend.fingerprint(states)
-        chosen, discovery = self.visited.unique(fingerprints, states, discovery)
-        return states[:, chosen], fingerprints[chosen], discovery
+            states = kernels.canonical(backend.columns(states, chosen))
+        return self.visited.distinct(backend.fingerprint(states), states, discovery)
 
     def _admit(self, states: Any, fingerprints: Any, discovery: Any) -> Any:
         """Store the candidates not seen before, in discovery order; return them."""
         backend = self.backend
-        fresh = self.visited.absent(fingerprints, states)
-        discovery = discovery[fresh]
-        order = backend.argsort(discovery)
-        states, fingerprints, discovery = states[:, fresh][:, order], fingerprints[fresh][order], discovery[order]
+        fresh = backend.nonzero(self.visited.absent(fingerprints, states))
+        by_discovery = backend.argsort(discovery[fresh])
+        chosen = fresh[by_discovery]
+        states, fingerprints, discovery = backend.columns(states, chosen), fingerprints[chosen], discovery[chosen]
         width = len(self.kernels.tuples) + 1
         keys = backend.to_numpy(discovery)
         self._store(

@@ -6,14 +6,17 @@ through the reference ``apply_operator``; the rest becomes lines of array code (
 the same text for both) over one column per leaf of the packed state. Every value comes with an
 error mask: the rows where the reference evaluator would raise (division by zero, a key outside
 its map, the tail of an empty sequence), with the short-circuit semantics of ``evaluate`` for
-and/or/implies/if-then-else.
+and/or/implies/if-then-else. Integer temporaries carry bounds (a stored field lies in its sort):
+checks and comparisons the bounds decide fold away. Map and sequence operations: ``containers``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as Sequences
 
+from lockstep.checkers.vector.containers import map_access, sequence_operation
 from lockstep.checkers.vector.values import (
     FALSE,
     TRUE,
@@ -28,7 +31,6 @@ from lockstep.checkers.vector.values import (
     constant_of,
     padding,
 )
-from lockstep.spec.compiler import stays_in_sort
 from lockstep.spec.evaluation import apply_operator
 from lockstep.spec.expressions import (
     Bound,
@@ -42,7 +44,7 @@ from lockstep.spec.expressions import (
     Variable,
 )
 from lockstep.spec.layout import Layout, is_scalar
-from lockstep.spec.sorts import MapSort, RecordSort, SequenceSort, Sort, Value
+from lockstep.spec.sorts import BoolSort, MapSort, RecordSort, SequenceSort, Sort, Value
 
 _SYMBOLS = {
     Operator.EQUAL: "==",
@@ -56,6 +58,23 @@ _SYMBOLS = {
     Operator.MULTIPLY: "*",
 }
 _UNBOUND = object()
+ZERO = Scalar("0", 0)
+_COMPLEMENTS = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+_COMPARISON = re.compile(r"^\((\S+) (==|!=|<=|>=|<|>) (\S+)\)$")
+_NEGATION = re.compile(r"^\(~(\w+)\)$")
+# a comparison or commutative operation with a constant first is written with it second, so that
+# ``0 >= x`` and ``x <= 0`` are one temporary
+_MIRRORED = {
+    Operator.LESS: Operator.GREATER,
+    Operator.GREATER: Operator.LESS,
+    Operator.LESS_EQUAL: Operator.GREATER_EQUAL,
+    Operator.GREATER_EQUAL: Operator.LESS_EQUAL,
+    Operator.EQUAL: Operator.EQUAL,
+    Operator.NOT_EQUAL: Operator.NOT_EQUAL,
+    Operator.ADD: Operator.ADD,
+    Operator.MULTIPLY: Operator.MULTIPLY,
+}
+_COMMUTATIVE = (Operator.EQUAL, Operator.NOT_EQUAL, Operator.ADD, Operator.MULTIPLY)
 
 
 class Translator:
@@ -88,7 +107,19 @@ class Translator:
             code = f"({code} & {leaf.mask})"
         if leaf.low:
             code = f"({code} + {leaf.low})"
-        return self.emit(code)
+        return self._bounded(self.emit(code), (leaf.low, leaf.high))  # stored states lie in their sorts
+
+    def value_range(self, value: Scalar) -> tuple[int, int] | None:
+        """Bounds of an integer value known at compile time (None: unknown, or not an integer)."""
+        if value.constant:
+            number = value.value
+            return (number, number) if isinstance(number, int) and not isinstance(number, bool) else None
+        return self.scope.ranges.get(value.code)
+
+    def _bounded(self, value: Scalar, bounds: tuple[int, int] | None) -> Scalar:
+        if bounds is not None and not value.constant:
+            self.scope.ranges[value.code] = bounds
+        return value
 
     def where(self, condition: Scalar, then: VectorValue, otherwise: VectorValue) -> VectorValue:
         if condition.constant:
@@ -100,7 +131,13 @@ class Translator:
                 return condition
             if then.value is False and otherwise.value is True:
                 return self.negate(condition)
-            return self.emit(f"_where({condition.code}, {then.code}, {otherwise.code})")
+            then_range, otherwise_range = self.value_range(then), self.value_range(otherwise)
+            bounds = (
+                None
+                if then_range is None or otherwise_range is None
+                else (min(then_range[0], otherwise_range[0]), max(then_range[1], otherwise_range[1]))
+            )
+            return self._bounded(self.emit(f"_where({condition.code}, {then.code}, {otherwise.code})"), bounds)
         if isinstance(then, Compound) and isinstance(otherwise, Compound):
             return Compound(
                 tuple(self.where(condition, a, b) for a, b in zip(then.parts, otherwise.parts, strict=True))
@@ -151,6 +188,14 @@ class Translator:
     def negate(self, value: Scalar) -> Scalar:
         if value.constant:
             return TRUE if not value.value else FALSE
+        definition = self.scope.codes.get(value.code, "")
+        comparison = _COMPARISON.match(definition)
+        if comparison is not None:  # not (a < b) is a >= b: one operation, often one already computed
+            left, symbol, right = comparison.groups()
+            return self.emit(f"({left} {_COMPLEMENTS[symbol]} {right})")
+        negation = _NEGATION.match(definition)
+        if negation is not None:
+            return Scalar(negation.group(1))
         return self.emit(f"(~{value.code})")
 
     def both(self, left: Scalar, right: Scalar) -> Scalar:
@@ -160,7 +205,8 @@ class Translator:
             return left if right.value else FALSE
         if left.code == right.code:
             return left
-        return self.emit(f"({left.code} & {right.code})")
+        first, second = sorted((left.code, right.code))  # a & b and b & a: one temporary
+        return self.emit(f"({first} & {second})")
 
     def either(self, left: Scalar, right: Scalar) -> Scalar:
         if left.constant:
@@ -169,14 +215,29 @@ class Translator:
             return TRUE if right.value else left
         if left.code == right.code:
             return left
-        return self.emit(f"({left.code} | {right.code})")
+        first, second = sorted((left.code, right.code))
+        return self.emit(f"({first} | {second})")
 
     def binary(self, operator: Operator, left: Scalar, right: Scalar) -> Scalar:
         if left.constant and right.constant:
             value = apply_operator(operator, [left.value, right.value])
             return Scalar(repr(value), value)
+        if left.constant and operator in _MIRRORED:
+            left, right, operator = right, left, _MIRRORED[operator]
+        elif operator in _COMMUTATIVE and not right.constant and right.code < left.code:
+            left, right = right, left
+        first, second = self.value_range(left), self.value_range(right)
+        if first is not None and second is not None:
+            decided = _decided(operator, first, second)
+            if decided is not None:  # the bounds decide the comparison for every row
+                return TRUE if decided else FALSE
         symbol = _SYMBOLS[operator]
-        return self.emit(f"({left.code} {symbol} {right.code})")
+        result = self.emit(f"({left.code} {symbol} {right.code})")
+        if first is not None and second is not None and operator in (Operator.ADD, Operator.SUBTRACT):
+            if operator is Operator.ADD:
+                return self._bounded(result, (first[0] + second[0], first[1] + second[1]))
+            return self._bounded(result, (first[0] - second[1], first[1] - second[0]))
+        return result
 
     def equal(self, left: VectorValue, right: VectorValue) -> Scalar:
         if isinstance(left, Scalar) and isinstance(right, Scalar):
@@ -207,7 +268,14 @@ class Translator:
             best = pick(constants)  # type: ignore[type-var]
             result = Scalar(repr(best), best)
         for value in folded:
-            result = value if result is None else self.emit(f"{function}({result.code}, {value.code})")
+            if result is None:
+                result = value
+                continue
+            first, second = self.value_range(result), self.value_range(value)
+            bounds = None
+            if first is not None and second is not None:
+                bounds = (pick(first[0], second[0]), pick(first[1], second[1]))
+            result = self._bounded(self.emit(f"{function}({result.code}, {value.code})"), bounds)
         assert result is not None
         return result
 
@@ -288,7 +356,9 @@ class Translator:
                     total = self.either(total, item)
                 return total, error
             case Quantifier.SUM | Quantifier.COUNT:
-                summed: Scalar = Scalar("0", 0)
+                counting = expression.quantifier is Quantifier.COUNT
+                # no "0 +" before integer terms (a sum of Booleans starts from 0, which makes it an integer)
+                summed: Scalar | None = None if counting or not isinstance(expression.body.sort, BoolSort) else ZERO
                 for item in scalars:
                     term = item
                     if expression.quantifier is Quantifier.COUNT:
@@ -297,8 +367,8 @@ class Translator:
                             if item.constant
                             else self.emit(f"_int({item.code})")
                         )
-                    summed = self.binary(Operator.ADD, summed, term)
-                return summed, error
+                    summed = term if summed is None else self.binary(Operator.ADD, summed, term)
+                return (ZERO if summed is None else summed), error
             case Quantifier.MAXIMUM:
                 return self.extreme("_maximum", scalars), error
             case Quantifier.MINIMUM:
@@ -367,9 +437,9 @@ class Translator:
                 return first.parts[position], FALSE
             return Compound(first.parts[:position] + (values[2],) + first.parts[position + 1 :]), FALSE
         if operator in (Operator.SELECT, Operator.STORE):
-            return self._map_access(expression, values)
+            return map_access(self, expression, values)
         if isinstance(first, Sequence):
-            return self._sequence(operator, first, values)
+            return sequence_operation(self, operator, first, values)
         scalars = [value for value in values if isinstance(value, Scalar)]
         if len(scalars) != len(values):
             raise Unsupported(f"operator {operator.value} over non-scalar values")
@@ -398,85 +468,34 @@ class Translator:
                 return Scalar(repr(value), value), FALSE
             symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
             return self.emit(f"({left.code} {symbol} {right.code})"), FALSE
-        zero = self.binary(Operator.EQUAL, right, Scalar("0", 0))
-        safe = self.emit(f"_where({zero.code}, 1, {right.code})")
+        zero = self.binary(Operator.EQUAL, right, Scalar("0", 0))  # constant when the bounds decide it
+        safe = self.where(zero, Scalar("1", 1), right)
+        assert isinstance(safe, Scalar)
         symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
         return self.emit(f"({left.code} {symbol} {safe.code})"), zero
 
-    def _map_access(self, expression: Operation, values: list[VectorValue]) -> tuple[VectorValue, Scalar]:
-        container, key = values[0], values[1]
-        map_sort = expression.arguments[0].sort
-        assert isinstance(container, Compound) and isinstance(key, Scalar) and isinstance(map_sort, MapSort)
-        size = len(container.parts)
-        if key.constant:
-            assert isinstance(key.value, int)
-            if not 0 <= key.value < size:
-                return (container if expression.operator is Operator.STORE else container.parts[0]), TRUE
-            if expression.operator is Operator.SELECT:
-                return container.parts[key.value], FALSE
-            parts = list(container.parts)
-            parts[key.value] = values[2]
-            return Compound(tuple(parts)), FALSE
-        if stays_in_sort(expression.arguments[1], map_sort.key):
-            error = FALSE
-        else:
-            low = self.binary(Operator.LESS, key, Scalar("0", 0))
-            high = self.binary(Operator.GREATER_EQUAL, key, Scalar(repr(size), size))
-            error = self.either(low, high)
-        if expression.operator is Operator.SELECT:
-            return self.choose(key, container.parts), error
-        stored = tuple(
-            self.where(self.binary(Operator.EQUAL, key, Scalar(repr(position), position)), values[2], part)
-            for position, part in enumerate(container.parts)
-        )
-        return Compound(stored), error
 
-    def _sequence(
-        self, operator: Operator, sequence: Sequence, values: list[VectorValue]
-    ) -> tuple[VectorValue, Scalar]:
-        length, slots = sequence.length, sequence.slots
-        if operator is Operator.LENGTH:
-            return length, FALSE
-        if operator is Operator.AT:
-            position = values[1]
-            assert isinstance(position, Scalar)
-            error = self.either(
-                self.binary(Operator.LESS, position, Scalar("0", 0)),
-                self.binary(Operator.GREATER_EQUAL, position, length),
-            )
-            if position.constant:
-                assert isinstance(position.value, int)
-                if not 0 <= position.value < len(slots):
-                    return (slots[0] if slots else Scalar("0", 0)), TRUE
-                return slots[position.value], error
-            if not slots:
-                return Scalar("0", 0), TRUE
-            return self.choose(position, slots), error
-        if operator is Operator.APPEND:
-            element = values[1]
-            filler = padding(sequence.element)
-            grown = []
-            for index, slot in enumerate((*slots, filler)):
-                here = self.binary(Operator.EQUAL, length, Scalar(repr(index), index))
-                grown.append(self.where(here, element, slot))
-            origin = sequence.origin
-            derived = (
-                Origin("append", origin.length_leaf, element) if origin is not None and origin.kind == "read" else None
-            )
-            return Sequence(
-                self.binary(Operator.ADD, length, Scalar("1", 1)), tuple(grown), sequence.element, derived
-            ), FALSE
-        if operator is Operator.TAIL:
-            error = self.binary(Operator.LESS_EQUAL, length, Scalar("0", 0))
-            if not slots:
-                return sequence, TRUE
-            shifted = (*slots[1:], padding(sequence.element))
-            origin = sequence.origin
-            derived = Origin("tail", origin.length_leaf) if origin is not None and origin.kind == "read" else None
-            return Sequence(
-                self.binary(Operator.SUBTRACT, length, Scalar("1", 1)), shifted, sequence.element, derived
-            ), error
-        raise Unsupported(f"operator {operator.value} on a sequence")
+def _decided(operator: Operator, left: tuple[int, int], right: tuple[int, int]) -> bool | None:
+    """The outcome of comparing any value within ``left``'s bounds with any within ``right``'s, when
+    the bounds decide it (None: they do not, or ``operator`` is no comparison)."""
+    if operator is Operator.GREATER:
+        return _decided(Operator.LESS, right, left)
+    if operator is Operator.GREATER_EQUAL:
+        return _decided(Operator.LESS_EQUAL, right, left)
+    if operator is Operator.LESS:
+        return True if left[1] < right[0] else False if left[0] >= right[1] else None
+    if operator is Operator.LESS_EQUAL:
+        return True if left[1] <= right[0] else False if left[0] > right[1] else None
+    if operator in (Operator.EQUAL, Operator.NOT_EQUAL):
+        same = (
+            True
+            if left[0] == left[1] == right[0] == right[1]
+            else False
+            if left[1] < right[0] or right[1] < left[0]
+            else None
+        )
+        return same if same is None or operator is Operator.EQUAL else not same
+    return None
 
 
 __all__ = ["Translator"]

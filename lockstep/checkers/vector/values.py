@@ -107,6 +107,8 @@ class Scope:
     words: str  # the name of the (words x rows) array that columns are decoded from
     lines: list[str] = field(default_factory=list)
     memo: dict[str, str] = field(default_factory=dict)
+    codes: dict[str, str] = field(default_factory=dict)  # temporary -> the code that defines it
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # temporary -> bounds of its integers
 
 
 class Emitter:
@@ -125,6 +127,7 @@ class Emitter:
             name = self.fresh()
             scope.lines.append(f"{name} = {code}")
             scope.memo[code] = name
+            scope.codes[name] = code
         return name
 
 

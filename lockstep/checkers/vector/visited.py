@@ -3,7 +3,8 @@
 Keys are 64-bit fingerprints of packed states, kept in a few sorted runs; membership is
 ``searchsorted`` in each run, and a level's new keys become a run that is merged linearly with the
 runs no larger than itself. In the exact mode every state's full packed words are kept too, in the
-order states were stored (an append-only buffer; the runs hold each key's index into it), and a
+order states were stored (append-only blocks of a fixed number of states, so that growing never
+copies what is stored; the runs hold each key's index), and a
 fingerprint match counts only when the words match: two different states with one fingerprint
 are both kept (a slower path that never happens in practice, tested with a deliberately weak
 fingerprint). In the compact mode (``--compact``) only the fingerprints are kept: 8 bytes per
@@ -25,7 +26,7 @@ def omission_probability(states: int) -> float:
 
 
 class _Run:
-    """One sorted run: keys ascending and, exact, each key's index into the words buffer."""
+    """One sorted run: keys ascending and, exact, each key's index into the stored words."""
 
     def __init__(self, keys: Any, indices: Any | None) -> None:
         self.keys = keys
@@ -48,7 +49,10 @@ class VisitedSet:
         self.word_count = words
         self.runs: list[_Run] = []
         self.size = 0
-        self.buffer = backend.empty_words(words) if exact else None  # words of states 0..size-1, then spare room
+        # exact: the words of states 0..size-1, ``1 << block_shift`` states per block, one state per row (so
+        # a state's words lie together); the last block has spare room
+        self.blocks: list[Any] = []
+        self.block_shift = (backend.chunk * 8).bit_length() - 1  # eight chunks: 2**20 states on a CPU
         self.collisions = False  # whether two stored states may share a fingerprint
 
     def __len__(self) -> int:
@@ -77,6 +81,24 @@ class VisitedSet:
                     return chosen[by_key], least[by_key]
         return order[starts], backend.run_minimum(discovery[order], starts)
 
+    def distinct(self, keys: Any, states: Any, discovery: Any) -> tuple[Any, Any, Any]:
+        """``unique``'s states themselves: (the distinct states, their keys, each one's least
+        ``discovery`` key), in key order. In the exact mode the states are gathered in key order
+        once and neighbours compared, which is cheaper than gathering each repeated pair."""
+        backend = self.backend
+        order = backend.argsort(keys)
+        sorted_keys = keys[order]
+        first = sorted_keys[1:] != sorted_keys[:-1]
+        starts = backend.concatenate([backend.full(1, 1) == 1, first]) if len(sorted_keys) else first
+        least = backend.run_minimum(discovery[order], starts)
+        if not self.exact:
+            return backend.columns(states, order[starts]), sorted_keys[starts], least
+        ordered = backend.rows_of(states, order)  # (rows, words): a state's words side by side
+        if len(first) and bool(((ordered[1:] != ordered[:-1]).any(1) & ~first).any()):
+            chosen, least = self.unique(keys, states, discovery)  # a fingerprint shared by different states
+            return backend.columns(states, chosen), keys[chosen], least
+        return ordered[starts].T, sorted_keys[starts], least
+
     def absent(self, keys: Any, states: Any) -> Any:
         """A mask over distinct candidate states: those not stored yet."""
         seen = keys != keys
@@ -91,9 +113,9 @@ class VisitedSet:
         found = (positions < len(run)) & (run.keys[clipped] == keys)
         if not self.exact:
             return found
-        assert run.indices is not None and self.buffer is not None
+        assert run.indices is not None
         hits = backend.nonzero(found)
-        same = (self.buffer[:, run.indices[clipped[hits]]] == states[:, hits]).all(0)
+        same = (self._words(run.indices[clipped[hits]]) == states[:, hits]).all(0)
         found[hits[~same]] = False
         if not bool(same.all()):
             self.collisions = True  # a stored state shares a key with another state
@@ -103,9 +125,11 @@ class VisitedSet:
         return found
 
     def _scan(self, run: _Run, key: Any, state: Any, position: int) -> bool:
-        assert run.indices is not None and self.buffer is not None
+        assert run.indices is not None
         while position < len(run) and bool(run.keys[position] == key):
-            if bool((self.buffer[:, int(run.indices[position])] == state).all()):
+            index = int(run.indices[position])
+            stored = self.blocks[index >> self.block_shift][index & ((1 << self.block_shift) - 1)]
+            if bool((stored == state).all()):
                 return True
             position += 1
         return False
@@ -122,19 +146,38 @@ class VisitedSet:
         if self.exact:
             if not self.collisions and count > 1 and bool((keys[1:] == keys[:-1]).any()):
                 self.collisions = True  # two new states share a key (``absent`` saw any shared with stored ones)
-            assert self.buffer is not None
-            capacity = int(self.buffer.shape[1])
-            if self.size + count > capacity:  # grow geometrically (old and new live together for a moment)
-                grown = backend.zeros_words(self.word_count, max(capacity + capacity // 2, self.size + count, 1024))
-                grown[:, : self.size] = self.buffer[:, : self.size]
-                self.buffer = grown
-            self.buffer[:, self.size : self.size + count] = states
+            self._append(states)
             indices = (backend.arange(self.size, self.size + count))[order]
         self.runs.append(_Run(keys, indices))
         self.size += count
         while len(self.runs) > 1 and len(self.runs[-1]) >= len(self.runs[-2]):
             newer = self.runs.pop()
             self.runs[-1] = self._merge(self.runs[-1], newer)
+
+    def _append(self, states: Any) -> None:
+        """Copy ``states`` after the stored ones, into new blocks where the last one is full."""
+        block = 1 << self.block_shift
+        written, count = 0, int(states.shape[1])
+        while written < count:
+            filled = (self.size + written) & (block - 1)
+            if filled == 0 and (self.size + written) >> self.block_shift == len(self.blocks):
+                self.blocks.append(self.backend.empty_table(block, self.word_count))  # a state per row
+            taken = min(block - filled, count - written)
+            self.blocks[-1][filled : filled + taken] = states[:, written : written + taken].T
+            written += taken
+
+    def _words(self, indices: Any) -> Any:
+        """The stored words of the states at ``indices`` (a (words, len(indices)) array)."""
+        if len(self.blocks) == 1:
+            return self.blocks[0][indices].T
+        backend = self.backend
+        numbers, offsets = indices >> self.block_shift, indices & ((1 << self.block_shift) - 1)
+        result = backend.empty_table(int(indices.shape[0]), self.word_count)
+        for number, words in enumerate(self.blocks):
+            chosen = backend.nonzero(numbers == number)
+            if len(chosen):
+                result[chosen] = words[offsets[chosen]]
+        return result.T
 
     def _merge(self, older: _Run, newer: _Run) -> _Run:
         backend = self.backend
