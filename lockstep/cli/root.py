@@ -61,13 +61,15 @@ COMMANDS = {
         "random interleavings of a protocol instance with Hypothesis (reaches instances too large to check)",
     ),
     "replay": Entry(
-        "lockstep.cli.commands:replay",
+        "lockstep.cli.trace_commands:replay",
         "check that recorded traces follow a model (protocol, variant and bounds from the header)",
     ),
-    "trace": Entry("lockstep.cli.commands:trace", "trace file tools (merge)"),
-    "show": Entry("lockstep.cli.commands:show", "draw a trace as per-actor swimlanes in the terminal"),
-    "export": Entry("lockstep.cli.commands:export", "write a trace as Perfetto trace events, ITF, DOT or GraphML"),
-    "graph": Entry("lockstep.cli.commands:graph", "export an instance's reachable state graph (DOT or GraphML)"),
+    "trace": Entry("lockstep.cli.trace_commands:trace", "trace file tools (merge)"),
+    "show": Entry("lockstep.cli.trace_commands:show", "draw a trace as per-actor swimlanes in the terminal"),
+    "export": Entry(
+        "lockstep.cli.trace_commands:export", "write a trace as Perfetto trace events, ITF, DOT or GraphML"
+    ),
+    "graph": Entry("lockstep.cli.trace_commands:graph", "export an instance's reachable state graph (DOT or GraphML)"),
     "completion": Entry(
         "lockstep.cli.commands:completion_command",
         "print the shell completion script (bash, zsh, fish) of protocol, variant and instance names",
