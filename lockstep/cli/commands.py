@@ -8,6 +8,7 @@ shell's completion requests load it, never a command's body. Each callback retur
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,24 @@ set_option = click.option(
     help="override a parameter (repeatable)",
 )
 json_option = click.option("--json", is_flag=True, help=JSON_HELP)
+backend_option = click.option(
+    "--backend",
+    type=click.Choice(("gloo", "nccl")),
+    default="gloo",
+    show_default=True,
+    help="worker-level groups' backend",
+)
+
+
+def hang_timeout_option(default: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--hang-timeout`` of the commands that run the runtime (their defaults differ)."""
+    return click.option(
+        "--hang-timeout",
+        type=POSITIVE_NUMBER,
+        default=float(default),
+        metavar="SECONDS",
+        help=f"seconds blocked in one collective or receive that count as a hang (default {default})",
+    )
 
 
 def judge_options(function: Any) -> Any:
@@ -278,20 +297,8 @@ def fuzz(**options: Any) -> Invocation:
 
 @click.command("reproduce")
 @click.argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", type=click.Path())
-@click.option(
-    "--backend",
-    type=click.Choice(("gloo", "nccl")),
-    default="gloo",
-    show_default=True,
-    help="worker-level groups' backend",
-)
-@click.option(
-    "--hang-timeout",
-    type=POSITIVE_NUMBER,
-    default=10.0,
-    metavar="SECONDS",
-    help="seconds blocked in one collective or receive that count as a hang (default 10)",
-)
+@backend_option
+@hang_timeout_option(10)
 @click.option(
     "--timeout",
     type=POSITIVE_NUMBER,
@@ -323,20 +330,8 @@ def reproduce(**options: Any) -> Invocation:
 @click.option(
     "--instance", metavar="NAME", shell_complete=completion.instances, help="the model instance (default: seed)"
 )
-@click.option(
-    "--backend",
-    type=click.Choice(("gloo", "nccl")),
-    default="gloo",
-    show_default=True,
-    help="worker-level groups' backend",
-)
-@click.option(
-    "--hang-timeout",
-    type=POSITIVE_NUMBER,
-    default=5.0,
-    metavar="SECONDS",
-    help="seconds blocked in one collective or receive that count as a hang (default 5)",
-)
+@backend_option
+@hang_timeout_option(5)
 @click.option(
     "--timeout",
     type=POSITIVE_NUMBER,

@@ -5,9 +5,8 @@ of comprehension variables, which it unrolls): what is known at compile time fol
 through the reference ``apply_operator``; the rest becomes lines of array code (numpy or torch,
 the same text for both) over one column per leaf of the packed state. Every value comes with an
 error mask: the rows where the reference evaluator would raise (division by zero, a key outside
-its map, the tail of an empty sequence), with the short-circuit semantics of ``evaluate`` for
-and/or/implies/if-then-else. Integer temporaries carry bounds (a stored field lies in its sort):
-checks and comparisons the bounds decide fold away. Map and sequence operations: ``containers``.
+its map, the tail of an empty sequence), with ``evaluate``'s short-circuits. Integer temporaries
+carry bounds, so checks they decide fold away. Maps and sequences: ``containers``.
 """
 
 from __future__ import annotations
