@@ -21,7 +21,8 @@ import numpy as np
 from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
-from lockstep.checkers.vector.backend import Backend
+from lockstep.checkers.vector.backend import Backend, TorchBackend
+from lockstep.checkers.vector.fused import Expansion, fused_expand
 from lockstep.checkers.vector.kernels import Kernels, compile_kernels
 from lockstep.checkers.vector.paths import PathBuilder
 from lockstep.checkers.vector.values import Unsupported
@@ -78,6 +79,11 @@ class VectorSearch:
         self.backend = backend
         self.engine = engine
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
+        self.fused = (
+            fused_expand(self.kernels.source, self.kernels.tuples, self.layout.words, backend.device)
+            if isinstance(backend, TorchBackend)
+            else None
+        )
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.stop_at_first = stop_at_first
         self.limits = limits or Limits()
@@ -189,7 +195,7 @@ class VectorSearch:
     # add their successors, each checked when it is new. A successor reached from several parents
     # takes its least key (the reference's first discoverer), new states are stored in key order, and
     # each property keeps the event with the least key: the reference's counterexamples, exactly.
-    def _key(self, rows: Any, tuple_id: int) -> Any:
+    def _key(self, rows: Any, tuple_id: Any) -> Any:
         return rows * (len(self.kernels.tuples) + 1) + (tuple_id + 1)
 
     def _offer(self, position: int, key: int, found: _Found) -> None:
@@ -208,6 +214,34 @@ class VectorSearch:
     def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any] | None:
         """The distinct successors of a chunk: (states, fingerprints, least discovery keys);
         deadlocks, steps out of a sort and model errors are offered or raised on the way."""
+        expansion = self.fused(frontier) if self.fused is not None else None
+        candidates = self._arrays(frontier, base) if expansion is None else self._from_fused(expansion, frontier, base)
+        if candidates is None:
+            return None
+        backend, kernels = self.backend, self.kernels
+        states, discovery = candidates
+        if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
+            chosen, discovery = self.visited.unique(backend.fingerprint(states), states, discovery)
+            states = kernels.canonical(backend.columns(states, chosen))
+        return self.visited.distinct(backend.fingerprint(states), states, discovery)
+
+    def _from_fused(self, expansion: Expansion, frontier: Any, base: int) -> tuple[Any, Any] | None:
+        """A chunk's successors and discovery keys from the fused kernels (no row failed or left a sort)."""
+        backend = self.backend
+        dead = backend.nonzero(~expansion.enabled)
+        if len(dead):
+            self._deadlocks(frontier[:, dead], base, dead)
+        for tuple_id, count in enumerate(expansion.counts):
+            if count:
+                self.fired.add(self.kernels.tuples[tuple_id][0])
+        total = sum(expansion.counts)
+        self.stats.transitions = (self.stats.transitions or 0) + total
+        if not total:
+            return None
+        return expansion.states, self._key(self._global(expansion.rows + base), expansion.via)
+
+    def _arrays(self, frontier: Any, base: int) -> tuple[Any, Any] | None:
+        """A chunk's successors and discovery keys from the array kernels."""
         backend, kernels = self.backend, self.kernels
         blocks, enabled, errors = kernels.expand(frontier)
         if errors:
@@ -239,11 +273,7 @@ class VectorSearch:
             keys.append(self._key(parents, tuple_id))
         if not children:
             return None
-        states, discovery = backend.concatenate(children, axis=1), backend.concatenate(keys)
-        if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
-            chosen, discovery = self.visited.unique(backend.fingerprint(states), states, discovery)
-            states = kernels.canonical(backend.columns(states, chosen))
-        return self.visited.distinct(backend.fingerprint(states), states, discovery)
+        return backend.concatenate(children, axis=1), backend.concatenate(keys)
 
     def _admit(self, states: Any, fingerprints: Any, discovery: Any) -> Any:
         """Store the candidates not seen before, in discovery order; return them."""

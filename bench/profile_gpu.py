@@ -1,0 +1,114 @@
+"""Where ``bfs-gpu`` spends its time on a device: host time against device time, per level size.
+
+``python bench/profile_gpu.py --ranks 3 [--set K=V] [--chunk N] [--kernels]``. Prints the engine's
+wall time, how much of it the device was busy (CUDA events around every generated kernel call), the
+number of kernel calls and of levels, and with ``--kernels`` the top device operations from
+``torch.profiler`` (one profiled run, so keep the instance small). A GPU that is busy a small part
+of the wall time is bound by the host (Python and launch overhead per array operation), not by the
+device's memory bandwidth."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+
+from lockstep.checkers import check
+from lockstep.checkers.vector import search as search_module
+from lockstep.models import get_protocol
+from lockstep.spec.protocol import parse_assignment
+
+
+class _Timed:
+    """Wraps the generated kernels so every call is timed on the device with CUDA events."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any, int]] = []
+
+    def wrap(self, name: str, function: Any) -> Any:
+        def timed(words: Any, *rest: Any) -> Any:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            result = function(words, *rest)
+            end.record()
+            self.events.append((name, start, end, int(words.shape[1])))
+            return result
+
+        return timed
+
+    def summary(self) -> dict[str, tuple[int, float, int]]:
+        torch.cuda.synchronize()
+        totals: dict[str, tuple[int, float, int]] = {}
+        for name, start, end, rows in self.events:
+            calls, seconds, total_rows = totals.get(name, (0, 0.0, 0))
+            totals[name] = (calls + 1, seconds + start.elapsed_time(end) / 1000, total_rows + rows)
+        return totals
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ranks", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--chunk", type=int, default=None, help="frontier states per kernel call")
+    parser.add_argument("--compact", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="also print torch.profiler's top device operations")
+    parser.add_argument("--compile", action="store_true", help="experiment: run the kernels through torch.compile")
+    options = parser.parse_args()
+    overrides = dict(parse_assignment(text) for text in options.set)
+    instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=options.ranks)
+    timer = _Timed()
+    original = search_module.compile_kernels
+
+    def compile_timed(*arguments: Any, **keywords: Any) -> Any:
+        kernels = original(*arguments, **keywords)
+        if options.compile:
+            kernels.expand = torch.compile(kernels.expand, dynamic=True)
+            kernels.predicates = torch.compile(kernels.predicates, dynamic=True)
+        kernels.expand = timer.wrap("expand", kernels.expand)
+        kernels.predicates = timer.wrap("predicates", kernels.predicates)
+        return kernels
+
+    search_module.compile_kernels = compile_timed
+    if options.chunk:
+        from lockstep.checkers.vector.backend import TorchBackend
+
+        original_init = TorchBackend.__init__
+
+        def init(self: Any, device: str = "cuda") -> None:
+            original_init(self, device)
+            self.chunk = options.chunk
+
+        TorchBackend.__init__ = init  # type: ignore[method-assign]
+    check(get_protocol("dp-pause").instance("post-fix", "seed", {}, ranks=2), "bfs-gpu", device="cuda")  # warm-up
+    timer.events.clear()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    result = check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - started
+    states = result.stats.states
+    print(f"{states:,} states, {result.stats.transitions:,} transitions, depth {result.stats.depth}, {wall:.2f} s wall")
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    print(f"{states / wall / 1e6:.2f}M states/s; peak device memory {peak:.1f} GiB")
+    busy = 0.0
+    for name, (calls, seconds, rows) in timer.summary().items():
+        busy += seconds
+        print(f"  {name}: {calls} calls, {rows:,} rows, {seconds:.2f} s between its first and last device event")
+    print(f"  generated kernels span {busy:.2f} s of {wall:.2f} s wall ({100 * busy / wall:.0f}%)")
+    if options.kernels:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
+            check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+        table = profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
+        print(table)
+        events = profiler.key_averages()
+        device_total = sum(event.self_device_time_total for event in events) / 1e6
+        launches = sum(event.count for event in events if event.key.startswith("cuda") and "Launch" in event.key)
+        print(f"device busy {device_total:.2f} s in total; {launches:,} kernel launches")
+
+
+if __name__ == "__main__":
+    main()
