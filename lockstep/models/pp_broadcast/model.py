@@ -115,8 +115,12 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine = Machine(f"pp-broadcast/{variant}", hang_bound=parameters["hang_bound"])
     state = declare(machine, parameters)  # the variables, then the communicator pp and its actions
     machine.add(engine.schedule, state, leave_out=state.LeaveOut)
+    if state.sizes.empty_steps:
+        machine.add(engine.schedule_empty, state)
     machine.add(engine.process_output, state)
     machine.add(worker.execute_model, state, rank=state.Rank)
+    if state.sizes.empty_steps:
+        machine.add(worker.execute_model_empty, state, rank=state.Rank)
     if state.sizes.failures:
         machine.add(worker.execute_model_raises, state, rank=state.Rank)
         machine.add(engine.engine_raises, state)
@@ -124,6 +128,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.add(stream.gpu_compute, state, rank=state.Rank)
     machine.add(stream.gpu_post, state, rank=state.Rank)
     machine.add(stream.gpu_complete, state, rank=state.Rank)
+    if state.sizes.empty_steps:
+        machine.add(stream.gpu_pass, state, rank=state.Rank)
     add_properties(machine, state)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
@@ -171,6 +177,9 @@ PROTOCOL = Protocol(
         ),
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
         ParameterSpec("failures", 0, "1: the last rank's execute_model may raise once", minimum=0, maximum=1),
+        ParameterSpec(
+            "empty_steps", 0, "steps the scheduler may leave empty (no scheduled tokens)", minimum=0, maximum=2
+        ),
         max_delay_parameter(),
     ),
     instances=(
