@@ -130,8 +130,10 @@ def no_sample_on_empty(state: State) -> Term:
     """No rank's sample_tokens runs for an empty step, so none samples, broadcasts or receives for it."""
     return all_of(
         state.Rank,
-        lambda r: ~((state.rpc[r] % 2 == 1) & empty(state, state.rpc[r] // 2))
-        & all_of(state.StepIndex, lambda n: empty(state, n).implies(~state.issued[r][n])),
+        lambda r: (
+            ~((state.rpc[r] % 2 == 1) & empty(state, state.rpc[r] // 2))
+            & all_of(state.StepIndex, lambda n: empty(state, n).implies(~state.issued[r][n]))
+        ),
     )
 
 
@@ -140,9 +142,7 @@ def no_op_on_empty(state: State) -> Term:
     broadcast): it is at the step's first op, unposted."""
     return all_of(
         state.Rank,
-        lambda r: empty(state, state.gpu_step[r]).implies(
-            (state.gpu_phase[r] == first_phase(r)) & ~state.posted[r]
-        ),
+        lambda r: empty(state, state.gpu_step[r]).implies((state.gpu_phase[r] == first_phase(r)) & ~state.posted[r]),
     )
 
 

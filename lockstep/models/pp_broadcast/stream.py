@@ -65,7 +65,9 @@ def gpu_compute(state: State, rank: Term) -> Step:
     """The stream runs its front kernel: forward(N) or (last rank) sampling(N)."""
     step = state.gpu_step[rank]
     return Step(
-        conjunction(front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), *forward_pass(state, step)),
+        conjunction(
+            front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), *forward_pass(state, step)
+        ),
         moved(state, rank),
     )
 

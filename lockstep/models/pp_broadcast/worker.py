@@ -91,7 +91,12 @@ def execute_model_raises(state: State, rank: Term) -> Step:
     metadata = rpc[state.previous_rank[rank]] >= 2 * step + 1
     return Step(
         conjunction(
-            rank == last, rpc[rank] % 2 == 0, step < state.scheduled, metadata, state.failed == 0, *forward_pass(state, step)
+            rank == last,
+            rpc[rank] % 2 == 0,
+            step < state.scheduled,
+            metadata,
+            state.failed == 0,
+            *forward_pass(state, step),
         ),
         {rpc: rpc.set(rank, rpc[rank] + 1), state.failed: step + 1},
     )
