@@ -72,6 +72,23 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
     ("v0.22.0", "chunks-then-decode"): (3650, 9017, {}, 12),
     ("v0.22.0", "decode-gap"): (22112, 54011, {}, 12),
     ("v0.22.0", "failed-forward"): (2334, 5947, {}, 12),
+    ("pre-fix", "empty-step"): (10420, 25425, {"no_false_dependency": 10, WITNESS: None}, None),
+    ("post-fix", "empty-step"): (9844, 24309, {}, 12),
+    ("skip-disagree", "empty-step"): (
+        6954,
+        17240,
+        {
+            "S1_broadcast_matching": 10,
+            "S3_no_stale_read": 17,
+            "reads_latest_token": 17,
+            "no_hang": 32,
+            "no_deadlock": 32,
+        },
+        12,
+    ),
+    ("skip-whole-receive", "empty-step"): (9844, 24309, {}, 12),
+    ("v0.21.0", "empty-step"): (9844, 24309, {}, 12),
+    ("v0.22.0", "empty-step"): (9844, 24309, {}, 12),
 }
 
 
@@ -153,6 +170,32 @@ def test_skip_whole_receive_keeps_the_mapping_of_the_step_before() -> None:
     result = check(PROTOCOL.instance("skip-whole-receive", "decode-gap"))
     assert result.property_result("reads_latest_token").verdict is Verdict.HOLDS
     assert result.property_result("S4_placeholder_agreement").verdict is Verdict.HOLDS
+
+
+EMPTY_STEP_ACTIONS = {"schedule_empty", "execute_model_empty", "gpu_pass"}
+
+
+def test_empty_steps_add_their_actions_and_properties_only_where_enabled() -> None:
+    """Without ``empty_steps`` a machine keeps exactly its actions and properties (and the runtime's
+    vocabulary); with it, an empty step is execute_model alone on every rank and the stream passes it."""
+    seed = PROTOCOL.instance("post-fix", "seed").machine()
+    empty = PROTOCOL.instance("post-fix", "empty-step").machine()
+    assert not EMPTY_STEP_ACTIONS & {action.name for action in seed.actions}
+    assert EMPTY_STEP_ACTIONS <= {action.name for action in empty.actions}
+    added = {item.name for item in empty.properties} - {item.name for item in seed.properties}
+    assert added == {"no_sample_on_empty_step", "no_pp_op_on_empty_step"}
+    assert "scheduler.empty_steps_left" in empty.variables and "scheduler.empty_steps_left" not in seed.variables
+
+
+@pytest.mark.parametrize("variant", ["pre-fix", "post-fix", "v0.21.0"])
+def test_a_decode_after_an_empty_step_reads_the_mapping_of_the_step_before_it(variant: str) -> None:
+    """A one-chunk prompt, one empty step anywhere, one decode: the decode after the empty step reads the
+    mapping and tokens of the last sampled step (S3 over sampled steps and reads_latest_token hold), and
+    no rank samples or posts a PP op for the empty step, in every release."""
+    result = check(PROTOCOL.instance(variant, overrides={"chunks": 1, "decodes": 1, "empty_steps": 1}))
+    assert (result.stats.states, result.stats.transitions) == (4848, 11756)  # no chunked step: no skip to differ
+    for name in ("S3_no_stale_read", "reads_latest_token", "no_sample_on_empty_step", "no_pp_op_on_empty_step"):
+        assert result.property_result(name).verdict is Verdict.HOLDS, name
 
 
 def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -112,3 +112,6 @@ def test_the_run_takes_the_header_workload_and_the_plan_refuses_an_impossible_le
     events[schedule] = {**events[schedule], "args": {"leave_out": 1}}
     with pytest.raises(ValueError, match="leaves request 1 out with 0 gaps left"):
         plan(trace.header, events)
+    events[schedule] = {**events[schedule], "action": "schedule_empty", "args": {}}
+    with pytest.raises(ValueError, match="schedules no empty steps"):
+        plan(trace.header, events)

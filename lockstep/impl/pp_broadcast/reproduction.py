@@ -13,6 +13,9 @@ one, else ``seed``) and the engine's scripted choices:
   request, as the model's guard requires for any value but -1). The plan follows the scheduler's
   ``num_computed_tokens`` through the events to know where that is.
 
+A counterexample with an empty step (``schedule_empty``, the model's ``empty_steps``) is refused:
+the runtime's engine never schedules a step with no scheduled tokens.
+
 Nothing else needs holding, so the plan needs no scenario of its own. A step's rows follow from
 the ``leave_out`` choices alone (``num_computed_tokens`` advances at schedule time, whatever
 replies came back), each rank handles the engine's RPCs in the one order the executor sends them
@@ -80,6 +83,12 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
     if missing:
         raise ValueError(f"the header lacks the model parameters {', '.join(missing)}")
     values = {parameter.name: int(parameters[parameter.name]) for parameter in PROTOCOL.parameters}
+    empty = next((event for event in events if event.get("action") == "schedule_empty"), None)
+    if empty is not None:
+        raise ValueError(
+            f"event {empty.get('index')}: schedule_empty: the runtime's engine schedules no empty steps "
+            "(the model's empty_steps), so it cannot take this counterexample's choices"
+        )
     prompt_chunks = values["chunks"] + values["requests"] - 1
     choices = [Choice(ENGINE, "chunk_tokens", (), chunk_tokens()) for _ in range(prompt_chunks)]
     choices += leave_out_choices(values, events)

@@ -6,6 +6,14 @@ flight, the exec and sample RPCs of a step sent to every worker in the same orde
 ``_update_after_schedule``: ``num_computed_tokens`` advances at schedule time, so the next chunk or
 decode of a request may be scheduled while its previous step is in flight).
 
+An empty step (``schedule_empty``, with ``empty_steps`` > 0) is a SchedulerOutput with no scheduled
+tokens: ``step_with_batch_queue`` schedules whenever ``scheduler.has_requests()`` (unfinished requests,
+or finished ones whose ``finished_req_ids`` the workers have not had yet), and ``Scheduler.schedule``
+schedules nothing when the scheduler is paused with ``keep`` (``PAUSED_ALL``: token budget 0) or when
+every running request's last token is in flight (async scheduling's ``num_output_placeholders`` check).
+Such a step takes a batch-queue slot and gets the ``execute_model`` RPC, but no ``sample_tokens``
+(``model_executed`` is False): the same code in v0.19.0 to v0.22.0.
+
 The queries below read the plan the scheduler wrote (``scheduler.steps``): the scheduler's truth
 about each step, which every rank also derives from its own state (``worker.py``).
 """
@@ -16,7 +24,7 @@ from lockstep.models.pp_broadcast.state import State
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
 from lockstep.spec.sorts import MapSort
-from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, lift, map_of, minimum
+from lockstep.spec.terms import Term, all_of, any_of, conjunction, if_then_else, lift, map_of, maximum, minimum
 
 
 def clamp(state: State, step: Term) -> Term:
@@ -35,6 +43,22 @@ def computed_before(state: State, step: Term, request: Term) -> Term:
 def non_final_chunk(state: State, step: Term, request: Term) -> Term:
     """The scheduler's truth: this row does not reach the end of the prompt."""
     return present(state, step, request) & (computed_before(state, step, request) + 1 < state.prompt_of[request])
+
+
+def nonempty(state: State, step: Term) -> Term:
+    """The step's plan row holds a request (the rows of steps not yet scheduled are empty too)."""
+    return any_of(state.Request, lambda q: present(state, step, q))
+
+
+def empty(state: State, step: Term) -> Term:
+    """A scheduled step with no scheduled tokens (``total_num_scheduled_tokens == 0``)."""
+    return (step < state.scheduled) & ~nonempty(state, step)
+
+
+def forward_pass(state: State, step: Term) -> list[Term]:
+    """The guard that the step has scheduled tokens (``forward_pass`` in Worker.execute_model), where the
+    instance has empty steps (without them every step does, and the guards stay as they were)."""
+    return [~empty(state, step)] if state.sizes.empty_steps else []
 
 
 def all_chunked(state: State, step: Term) -> Term:
@@ -71,6 +95,28 @@ def schedule(state: State, leave_out: Term) -> Step:
             scheduled: scheduled + 1,
             gaps_left: if_then_else(nobody, gaps_left, gaps_left - 1),
         },
+    )
+
+
+@action(actor="engine")
+def schedule_empty(state: State) -> Step:
+    """schedule() returned a SchedulerOutput with no scheduled tokens; step_with_batch_queue sends it to
+    execute_model on every worker and queues the exec future as the step's output, with no sample_tokens
+    (``model_executed`` is False). The plan's row stays empty (rows are written only when scheduled).
+
+    The scheduler has requests (``has_requests``): an unfinished one, a step in flight, or, after the last
+    non-empty step, the finished requests whose ``finished_req_ids`` this empty step carries."""
+    scheduled, processed = state.scheduled, state.processed
+    return Step(
+        conjunction(
+            (scheduled - processed < state.sizes.ranks) & ~state.dead,
+            scheduled < state.sizes.steps,
+            state.empties_left > 0,
+            any_of(state.Request, lambda q: state.computed[q] < state.length_of[q])
+            | (processed < scheduled)
+            | nonempty(state, maximum(scheduled - 1, 0)),
+        ),
+        {scheduled: scheduled + 1, state.empties_left: state.empties_left - 1},
     )
 
 

@@ -74,8 +74,24 @@ source wins):
   it then scatters is that request's latest token, from N-1: S3 (read from step N) fails, while
   ``reads_latest_token`` (S3 by value: the id is the last one sampled for the request) holds.
 
+- Empty steps (``empty_steps``; read in v0.19.0 to v0.22.0, identical in all four): a SchedulerOutput
+  with no scheduled tokens gets ``execute_model`` on every rank and no ``sample_tokens``
+  (``EngineCore.step_with_batch_queue``: ``model_executed`` is False). ``Worker.execute_model`` posts no
+  irecv (``forward_pass`` is False) and ``GPUModelRunner.execute_model`` returns
+  ``EMPTY_MODEL_RUNNER_OUTPUT`` at ``if not num_scheduled_tokens`` (v0.19.0 line 3826, v0.20.0 3843,
+  v0.21.0 3909, v0.22.0 4007) after ``_update_states``, so ``execute_model_state`` stays None on every
+  rank and nothing reaches the PP group. The KV-connector variant of that return
+  (``kv_connector_no_forward``) is the same path; KV transfer is not modelled. ``_update_states``
+  takes every request out of the persistent batch but leaves ``prev_req_id_to_index`` and
+  ``prev_sampled_token_ids``, so the next step reads the mapping of the last sampled step: S3 as
+  protocols.md states it ("the broadcast of step N", N the previous step) assumes every step samples,
+  and with empty steps it reads "N: the last step sample_tokens ran for". With the statement
+  unchanged every release fails it on an empty step between a decode and the next, though the
+  token read is the request's latest (``reads_latest_token`` holds): a wording of S3, not a finding.
+
 Properties: S1-S5 of protocols.md P1(e), ``reads_latest_token``, ``no_false_dependency`` (rank 0's
-stream never waits on the broadcast of an all-chunked step: the pre-fix failure), the witness
+stream never waits on the broadcast of an all-chunked step: the pre-fix failure), with empty steps
+``no_sample_on_empty_step`` and ``no_pp_op_on_empty_step``, the witness
 ``L2_pipelined_prefill``, and the built-ins ``no_collective_mismatch``, ``no_hang``, ``no_deadlock``.
 """
 
@@ -115,8 +131,12 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine = Machine(f"pp-broadcast/{variant}", hang_bound=parameters["hang_bound"])
     state = declare(machine, parameters)  # the variables, then the communicator pp and its actions
     machine.add(engine.schedule, state, leave_out=state.LeaveOut)
+    if state.sizes.empty_steps:
+        machine.add(engine.schedule_empty, state)
     machine.add(engine.process_output, state)
     machine.add(worker.execute_model, state, rank=state.Rank)
+    if state.sizes.empty_steps:
+        machine.add(worker.execute_model_empty, state, rank=state.Rank)
     if state.sizes.failures:
         machine.add(worker.execute_model_raises, state, rank=state.Rank)
         machine.add(engine.engine_raises, state)
@@ -124,6 +144,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     machine.add(stream.gpu_compute, state, rank=state.Rank)
     machine.add(stream.gpu_post, state, rank=state.Rank)
     machine.add(stream.gpu_complete, state, rank=state.Rank)
+    if state.sizes.empty_steps:
+        machine.add(stream.gpu_pass, state, rank=state.Rank)
     add_properties(machine, state)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
@@ -171,6 +193,9 @@ PROTOCOL = Protocol(
         ),
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
         ParameterSpec("failures", 0, "1: the last rank's execute_model may raise once", minimum=0, maximum=1),
+        ParameterSpec(
+            "empty_steps", 0, "steps the scheduler may leave empty (no scheduled tokens)", minimum=0, maximum=2
+        ),
         max_delay_parameter(),
     ),
     instances=(
@@ -234,6 +259,22 @@ PROTOCOL = Protocol(
             "`use_async_scheduling and pp.world_size > 1`), `_pp_receive_prev_sampled_token_ids_to_input_batch` "
             "(`assert not pp.is_last_rank`), `Worker.execute_model`, `EngineCore.step_with_batch_queue` (None from "
             "sample_tokens means execute_model failed) (v0.20.0; v0.21.0 guards with `not pp.is_last_rank`)",
+        ),
+        InstanceSpec(
+            "empty-step",
+            "chunks-then-decode with one step of no scheduled tokens anywhere the scheduler has requests (paused "
+            "with keep, the last token in flight, finished_req_ids to send): every rank returns "
+            "EMPTY_MODEL_RUNNER_OUTPUT from execute_model, the engine sends no sample_tokens, no rank broadcasts "
+            "or receives, and the next step reads the mapping of the last sampled step (the same in every release)",
+            {"chunks": 2, "decodes": 1, "empty_steps": 1},
+            {
+                PRE_FIX: "violated",
+                POST_FIX: "holds",
+                SKIP_DISAGREE: "violated",
+                SKIP_WHOLE_RECEIVE: "holds",
+                V0_21_0: "holds",
+                V0_22_0: "holds",
+            },
         ),
     ),
     build=build,

@@ -8,9 +8,9 @@ the machine and its communicator.
 
 from __future__ import annotations
 
-from lockstep.models.pp_broadcast.engine import all_chunked, non_final_chunk, present
+from lockstep.models.pp_broadcast.engine import all_chunked, empty, non_final_chunk, nonempty, present
 from lockstep.models.pp_broadcast.state import Path, Phase, State
-from lockstep.models.pp_broadcast.stream import front_is
+from lockstep.models.pp_broadcast.stream import first_phase, front_is
 from lockstep.models.pp_broadcast.worker import discarded
 from lockstep.spec.machine import Machine
 from lockstep.spec.terms import Term, TermLike, all_of, any_of, conjunction, if_then_else, max_of
@@ -57,15 +57,25 @@ def predicate_agreement(state: State) -> Term:
     )
 
 
+def last_sampled_step(state: State, before: Term) -> Term:
+    """The step (1-based) that sample_tokens last ran for before step ``before`` (0-based): the previous step,
+    or with empty steps (which get no sample_tokens) the last non-empty one before it; 0 if none."""
+    if not state.sizes.empty_steps:
+        return before
+    return max_of(state.StepIndex, lambda n: if_then_else((n < before) & nonempty(state, n), n + 1, 0))
+
+
 def reads_fresh(state: State, rank: Term) -> Term:
-    """Before exec(N+1): every request of N+1 that the mapping holds was kept at N, received from N."""
+    """Before exec(N+1): every request of N+1 that the mapping holds was kept at the last sampled step (N, or
+    the last non-empty step before an empty N), received from that step."""
     step = state.rpc[rank] // 2
     about_to_prepare = (state.rpc[rank] % 2 == 0) & (step < state.scheduled) & (step > 0)
+    source = last_sampled_step(state, step)
     return about_to_prepare.implies(
         all_of(
             state.Request,
             lambda q: (present(state, step, q) & state.mapped[rank][q]).implies(
-                (state.map_step[rank] == step) & (state.buffer_step[rank] == step)
+                (state.map_step[rank] == source) & (state.buffer_step[rank] == source)
             ),
         )
     )
@@ -112,7 +122,28 @@ def pipelined(state: State, step: Term) -> Term:
     gpu_step, last = state.gpu_step, state.sizes.last
     rank0_ran_next = (gpu_step[0] > step + 1) | ((gpu_step[0] == step + 1) & ~front_is(state, 0, Phase.FORWARD))
     last_sampled = (gpu_step[last] > step) | ((gpu_step[last] == step) & front_is(state, last, Phase.BROADCAST))
-    return all_chunked(state, step) & (step + 1 < state.scheduled) & rank0_ran_next & ~last_sampled
+    witness = all_chunked(state, step) & (step + 1 < state.scheduled) & rank0_ran_next & ~last_sampled
+    return witness & nonempty(state, step) if state.sizes.empty_steps else witness  # an empty step has no rows
+
+
+def no_sample_on_empty(state: State) -> Term:
+    """No rank's sample_tokens runs for an empty step, so none samples, broadcasts or receives for it."""
+    return all_of(
+        state.Rank,
+        lambda r: (
+            ~((state.rpc[r] % 2 == 1) & empty(state, state.rpc[r] // 2))
+            & all_of(state.StepIndex, lambda n: empty(state, n).implies(~state.issued[r][n]))
+        ),
+    )
+
+
+def no_op_on_empty(state: State) -> Term:
+    """A rank's stream at an empty step has run and posted nothing of it (no irecv, forward, isend, sample or
+    broadcast): it is at the step's first op, unposted."""
+    return all_of(
+        state.Rank,
+        lambda r: empty(state, state.gpu_step[r]).implies((state.gpu_phase[r] == first_phase(r)) & ~state.posted[r]),
+    )
 
 
 def finished(state: State) -> Term:
@@ -146,7 +177,8 @@ def add_properties(machine: Machine, state: State) -> None:
     machine.always(
         "S3_no_stale_read",
         while_alive(all_of(Rank, lambda r: reads_fresh(state, r))),
-        "S3: _prepare_input_ids(N+1) reads prev_sampled_token_ids only for rows kept at N, from N's broadcast",
+        "S3: _prepare_input_ids(N+1) reads prev_sampled_token_ids only for rows kept at N, from N's broadcast"
+        + (" (N: the last step sample_tokens ran for; an empty step gets none)" if state.sizes.empty_steps else ""),
     )
     machine.always(
         "reads_latest_token",
@@ -186,6 +218,19 @@ def add_properties(machine: Machine, state: State) -> None:
         all_of(Rank, lambda r: (state.path[r] == Path.RETURN).implies((r == last) & (state.failed > 0))),
         "sample_tokens returns None (no state, no receive) only on the last rank after its execute_model raised",
     )
+    if state.sizes.empty_steps:
+        machine.always(
+            "no_sample_on_empty_step",
+            no_sample_on_empty(state),
+            "step_with_batch_queue sends no sample_tokens for a step with no scheduled tokens (model_executed is "
+            "False): no rank samples, broadcasts or receives for it (every rank's execute_model_state stays None)",
+        )
+        machine.always(
+            "no_pp_op_on_empty_step",
+            no_op_on_empty(state),
+            "Worker.execute_model of a step with no scheduled tokens posts no irecv (forward_pass is False) and "
+            "GPUModelRunner.execute_model returns EMPTY_MODEL_RUNNER_OUTPUT before any forward or isend",
+        )
     machine.sometimes(
         "L2_pipelined_prefill",
         any_of(state.StepIndex, lambda n: pipelined(state, n)),

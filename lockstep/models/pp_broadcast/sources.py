@@ -66,9 +66,20 @@ FAILURE: dict[str, str] = {
 }
 
 
+EMPTY: dict[str, str] = {
+    "schedule_empty": "EngineCore.step_with_batch_queue → Scheduler.schedule returns a SchedulerOutput with "
+    "total_num_scheduled_tokens == 0 → executor.execute_model (non_block) only: model_executed is False, "
+    "no sample_tokens; the exec future is queued as the step's output",
+    "execute_model_empty": "Worker.execute_model (forward_pass False: no irecv_tensor_dict) → "
+    "GPUModelRunner.execute_model: _update_states, then `if not num_scheduled_tokens: return "
+    "EMPTY_MODEL_RUNNER_OUTPUT` (execute_model_state stays None; no isend_tensor_dict)",
+    "gpu_pass": "the stream has nothing of the empty step (no _model_forward, _sample or NCCL op on pp.device_group)",
+}
+
+
 def sources(variant: str) -> dict[str, str]:
     """The mapping for a variant: the variants differ only in ``sample_tokens``."""
     sample = SAMPLE_TOKENS[variant]
     if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive"):
         sample += GUARD_V019
-    return {**COMMON, **FAILURE, "sample_tokens": sample}
+    return {**COMMON, **FAILURE, **EMPTY, "sample_tokens": sample}

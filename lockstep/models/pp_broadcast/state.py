@@ -34,9 +34,10 @@ class Sizes:
     requests: int
     gaps: int  # steps from which the token budget may leave an unfinished request out
     failures: int  # 1: the last rank's execute_model may raise once (execute_model_state stays None)
+    empty_steps: int  # steps the scheduler may leave empty (total_num_scheduled_tokens == 0)
     prompts: tuple[int, ...]  # chunks of each request's prompt: request 0 ``chunks``, request 1 one
     lengths: tuple[int, ...]  # pieces (chunks and decodes) of each request
-    steps: int  # every step is non-empty; each gap delays one request one step
+    steps: int  # each gap delays one request one step; each empty step schedules no request
 
     @property
     def last(self) -> int:
@@ -52,9 +53,10 @@ def sizes_of(parameters: Mapping[str, int]) -> Sizes:
         requests=count,
         gaps=gaps,
         failures=parameters["failures"],
+        empty_steps=parameters["empty_steps"],
         prompts=prompts,
         lengths=lengths,
-        steps=max(lengths) + gaps,
+        steps=max(lengths) + gaps + parameters["empty_steps"],
     )
 
 
@@ -80,6 +82,7 @@ class State:
     gaps_left: Term
     failed: Term  # the step (1-based) whose execute_model raised on the last rank; 0: none
     dead: Term  # the engine raised the failed step's exception: the engine is gone
+    empties_left: Term  # empty steps the scheduler may still produce (a constant 0 without ``empty_steps``)
     # the CPU thread of each rank (Worker / GPUModelRunner)
     rpc: Term  # RPCs handled: exec(N) is 2N-2, sample(N) 2N-1
     issued: Term  # per step: sample_tokens(N) called torch.distributed.broadcast
@@ -148,6 +151,18 @@ def _engine_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str
             "engine.failed_step", sorts.Steps, 0, "the step whose execute_model raised on the last rank; 0: none"
         ),
         dead=machine.variable("engine.dead", BOOL, False, "the engine raised the failed step's exception"),
+        empties_left=_empties_left(machine, sizes),
+    )
+
+
+def _empties_left(machine: Machine, sizes: Sizes) -> Term:
+    """The empty steps left to the scheduler: a variable only where ``empty_steps`` > 0, so that the machines
+    without empty steps keep exactly their variables."""
+    sort = integers(0, sizes.empty_steps)
+    if not sizes.empty_steps:
+        return lift(0, sort)
+    return machine.variable(
+        "scheduler.empty_steps_left", sort, sizes.empty_steps, "empty steps the scheduler may still produce"
     )
 
 

@@ -10,7 +10,7 @@ is the first of the faithfulness notes in ``model.py``.
 
 from __future__ import annotations
 
-from lockstep.models.pp_broadcast.engine import clamp
+from lockstep.models.pp_broadcast.engine import clamp, empty, forward_pass
 from lockstep.models.pp_broadcast.state import Phase, State
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
@@ -63,7 +63,13 @@ def moved(state: State, rank: Term) -> dict[Term, Term]:
 @action(actor="rank:{rank}")
 def gpu_compute(state: State, rank: Term) -> Step:
     """The stream runs its front kernel: forward(N) or (last rank) sampling(N)."""
-    return Step(front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), moved(state, rank))
+    step = state.gpu_step[rank]
+    return Step(
+        conjunction(
+            front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), *forward_pass(state, step)
+        ),
+        moved(state, rank),
+    )
 
 
 @action(actor="rank:{rank}")
@@ -77,11 +83,27 @@ def gpu_post(state: State, rank: Term) -> Step:
     wanted = ~front_is(state, rank, Phase.BROADCAST) | state.issued[rank][clamp(state, step)]
     front_is_nccl = front_is(state, rank, Phase.RECV, Phase.SEND, Phase.BROADCAST)
     return Step(
-        conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank]),
+        conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank], *forward_pass(state, step)),
         {
             state.posted: state.posted.set(rank, True),
             pp.queue: if_then_else(is_send, send, if_then_else(is_recv, recv, bcast)),
         },
+    )
+
+
+@action(actor="rank:{rank}")
+def gpu_pass(state: State, rank: Term) -> Step:
+    """The stream's front is a step with no scheduled tokens whose execute_model the CPU has run: it enqueued
+    no forward and no NCCL op (no irecv, isend, sample or broadcast), so the stream goes on to the next step."""
+    step = state.gpu_step[rank]
+    return Step(
+        conjunction(
+            empty(state, step),
+            state.gpu_phase[rank] == first_phase(rank),
+            enqueued(state, rank),
+            ~state.posted[rank],
+        ),
+        {state.gpu_step: state.gpu_step.set(rank, step + 1)},
     )
 
 

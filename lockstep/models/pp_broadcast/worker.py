@@ -13,7 +13,7 @@ Each rank handles the RPCs in the order the executor sends them: exec(N), sample
 
 from __future__ import annotations
 
-from lockstep.models.pp_broadcast.engine import clamp, computed_before, present
+from lockstep.models.pp_broadcast.engine import clamp, computed_before, empty, forward_pass, present
 from lockstep.models.pp_broadcast.state import Path, Phase, State
 from lockstep.models.pp_broadcast.stream import first_phase
 from lockstep.models.pp_broadcast.variants import PRE_FIX, SKIP_DISAGREE, SKIP_WHOLE_RECEIVE, receive_guard
@@ -65,9 +65,21 @@ def execute_model(state: State, rank: Term) -> Step:
     step = rpc[rank] // 2
     metadata = (rank == 0) | (rpc[state.previous_rank[rank]] >= 2 * step + 1)
     return Step(
-        conjunction((rpc[rank] % 2 == 0) & ~state.dead, step < state.scheduled, metadata),
+        conjunction((rpc[rank] % 2 == 0) & ~state.dead, step < state.scheduled, metadata, *forward_pass(state, step)),
         {rpc: rpc.set(rank, rpc[rank] + 1)},
     )
+
+
+@action(actor="rank:{rank}")
+def execute_model_empty(state: State, rank: Term) -> Step:
+    """Worker.execute_model(N) of a step with no scheduled tokens, on every rank alike: ``forward_pass`` is False
+    (no irecv_tensor_dict); GPUModelRunner.execute_model runs _update_states (every request leaves the
+    persistent batch; prev_req_id_to_index and prev_sampled_token_ids stay) and returns EMPTY_MODEL_RUNNER_OUTPUT
+    at ``if not num_scheduled_tokens`` (execute_model_state stays None; no isend_tensor_dict). The engine sends
+    no sample_tokens(N), so the rank's next RPC is exec(N+1): its RPC count passes both of N's."""
+    rpc = state.rpc
+    step = rpc[rank] // 2
+    return Step((rpc[rank] % 2 == 0) & ~state.dead & empty(state, step), {rpc: rpc.set(rank, rpc[rank] + 2)})
 
 
 @action(actor="rank:{rank}")
@@ -78,7 +90,14 @@ def execute_model_raises(state: State, rank: Term) -> Step:
     step = rpc[rank] // 2
     metadata = rpc[state.previous_rank[rank]] >= 2 * step + 1
     return Step(
-        conjunction(rank == last, rpc[rank] % 2 == 0, step < state.scheduled, metadata, state.failed == 0),
+        conjunction(
+            rank == last,
+            rpc[rank] % 2 == 0,
+            step < state.scheduled,
+            metadata,
+            state.failed == 0,
+            *forward_pass(state, step),
+        ),
         {rpc: rpc.set(rank, rpc[rank] + 1), state.failed: step + 1},
     )
 
