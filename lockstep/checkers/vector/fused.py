@@ -25,13 +25,8 @@ from __future__ import annotations
 
 import ast
 import copy
-import hashlib
-import importlib.util
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from lockstep.checkers.vector.values import Unsupported
@@ -277,7 +272,7 @@ def _mask(node: ast.expr | None) -> str:
 
 def _header(name: str, words: int, spelling: _Spelling) -> list[str]:
     return [
-        "@triton.jit",
+        '@triton.jit(do_not_specialize=["N", "STRIDE", "CAPACITY"])',  # one compilation, whatever the sizes
         f"def {name}(W, N, STRIDE, OUT, PARENT, VIA, CONTROL, ENABLED, TABLES, CAPACITY, BLOCK: tl.constexpr):",
         "    ROWS = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
         "    LIVE = ROWS < N",
@@ -304,15 +299,19 @@ class FusedSource:
     """The Triton source of one machine's fused kernels and what their launch needs."""
 
     source: str
-    kernels: list[str]  # kernel names; ``enabled`` first
+    kernels: list[str]  # the successor kernels' names; ``enabled`` first
     tables: list[int]
     tuples: int
     words: int
+    values: list[Any] = field(default_factory=list)  # per property: a constant, or "row" (from ``predicates``)
 
 
-def fused_source(expand_source: str, words: int, groups: Sequence[Sequence[int]]) -> FusedSource:
+def fused_source(
+    expand_source: str, words: int, groups: Sequence[Sequence[int]], predicates: str | None = None
+) -> FusedSource:
     """Triton kernels for ``expand``: ``enabled`` (which rows have an enabled tuple; errors of the
-    guards) and one kernel per group of tuple ids (their successors)."""
+    guards) and one kernel per group of tuple ids (their successors); with the generated source of
+    ``predicates``, a ``predicates`` kernel too."""
     parsed = parse(expand_source)
     if len(parsed.guards) != len(parsed.blocks) + sum(
         1 for guard in parsed.guards if isinstance(guard, ast.Constant) and guard.value is False
@@ -369,100 +368,46 @@ def fused_source(expand_source: str, words: int, groups: Sequence[Sequence[int]]
         name = f"successors_{group_number}"
         sources.append("\n".join(_header(name, words, spelling) + body))
         names.append(name)
+    values: list[bool | None] = []
+    if predicates is not None:
+        source, values = _predicates_kernel(predicates, words, tables)
+        sources.append(source)
     table_values = [value for table in tables for value in table]
     header = "import triton\nimport triton.language as tl\n" + _HELPERS
-    return FusedSource(header + "\n\n" + "\n\n\n".join(sources) + "\n", names, table_values, len(parsed.guards), words)
+    text = header + "\n\n" + "\n\n\n".join(sources) + "\n"
+    return FusedSource(text, names, table_values, len(parsed.guards), words, values)
 
 
-def load(fused: FusedSource) -> Any:
-    """Import the generated kernels (Triton reads a kernel's source from its file)."""
-    digest = hashlib.sha256(fused.source.encode()).hexdigest()[:20]
-    folder = Path(os.environ.get("LOCKSTEP_CACHE", Path(tempfile.gettempdir()) / "lockstep-fused"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"fused_{digest}.py"
-    if not path.exists():
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(fused.source)
-        temporary.replace(path)
-    specification = importlib.util.spec_from_file_location(f"lockstep_fused_{digest}", path)
-    if specification is None or specification.loader is None:
-        raise Unsupported(f"fused kernels: cannot import {path}")
-    module = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(module)
-    return module
+def _predicates_kernel(source: str, words: int, tables: dict[tuple[int, ...], int]) -> tuple[str, list[Any]]:
+    """``predicates``: each property's value per row into ``OUT`` (one int8 row per property whose
+    value is not a constant); which values are constants (True, False, None) or rows ("row")."""
+    module = ast.parse(source)
+    function = next(
+        (node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "predicates"), None
+    )
+    if function is None:
+        raise _fail("no predicates function")
+    definitions = [line for line in function.body if isinstance(line, ast.Assign)]
+    answer = function.body[-1]
+    if not (
+        isinstance(answer, ast.Return)
+        and isinstance(answer.value, ast.Tuple)
+        and isinstance(answer.value.elts[0], ast.Tuple)
+    ):
+        raise _fail("predicates without their return")
+    results, error = answer.value.elts[0].elts, answer.value.elts[1]
+    spelling = _Spelling(tables, set())
+    wanted = _names(error).union(*(_names(result) for result in results))
+    body = _statements(_slice(definitions, wanted), spelling)
+    values: list[Any] = []
+    for position, result in enumerate(results):
+        if isinstance(result, ast.Constant):
+            values.append(result.value)
+            continue
+        values.append("row")
+        body.append(f"    tl.store(OUT + {position} * CAPACITY + ROWS, ({ast.unparse(result)}).to(tl.int8), mask=LIVE)")
+    body.append(f"    tl.atomic_max(CONTROL + 1, tl.max(({_mask(error)}).to(tl.int64), axis=0))")
+    return "\n".join(_header("predicates", words, spelling) + body), values
 
 
-@dataclass
-class Expansion:
-    """A chunk's successors from the fused kernels (device tensors)."""
-
-    states: Any  # words x successors
-    rows: Any  # each successor's parent row in the chunk
-    via: Any  # each successor's tuple id
-    counts: list[int]  # successors per tuple id
-    enabled: Any  # per chunk row: some tuple is enabled
-
-
-class FusedExpand:
-    """The fused kernels of one machine, launched over chunks of a frontier on ``device``."""
-
-    def __init__(self, source: str, tuples: Sequence[tuple[int, Any]], words: int, torch: Any, device: str) -> None:
-        groups: dict[int, list[int]] = {}
-        for tuple_id, (action, _) in enumerate(tuples):
-            groups.setdefault(action, []).append(tuple_id)
-        self.fused = fused_source(source, words, list(groups.values()))
-        self.module = load(self.fused)
-        self.kernels = [getattr(self.module, name) for name in self.fused.kernels]
-        self.torch = torch
-        self.device = device
-        self.tuples = len(tuples)
-        self.words = words
-        self.tables = torch.tensor(self.fused.tables or [0], dtype=torch.int64, device=device)
-        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
-        self.block = 1 << 14 if interpreted else 256  # the interpreter runs a program at a time
-        self.capacity = 0
-
-    def __call__(self, chunk: Any) -> Expansion | None:
-        """The successors of ``chunk`` (words x rows), or None when a row fails or leaves a sort
-        (the array kernels then redo the chunk and report it)."""
-        torch = self.torch
-        rows = int(chunk.shape[1])
-        capacity = max(self.capacity, 4 * rows, 1024)
-        while True:
-            control = torch.zeros(2 + self.tuples, dtype=torch.int64, device=self.device)
-            enabled = torch.empty(rows, dtype=torch.int8, device=self.device)
-            out = torch.empty((self.words, capacity), dtype=torch.int64, device=self.device)
-            parent = torch.empty(capacity, dtype=torch.int64, device=self.device)
-            via = torch.empty(capacity, dtype=torch.int64, device=self.device)
-            grid = ((rows + self.block - 1) // self.block,)
-            stride = int(chunk.stride(0))
-            for kernel in self.kernels:
-                kernel[grid](chunk, rows, stride, out, parent, via, control, enabled, self.tables, capacity, self.block)
-            values = control.tolist()
-            if values[1]:
-                return None
-            total = int(values[0])
-            if total <= capacity:
-                break
-            capacity = self.capacity = total + total // 4  # too small: grow, remember, redo
-        return Expansion(out[:, :total], parent[:total], via[:total], values[2:], enabled.bool())
-
-
-def fused_expand(source: str, tuples: Sequence[tuple[int, Any]], words: int, device: str) -> FusedExpand | None:
-    """The fused kernels for ``bfs-gpu`` on ``device``, or None where they do not apply: no Triton,
-    or ``LOCKSTEP_FUSED=0``. On a CPU device they run only when asked for, in Triton's interpreter
-    (``LOCKSTEP_FUSED=1`` and ``TRITON_INTERPRET=1``, both set before Triton is imported)."""
-    wanted = os.environ.get("LOCKSTEP_FUSED", "")
-    if wanted == "0":
-        return None
-    if not device.startswith("cuda") and (wanted != "1" or os.environ.get("TRITON_INTERPRET") != "1"):
-        return None
-    try:
-        import torch
-        import triton  # noqa: F401
-    except ImportError:
-        return None
-    return FusedExpand(source, tuples, words, torch, device)
-
-
-__all__ = ["Expansion", "FusedExpand", "FusedSource", "fused_expand", "fused_source", "load", "parse"]
+__all__ = ["FusedSource", "fused_source", "parse"]

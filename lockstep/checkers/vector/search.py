@@ -22,7 +22,7 @@ from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, property_verdi
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
 from lockstep.checkers.vector.backend import Backend, TorchBackend
-from lockstep.checkers.vector.fused import Expansion, fused_expand
+from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
 from lockstep.checkers.vector.kernels import Kernels, compile_kernels
 from lockstep.checkers.vector.paths import PathBuilder
 from lockstep.checkers.vector.values import Unsupported
@@ -79,11 +79,7 @@ class VectorSearch:
         self.backend = backend
         self.engine = engine
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
-        self.fused = (
-            fused_expand(self.kernels.source, self.kernels.tuples, self.layout.words, backend.device)
-            if isinstance(backend, TorchBackend)
-            else None
-        )
+        self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.stop_at_first = stop_at_first
         self.limits = limits or Limits()
@@ -214,7 +210,7 @@ class VectorSearch:
     def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any] | None:
         """The distinct successors of a chunk: (states, fingerprints, least discovery keys);
         deadlocks, steps out of a sort and model errors are offered or raised on the way."""
-        expansion = self.fused(frontier) if self.fused is not None else None
+        expansion = self.fused.expand(frontier) if self.fused is not None else None
         candidates = self._arrays(frontier, base) if expansion is None else self._from_fused(expansion, frontier, base)
         if candidates is None:
             return None
@@ -306,7 +302,7 @@ class VectorSearch:
 
     def _check_states(self, states: Any, first: int, keys: np.ndarray | None) -> None:
         """Offer each property's first violation (or witness) among new states stored in discovery order."""
-        values, error = self.kernels.predicates(states)
+        values, error = (self.kernels if self.fused is None else self.fused).predicates(states)
         if error is not False and bool(error.any() if hasattr(error, "any") else error):
             self._predicate_error(states, error)
         for position, (prop, value) in enumerate(zip(self.machine.properties, values)):

@@ -1,0 +1,145 @@
+"""Launching the fused Triton kernels of ``fused`` over a search's chunks, and when to use them.
+
+``FusedKernels`` imports the generated source (Triton reads a kernel's source from its file, so it
+is written once under ``$LOCKSTEP_CACHE`` or the temporary directory, named by its hash), launches
+the successor kernels over a chunk (one read-back per chunk: the successor count, the flag, the
+count per tuple) and the predicates kernel over new states. A chunk or a batch of states that a
+kernel flags goes back to the array kernels, which report it exactly. ``fused_kernels`` decides
+whether they apply: CUDA (unless ``LOCKSTEP_FUSED=0``), or Triton's interpreter on the CPU when
+asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is imported).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockstep.checkers.vector.fused import FusedSource, fused_source
+from lockstep.checkers.vector.kernels import Kernels
+from lockstep.checkers.vector.values import Unsupported
+
+
+def load(fused: FusedSource) -> Any:
+    """Import the generated kernels (Triton reads a kernel's source from its file)."""
+    digest = hashlib.sha256(fused.source.encode()).hexdigest()[:20]
+    folder = Path(os.environ.get("LOCKSTEP_CACHE", Path(tempfile.gettempdir()) / "lockstep-fused"))
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"fused_{digest}.py"
+    if not path.exists():
+        temporary = path.with_suffix(f".{os.getpid()}.tmp")
+        temporary.write_text(fused.source)
+        temporary.replace(path)
+    specification = importlib.util.spec_from_file_location(f"lockstep_fused_{digest}", path)
+    if specification is None or specification.loader is None:
+        raise Unsupported(f"fused kernels: cannot import {path}")
+    module = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(module)
+    return module
+
+
+@dataclass
+class Expansion:
+    """A chunk's successors from the fused kernels (device tensors)."""
+
+    states: Any  # words x successors
+    rows: Any  # each successor's parent row in the chunk
+    via: Any  # each successor's tuple id
+    counts: list[int]  # successors per tuple id
+    enabled: Any  # per chunk row: some tuple is enabled
+
+
+class FusedKernels:
+    """The fused kernels of one machine, launched on ``device``; ``arrays`` redo what they flag."""
+
+    def __init__(self, arrays: Kernels, torch: Any, device: str) -> None:
+        groups: dict[int, list[int]] = {}
+        for tuple_id, (action, _) in enumerate(arrays.tuples):
+            groups.setdefault(action, []).append(tuple_id)
+        words = arrays.layout.words
+        self.arrays = arrays
+        self.fused = fused_source(arrays.source, words, list(groups.values()), arrays.source)
+        self.module = load(self.fused)
+        self.kernels = [getattr(self.module, name) for name in self.fused.kernels]
+        self.predicate_kernel = self.module.predicates
+        self.torch = torch
+        self.device = device
+        self.tuples = len(arrays.tuples)
+        self.words = words
+        self.tables = torch.tensor(self.fused.tables or [0], dtype=torch.int64, device=device)
+        interpreted = os.environ.get("TRITON_INTERPRET") == "1"
+        self.block = 1 << 14 if interpreted else 256  # the interpreter runs a program at a time
+        self.capacity = 0
+
+    def expand(self, chunk: Any) -> Expansion | None:
+        """The successors of ``chunk`` (words x rows), or None when a row fails or leaves a sort
+        (the array kernels then redo the chunk and report it)."""
+        torch = self.torch
+        rows = int(chunk.shape[1])
+        capacity = max(self.capacity, 4 * rows, 1024)
+        while True:
+            control = torch.zeros(2 + self.tuples, dtype=torch.int64, device=self.device)
+            enabled = torch.empty(rows, dtype=torch.int8, device=self.device)
+            out = torch.empty((self.words, capacity), dtype=torch.int64, device=self.device)
+            parent = torch.empty(capacity, dtype=torch.int64, device=self.device)
+            via = torch.empty(capacity, dtype=torch.int64, device=self.device)
+            grid = ((rows + self.block - 1) // self.block,)
+            stride = int(chunk.stride(0))
+            for kernel in self.kernels:
+                kernel[grid](chunk, rows, stride, out, parent, via, control, enabled, self.tables, capacity, self.block)
+            values = control.tolist()
+            if values[1]:
+                return None
+            total = int(values[0])
+            if total <= capacity:
+                break
+            capacity = self.capacity = total + total // 4  # too small: grow, remember, redo
+        return Expansion(out[:, :total], parent[:total], via[:total], values[2:], enabled.bool())
+
+    def _arrays_predicates(self, states: Any) -> tuple[tuple[Any, ...], Any]:
+        values, error = self.arrays.predicates(states)
+        return tuple(values), error
+
+    def predicates(self, states: Any) -> tuple[tuple[Any, ...], Any]:
+        """Each property's value over ``states`` (as ``Kernels.predicates`` gives it)."""
+        torch = self.torch
+        rows = int(states.shape[1])
+        if not rows:
+            return self._arrays_predicates(states)
+        control = torch.zeros(2, dtype=torch.int64, device=self.device)
+        out = torch.empty((len(self.fused.values), rows), dtype=torch.int8, device=self.device)
+        grid = ((rows + self.block - 1) // self.block,)
+        empty = out[0]
+        self.predicate_kernel[grid](
+            states, rows, int(states.stride(0)), out, empty, empty, control, empty, self.tables, rows, self.block
+        )
+        if int(control[1].item()):
+            return self._arrays_predicates(states)
+        values = tuple(
+            out[position].bool() if value == "row" else value for position, value in enumerate(self.fused.values)
+        )
+        return values, False
+
+
+def fused_kernels(arrays: Kernels, device: str) -> FusedKernels | None:
+    """The fused kernels for ``bfs-gpu`` on ``device``, or None where they do not apply: no Triton,
+    or ``LOCKSTEP_FUSED=0``. On a CPU device they run only when asked for, in Triton's interpreter
+    (``LOCKSTEP_FUSED=1`` and ``TRITON_INTERPRET=1``, both set before Triton is imported)."""
+    wanted = os.environ.get("LOCKSTEP_FUSED", "")
+    if wanted == "0":
+        return None
+    if not device.startswith("cuda") and (wanted != "1" or os.environ.get("TRITON_INTERPRET") != "1"):
+        return None
+    try:
+        import torch
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    return FusedKernels(arrays, torch, device)
+
+
+__all__ = ["Expansion", "FusedKernels", "fused_kernels", "load"]
