@@ -1,14 +1,15 @@
 """The visited set of the vectorised engines: sorted arrays of fingerprints, no Python objects.
 
 Keys are 64-bit fingerprints of packed states, kept in a few sorted runs; membership is
-``searchsorted`` in each run, and a level's new keys become a run that is merged linearly with the
-runs no larger than itself. In the exact mode every state's full packed words are kept too, in the
-order states were stored (append-only blocks of a fixed number of states, so that growing never
-copies what is stored; the runs hold each key's index), and a
-fingerprint match counts only when the words match: two different states with one fingerprint
-are both kept (a slower path that never happens in practice, tested with a deliberately weak
-fingerprint). In the compact mode (``--compact``) only the fingerprints are kept: 8 bytes per
-state, at the price of a small chance that a state is taken for one already seen
+``searchsorted`` in each long run and, on numpy, one linear merge (a stable sort of the two sorted
+arrays) with each run at most 8 times as long as the keys looked up; a level's new keys become a
+run that is merged linearly with the runs no larger than itself. In the exact mode every state's
+full packed words are kept too, in the order states were stored (append-only blocks of a fixed
+number of states, so that growing never copies what is stored; the runs hold each key's index),
+and a fingerprint match counts only when the words match: two different states with one
+fingerprint are both kept (a slower path that never happens in practice, tested with a
+deliberately weak fingerprint). In the compact mode (``--compact``) only the fingerprints are
+kept: 8 bytes per state, at the price of a small chance that a state is taken for one already seen
 (``omission_probability``).
 """
 
