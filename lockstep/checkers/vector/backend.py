@@ -30,6 +30,7 @@ class NumpyBackend:
     name = "numpy"
     device = "cpu"
     chunk = 1 << 17  # frontier states per kernel call: large enough to amortise the calls, cache-friendly
+    merges = True  # the visited set merges sorted arrays (one stable sort) rather than searching them
 
     def namespace(self) -> dict[str, Any]:
         def counts(masks: tuple[Any, ...], total: int) -> list[int]:
@@ -80,6 +81,9 @@ class NumpyBackend:
     def empty(self) -> Any:
         return np.empty(0, dtype=np.int64)
 
+    def empty_like(self, values: Any) -> Any:
+        return np.empty_like(values)
+
     def empty_table(self, rows: int, columns: int) -> Any:
         """An uninitialised (rows, columns) array."""
         return np.empty((rows, columns), dtype=np.int64)
@@ -105,6 +109,10 @@ class NumpyBackend:
         """``array[:, indices].T``: the chosen columns as rows, each one's values side by side."""
         return np.take(np.ascontiguousarray(array.T), indices, axis=0)
 
+    def merge_order(self, values: Any) -> Any:
+        """The stable sorting order of ``values``: a linear merge where they are sorted runs (timsort)."""
+        return np.argsort(values, kind="stable")
+
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return np.searchsorted(sorted_values, values)
 
@@ -129,15 +137,16 @@ class NumpyBackend:
 
     def fingerprint(self, words: Any) -> Any:
         """A 64-bit fingerprint (as int64) of every column of a (words, rows) array."""
-        with np.errstate(over="ignore"):
-            hashed = np.full(words.shape[1], _SEED, dtype=np.uint64)
-            for word in range(words.shape[0]):
-                hashed ^= words[word].view(np.uint64)
-                hashed *= np.uint64(_MULTIPLY_1)
-                hashed ^= hashed >> np.uint64(32)
-            hashed ^= hashed >> np.uint64(29)
-            hashed *= np.uint64(_MULTIPLY_2)
-            hashed ^= hashed >> np.uint64(32)
+        hashed = np.full(words.shape[1], _SEED, dtype=np.uint64)
+        shifted = np.empty_like(hashed)  # one scratch array: every step is in place
+        first, second = np.uint64(_MULTIPLY_1), np.uint64(_MULTIPLY_2)
+        for word in range(words.shape[0]):
+            np.bitwise_xor(hashed, words[word].view(np.uint64), out=hashed)
+            np.multiply(hashed, first, out=hashed)
+            np.bitwise_xor(hashed, np.right_shift(hashed, np.uint64(32), out=shifted), out=hashed)
+        np.bitwise_xor(hashed, np.right_shift(hashed, np.uint64(29), out=shifted), out=hashed)
+        np.multiply(hashed, second, out=hashed)
+        np.bitwise_xor(hashed, np.right_shift(hashed, np.uint64(32), out=shifted), out=hashed)
         return hashed.view(np.int64)
 
     def unique_rows(self, rows: Any) -> tuple[Any, Any]:
@@ -170,6 +179,7 @@ class TorchBackend:
         self.torch = torch
         self.device = device
         self.chunk = 1 << 21 if device.startswith("cuda") else 1 << 17  # a GPU needs big arrays to be busy
+        self.merges = False  # the visited set searches its sorted runs (a GPU has no cheap merge)
 
     def namespace(self) -> dict[str, Any]:
         torch = self.torch
@@ -245,6 +255,9 @@ class TorchBackend:
     def empty(self) -> Any:
         return self.torch.empty(0, dtype=self.torch.int64, device=self.device)
 
+    def empty_like(self, values: Any) -> Any:
+        return self.torch.empty_like(values)
+
     def empty_table(self, rows: int, columns: int) -> Any:
         """An uninitialised (rows, columns) tensor."""
         return self.torch.empty((rows, columns), dtype=self.torch.int64, device=self.device)
@@ -268,6 +281,9 @@ class TorchBackend:
     def rows_of(self, array: Any, indices: Any) -> Any:
         """``array[:, indices].T``."""
         return array[:, indices].T
+
+    def merge_order(self, values: Any) -> Any:
+        return self.torch.argsort(values, stable=True)
 
     def searchsorted(self, sorted_values: Any, values: Any) -> Any:
         return self.torch.searchsorted(sorted_values, values)

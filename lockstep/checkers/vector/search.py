@@ -278,6 +278,8 @@ class VectorSearch:
         by_discovery = backend.argsort(discovery[fresh])
         chosen = fresh[by_discovery]
         states, fingerprints, discovery = backend.columns(states, chosen), fingerprints[chosen], discovery[chosen]
+        by_key = backend.empty_like(by_discovery)  # the candidates came in key order: undo the sort by discovery
+        by_key[by_discovery] = backend.arange(0, int(by_discovery.shape[0]))
         width = len(self.kernels.tuples) + 1
         keys = backend.to_numpy(discovery)
         self._store(
@@ -286,14 +288,22 @@ class VectorSearch:
             (keys // width).astype(self.parent_type),
             (keys % width - 1).astype(self.via_type),
             keys,
+            by_key,
         )
         return states
 
     def _store(
-        self, states: Any, fingerprints: Any, parents: np.ndarray, via: np.ndarray, keys: np.ndarray | None = None
+        self,
+        states: Any,
+        fingerprints: Any,
+        parents: np.ndarray,
+        via: np.ndarray,
+        keys: np.ndarray | None = None,
+        by_key: Any | None = None,
     ) -> None:
+        """Store new states (``by_key``, when known, sorts their fingerprints) and check their properties."""
         first = self.stored
-        self.visited.add(fingerprints, states)
+        self.visited.add(fingerprints, states, by_key)
         self.parents.append(parents)
         self.via.append(via)
         self.stored += int(fingerprints.shape[0])

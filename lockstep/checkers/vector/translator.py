@@ -303,8 +303,12 @@ class Translator:
         return self._operation(expression)
 
     def variable(self, name: str) -> VectorValue:
-        first, last = self.layout.spans[self._variables[name]]
-        return self._assemble(self.layout.sorts[self._variables[name]], iter(range(first, last)))
+        if name not in self.scope.variables:  # a scope decodes each variable once
+            position = self._variables[name]
+            self.scope.variables[name] = self._assemble(
+                self.layout.sorts[position], iter(range(*self.layout.spans[position]))
+            )
+        return self.scope.variables[name]
 
     def _assemble(self, sort: Sort, positions: Iterator[int]) -> VectorValue:
         if is_scalar(sort):
@@ -486,13 +490,8 @@ def _decided(operator: Operator, left: tuple[int, int], right: tuple[int, int]) 
     if operator is Operator.LESS_EQUAL:
         return True if left[1] <= right[0] else False if left[0] > right[1] else None
     if operator in (Operator.EQUAL, Operator.NOT_EQUAL):
-        same = (
-            True
-            if left[0] == left[1] == right[0] == right[1]
-            else False
-            if left[1] < right[0] or right[1] < left[0]
-            else None
-        )
+        disjoint = left[1] < right[0] or right[1] < left[0]
+        same = True if left[0] == left[1] == right[0] == right[1] else False if disjoint else None
         return same if same is None or operator is Operator.EQUAL else not same
     return None
 

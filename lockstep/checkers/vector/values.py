@@ -109,6 +109,7 @@ class Scope:
     memo: dict[str, str] = field(default_factory=dict)
     codes: dict[str, str] = field(default_factory=dict)  # temporary -> the code that defines it
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # temporary -> bounds of its integers
+    variables: dict[str, VectorValue] = field(default_factory=dict)  # a state variable's decoded value
 
 
 class Emitter:

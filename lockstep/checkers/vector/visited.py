@@ -1,14 +1,15 @@
 """The visited set of the vectorised engines: sorted arrays of fingerprints, no Python objects.
 
 Keys are 64-bit fingerprints of packed states, kept in a few sorted runs; membership is
-``searchsorted`` in each run, and a level's new keys become a run that is merged linearly with the
-runs no larger than itself. In the exact mode every state's full packed words are kept too, in the
-order states were stored (append-only blocks of a fixed number of states, so that growing never
-copies what is stored; the runs hold each key's index), and a
-fingerprint match counts only when the words match: two different states with one fingerprint
-are both kept (a slower path that never happens in practice, tested with a deliberately weak
-fingerprint). In the compact mode (``--compact``) only the fingerprints are kept: 8 bytes per
-state, at the price of a small chance that a state is taken for one already seen
+``searchsorted`` in each long run and, on numpy, one linear merge (a stable sort of the two sorted
+arrays) with each run at most 8 times as long as the keys looked up; a level's new keys become a
+run that is merged linearly with the runs no larger than itself. In the exact mode every state's
+full packed words are kept too, in the order states were stored (append-only blocks of a fixed
+number of states, so that growing never copies what is stored; the runs hold each key's index),
+and a fingerprint match counts only when the words match: two different states with one
+fingerprint are both kept (a slower path that never happens in practice, tested with a
+deliberately weak fingerprint). In the compact mode (``--compact``) only the fingerprints are
+kept: 8 bytes per state, at the price of a small chance that a state is taken for one already seen
 (``omission_probability``).
 """
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from lockstep.checkers.vector.backend import Backend
+
+_MERGE_RATIO = 8  # a run up to this many times as long as the keys looked up is merged with them, not searched
 
 
 def omission_probability(states: int) -> float:
@@ -100,7 +103,7 @@ class VisitedSet:
         return ordered[starts].T, sorted_keys[starts], least
 
     def absent(self, keys: Any, states: Any) -> Any:
-        """A mask over distinct candidate states: those not stored yet."""
+        """A mask over distinct candidate states, given in ascending key order: those not stored yet."""
         seen = keys != keys
         for run in self.runs:
             seen |= self._in_run(run, keys, states)
@@ -108,20 +111,29 @@ class VisitedSet:
 
     def _in_run(self, run: _Run, keys: Any, states: Any) -> Any:
         backend = self.backend
-        positions = backend.searchsorted(run.keys, keys)
-        clipped = _clip(positions, len(run) - 1)
-        found = (positions < len(run)) & (run.keys[clipped] == keys)
+        if backend.merges and len(run) <= _MERGE_RATIO * int(keys.shape[0]):
+            # one linear merge of the two sorted arrays: the number of run keys up to each key
+            order = backend.merge_order(backend.concatenate([run.keys, keys]))
+            following = backend.nonzero(order >= len(run)) - backend.arange(0, int(keys.shape[0]))
+            clipped = _clip(following - 1, len(run) - 1, 0)
+            found = (following > 0) & (run.keys[clipped] == keys)
+        else:
+            positions = backend.searchsorted(run.keys, keys)
+            clipped = _clip(positions, len(run) - 1)
+            found = (positions < len(run)) & (run.keys[clipped] == keys)
         if not self.exact:
             return found
         assert run.indices is not None
         hits = backend.nonzero(found)
         same = (self._words(run.indices[clipped[hits]]) == states[:, hits]).all(0)
+        if bool(same.all()):
+            return found
         found[hits[~same]] = False
-        if not bool(same.all()):
-            self.collisions = True  # a stored state shares a key with another state
-        if self.collisions and not bool(same.all()):
-            for candidate in backend.to_numpy(hits[~same]).tolist():  # rare: scan the run of equal keys
-                found[candidate] = self._scan(run, keys[candidate], states[:, candidate], int(positions[candidate]))
+        self.collisions = True  # a stored state shares a key with another state
+        for candidate in backend.to_numpy(hits[~same]).tolist():  # rare: scan the run of equal keys
+            key = keys[candidate : candidate + 1]
+            first = int(backend.searchsorted(run.keys, key)[0])
+            found[candidate] = self._scan(run, key[0], states[:, candidate], first)
         return found
 
     def _scan(self, run: _Run, key: Any, state: Any, position: int) -> bool:
@@ -134,13 +146,15 @@ class VisitedSet:
             position += 1
         return False
 
-    def add(self, keys: Any, states: Any) -> None:
-        """Store new distinct states (none stored yet), in this order."""
+    def add(self, keys: Any, states: Any, order: Any | None = None) -> None:
+        """Store new distinct states (none stored yet), in this order; ``order``, when the caller
+        knows it, sorts ``keys``."""
         backend = self.backend
         count = int(keys.shape[0])
         if count == 0:
             return
-        order = backend.argsort(keys)
+        if order is None:
+            order = backend.argsort(keys)
         keys = keys[order]
         indices = None
         if self.exact:
@@ -181,6 +195,12 @@ class VisitedSet:
 
     def _merge(self, older: _Run, newer: _Run) -> _Run:
         backend = self.backend
+        if backend.merges:  # one linear merge of the two sorted runs
+            order = backend.merge_order(backend.concatenate([older.keys, newer.keys]))
+            keys = backend.concatenate([older.keys, newer.keys])[order]
+            if older.indices is None or newer.indices is None:
+                return _Run(keys, None)
+            return _Run(keys, backend.concatenate([older.indices, newer.indices])[order])
         total = len(older) + len(newer)
         destination = backend.searchsorted(older.keys, newer.keys) + backend.arange(0, len(newer))
         keep = backend.full(total, 1) == 1
@@ -196,8 +216,10 @@ class VisitedSet:
         return _Run(keys, indices)
 
 
-def _clip(positions: Any, highest: int) -> Any:
-    return positions.clamp(max=highest) if hasattr(positions, "clamp") else positions.clip(max=highest)
+def _clip(positions: Any, highest: int, lowest: int | None = None) -> Any:
+    if hasattr(positions, "clamp"):
+        return positions.clamp(min=lowest, max=highest)
+    return positions.clip(lowest, highest)
 
 
 __all__ = ["VisitedSet", "omission_probability"]
