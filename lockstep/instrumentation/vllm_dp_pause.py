@@ -57,12 +57,12 @@ import functools
 import inspect
 import json
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from lockstep import record
+from lockstep.instrumentation.vllm_queues import HeldOutputs, TakenInputs
 from lockstep.spec.profile import RecorderProfile
 
 SYNC_INTERVAL = 32  # DPEngineCoreProc._has_global_unfinished_reqs: every 32nd step
@@ -121,66 +121,6 @@ def header_parameters(ranks: int, sync_interval: int) -> dict[str, Any]:
 def _field(outputs: Any, name: str) -> Any:
     """A field of an output item (vLLM's ``EngineCoreOutputs`` attribute, or a mapping's key)."""
     return outputs.get(name) if isinstance(outputs, dict) else getattr(outputs, name, None)
-
-
-class HeldOutputs:
-    """``engine.output_queue`` while recorded: items are held while a patched function runs and
-    handed on after the event that sends them is on file (``take_held`` / ``release_held``)."""
-
-    def __init__(self, queue: Any) -> None:
-        self.queue, self.depth = queue, 0
-        self.items: list[Any] = []
-        self.lock = threading.Lock()
-
-    def put_nowait(self, item: Any) -> None:
-        with self.lock:
-            if self.depth:
-                self.items.append(item)
-                return
-        self.queue.put_nowait(item)
-
-    def hold(self) -> None:
-        with self.lock:
-            self.depth += 1
-
-    def unhold(self) -> None:
-        with self.lock:
-            self.depth -= 1
-            items, self.items = (self.items, []) if self.depth == 0 else ([], self.items)
-        self.release_held(items)
-
-    def take_held(self) -> list[Any]:
-        with self.lock:
-            items, self.items = self.items, []
-        return items
-
-    def release_held(self, items: list[Any]) -> None:
-        for item in items:
-            self.queue.put_nowait(item)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.queue, name)
-
-
-class TakenInputs:
-    """``engine.input_queue`` while recorded: each item the core thread takes is recorded as its arrival."""
-
-    def __init__(self, queue: Any, trace: EngineTrace) -> None:
-        self.queue, self.trace = queue, trace
-
-    def get(self, *args: Any, **kwargs: Any) -> Any:
-        item = self.queue.get(*args, **kwargs)
-        self.trace.arrived(item)
-        return item
-
-    def get_nowait(self) -> Any:
-        item = self.queue.get_nowait()
-        if item is not None:
-            self.trace.arrived(item)
-        return item
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.queue, name)
 
 
 def modelled(request_type: Any, request: Any) -> str | None:
