@@ -19,6 +19,8 @@ FINDINGS: tuple[tuple[str, str, str, str], ...] = (
     ("async-placeholders", "post-fix", "history-toggle", "tokens_aligned"),
     ("computed-tokens", "post-fix", "sync-pipeline-early-drafts", "U2_exact"),
     ("pp-broadcast", "post-fix", "failed-forward", "receive_only_on_non_last"),
+    ("dp-pause", "v0.29.0", "wave-unseen-interval-2", "wave_seen_before_complete"),
+    ("dp-pause", "v0.30.0", "wave-unseen", "wave_seen_before_complete"),
 )
 LIMIT = 12
 

@@ -393,12 +393,18 @@ def wave_start_report(model: State, rank: Term, running: Term, pending: Term) ->
     if not model.release.reports_wave_start:
         return {}
     reports, was_running = model.to_coordinator, model.was_running
-    edge = running & ~was_running[rank] & (rank == 0) & ~pending
-    start = report(model, ReportKind.START_WAVE, model.current_wave[rank])
     return {
-        reports: reports.set(rank, if_then_else(edge, reports[rank].append(start), reports[rank])),
+        reports: reports.set(rank, wave_start_sequence(model, rank, running, pending)),
         was_running: was_running.set(rank, running),
     }
+
+
+def wave_start_sequence(model: State, rank: Term, running: Term, pending: Term) -> Term:
+    """Rank ``rank``'s reports to the coordinator after ``wave_start_report``'s edge (v0.29.0 on)."""
+    reports = model.to_coordinator
+    edge = running & ~model.was_running[rank] & (rank == 0) & ~pending
+    start = report(model, ReportKind.START_WAVE, model.current_wave[rank])
+    return if_then_else(edge, reports[rank].append(start), reports[rank])
 
 
 @action(
@@ -475,7 +481,9 @@ def finish_sync(model: State, variant: Variant, rank: Term) -> Step:
     if model.release.reports_wave_start:  # v0.29.0 on: a wave that goes on may be rank 0's idle → running edge
         edge = wave_start_report(model, rank, still, updates[model.pending_pause][rank])
         updates[model.was_running] = edge[model.was_running]
-        completed = if_then_else(ends, completed, edge[reports][rank])
+        completed = if_then_else(
+            ends, completed, wave_start_sequence(model, rank, still, updates[model.pending_pause][rank])
+        )
     if model.release.sync_at_step_one:  # v0.33.0: the step counter restarts with the next wave
         counter = model.step_counter
         updates[counter] = counter.set(rank, if_then_else(ends, 0, counter[rank]))

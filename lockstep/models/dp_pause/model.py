@@ -118,7 +118,11 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     machine = Machine(f"dp-pause/{variant_name}", hang_bound=parameters["hang_bound"])
     model = declare(machine, variant, parameters)  # every variable and communicator
     if variant.release.later:  # a release after v0.21.0: release_model.py binds its actions
-        return build_release(machine, model, variant)
+        released = build_release(machine, model, variant)  # max_delay bounds its channels too
+        bound_delay(
+            released, parameters["max_delay"], [name for name in released.variables if name.startswith("channel.")]
+        )
+        return released
     options, Rank = model.options, model.Rank
     # engine cores: the input path, _handle_client_request, the idle callbacks, the busy loop
     machine.add(engine.arrive_from_client, model, rank=Rank)

@@ -19,7 +19,8 @@ bounded responses, and the final states (the built-ins add no_hang and no_collec
   request an engine holds is served within ``response_bound`` steps. Steps are the model's steps
   (every actor's), so the bound covers the interleaving. They are checked with
   ``bounded_liveness = 1``; ``response_bound`` defaults to ``model.response_bound_default``
-  ((2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests): 25 at the seed's sizes).
+  ((2·ranks + 1)·(2·sync_interval + 1) + 8 + 2·(requests + late_requests): 25 at the seed's sizes);
+  a later release adds ``releases.response_steps`` (its extra actors' steps, none of them a wait).
 - L1 ``pause_returns`` and L2 ``resume_eventually_serves`` (with ``fair_liveness = 1``): the same
   responses as ``leads_to`` under weak fairness of every engine, coordinator and communicator
   action (message delivery and stepping; the client may stop at any time). L1 is triggered once
@@ -31,6 +32,7 @@ bounded responses, and the final states (the built-ins add no_hang and no_collec
 from __future__ import annotations
 
 from lockstep.models.dp_pause.engine import has_work
+from lockstep.models.dp_pause.releases import response_steps
 from lockstep.models.dp_pause.state import ClientPhase, Mode, PauseState, State, Variant
 from lockstep.spec.machine import Machine
 from lockstep.spec.terms import Term, all_of, any_of, conjunction
@@ -192,7 +194,7 @@ def pause_mode_semantics(model: State) -> Term:
 def add_bounded_liveness(machine: Machine, model: State) -> None:
     """L1 and L2 as responses within ``response_bound`` steps."""
     Rank, phase, pause_state, requests = model.Rank, model.client_phase, model.pause_state, model.requests
-    bound = model.options.response_bound
+    bound = model.options.response_bound + response_steps(model.release, model.options.ranks)  # later releases
     machine.respond_within(
         "pause_resolves",
         (phase == ClientPhase.PAUSE) & all_of(Rank, lambda r: pause_state[r] != PauseState.UNPAUSED),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from lockstep.models.dp_pause import client, coordinator, engine, frontend, sleep
 from lockstep.models.dp_pause.properties import add_properties
-from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_33_0
+from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.models.dp_pause.state import PauseMode, State, Variant, pause_modes
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import ParameterSpec, VariantSpec
@@ -25,6 +25,7 @@ RELEASE_VARIANTS = (
         "v0.25.0 + a pause completes after synchronize_device; rank 0 reports its idle → running edge",
         "vLLM v0.29.0",
     ),
+    VariantSpec(V0_30_0, "v0.29.0 + sync at step 1 of a wave and every dp_sync_interval", "vLLM v0.30.0-v0.32.0"),
     VariantSpec(
         V0_33_0,
         "v0.29.0 + reject_new_requests, sync at step 1 and every dp_sync_interval, no FIRST_REQ path",

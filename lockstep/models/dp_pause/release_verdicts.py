@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_33_0
+from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.spec.protocol import InstanceSpec
 
 # instance -> {variant: verdict} for the shared instances
@@ -13,6 +13,9 @@ SHARED: dict[str, dict[str, str]] = {
     # D1 drained_when_idle after resume (the finding drain-after-resume), D1a drained_while_adding, D3
     # wave_seen_before_complete; v0.25.0 also D2 device_idle_after_pause (the finding pause-device-busy)
     "seed": {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+    # (w18review) L1 pause_resolves holds within response_bound + releases.response_steps; violated through
+    # the seed's D1, D1a, D3 (and D2 in v0.25.0)
+    "staggered-pause": {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
 }
 
 RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
@@ -59,14 +62,31 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "wave-unseen",
         "the seed: a wave that serves the request ends (rank 0's wave_complete taken) before the coordinator "
         "marked it running: v0.25.0, the FIRST_REQ still on its way while the engine runs the request and the "
-        "pause wave; v0.33.0, the engine's start_wave taken after rank 0's wave_complete. v0.29.0's shortest "
-        "violation at sync_interval 1 is the model syncing at step 1 (v0.29.0 syncs every 32): not a finding",
+        "pause wave; v0.33.0, the engine's start_wave taken after rank 0's wave_complete; v0.30.0, the wave ends "
+        "at its first step (a sync step from 0.30.0 on) before rank 0 reports start_wave. v0.29.0's shortest "
+        "violation at sync_interval 1 is that path, the model syncing at step 1 where v0.29.0 syncs every 32: "
+        "its own is wave-unseen-interval-2",
         {},
-        {V0_25_0: "violated", V0_33_0: "violated"},
-        finding="`wave_seen_before_complete` in 24 steps (v0.25.0, v0.33.0): `DPEngineCoreProc.add_request`, "
+        {V0_25_0: "violated", V0_30_0: "violated", V0_33_0: "violated"},
+        finding="`wave_seen_before_complete` in 24 steps (v0.25.0, v0.33.0), 13 (v0.30.0: the wave ends at its "
+        "first step, a sync step from 0.30.0 on, before rank 0's `start_wave` edge): `DPEngineCoreProc.add_request`, "
         "`run_busy_loop` (wave_complete from rank 0; v0.33.0 `start_wave` from the rank that took the request), "
-        "`DPCoordinatorProc.process_input_socket` (FIRST_REQ / start_wave / wave_complete in arrival order) "
-        "(v0.25.0, v0.33.0)",
+        "`_has_global_unfinished_reqs` (v0.30.0: step 1 syncs), `DPCoordinatorProc.process_input_socket` "
+        "(FIRST_REQ / start_wave / wave_complete in arrival order) (v0.25.0, v0.30.0, v0.33.0)",
+    ),
+    InstanceSpec(  # (w18review) v0.29.0's wave-unseen: its first step is never a sync step, so interval 2
+        "wave-unseen-interval-2",
+        "the seed at sync_interval 2 (v0.29.0 syncs every 32nd step, never at a wave's first) with every message "
+        "taken at once (max_delay 0): the coordinator takes FIRST_REQ and sends START_DP_WAVE but, from v0.29.0, "
+        "leaves itself idle; rank 0 takes START_DP_WAVE and its PAUSE in one _process_input_queue pass, so its "
+        "first running iteration has a pause pending and sends no start_wave; the pause consensus ends the wave",
+        {"sync_interval": 2, "max_delay": 0},
+        {V0_29_0: "violated"},
+        finding="`wave_seen_before_complete` in 26 steps (v0.29.0; 21 with max_delay unbounded): "
+        "`DPCoordinatorProc.process_input_socket` (FIRST_REQ: START_DP_WAVE, `engines_running` left false), "
+        "`DPEngineCoreProc._handle_client_request` (START_DP_WAVE), `_pause_complete` (`pending_pause`), "
+        "`run_busy_loop` (no `start_wave` while `pending_pause`; `wave_complete` at the consensus), "
+        "`_has_global_unfinished_reqs` (v0.29.0)",
     ),
     InstanceSpec(
         "sleep",
@@ -95,4 +115,4 @@ def with_release_verdicts(*instances: InstanceSpec) -> tuple[InstanceSpec, ...]:
     return merged + RELEASE_INSTANCES
 
 
-__all__ = ["V0_25_0", "V0_29_0", "V0_33_0", "with_release_verdicts"]
+__all__ = ["V0_25_0", "V0_29_0", "V0_30_0", "V0_33_0", "with_release_verdicts"]

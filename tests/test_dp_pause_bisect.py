@@ -1,0 +1,34 @@
+"""dp-pause's later releases bisected (``releases.BISECTION``), the per-release response bound and
+v0.29.0's wave-unseen at sync_interval 2 (issue 18)."""
+
+from __future__ import annotations
+
+from lockstep.checkers import check
+from lockstep.models.dp_pause.model import PROTOCOL
+from lockstep.models.dp_pause.releases import BISECTION, RELEASES, release_of, response_steps
+from lockstep.spec.protocol import POST_FIX
+
+
+def test_every_release_from_0_21_to_0_33_maps_to_a_declared_variant() -> None:
+    declared = {variant.name for variant in PROTOCOL.variants}
+    versions = [version for version, _, _ in BISECTION]
+    assert versions[0] == "0.21.0" and versions[-1] == "0.33.0" and len(set(versions)) == len(versions)
+    assert all(variant in declared for _, variant, _ in BISECTION)
+    assert {variant for _, variant, _ in BISECTION} >= set(RELEASES)
+
+
+def test_only_later_releases_widen_the_response_bound() -> None:
+    assert response_steps(release_of(POST_FIX), 2) == 0
+    assert response_steps(release_of("v0.25.0"), 2) == 6
+    assert response_steps(release_of("v0.29.0"), 2) == 10
+
+
+def test_v0_29_0_wave_ends_unseen_when_rank_0_starts_running_with_a_pause_pending() -> None:
+    result = check(PROTOCOL.instance("v0.29.0", "wave-unseen-interval-2"), properties=["wave_seen_before_complete"])
+    item = result.property_result("wave_seen_before_complete")
+    assert item.verdict.value == "violated" and item.path is not None
+    actions = [(step.actor, step.action) for step in item.path.steps]
+    assert len(actions) == 26 and actions[-1] == ("rank:0", "finish_sync")
+    # the coordinator took FIRST_REQ (no engines_running from v0.29.0 on) and rank 0 handled its pause
+    assert ("coordinator", "coordinator_first_request") in actions and ("rank:0", "handle_pause") in actions
+    assert ("coordinator", "coordinator_report") not in actions
