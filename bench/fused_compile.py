@@ -1,6 +1,7 @@
 """How long Triton takes to compile ``bfs-gpu``'s fused kernels, kernel by kernel.
 
-``python bench/fused_compile.py --ranks 3 [--protocol dp-pause]`` (on a CUDA device): prints each
+``python bench/fused_compile.py --ranks 3 [--protocol dp-pause]`` (on a CUDA device): prints how long
+building the search took (generating, compiling in parallel processes, loading), then each
 kernel's source lines and the seconds of its first launch (compilation, or a load from Triton's
 cache when it was compiled before), then the total."""
 
@@ -28,7 +29,7 @@ def main() -> None:
     fused = search.fused
     if fused is None:
         raise SystemExit("the fused kernels do not apply here (no CUDA, no Triton, or LOCKSTEP_FUSED=0)")
-    print(f"generated and imported in {time.perf_counter() - started:.2f} s", flush=True)
+    print(f"generated, compiled (parallel processes), loaded: {time.perf_counter() - started:.2f} s", flush=True)
     frontier = search._initial_state()
     sources = fused.fused.source.split("@triton.jit")
     total = 0.0

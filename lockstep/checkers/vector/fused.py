@@ -24,7 +24,6 @@ interpreter, which is how the tests check them against ``bfs-vec``.
 from __future__ import annotations
 
 import ast
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -290,8 +289,9 @@ def _statements(lines: Sequence[ast.Assign], spelling: _Spelling) -> list[str]:
 
 
 def _spelled(node: ast.expr, spelling: _Spelling) -> str:
-    """Triton spelling of a generated expression (the parsed tree is left as it is)."""
-    return ast.unparse(spelling.visit(copy.deepcopy(node)))
+    """Triton spelling of a generated expression (the parsed tree is left as it is: the spelling
+    rewrites a fresh parse of it, cheaper than a deep copy)."""
+    return ast.unparse(spelling.visit(ast.parse(ast.unparse(node), mode="eval").body))
 
 
 @dataclass

@@ -11,8 +11,10 @@ asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is importe
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.util
+import multiprocessing
 import os
 import tempfile
 from dataclasses import dataclass
@@ -34,12 +36,48 @@ def load(fused: FusedSource) -> Any:
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(fused.source)
         temporary.replace(path)
+    return _import(path)
+
+
+def _import(path: Path) -> Any:
+    digest = path.stem.removeprefix("fused_")
     specification = importlib.util.spec_from_file_location(f"lockstep_fused_{digest}", path)
     if specification is None or specification.loader is None:
         raise Unsupported(f"fused kernels: cannot import {path}")
     module = importlib.util.module_from_spec(specification)
     specification.loader.exec_module(module)
     return module
+
+
+def _arguments(torch: Any, words: int, tuples: int, device: str, name: str) -> tuple[Any, ...]:
+    """Arguments of the kernel's signature (``predicates`` writes bytes), for compiling it ahead."""
+    words_array = torch.zeros((words, 1), dtype=torch.int64, device=device)
+    pointer = torch.zeros(1, dtype=torch.int64, device=device)
+    control = torch.zeros(2 + tuples, dtype=torch.int64, device=device)
+    byte = torch.zeros(1, dtype=torch.int8, device=device)
+    out = byte if name == "predicates" else pointer
+    return (words_array, 1, 1, out, pointer, pointer, control, byte, pointer, 1, 256)
+
+
+def _compile_one(path: str, name: str, words: int, tuples: int) -> str:
+    """Compile one kernel in a worker process; Triton's disk cache keeps it for the search."""
+    import torch
+
+    kernel = getattr(_import(Path(path)), name)
+    kernel.warmup(*_arguments(torch, words, tuples, "cuda", name), grid=(1,))
+    return name
+
+
+def compile_ahead(path: Path, names: list[str], words: int, tuples: int) -> None:
+    """Compile the kernels in parallel processes (Triton compiles one kernel at a time per process,
+    holding the interpreter lock); a kernel a worker fails on is compiled again at its first launch."""
+    workers = min(len(names), os.cpu_count() or 1)
+    if workers < 2:
+        return
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_compile_one, str(path), name, words, tuples) for name in names]
+        concurrent.futures.wait(futures)
 
 
 @dataclass
@@ -73,6 +111,16 @@ class FusedKernels:
         self.tables = torch.tensor(self.fused.tables or [0], dtype=torch.int64, device=device)
         interpreted = os.environ.get("TRITON_INTERPRET") == "1"
         self.block = 1 << 14 if interpreted else 256  # the interpreter runs a program at a time
+        if not interpreted:
+            names = [*self.fused.kernels, "predicates"]
+            compiled = Path(self.module.__file__).with_suffix(".compiled")  # Triton's cache has them
+            if not compiled.exists():
+                compile_ahead(Path(self.module.__file__), names, words, self.tuples)
+                compiled.touch()
+            for name in names:  # from the disk cache the workers filled
+                getattr(self.module, name).warmup(*_arguments(torch, words, self.tuples, device, name), grid=(1,))
+        self.unused = torch.zeros(1, dtype=torch.int64, device=device)
+        self.unused_byte = torch.zeros(1, dtype=torch.int8, device=device)
         self.capacity = 0
 
     def expand(self, chunk: Any) -> Expansion | None:
@@ -113,9 +161,9 @@ class FusedKernels:
         control = torch.zeros(2, dtype=torch.int64, device=self.device)
         out = torch.empty((len(self.fused.values), rows), dtype=torch.int8, device=self.device)
         grid = ((rows + self.block - 1) // self.block,)
-        empty = out[0]
+        unused, byte = self.unused, self.unused_byte
         self.predicate_kernel[grid](
-            states, rows, int(states.stride(0)), out, empty, empty, control, empty, self.tables, rows, self.block
+            states, rows, int(states.stride(0)), out, unused, unused, control, byte, self.tables, rows, self.block
         )
         if int(control[1].item()):
             return self._arrays_predicates(states)
