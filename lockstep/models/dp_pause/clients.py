@@ -35,9 +35,10 @@ unless said otherwise):
 The model: the controller's calls (pause, collective_rpc or barrier, resume, or sleep/wake_up) go
 through the first client, as before; the second client adds one request at any moment, to any
 engine, stamped with its own view of the wave and (before v0.33.0) with its own FIRST_REQ when its
-view says the engines are idle; it travels on its own socket to that engine. Its stats task
-applies the coordinator's current publication while the request is still to be added (the view
-is read for nothing else). A call of the controller that lands on the second server is the same
+view says the engines are idle; it travels on its own socket to that engine. "Any moment" is narrowed
+by ``late_window`` (``second_window``): its default 15 leaves it free; an instance that studies one
+phase names it. Its stats task applies the coordinator's current publication while the request is
+still to be added (the view is read for nothing else). A call of the controller that lands on the second server is the same
 up to naming the clients (the second client's request is unordered with respect to every call,
 the first client's are ordered before them); a pause on one server and resume on the other is not
 modelled. ``stale_publications``, ``lazy_first_request`` and ``settle_before_resume`` = 2 stay
@@ -46,6 +47,7 @@ single-client options.
 
 from __future__ import annotations
 
+from lockstep.models.dp_pause.client import WINDOW_PHASES
 from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_33_0
 from lockstep.models.dp_pause.state import (
     POST_FIX,
@@ -59,7 +61,7 @@ from lockstep.models.dp_pause.state import (
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, UsageError
-from lockstep.spec.terms import Term, TermLike, any_of, if_then_else
+from lockstep.spec.terms import Term, TermLike, any_of, disjunction, if_then_else
 
 CLIENTS_PARAMETER = ParameterSpec(
     "clients",
@@ -89,6 +91,15 @@ def second_client_read_view(model: State) -> Step:
     )
 
 
+def second_window(model: State) -> Term:
+    """When the second client may add its request: while the first adds its own, and in the phases of
+    the first client's calls that ``late_window`` names (bits 1 pausing, 2 paused, 4 resuming, 8
+    resumed; bit 16 is the first client's own)."""
+    phase, window = model.client_phase, model.options.late_window
+    named = [phase == name for bit, name in enumerate(WINDOW_PHASES) if window & (1 << bit)]
+    return disjunction(phase == ClientPhase.REQUESTS, *named)
+
+
 @action(
     actor="client:1",
     mirrors="AsyncLLM.add_request → DPLBAsyncMPClient.add_request_async (second API server: ADD stamped with its "
@@ -106,7 +117,7 @@ def second_client_add_request(model: State, rank: Term) -> Step:
     if not model.release.no_first_request:
         updates[first_request] = if_then_else(second.running, first_request, first_request.append(second.wave))
         updates[second.running] = True
-    return Step(~second.sent, updates)
+    return Step(~second.sent & second_window(model), updates)
 
 
 @action(actor="rank:{rank}", mirrors="EngineCoreProc.process_input_sockets (the second client's socket → input_queue)")
@@ -151,6 +162,8 @@ def add_second_client(machine: Machine, model: State) -> None:
     machine.add(second_client_read_view, model)
     machine.add(second_client_add_request, model, rank=model.Rank)
     second = model.second
+    if not model.options.late_window & 2:  # the second client never adds while the pause is in effect
+        return
     machine.sometimes(
         "second_client_adds_while_paused",
         (model.client_phase == ClientPhase.RPC)
@@ -164,12 +177,12 @@ CLIENT_INSTANCES = (
     InstanceSpec(
         "second-client-during-resume",
         "two API servers: the controller pauses (keep) the idle engines, runs collective_rpc and resumes through "
-        "the first, waiting for control messages to settle before resume; the second adds one request at any "
-        "moment. Its FIRST_REQ, taken after the pause wave ended, makes the coordinator send START_DP_WAVE while "
-        "resume is on its way: one rank drops it (still paused), the other applies it after its resume barrier "
-        "and steps a dummy batch alone",
-        {"requests": 0, "clients": 2},
-        {PRE_FIX: "violated", POST_FIX: "violated", V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+        "the first, waiting for control messages to settle before resume; the second adds one request while "
+        "resume is on its way (late_window 4). Its FIRST_REQ, taken after the pause wave ended, makes the "
+        "coordinator send START_DP_WAVE: one rank drops it (still paused), the other applies it after its resume "
+        "barrier and steps a dummy batch alone",
+        {"requests": 0, "clients": 2, "late_window": 4},
+        {PRE_FIX: "holds", POST_FIX: "violated", V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
         finding="`no_hang` in 46 (v0.21.0), 49 (v0.25.0), 51 (v0.29.0) steps: the second API server's "
         "`DPAsyncMPClient.add_request_async` (FIRST_REQ: its view says idle) → coordinator "
         "`process_input_socket` (FIRST_REQ → `_send_start_wave`), `DPEngineCoreProc._handle_client_request` "
@@ -179,10 +192,18 @@ CLIENT_INSTANCES = (
     ),
     InstanceSpec(
         "second-client-while-paused",
-        "two API servers: the controller pauses with mode abort through the first (v0.33.0: reject_new_requests); "
-        "the second adds one request at any moment, rejected with engine_paused while the pause is in effect; "
-        "rejection stops once resume returned",
-        {"requests": 0, "clients": 2, "pause_modes": 2},
-        {V0_33_0: "violated"},
+        "two API servers: the controller pauses with mode abort through the first; the second adds one request "
+        "while the pause is in effect (late_window 2). Its FIRST_REQ makes the coordinator believe a wave runs "
+        "(the paused engines drop START_DP_WAVE); its ADD, on another socket than the controller's resume, "
+        "reaches the engine after resume: a current-wave request wakes nobody and its engine steps alone. "
+        "v0.33.0 rejects the request (engine_paused) until resume",
+        {"requests": 0, "clients": 2, "late_window": 2, "pause_modes": 2},
+        {PRE_FIX: "violated", POST_FIX: "violated", V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "holds"},
+        finding="`no_hang` in 48 (v0.21.0), 51 (v0.25.0), 53 (v0.29.0) steps: the second API server's "
+        "`DPAsyncMPClient.add_request_async` (FIRST_REQ while paused), coordinator `process_input_socket` "
+        "(FIRST_REQ sets `engines_running`, v0.21.0/v0.25.0), `DPEngineCoreProc._handle_client_request` "
+        "(START_DP_WAVE dropped), `EngineCoreProc.process_input_sockets` (two clients' sockets in any order: the "
+        "ADD after `resume_scheduler`), `DPEngineCoreProc.add_request` (no wake-up for a current-wave request), "
+        "`run_busy_loop` (v0.29.0: rank 0's `start_wave` only after the forward) (v0.21.0, v0.25.0, v0.29.0)",
     ),
 )
