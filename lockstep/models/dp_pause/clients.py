@@ -38,11 +38,11 @@ engine, stamped with its own view of the wave and (before v0.33.0) with its own 
 view says the engines are idle; it travels on its own socket to that engine. "Any moment" is narrowed
 by ``late_window`` (``second_window``): its default 15 leaves it free; an instance that studies one
 phase names it. Its stats task applies the coordinator's current publication while the request is
-still to be added (the view is read for nothing else). A call of the controller that lands on the second server is the same
-up to naming the clients (the second client's request is unordered with respect to every call,
-the first client's are ordered before them); a pause on one server and resume on the other is not
-modelled. ``stale_publications``, ``lazy_first_request`` and ``settle_before_resume`` = 2 stay
-single-client options.
+still to be added (the view is read for nothing else). A call of the controller that lands on the
+second server is the same up to naming the clients (the second client's request is unordered with
+respect to every call, the first client's are ordered before them); a pause on one server and
+resume on the other is not modelled. ``stale_publications``, ``lazy_first_request`` and
+``settle_before_resume`` = 2 stay single-client options (``check_options`` refuses them).
 """
 
 from __future__ import annotations
