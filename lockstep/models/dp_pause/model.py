@@ -250,11 +250,16 @@ PROTOCOL = Protocol(
         ParameterSpec(
             "max_wave",
             4,
-            "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
+            "largest wave number the model tracks (default: requests + late_requests + resumes + 2, and 2 more "
+            "with a second client)",
             minimum=1,
             maximum=10,
             derived=lambda values: (
-                values["requests"] + values["late_requests"] + values["resumes"] + 2 + values.get("clients", 1) - 1
+                values["requests"]
+                + values["late_requests"]
+                + values["resumes"]
+                + 2
+                + 2 * (values.get("clients", 1) - 1)
             ),
         ),
         ParameterSpec(
