@@ -16,6 +16,8 @@ FINDINGS: tuple[tuple[str, str, str, str], ...] = (
     ("dp-pause", "post-fix", "stale-wave-after-resume", "no_hang"),
     ("dp-pause", "post-fix", "double-resume", "no_hang"),
     ("dp-pause", "post-fix", "request-after-resume", "coordinator_idle_when_quiet"),
+    ("dp-pause", "post-fix", "second-client-during-resume", "no_hang"),
+    ("dp-pause", "post-fix", "second-client-while-paused", "no_hang"),
     ("async-placeholders", "post-fix", "history-toggle", "tokens_aligned"),
     ("computed-tokens", "post-fix", "sync-pipeline-early-drafts", "U2_exact"),
     ("pp-broadcast", "post-fix", "failed-forward", "receive_only_on_non_last"),

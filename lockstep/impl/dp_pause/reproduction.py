@@ -28,7 +28,7 @@ from lockstep.impl.choices import Choice
 from lockstep.impl.protocols import Reproduction
 
 ARRIVALS = {"arrive_from_client": "client", "arrive_from_coordinator": "coordinator"}
-RUNTIME_CLIENT = {"request_steps": 1, "pause_modes": 1, "rpc": 0}
+RUNTIME_CLIENT = {"request_steps": 1, "pause_modes": 1, "rpc": 0, "clients": 1}
 CLIENT_EVENTS = (
     "client_add_request",
     "client_read_publication",
@@ -51,7 +51,7 @@ def plan(header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Repr
     ]
     if unsupported:
         raise ValueError(
-            "the dp-pause runtime's requests take one forward each, its client pauses with "
+            "the dp-pause runtime has one front-end client, its requests take one forward each, its client pauses with "
             "mode keep and runs collective_rpc (not the test-only barrier); this counterexample's "
             "instance has " + ", ".join(unsupported)
         )

@@ -79,6 +79,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lockstep.models.dp_pause import client, coordinator, engine
+from lockstep.models.dp_pause.clients import CLIENT_INSTANCES, CLIENTS_PARAMETER, add_second_client
 from lockstep.models.dp_pause.engine import sync_dp_state
 from lockstep.models.dp_pause.properties import add_properties
 from lockstep.models.dp_pause.release_model import RELEASE_VARIANTS, SLEEP_PARAMETER, build_release
@@ -168,6 +169,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
         machine.add(client.client_collective_rpc_returned, model)
     machine.add(client.client_resume, model, rank=Rank)
     machine.add(client.client_resume_returned, model)
+    add_second_client(machine, model)  # clients = 2: a second API server's client (clients.py)
 
     if options.ranks >= 3:  # rank 0 reports wave_complete; the other ranks are interchangeable
         machine.declare_symmetric(Rank, tuple(range(1, options.ranks)))
@@ -252,10 +254,17 @@ PROTOCOL = Protocol(
         ParameterSpec(
             "max_wave",
             4,
-            "largest wave number the model tracks (default: requests + late_requests + resumes + 2)",
+            "largest wave number the model tracks (default: requests + late_requests + resumes + 2, and 2 more "
+            "with a second client)",
             minimum=1,
             maximum=10,
-            derived=lambda values: values["requests"] + values["late_requests"] + values["resumes"] + 2,
+            derived=lambda values: (
+                values["requests"]
+                + values["late_requests"]
+                + values["resumes"]
+                + 2
+                + 2 * (values.get("clients", 1) - 1)
+            ),
         ),
         ParameterSpec(
             "settle_before_resume",
@@ -318,6 +327,7 @@ PROTOCOL = Protocol(
             maximum=1,
         ),
         SLEEP_PARAMETER,
+        CLIENTS_PARAMETER,
     ),
     instances=with_release_verdicts(
         InstanceSpec(
@@ -442,7 +452,8 @@ PROTOCOL = Protocol(
             "`lockstep fuzz` (no pinned verdict, so `check --all` skips it)",
             {"ranks": 8, "sync_interval": 32, "hang_bound": 64},
         ),
-    ),
+    )
+    + CLIENT_INSTANCES,
     build=build,
     rank_parameter="ranks",
 )

@@ -63,12 +63,14 @@ def in_forward(model: State, rank: Term) -> Term:
 
 def quiet(model: State) -> Term:
     """Every engine idle at the top of its loop with no message on its way to or from it."""
+    second = model.second  # clients = 2: the second client's socket too
     return all_of(
         model.Rank,
         lambda r: conjunction(
             model.mode[r] == Mode.TOP,
             model.input_queue[r].is_empty(),
             model.from_client[r].is_empty(),
+            *(() if second is None else (second.channel[r].is_empty(),)),
             model.from_coordinator[r].is_empty(),
             model.to_coordinator[r].is_empty(),
             ~has_work(model, r),

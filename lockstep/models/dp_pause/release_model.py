@@ -11,6 +11,7 @@ where it calls pause_generation and resume_generation otherwise.
 from __future__ import annotations
 
 from lockstep.models.dp_pause import client, coordinator, engine, frontend, sleep
+from lockstep.models.dp_pause.clients import add_second_client
 from lockstep.models.dp_pause.properties import add_properties
 from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.models.dp_pause.state import PauseMode, State, Variant, pause_modes
@@ -118,6 +119,7 @@ def build_release(machine: Machine, model: State, variant: Variant) -> Machine:
         machine.add(coordinator.coordinator_first_request, model)
     machine.add(coordinator.coordinator_report, model, rank=model.Rank)
     _add_client_actions(machine, model)
+    add_second_client(machine, model)  # clients = 2: a second API server's client (clients.py)
     if model.options.ranks >= 3:  # rank 0 reports wave_complete; the other ranks are interchangeable
         machine.declare_symmetric(model.Rank, tuple(range(1, model.options.ranks)))
     add_properties(machine, model, variant)

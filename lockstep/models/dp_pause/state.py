@@ -98,11 +98,17 @@ class Options:
     response_bound: int
     fair_liveness: bool
     sleep_level: int  # 0: pause_generation / resume_generation; 1: sleep(level=1) / wake_up (later releases)
+    clients: int  # front-end clients (API server processes); the second adds one request (clients.py)
 
     @property
     def total(self) -> int:
         """Every request the client may add."""
         return self.requests + self.late_requests
+
+    @property
+    def every_request(self) -> int:
+        """Every request the front-end clients may add together (the second client adds one)."""
+        return self.total + self.clients - 1
 
 
 def options_of(parameters: Mapping[str, int]) -> Options:
@@ -125,6 +131,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         response_bound=parameters["response_bound"],
         fair_liveness=bool(parameters["fair_liveness"]),
         sleep_level=parameters.get("sleep_level", 0),
+        clients=parameters.get("clients", 1),
     )
 
 
@@ -157,7 +164,7 @@ class Sorts:
 
 
 def sorts_of(options: Options) -> Sorts:
-    Rank, Wave, count = IndexSort("Rank", options.ranks), integers(0, options.max_wave), options.total
+    Rank, Wave, count = IndexSort("Rank", options.ranks), integers(0, options.max_wave), options.every_request
     Message = record("Message", kind=MessageKind, wave=Wave, excluding=BOOL, exclude=Rank)
     Report = record("Report", kind=ReportKind, wave=Wave)
     Publication = record("Publication", wave=Wave, running=BOOL)
@@ -176,6 +183,17 @@ def sorts_of(options: Options) -> Sorts:
         Publications=SequenceSort(Publication, options.stale_publications),
         Requests=integers(0, count),
     )
+
+
+@dataclass(frozen=True)
+class SecondClient:
+    """A second API server's client (``clients`` = 2): its socket to every engine, its stats task's
+    view of the coordinator's publications, and whether it has added its one request."""
+
+    channel: Term  # channel.second_client: per rank, its ADD on the way to the engine
+    running: Term  # second_client.engines_running: its view
+    wave: Term  # second_client.current_wave: its view
+    sent: Term  # second_client.sent: it added its request
 
 
 @dataclass(frozen=True)
@@ -231,6 +249,8 @@ class State:
     last_request_rank: Term  # client.last_request_rank, with abort_request only
     aborted: Term  # client.aborted, with abort_request only
     pause_mode: Term  # client.pause_mode, with more than one of pause_modes only
+    # the second front-end client (clients.py), with clients = 2 only
+    second: SecondClient | None = None
 
 
 def engine_operations(variant: Variant, options: Options) -> dict[str, OpSpec]:
@@ -337,7 +357,7 @@ def _coordinator_variables(declared: _Declaration, options: Options, sorts: Sort
     return dict(
         coordinator_running=declared.variable("coordinator.engines_running", BOOL, False),
         coordinator_wave=declared.variable("coordinator.current_wave", sorts.Wave, 0),
-        first_request=declared.variable("channel.first_request", SequenceSort(sorts.Wave, options.total), ()),
+        first_request=declared.variable("channel.first_request", SequenceSort(sorts.Wave, options.every_request), ()),
     )
 
 
@@ -394,6 +414,20 @@ def _release_client_variables(declared: _Declaration, release: Release) -> dict[
     )
 
 
+def _second_client(declared: _Declaration, options: Options, sorts: Sorts) -> SecondClient | None:
+    """The second front-end client's variables (``clients`` = 2; none otherwise)."""
+    if options.clients < 2:
+        return None
+    return SecondClient(
+        channel=declared.per_rank(
+            "channel.second_client", SequenceSort(sorts.Message, 1), (), "the second client's ADD on its socket"
+        ),
+        running=declared.variable("second_client.engines_running", BOOL, False),
+        wave=declared.variable("second_client.current_wave", sorts.Wave, 0),
+        sent=declared.variable("second_client.sent", BOOL, False, "the second client added its request"),
+    )
+
+
 def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -> State:
     """Declare every state variable and communicator of the dp-pause machine for ``variant``: the
     engine cores', the three communicators, the coordinator's and the client's, in that order."""
@@ -405,6 +439,7 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
     coordinator = _coordinator_variables(declared, options, sorts)
     client = _client_variables(declared, options, sorts)
     client.update(_release_client_variables(declared, variant.release))
+    second = _second_client(declared, options, sorts)
     return State(
         options=options,
         sorts=sorts,
@@ -416,6 +451,7 @@ def declare(machine: Machine, variant: Variant, parameters: Mapping[str, int]) -
         **engine,
         **coordinator,
         **client,
+        second=second,
     )
 
 
