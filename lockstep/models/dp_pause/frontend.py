@@ -64,6 +64,24 @@ def client_wake_up(model: State, rank: Term) -> Step:
     return send(model, ClientPhase.RESUME, message(model, MessageKind.WAKE), rank, ready)
 
 
+@action(
+    actor="client",
+    mirrors="AsyncLLM.sleep(level=1) after pause_generation returned → call_utility_async('sleep') (one engine)",
+)
+def client_sleep_while_paused(model: State, rank: Term) -> Step:
+    """sleep_with_pause = 1: send SLEEP(level=1, mode='abort') to one engine of the paused group"""
+    return send(model, ClientPhase.RPC, message(model, MessageKind.SLEEP), rank)
+
+
+@action(
+    actor="client",
+    mirrors="AsyncLLM.pause_generation after sleep returned → pause_scheduler_async (one engine)",
+)
+def client_pause_while_asleep(model: State, rank: Term) -> Step:
+    """sleep_with_pause = 2: send PAUSE (the chosen mode) to one engine of the sleeping group"""
+    return send(model, ClientPhase.RPC, client.pause_message(model), rank)
+
+
 def unfinished_anywhere(model: State) -> Term:
     """A request the client added is unfinished: on its way to an engine, or held by one."""
 
@@ -117,9 +135,12 @@ def add_release_properties(machine: Machine, model: State) -> None:
             "D1a (a race): the same while the client adds requests, before it sends its first pause",
         )
     machine.always("wave_seen_before_complete", wave_seen(model), WAVE_SEEN)
+    returned = phase == ClientPhase.RPC
+    if model.options.sleep_with_pause:  # the second call kicks the engines again: D2 holds between the calls
+        returned = ((phase == ClientPhase.RPC) | (phase == ClientPhase.RESUME)) & none_sent
     machine.always(
         "device_idle_after_pause",
-        (phase == ClientPhase.RPC).implies(all_of(Rank, lambda r: ~model.device_busy[r])),
+        returned.implies(all_of(Rank, lambda r: ~model.device_busy[r])),
         "D2: once the pause (or sleep) call returned, no rank's device still runs a forward's kernels",
     )
     if release.rejects_while_paused:

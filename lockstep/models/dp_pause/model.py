@@ -82,7 +82,12 @@ from lockstep.models.dp_pause import client, coordinator, engine
 from lockstep.models.dp_pause.clients import CLIENT_INSTANCES, CLIENTS_PARAMETER, add_second_client
 from lockstep.models.dp_pause.engine import sync_dp_state
 from lockstep.models.dp_pause.properties import add_properties
-from lockstep.models.dp_pause.release_model import RELEASE_VARIANTS, SLEEP_PARAMETER, build_release
+from lockstep.models.dp_pause.release_model import (
+    RELEASE_VARIANTS,
+    SLEEP_PARAMETER,
+    SLEEP_WITH_PAUSE_PARAMETER,
+    build_release,
+)
 from lockstep.models.dp_pause.release_verdicts import with_release_verdicts
 from lockstep.models.dp_pause.sources import variant_sources
 from lockstep.models.dp_pause.state import (
@@ -327,6 +332,7 @@ PROTOCOL = Protocol(
             maximum=1,
         ),
         SLEEP_PARAMETER,
+        SLEEP_WITH_PAUSE_PARAMETER,
         CLIENTS_PARAMETER,
     ),
     instances=with_release_verdicts(

@@ -16,7 +16,7 @@ from lockstep.models.dp_pause.properties import add_properties
 from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.models.dp_pause.state import PauseMode, State, Variant, pause_modes
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import ParameterSpec, VariantSpec
+from lockstep.spec.protocol import ParameterSpec, UsageError, VariantSpec
 from lockstep.spec.sorts import integers
 
 RELEASE_VARIANTS = (
@@ -32,6 +32,15 @@ RELEASE_VARIANTS = (
         "v0.29.0 + reject_new_requests, sync at step 1 and every dp_sync_interval, no FIRST_REQ path",
         "vLLM v0.33.0",
     ),
+)
+
+SLEEP_WITH_PAUSE_PARAMETER = ParameterSpec(
+    "sleep_with_pause",
+    0,
+    "sleep_level = 1: 1 = pause_generation, then sleep while paused (in place of collective_rpc), then wake_up; "
+    "2 = sleep, then pause_generation while asleep, then wake_up",
+    minimum=0,
+    maximum=2,
 )
 
 SLEEP_PARAMETER = ParameterSpec(
@@ -57,12 +66,14 @@ def _add_engine_actions(machine: Machine, model: State, variant: Variant) -> Non
     machine.add(engine.handle_start_wave, model, variant, rank=Rank)
     if options.sleep_level:
         machine.add(sleep.handle_sleep, model, rank=Rank)
-    elif release.rejects_while_paused:
+    pauses = not options.sleep_level or options.sleep_with_pause  # else sleep takes pause_generation's place
+    if pauses and release.rejects_while_paused:
         machine.add(sleep.handle_pause_generation, model, variant, rank=Rank)
-    else:
+    elif pauses:
         machine.add(engine.handle_pause, model, variant, rank=Rank)
-    machine.add(engine.handle_collective_rpc, model, rank=Rank)
-    machine.add(engine.finish_collective_rpc, model, rank=Rank)
+    if not options.sleep_with_pause:  # else the second call takes collective_rpc's place
+        machine.add(engine.handle_collective_rpc, model, rank=Rank)
+        machine.add(engine.finish_collective_rpc, model, rank=Rank)
     if options.barrier:
         machine.add(engine.handle_barrier, model, rank=Rank)
         machine.add(engine.finish_barrier, model, rank=Rank)
@@ -98,11 +109,18 @@ def _add_client_actions(machine: Machine, model: State) -> None:
         machine.add(client.client_add_request, model, rank=Rank)
     if options.abort_request:
         machine.add(client.client_abort_request, model, rank=Rank)
-    if len(pause_modes(options)) > 1 and not options.sleep_level:
+    if len(pause_modes(options)) > 1 and (options.sleep_with_pause or not options.sleep_level):
         machine.add(client.client_choose_pause_mode, model, mode=PauseMode)
-    machine.add(frontend.client_sleep if options.sleep_level else client.client_pause, model, rank=Rank)
+    sleeps_first = options.sleep_level and options.sleep_with_pause != 1
+    machine.add(frontend.client_sleep if sleeps_first else client.client_pause, model, rank=Rank)
     machine.add(client.client_pause_returned, model)
-    if options.barrier:
+    if options.sleep_with_pause:  # the second call (sleep while paused, or pause while asleep) takes the RPC's place
+        second = (
+            frontend.client_sleep_while_paused if options.sleep_with_pause == 1 else frontend.client_pause_while_asleep
+        )
+        machine.add(second, model, rank=Rank)
+        machine.add(client.client_collective_rpc_returned, model)
+    elif options.barrier:
         machine.add(client.client_barrier, model, rank=Rank)
         machine.add(client.client_barrier_returned, model)
     else:
@@ -112,8 +130,18 @@ def _add_client_actions(machine: Machine, model: State) -> None:
     machine.add(client.client_resume_returned, model)
 
 
+def check_sleep_options(model: State) -> None:
+    """Refuse ``sleep_with_pause`` without a sleep, or with the barrier in place of collective_rpc."""
+    options = model.options
+    if options.sleep_with_pause and (options.sleep_level != 1 or options.barrier):
+        raise UsageError(
+            "dp-pause: sleep_with_pause needs sleep_level = 1 and rpc = 0 (it takes collective_rpc's place)"
+        )
+
+
 def build_release(machine: Machine, model: State, variant: Variant) -> Machine:
     """Bind the actions of a later release's variant, its symmetry and its properties."""
+    check_sleep_options(model)
     _add_engine_actions(machine, model, variant)
     if not model.release.no_first_request:  # v0.33.0: the coordinator logs a front-end message as unexpected
         machine.add(coordinator.coordinator_first_request, model)

@@ -97,6 +97,22 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         {"sleep_level": 1},
         {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
     ),
+    InstanceSpec(  # (w18sleep) sleep called while paused: no new violation
+        "sleep-while-paused",
+        "pause_generation(keep), then sleep(level=1) on the paused group (pause_scheduler sets the pause again and "
+        "kicks the consensus round, the executor sleeps when it completes), then wake_up; D2, W1 and no_hang hold; "
+        "violated through drained_while_adding and wave_seen_before_complete, as the seed",
+        {"sleep_level": 1, "sleep_with_pause": 1},
+        {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+    ),
+    InstanceSpec(  # (w18sleep) pause_generation called while asleep: no new violation
+        "pause-while-asleep",
+        "sleep(level=1), then pause_generation(keep) on the sleeping group (a consensus round with no dummy batch, "
+        "the executor asleep), then wake_up (fully awake: the resume barrier); D2, W1 and no_hang hold; violated "
+        "through drained_while_adding and wave_seen_before_complete, as the seed",
+        {"sleep_level": 1, "sleep_with_pause": 2},
+        {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+    ),
     InstanceSpec(
         "reject-while-paused",
         "pause_generation(mode='abort'), then a request while paused (rejected with engine_paused in v0.33.0), "

@@ -10,6 +10,27 @@ resolves the executor sleeps (``executor_sleep`` 1 → 2). ``wake_up`` with ever
 executor and, fully awake, runs ``DPEngineCoreProc.resume_scheduler`` (the error, the no-op or the
 barrier of ``engine.handle_resume``). A sleep still waiting for its pause is not undone by
 ``wake_up``: the callback puts the executor to sleep when the pause completes, as vLLM's does.
+
+Levels (read in 0.21.0, 0.25.0 and 0.33.0): level 1 and level 2 differ only in memory.
+``EngineCore.sleep`` (core.py 0.21.0:677-713, 0.25.0:761-797, 0.33.0:993-1029) runs the same pause and
+the same ``model_executor.sleep(level)`` for every level >= 1; the executor sets the same
+``sleeping_tags`` = {weights, kv_cache} whatever the level (executor/abstract.py 0.25.0:318-326,
+0.33.0:400-407); only ``Worker.sleep`` differs (gpu_worker.py: level 2 saves the buffers and offloads no
+weights), which the DP loop, the pause state and the collectives never see. So level 1 covers level 2.
+Level 0 is ``pause_scheduler(mode, clear_cache=False)`` alone (no executor sleep) and ``wake_up(["scheduling"])``
+is ``resume_scheduler``: the plain pause and resume, without v0.33.0's ``reject_new_requests``.
+
+Partial ``wake_up(tags)``: from 0.24.0 ``wake_up`` resumes only when ``model_executor.is_sleeping`` is
+false (core.py 0.25.0:812-815, 0.33.0:1053-1056), and the executor stays ``is_sleeping`` until every tag
+is awake (abstract.py 0.25.0:350-356; 0.33.0:397-398, 430-435): the engine stays paused and skips its
+dummy batch (core.py 0.25.0:1954) as when fully asleep, so a partial wake changes nothing the model
+sees and is not a parameter. 0.21.0-0.23.0 resume after any wake (core.py 0.21.0:715-729) with the
+kv_cache still asleep; those releases map to ``post-fix``, which models no sleep (README).
+
+``sleep_with_pause`` (default 0): 1 = ``pause_generation``, then ``sleep`` on the paused group (the DP
+``pause_scheduler`` has no already-paused early return: it sets the pause again and kicks another
+consensus round, core.py 0.25.0:1665-1707, 0.33.0:2181-2220); 2 = ``sleep``, then ``pause_generation``
+on the sleeping group; each then ``wake_up``.
 """
 
 from __future__ import annotations

@@ -99,6 +99,7 @@ class Options:
     fair_liveness: bool
     sleep_level: int  # 0: pause_generation / resume_generation; 1: sleep(level=1) / wake_up (later releases)
     clients: int  # front-end clients (API server processes); the second adds one request (clients.py)
+    sleep_with_pause: int  # sleep_level = 1: 1 pause_generation, then sleep; 2 sleep, then pause_generation
 
     @property
     def total(self) -> int:
@@ -132,6 +133,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         fair_liveness=bool(parameters["fair_liveness"]),
         sleep_level=parameters.get("sleep_level", 0),
         clients=parameters.get("clients", 1),
+        sleep_with_pause=parameters.get("sleep_with_pause", 0),
     )
 
 
