@@ -21,7 +21,11 @@ believed before lockstep checks it:
 
 - ABC's "proved" comes with its invariant (blocked cubes over the latches), read back into the
   model's variables (``Circuit.invariant``) and re-checked by ``invariants.verify`` exactly as
-  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing.
+  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing. The
+  circuit assumes what is already known (the ``always`` properties proved before and the
+  strengthening invariants Houdini kept: ``Circuit.aiger``), so ABC's invariant holds where
+  they do; the certificate is that invariant conjoined with the checked invariants implying
+  them, and it is the conjunction that is re-checked.
 - ABC's counterexample is decoded to grounded transitions and re-run through ``evaluate``
   (stutter steps dropped, the violation confirmed as BMC confirms its own); one that does not
   replay goes to BMC, unrolled until the violation shows, as Spacer's "reachable" does.
@@ -130,6 +134,9 @@ class PropertyDirectedReachability:
         self.bmc_depth = 0  # the depth the BMC phase checked fully
         self.width = self.encoding.integer_width()
         self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
+        # what the lemmas of the integer reading imply, for the circuit's assumptions: the positions
+        # of ``always`` properties and the numbers of strengthening invariants
+        self._assumed: tuple[set[int], set[int]] = (set(), set())
         self._certificates: dict[int, Certificate] = {}
         self.houdini_seconds = 0.0
         self.abc_program = abc.binary()
@@ -216,18 +223,23 @@ class PropertyDirectedReachability:
             return None
         prop = self.machine.properties[position]
         started = time.monotonic()
-        answer = abc.prove(self.abc_program, circuit.aiger(position), limit)
+        properties, strengthening = self._assumed
+        lemmas = self._lemmas["integers"] if properties or strengthening else []
+        aiger = circuit.aiger(position, properties=properties - {position}, strengthening=strengthening)
+        answer = abc.prove(self.abc_program, aiger, limit)
         attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
         result: PropertyResult | None = None
         if answer.answer == "safe":
             attempt.answer = "safe"
             with bit_vectors(None):
                 invariant = circuit.invariant(answer.cubes, answer.columns)
-                rejected = verify(self.encoding, position, invariant, timeout=max(limit, 10.0))
+                whole = z3.And(*conjuncts(invariant), *lemmas) if lemmas else invariant
+                rejected = verify(self.encoding, position, whole, timeout=max(limit, 10.0))
                 if rejected is None:
-                    self._certificates[position] = certificate(self.encoding, invariant)
+                    self._certificates[position] = certificate(self.encoding, whole)
                     if self.assume_proved:
                         self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(invariant)]
+                        self._assume(position)
                     attempt.prover = "ABC pdr"
                     result = self._proved(position, "integers", "PDR, ABC's pdr on the circuit")
                 else:
@@ -302,7 +314,18 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
         if self.assume_proved:
             self._lemmas["integers"] = conjuncts(whole)
+            names = {prop.name: position for position, prop in enumerate(self.machine.properties)}
+            for label in survivors:
+                if label.startswith("strengthening#"):
+                    self._assumed[1].add(int(label.removeprefix("strengthening#")))
+                else:
+                    self._assume(names[label])
         return proved
+
+    def _assume(self, position: int) -> None:
+        """Property ``position`` is implied by the integer reading's lemmas: the circuit may assume it."""
+        if self.machine.properties[position].kind is PropertyKind.ALWAYS:
+            self._assumed[0].add(position)
 
     def _proved(self, position: int, mode: str, how: str) -> PropertyResult:
         prop = self.machine.properties[position]
@@ -332,6 +355,8 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
                 if self.assume_proved:
                     self._lemmas[mode] = conjuncts(whole)
+                    if mode == "integers":
+                        self._assume(position)
                 attempt.prover = "Spacer"
                 result = self._proved(position, mode, f"PDR, Spacer over {mode}")
             else:
