@@ -307,7 +307,7 @@ COMPUTED_TOKENS_INSTANCES = (
 def _small_instances() -> list[object]:
     """The seeds of the protocols with at most ~1,300 reachable states, and every computed-tokens
     instance (17-109 states, 50-110 s each on the shared 2-core machine, so slow; the default tier
-    has computed-tokens ``no_deadlock`` in its own test below)."""
+    has computed-tokens ``no_deadlock`` in a test of its own)."""
     slow = pytest.mark.slow
     chosen = [
         pytest.param("pp-broadcast", "post-fix", "seed", id="pp-broadcast-post-fix"),  # no_hang, no_deadlock out
