@@ -15,7 +15,7 @@ from lockstep.checkers.symbolic.invariants import certificate, conjuncts, named_
 from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 from lockstep.checkers.symbolic.ranges import largest_magnitude, required_width
 from lockstep.checkers.symbolic.translate import Translator
-from lockstep.checkers.symbolic.values import bit_vectors
+from lockstep.checkers.symbolic.values import bit_vectors, to_z3
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine, PropertyKind, Step
 from lockstep.spec.sorts import integers
@@ -200,6 +200,81 @@ def test_a_wrong_invariant_read_back_from_the_circuit_is_rejected() -> None:
         assert verify(encoding, position, z3.And(*conjuncts(invariant)[:-1] or [z3.BoolVal(True)])) is not None
 
 
+@needs_abc
+def test_abc_proves_computed_tokens_no_deadlock_assuming_the_strengthening_invariants() -> None:
+    """The circuit assumes the strengthening invariants Houdini keeps (without them ABC needs over
+    a minute); the certificate is ABC's invariant with Houdini's conjunction, re-checked by Z3, and
+    it implies every strengthening invariant assumed."""
+    machine = get_protocol("computed-tokens").instance("post-fix").machine()
+    position = [prop.name for prop in machine.properties].index("no_deadlock")
+    prover = PropertyDirectedReachability(
+        machine, depth=0, stages=ABC_ONLY, property_timeout=60, only=frozenset({position})
+    )
+    proved = prover.run().property_result("no_deadlock")
+    assert check(get_protocol("computed-tokens").instance("post-fix")).property_result("no_deadlock").verdict is (
+        Verdict.HOLDS
+    )
+    assert proved.verdict is Verdict.HOLDS and prover.attempts["no_deadlock"].prover == "ABC pdr", proved.detail
+    certificate_ = prover.attempts["no_deadlock"].certificate
+    assert certificate_ is not None and proved.invariant == certificate_.text
+    with bit_vectors(None):
+        assert verify(prover.encoding, position, certificate_.formula) is None
+        state = named_state(prover.encoding)
+        for expression in machine.strengthening:
+            solver = z3.Solver()
+            solver.add(certificate_.formula, z3.Not(to_z3(prover.encoding.predicate(expression, state))))
+            assert solver.check() == z3.unsat
+
+
+@needs_abc
+def test_an_assumption_that_is_not_invariant_cannot_prove_anything() -> None:
+    """Assuming a strengthening invariant that does not hold masks the violation in the circuit, and
+    ABC says "proved"; the re-check of its invariant with the assumption rejects it, and the
+    portfolio, whose Houdini drops the false strengthening, finds the violation instead."""
+    machine = Machine("pair")
+    x = machine.variable("x", integers(0, 5), 0)
+    y = machine.variable("y", integers(0, 5), 0)
+    machine.add_action("tick", lambda: Step(x < 5, {x: x + 1, y: y + 1}), actor="clock")
+    machine.always("y_small", y <= 3)
+    machine.strengthen(y <= 2)  # wrong: y reaches 5
+    machine.finish()
+    encoding = Encoding(machine)
+    position = [prop.name for prop in machine.properties].index("y_small")
+    circuit = Circuit(encoding)
+    answer = abc.prove(abc.binary() or "", circuit.aiger(position, strengthening={0}), 20)
+    assert answer.answer == "safe"  # in the circuit, no step leaves y <= 2
+    with bit_vectors(None):
+        assumed = to_z3(encoding.predicate(machine.strengthening[0], named_state(encoding)))
+        invariant = z3.And(*conjuncts(circuit.invariant(answer.cubes, answer.columns)), assumed)
+        assert "consecution" in (verify(encoding, position, invariant) or "")
+    prover = PropertyDirectedReachability(machine, depth=0, stages=ABC_ONLY, property_timeout=20)
+    violated = prover.run().property_result("y_small")
+    assert violated.verdict is Verdict.VIOLATED and violated.path is not None and violated.path.length == 4
+    assert "ABC" in violated.detail
+
+
+@needs_abc
+def test_the_circuit_widths_cannot_hide_a_violation_or_invent_one() -> None:
+    """ABC alone (no BMC, no Spacer): ``x * 100`` wraps at 11 bits; the circuit's width comes from
+    the same interval analysis as BMC's, and a register holds only its sort's packed values, so an
+    update leaving its sort is an ``in_bounds`` violation, not a wrapped value."""
+    violated = PropertyDirectedReachability(overflowing(100), depth=0, stages=ABC_ONLY, houdini=False).run()
+    product = violated.property_result("product_small")
+    assert product.verdict is Verdict.VIOLATED and product.path is not None and product.path.length == 11
+    assert "ABC" in product.detail
+    safe = PropertyDirectedReachability(overflowing(30), depth=0, stages=ABC_ONLY, houdini=False).run()
+    assert safe.property_result("product_small").verdict is Verdict.HOLDS  # 30 * 30 = 900: no spurious wrap
+    leaving = Machine("leaving")
+    x = leaving.variable("x", integers(0, 30), 0)
+    leaving.add_action("jump", lambda: Step(x < 30, {x: x + 7}), actor="clock")  # 28 + 7 = 35 (5 bits: 3)
+    leaving.finish()
+    bounds = PropertyDirectedReachability(leaving, depth=0, stages=ABC_ONLY, houdini=False).run()
+    expected = check(leaving, "bfs").property_result("in_bounds")
+    result = bounds.property_result("in_bounds")
+    assert result.verdict is Verdict.VIOLATED is expected.verdict and "ABC" in result.detail
+    assert result.path is not None and expected.path is not None and result.path.length == expected.path.length
+
+
 def test_without_abc_pdr_runs_spacer_alone_and_says_so() -> None:
     prover = PropertyDirectedReachability(counter(), depth=1, property_timeout=20, houdini=False)
     prover.abc_program = None  # as on a machine without pyosys
@@ -219,27 +294,51 @@ def test_undefined_values_are_distinct_constants_in_every_frame() -> None:
     assert len(set(names)) == 4 and all(name.startswith("undefined!") for name in names)
 
 
+COMPUTED_TOKENS_INSTANCES = (
+    "seed",
+    "sync-scheduling",
+    "chunked-prefill",
+    "pipeline",
+    "context-limit",
+    "sync-pipeline-early-drafts",
+)
+TWO_RANK_PRE_FIX = {
+    ("computed-tokens", "pre-fix", "pipeline"),
+    ("computed-tokens", "pre-fix", "sync-pipeline-early-drafts"),
+}
+
+
 def _small_instances() -> list[object]:
+    """The seeds of the protocols with at most ~1,300 reachable states, and every computed-tokens
+    instance (17-109 states, 50-110 s each on the shared 2-core machine, so slow; the default tier
+    has computed-tokens ``no_deadlock`` in a test of its own)."""
     slow = pytest.mark.slow
-    return [
-        pytest.param("pp-broadcast", "post-fix", id="pp-broadcast-post-fix"),  # no_hang, no_deadlock left out
-        pytest.param("pp-broadcast", "post-fix-all", id="pp-broadcast-post-fix-all", marks=slow),
-        pytest.param("async-placeholders", "post-fix", id="async-placeholders-post-fix", marks=slow),
-        pytest.param("pp-broadcast", "pre-fix", id="pp-broadcast-pre-fix", marks=slow),
-        pytest.param("async-placeholders", "pre-fix", id="async-placeholders-pre-fix", marks=slow),
-        pytest.param("computed-tokens", "pre-fix", id="computed-tokens-pre-fix", marks=slow),
-        pytest.param("cudagraph-pp", "post-fix", id="cudagraph-pp-post-fix", marks=slow),
-        pytest.param("cudagraph-pp", "pre-fix", id="cudagraph-pp-pre-fix", marks=slow),
+    chosen = [
+        pytest.param("pp-broadcast", "post-fix", "seed", id="pp-broadcast-post-fix"),  # no_hang, no_deadlock out
+        pytest.param("pp-broadcast", "post-fix-all", "seed", id="pp-broadcast-post-fix-all", marks=slow),
+        pytest.param("async-placeholders", "post-fix", "seed", id="async-placeholders-post-fix", marks=slow),
+        pytest.param("pp-broadcast", "pre-fix", "seed", id="pp-broadcast-pre-fix", marks=slow),
+        pytest.param("async-placeholders", "pre-fix", "seed", id="async-placeholders-pre-fix", marks=slow),
+        pytest.param("cudagraph-pp", "post-fix", "seed", id="cudagraph-pp-post-fix", marks=slow),
+        pytest.param("cudagraph-pp", "pre-fix", "seed", id="cudagraph-pp-pre-fix", marks=slow),
     ]
+    for variant in ("post-fix", "pre-fix"):
+        for name in COMPUTED_TOKENS_INSTANCES:
+            chosen.append(
+                pytest.param("computed-tokens", variant, name, id=f"computed-tokens-{variant}-{name}", marks=slow)
+            )
+    return chosen
 
 
 @needs_abc
-@pytest.mark.parametrize(("protocol", "variant"), _small_instances())
-def test_abc_agrees_with_bfs_on_the_small_pinned_instances(protocol: str, variant: str) -> None:
+@pytest.mark.parametrize(("protocol", "variant", "name"), _small_instances())
+def test_abc_agrees_with_bfs_on_the_small_pinned_instances(protocol: str, variant: str, name: str) -> None:
     """The second translation, differentially: every verdict ABC settles (each proof re-checked by
-    Z3, each counterexample replayed) is BFS's verdict."""
-    instance = get_protocol(protocol).instance(variant.removesuffix("-all"))
-    explicit = {item.name: item.verdict for item in check(instance).properties}
+    Z3 together with the strengthening invariants the circuit assumed, each counterexample and
+    witness decoded to actions and replayed through ``evaluate``) is BFS's verdict, and every
+    counterexample is as long as BFS's or longer."""
+    instance = get_protocol(protocol).instance(variant.removesuffix("-all"), name)
+    explicit = {item.name: item for item in check(instance).properties}
     machine = instance.machine()
     # (the default tier leaves out pp-broadcast's no_hang and no_deadlock: their invariants have
     # thousands of atoms and Z3's re-check takes ~40 s; the slow tier has them)
@@ -249,19 +348,29 @@ def test_abc_agrees_with_bfs_on_the_small_pinned_instances(protocol: str, varian
         for position, prop in enumerate(machine.properties)
         if prop.name not in costly and prop.kind is not PropertyKind.LEADS_TO
     )
+    # Houdini only where the model declares strengthening invariants: the circuit assumes those it
+    # keeps (it proves some properties itself, and BFS must agree with those too)
     prover = PropertyDirectedReachability(
-        machine, depth=0, stages=ABC_ONLY, houdini=False, property_timeout=30, only=only
+        machine, depth=0, stages=ABC_ONLY, houdini=bool(machine.strengthening), property_timeout=30, only=only
     )
     settled = 0
     for item in prover.run().properties:
         if item.verdict is Verdict.INCONCLUSIVE or item.verdict is Verdict.HOLDS_WITHIN_BOUND:
             continue
+        reference = explicit[item.name]
         if item.kind is PropertyKind.SOMETIMES and item.verdict is Verdict.VIOLATED:  # no witness: BFS says so too
-            assert explicit[item.name] is Verdict.VIOLATED, item.name
+            assert reference.verdict is Verdict.VIOLATED, item.name
         else:
-            assert item.verdict is explicit[item.name], (item.name, item.detail)
+            assert item.verdict is reference.verdict, (item.name, item.detail)
+        if item.path is not None:  # ABC's path (replayed) or BMC's
+            assert reference.path is not None and item.path.length >= reference.path.length, item.name
+        else:
+            assert item.invariant is not None, item.name
         settled += 1
-    assert settled >= 3
+    # (not vacuous: ABC settles some; the two-rank pre-fix instances have no strengthening to assume
+    # and bigger circuits, and ABC settled 2 of their properties within 30 s each on the shared
+    # 2-core machine)
+    assert settled >= (1 if (protocol, variant, name) in TWO_RANK_PRE_FIX else 3)
 
 
 def test_proofs_applies_to_check_all_and_list_shows_what_is_proved() -> None:

@@ -21,7 +21,12 @@ believed before lockstep checks it:
 
 - ABC's "proved" comes with its invariant (blocked cubes over the latches), read back into the
   model's variables (``Circuit.invariant``) and re-checked by ``invariants.verify`` exactly as
-  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing.
+  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing. The
+  circuit assumes the model's strengthening invariants that Houdini kept (``Circuit.aiger``),
+  so ABC's invariant holds where they do; the certificate is that invariant conjoined with
+  Houdini's inductive conjunction, and it is the conjunction that is re-checked. (Assuming the
+  properties proved before as well was measured and is not done: computed-tokens
+  ``no_deadlock`` took ABC 1.1 s of CPU with the strengthening alone, 7.9 s with U1-U5 added.)
 - ABC's counterexample is decoded to grounded transitions and re-run through ``evaluate``
   (stutter steps dropped, the violation confirmed as BMC confirms its own); one that does not
   replay goes to BMC, unrolled until the violation shows, as Spacer's "reachable" does.
@@ -130,6 +135,10 @@ class PropertyDirectedReachability:
         self.bmc_depth = 0  # the depth the BMC phase checked fully
         self.width = self.encoding.integer_width()
         self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
+        # the circuit's assumptions: the strengthening invariants Houdini kept (their numbers), and
+        # Houdini's inductive conjunction, which implies them and joins ABC's invariant in the re-check
+        self._strengthening: set[int] = set()
+        self._houdini_lemmas: list[z3.BoolRef] = []
         self._certificates: dict[int, Certificate] = {}
         self.houdini_seconds = 0.0
         self.abc_program = abc.binary()
@@ -216,16 +225,18 @@ class PropertyDirectedReachability:
             return None
         prop = self.machine.properties[position]
         started = time.monotonic()
-        answer = abc.prove(self.abc_program, circuit.aiger(position), limit)
+        lemmas = self._houdini_lemmas if self._strengthening else []
+        answer = abc.prove(self.abc_program, circuit.aiger(position, strengthening=self._strengthening), limit)
         attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
         result: PropertyResult | None = None
         if answer.answer == "safe":
             attempt.answer = "safe"
             with bit_vectors(None):
                 invariant = circuit.invariant(answer.cubes, answer.columns)
-                rejected = verify(self.encoding, position, invariant, timeout=max(limit, 10.0))
+                whole = z3.And(*conjuncts(invariant), *lemmas) if lemmas else invariant
+                rejected = verify(self.encoding, position, whole, timeout=max(limit, 10.0))
                 if rejected is None:
-                    self._certificates[position] = certificate(self.encoding, invariant)
+                    self._certificates[position] = certificate(self.encoding, whole)
                     if self.assume_proved:
                         self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(invariant)]
                     attempt.prover = "ABC pdr"
@@ -302,6 +313,10 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
         if self.assume_proved:
             self._lemmas["integers"] = conjuncts(whole)
+            self._houdini_lemmas = conjuncts(whole)
+            self._strengthening = {
+                int(label.removeprefix("strengthening#")) for label in survivors if label.startswith("strengthening#")
+            }
         return proved
 
     def _proved(self, position: int, mode: str, how: str) -> PropertyResult:
