@@ -15,7 +15,12 @@ update; what this module adds is the circuit's own reading, each point of which 
   Updates are truncated to the packed widths, which loses nothing for a step that fires;
 - undefined values (where the concrete semantics raises) are zero bits;
 - one output per property: its ``bad`` condition (``invariants.bad``), so that each property
-  is a separate AIGER file with one output.
+  is a separate AIGER file with one output;
+- assumptions (``Assumptions``): invariants already known to hold in every reachable state (the
+  sort domains, Houdini's inductive lemmas, earlier proofs' invariants as blocked cubes). A state
+  violating them takes no step (it stutters) and is never bad, so ABC need not exclude it. This
+  is sound only because they are inductive invariants: ``pdr`` re-checks ABC's invariant
+  conjoined with everything assumed, never ABC's invariant alone.
 
 ``decode_path`` reads ABC's counterexample (AIGER witness lines) back into grounded transitions,
 dropping stutter steps; ``invariant`` reads ABC's inductive invariant (a PLA of blocked cubes over
@@ -25,7 +30,7 @@ components it fixes, so it reads ``not (mode[0] == IDLE and count[1] in {2, 3})`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -59,6 +64,21 @@ class Register:
         return [latch ^ int(flip) for latch, flip in zip(self.latches, self.inverted, strict=True)]
 
 
+@dataclass(frozen=True)
+class Assumptions:
+    """What the circuit assumes of every state (see the module doc); empty: nothing.
+
+    ``domain``: every register holds a value of its sort and unused sequence slots the default (the
+    re-check assumes the domains too, so this costs nothing there). ``formulas``: predicates over the
+    named state in the bit-vector reading of the encoding's width (``Encoding.holds`` or
+    ``Encoding.predicate`` inside ``bit_vectors(width)``). ``blocked``: earlier ABC invariants as
+    (cubes, columns), each cube a state that is not reachable."""
+
+    domain: bool = False
+    formulas: tuple[z3.BoolRef, ...] = ()
+    blocked: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = field(default=())
+
+
 def scalar_ranges(sort: Sort) -> list[tuple[int, int, bool]]:
     """``(low, high, boolean)`` of each scalar component of ``sort``, in ``flatten``'s order."""
     if isinstance(sort, MapSort):
@@ -75,8 +95,9 @@ def scalar_ranges(sort: Sort) -> list[tuple[int, int, bool]]:
 class Circuit:
     """The AIG of one machine: registers, the stuttering step, one bad output per property."""
 
-    def __init__(self, encoding: Encoding) -> None:
+    def __init__(self, encoding: Encoding, assumptions: Assumptions | None = None) -> None:
         self.encoding = encoding
+        self.assumptions = assumptions or Assumptions()
         self.width = encoding.integer_width()
         self.aig = Aig()
         grounded = len(encoding.grounded)
@@ -102,6 +123,7 @@ class Circuit:
                 terms.append(term)
         self._by_name = {register.name: register for register in self.registers}
         self.blaster = Blaster(aig, self.width, self._leaf)
+        self.assumed = self._assumed()
         steps = encoding.steps(self.state)
         fires: list[int] = []
         changes: dict[int, list[tuple[int, Any]]] = {index: [] for index in range(len(self.registers))}
@@ -111,7 +133,7 @@ class Circuit:
                 continue
             selected = aig.equal(self.selector, aig.constant(index, len(self.selector)))
             allowed = aig.conjunction(self.blaster.literal(guard), invert(self.blaster.literal(out_of_bounds)))
-            fire = aig.conjunction(selected, allowed)
+            fire = aig.conjunction(aig.conjunction(selected, allowed), self.assumed)
             fires.append(fire)
             if fire == FALSE:
                 continue
@@ -135,6 +157,23 @@ class Circuit:
                 following = [aig.disjunction(bit, aig.conjunction(fire, new)) for bit, new in zip(following, written)]
             for latch, flip, bit in zip(register.latches, register.inverted, following, strict=True):
                 aig.set_next(latch, bit ^ int(flip))
+
+    def _assumed(self) -> int:
+        """The literal of everything assumed (``Assumptions``); TRUE when nothing is."""
+        aig, assumptions = self.aig, self.assumptions
+        parts: list[int] = []
+        if assumptions.domain:
+            parts.append(self.blaster.literal(self.encoding.domain(self.state)))
+        parts.extend(self.blaster.literal(formula) for formula in assumptions.formulas)
+        for cubes, columns in assumptions.blocked:
+            for cube in cubes:
+                literals = [
+                    2 * (aig.inputs + 1 + latch) ^ int(char == "1")
+                    for latch, char in zip(columns, cube, strict=True)
+                    if char in "01"
+                ]
+                parts.append(aig.any_of(literals))  # the state is not this cube
+        return aig.all_of(parts)
 
     def _packed(self, register: Register, value: Any) -> list[int]:
         """The register bits of a new value: ``value - low`` truncated to the register's width."""
@@ -164,7 +203,7 @@ class Circuit:
         """The circuit with one output: property ``position``'s bad condition."""
         with bit_vectors(self.width):
             output = self.blaster.literal(bad(self.encoding, position, self.state))
-        self.aig.outputs = [output]
+        self.aig.outputs = [self.aig.conjunction(output, self.assumed)]
         name = self.encoding.machine.properties[position].name
         return self.aig.aiger(f"lockstep: {self.encoding.machine.name} {name}")
 

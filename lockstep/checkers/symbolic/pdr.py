@@ -67,6 +67,7 @@ from lockstep.checkers.symbolic.invariants import (
     without_domain,
 )
 from lockstep.checkers.symbolic.solving import milliseconds
+from lockstep.checkers.symbolic.strengthening import Strengthening
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 
@@ -134,6 +135,7 @@ class PropertyDirectedReachability:
         self.houdini_seconds = 0.0
         self.abc_program = abc.binary()
         self.circuit: Circuit | None = None
+        self.strengthening = Strengthening(self.encoding)
         self.circuit_seconds = 0.0
         self.warnings: list[str] = []
         self._reference = BoundedModelChecker(self.machine, 0)  # concrete replay of counterexamples
@@ -190,19 +192,18 @@ class PropertyDirectedReachability:
         return CheckResult(machine, "pdr", ordered, stats, stopped, [*first.warnings, *self.warnings])
 
     def _abc_circuit(self) -> Circuit | None:
-        """The circuit ABC reads (built once), or None with a warning saying why ABC is not used."""
-        if self.circuit is not None:
-            return self.circuit
+        """The circuit ABC reads under the current lemmas, or None with a warning saying why ABC is not used."""
         if self.abc_program is None:
             self._warn("ABC's pdr is not installed (pip install 'lockstep[proofs]' brings yosys-abc): Spacer only")
             return None
         started = time.monotonic()
         try:
-            self.circuit = Circuit(self.encoding)
+            self.circuit = self.strengthening.circuit()
         except CircuitError as error:
             self._warn(f"ABC's pdr is not used: the model has no circuit ({error})")
             self.abc_program = None
-        self.circuit_seconds = time.monotonic() - started
+            return None
+        self.circuit_seconds += time.monotonic() - started
         return self.circuit
 
     def _warn(self, text: str) -> None:
@@ -216,24 +217,26 @@ class PropertyDirectedReachability:
             return None
         prop = self.machine.properties[position]
         started = time.monotonic()
-        answer = abc.prove(self.abc_program, circuit.aiger(position), limit)
+        outcome = self.strengthening.prove(self.abc_program, position, limit)
+        answer = outcome.answer
         attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
         result: PropertyResult | None = None
         if answer.answer == "safe":
             attempt.answer = "safe"
-            with bit_vectors(None):
-                invariant = circuit.invariant(answer.cubes, answer.columns)
-                rejected = verify(self.encoding, position, invariant, timeout=max(limit, 10.0))
-                if rejected is None:
-                    self._certificates[position] = certificate(self.encoding, invariant)
+            if outcome.invariant is not None:
+                with bit_vectors(None):
+                    self._certificates[position] = certificate(self.encoding, outcome.invariant)
                     if self.assume_proved:
-                        self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(invariant)]
-                    attempt.prover = "ABC pdr"
-                    result = self._proved(position, "integers", "PDR, ABC's pdr on the circuit")
-                else:
-                    attempt.rejected = f"ABC's invariant was rejected: {rejected}"
-                    shallow.verdict = Verdict.INCONCLUSIVE
-                    shallow.detail = attempt.rejected
+                        self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(outcome.invariant)]
+                        self.strengthening.learn(prop.name, outcome)
+                attempt.prover = "ABC pdr"
+                assumed = len(self.strengthening.lemmas) - (1 if self.assume_proved else 0)
+                how = "PDR, ABC's pdr on the circuit" + (f" assuming {assumed} proved lemmas" if assumed else "")
+                result = self._proved(position, "integers", how)
+            else:
+                attempt.rejected = f"ABC's invariant was rejected: {outcome.rejected}"
+                shallow.verdict = Verdict.INCONCLUSIVE
+                shallow.detail = attempt.rejected
         elif answer.answer == "unsafe":
             attempt.answer = "reachable"
             result = self._abc_counterexample(position, circuit, answer.frames, limit)
@@ -302,6 +305,10 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
         if self.assume_proved:
             self._lemmas["integers"] = conjuncts(whole)
+            with bit_vectors(self.width):
+                bits = candidates(self.encoding, frozenset(pending))
+            for label, formula in survivors.items():
+                self.strengthening.assume_predicate(f"Houdini: {label}", formula, bits[label])
         return proved
 
     def _proved(self, position: int, mode: str, how: str) -> PropertyResult:
