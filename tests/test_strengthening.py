@@ -48,9 +48,10 @@ def assume(strengthening: Strengthening, label: str) -> None:
 
 
 @needs_abc
-def test_a_proof_under_a_true_lemma_is_rechecked_with_the_lemma_conjoined() -> None:
+@pytest.mark.parametrize("stutter", [False, True])
+def test_a_proof_under_a_true_lemma_is_rechecked_with_the_lemma_conjoined(stutter: bool) -> None:
     encoding = Encoding(counter())
-    strengthening = Strengthening(encoding)
+    strengthening = Strengthening(encoding, stutter=stutter)
     assume(strengthening, "tied")
     outcome = strengthening.prove(PROGRAM, position_of(encoding, "y_small"), 20)
     assert outcome.answer.answer == "safe" and outcome.rejected is None and outcome.invariant is not None
@@ -61,6 +62,7 @@ def test_a_proof_under_a_true_lemma_is_rechecked_with_the_lemma_conjoined() -> N
 
 
 @needs_abc
+@pytest.mark.parametrize("stutter", [False, True])
 @pytest.mark.parametrize(
     ("limit", "lemma", "failing"),
     [
@@ -68,9 +70,11 @@ def test_a_proof_under_a_true_lemma_is_rechecked_with_the_lemma_conjoined() -> N
         (5, "small", "consecution"),  # assuming the property itself would hide a real violation
     ],
 )
-def test_a_proof_under_a_lemma_that_is_not_an_invariant_is_refused(limit: int, lemma: str, failing: str) -> None:
+def test_a_proof_under_a_lemma_that_is_not_an_invariant_is_refused(
+    limit: int, lemma: str, failing: str, stutter: bool
+) -> None:
     encoding = Encoding(counter(limit))
-    strengthening = Strengthening(encoding)
+    strengthening = Strengthening(encoding, stutter=stutter)
     assume(strengthening, lemma)
     outcome = strengthening.prove(PROGRAM, position_of(encoding, "y_small"), 20)
     assert outcome.answer.answer == "safe"  # ABC never sees a state that violates the lemma as bad

@@ -18,8 +18,8 @@ update; what this module adds is the circuit's own reading, each point of which 
   is a separate AIGER file with one output;
 - assumptions (``Assumptions``): invariants already known to hold in every reachable state (the
   sort domains, Houdini's inductive lemmas, earlier proofs' invariants as blocked cubes). A state
-  violating them takes no step (it stutters) and is never bad, so ABC need not exclude it. This
-  is sound only because they are inductive invariants: ``pdr`` re-checks ABC's invariant
+  violating them is never bad and, with ``stutter``, takes no step, so ABC need not exclude it.
+  This is sound only because they are inductive invariants: ``pdr`` re-checks ABC's invariant
   conjoined with everything assumed, never ABC's invariant alone.
 
 ``decode_path`` reads ABC's counterexample (AIGER witness lines) back into grounded transitions,
@@ -72,9 +72,11 @@ class Assumptions:
     re-check assumes the domains too, so this costs nothing there). ``formulas``: predicates over the
     named state in the bit-vector reading of the encoding's width (``Encoding.holds`` or
     ``Encoding.predicate`` inside ``bit_vectors(width)``). ``blocked``: earlier ABC invariants as
-    (cubes, columns), each cube a state that is not reachable."""
+    (cubes, columns), each cube a state that is not reachable. ``stutter``: a state violating them
+    also takes no step (otherwise only its bad output is masked)."""
 
     domain: bool = False
+    stutter: bool = False
     formulas: tuple[z3.BoolRef, ...] = ()
     blocked: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = field(default=())
 
@@ -133,7 +135,9 @@ class Circuit:
                 continue
             selected = aig.equal(self.selector, aig.constant(index, len(self.selector)))
             allowed = aig.conjunction(self.blaster.literal(guard), invert(self.blaster.literal(out_of_bounds)))
-            fire = aig.conjunction(aig.conjunction(selected, allowed), self.assumed)
+            fire = aig.conjunction(selected, allowed)
+            if self.assumptions.stutter:
+                fire = aig.conjunction(fire, self.assumed)
             fires.append(fire)
             if fire == FALSE:
                 continue

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import z3
 
 from lockstep.checkers.symbolic import abc
+from lockstep.checkers.symbolic.aig import FALSE
 from lockstep.checkers.symbolic.circuit import Assumptions, Circuit
 from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.invariants import verify
@@ -56,9 +57,10 @@ class Outcome:
 class Strengthening:
     """The lemmas ABC's circuit assumes, and proofs under them (see the module doc)."""
 
-    def __init__(self, encoding: Encoding, *, domain: bool = True) -> None:
+    def __init__(self, encoding: Encoding, *, domain: bool = False, stutter: bool = False) -> None:
         self.encoding = encoding
         self.domain = domain
+        self.stutter = stutter
         self.lemmas: list[Lemma] = []
         self._circuit: Circuit | None = None
 
@@ -77,6 +79,7 @@ class Strengthening:
         if self._circuit is None:
             assumptions = Assumptions(
                 domain=self.domain,
+                stutter=self.stutter,
                 formulas=tuple(lemma.bits for lemma in self.lemmas if lemma.bits is not None),
                 blocked=tuple(lemma.blocked for lemma in self.lemmas if lemma.blocked is not None),
             )
@@ -92,7 +95,11 @@ class Strengthening:
         conjoined with the lemmas, is re-checked before it is returned (``rejected`` says why not)."""
         started = time.monotonic()
         circuit = self.circuit()
-        answer = abc.prove(program, circuit.aiger(position), limit)
+        aiger = circuit.aiger(position)
+        if circuit.aig.outputs == [FALSE]:  # the lemmas exclude every bad state: they are the invariant
+            answer = abc.AbcAnswer("safe", 0.0)
+        else:
+            answer = abc.prove(program, aiger, limit)
         outcome = Outcome(answer, circuit)
         if answer.answer == "safe":
             with bit_vectors(None):
