@@ -2,8 +2,10 @@
 
 The ``yosys-abc`` binary comes with the ``pyosys`` wheel (``pip install lockstep[proofs]``); it is
 found next to that package (without importing it) or on ``PATH``. Each property is one run, a
-subprocess with its own temporary directory: ``read_aiger``, ``pdr -T`` with the time limit and
-``-d`` (dump the inductive invariant as a PLA of blocked cubes over the latches), and
+subprocess with its own temporary directory: ``read_aiger``, ``pdr -T`` with the time limit,
+``-v`` (its progress: an unknown answer says the frame reached and the clauses of each frame, the
+measure of how far from a proof it was), ``-d`` (dump the inductive invariant as a PLA of blocked
+cubes over the latches), and
 ``write_cex -a`` (the counterexample as AIGER witness lines). The process is killed if it outlives
 its limit by ``GRACE`` seconds. Nothing ABC says is believed here: ``pdr`` decodes and re-checks
 it (``circuit``, ``invariants.verify``).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 GRACE = 5.0  # seconds past ``pdr -T`` before the process is killed
+PROGRESS = re.compile(r"^\s*(\d+) :((?: \d+)+)", re.MULTILINE)  # ``pdr -v``: frame : clauses per frame
 
 
 @dataclass
@@ -53,7 +57,7 @@ def prove(program: str, aiger: bytes, limit: float) -> AbcAnswer:
     with tempfile.TemporaryDirectory(prefix="lockstep-abc-") as folder:
         directory = Path(folder)
         (directory / "circuit.aig").write_bytes(aiger)
-        script = f"read_aiger circuit.aig; pdr -T {seconds} -d -I invariant.pla; write_cex -a witness.txt"
+        script = f"read_aiger circuit.aig; pdr -v -T {seconds} -d -I invariant.pla; write_cex -a witness.txt"
         try:
             completed = subprocess.run(
                 [program, "-c", script],
@@ -83,7 +87,19 @@ def prove(program: str, aiger: bytes, limit: float) -> AbcAnswer:
                 return AbcAnswer("unknown", elapsed, reason="ABC found a counterexample but wrote none")
             return AbcAnswer("unsafe", elapsed, frames=_witness(witness.read_text()))
         last = [line for line in output.splitlines() if line.strip()]
-        return AbcAnswer("unknown", elapsed, reason=f"ABC: {last[-1].strip() if last else 'no answer'}")
+        last = [line for line in last if "Reached" in line or "UNDECIDED" in line][:1] or last
+        return AbcAnswer(
+            "unknown", elapsed, reason=f"ABC: {last[-1].strip() if last else 'no answer'}{progress(output)}"
+        )
+
+
+def progress(output: str) -> str:
+    """``pdr -v``'s last progress line as "; frame N, clauses per frame a b c" (empty if none)."""
+    found = PROGRESS.findall(output)
+    if not found:
+        return ""
+    frame, clauses = found[-1]
+    return f"; frame {frame}, clauses per frame{clauses}"
 
 
 def _pla(text: str) -> tuple[list[str], list[int] | None]:
