@@ -98,3 +98,17 @@ def test_the_portfolio_assumes_an_earlier_abc_proof_and_rechecks_the_conjunction
         assert verify(prover.encoding, position_of(prover.encoding, "y_small"), certificate.formula) is None
     labels = [lemma.label for lemma in prover.strengthening.lemmas]
     assert labels[: labels.index("y_small")] and "tied" in labels
+
+
+@needs_abc
+def test_a_witness_beyond_the_bmc_depth_is_found_by_abcs_bmc3_and_replayed() -> None:
+    machine = Machine("pair")
+    x = machine.variable("x", integers(0, 5), 0)
+    machine.add_action("tick", lambda: Step(x < 5, {x: x + 1}), actor="clock")
+    machine.sometimes("four", x == 4)
+    machine.set_final(x == 5)
+    prover = PropertyDirectedReachability(machine.finish(), depth=1, stages=(("abc", 1.0),), houdini=False)
+    witness = prover.run().property_result("four")
+    assert witness.verdict is Verdict.HOLDS and witness.path is not None
+    assert [step.action for step in witness.path.steps] == ["tick"] * 4
+    assert "bmc3" in witness.detail and "replayed" in witness.detail

@@ -50,14 +50,16 @@ def binary() -> str | None:
     return shutil.which("yosys-abc")
 
 
-def prove(program: str, aiger: bytes, limit: float) -> AbcAnswer:
-    """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds."""
+def prove(program: str, aiger: bytes, limit: float, *, engine: str = "pdr") -> AbcAnswer:
+    """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds; ``engine="bmc3"``
+    runs ABC's bounded model checker instead (it only finds counterexamples and witnesses)."""
     started = time.monotonic()
     seconds = max(1, int(limit))
     with tempfile.TemporaryDirectory(prefix="lockstep-abc-") as folder:
         directory = Path(folder)
         (directory / "circuit.aig").write_bytes(aiger)
-        script = f"read_aiger circuit.aig; pdr -v -T {seconds} -d -I invariant.pla; write_cex -a witness.txt"
+        command = f"pdr -v -T {seconds} -d -I invariant.pla" if engine == "pdr" else f"bmc3 -T {seconds}"
+        script = f"read_aiger circuit.aig; {command}; write_cex -a witness.txt"
         try:
             completed = subprocess.run(
                 [program, "-c", script],
@@ -87,7 +89,9 @@ def prove(program: str, aiger: bytes, limit: float) -> AbcAnswer:
                 return AbcAnswer("unknown", elapsed, reason="ABC found a counterexample but wrote none")
             return AbcAnswer("unsafe", elapsed, frames=_witness(witness.read_text()))
         last = [line for line in output.splitlines() if line.strip()]
-        last = [line for line in last if "Reached" in line or "UNDECIDED" in line][:1] or last
+        last = [line for line in last if any(mark in line for mark in ("Reached", "UNDECIDED", "No output"))][
+            :1
+        ] or last
         return AbcAnswer(
             "unknown", elapsed, reason=f"ABC: {last[-1].strip() if last else 'no answer'}{progress(output)}"
         )

@@ -211,15 +211,25 @@ class PropertyDirectedReachability:
             self.warnings.append(text)
 
     def _prove_abc(self, position: int, shallow: PropertyResult, limit: float) -> PropertyResult | None:
-        """The property's result if ABC's pdr settled it and lockstep's re-check agrees (None: open)."""
+        """The property's result if ABC's pdr settled it and lockstep's re-check agrees (None: open);
+        a ``sometimes`` property's witness is first looked for with ABC's bmc3."""
         circuit = self._abc_circuit()
         if circuit is None or self.abc_program is None:
             return None
         prop = self.machine.properties[position]
         started = time.monotonic()
+        attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
+        if prop.kind is PropertyKind.SOMETIMES:  # a deep witness: ABC's bmc3 first, with half the time
+            found = abc.prove(self.abc_program, circuit.aiger(position), limit / 2, engine="bmc3")
+            limit -= found.seconds
+            if found.answer == "unsafe":
+                attempt.answer = "reachable"
+                witness = self._abc_counterexample(position, circuit, found.frames, limit, "bmc3")
+                attempt.abc_seconds += time.monotonic() - started
+                attempt.seconds += time.monotonic() - started
+                return witness
         outcome = self.strengthening.prove(self.abc_program, position, limit)
         answer = outcome.answer
-        attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
         result: PropertyResult | None = None
         if answer.answer == "safe":
             attempt.answer = "safe"
@@ -252,7 +262,9 @@ class PropertyDirectedReachability:
         attempt.seconds += time.monotonic() - started
         return result
 
-    def _abc_counterexample(self, position: int, circuit: Circuit, frames: list[str], limit: float) -> PropertyResult:
+    def _abc_counterexample(
+        self, position: int, circuit: Circuit, frames: list[str], limit: float, engine: str = "pdr"
+    ) -> PropertyResult:
         """ABC's counterexample as actions, re-run through ``evaluate``; BMC if it does not replay."""
         prop = self.machine.properties[position]
         reference = self._reference
@@ -283,7 +295,7 @@ class PropertyDirectedReachability:
             return self._counterexample(position, limit)
         verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
         found = "witness" if prop.kind is PropertyKind.SOMETIMES else "counterexample"
-        note = f"ABC's pdr {found}, replayed through evaluate"
+        note = f"ABC's {engine} {found}, replayed through evaluate"
         return PropertyResult(
             prop.name, prop.kind, verdict, path, f"{detail}; {note}" if detail else note, prop.builtin
         )
