@@ -3,6 +3,8 @@ so a proof under true lemmas is kept and one under a lemma that is not an invari
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from lockstep.checkers import Verdict
@@ -112,3 +114,22 @@ def test_a_witness_beyond_the_bmc_depth_is_found_by_abcs_bmc3_and_replayed() -> 
     assert witness.verdict is Verdict.HOLDS and witness.path is not None
     assert [step.action for step in witness.path.steps] == ["tick"] * 4
     assert "bmc3" in witness.detail and "replayed" in witness.detail
+
+
+def test_when_pdr_with_ctg_generalisation_stops_on_an_assertion_plain_pdr_gets_the_time_left(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A stand-in for ``yosys-abc`` that fails as ABC 0.5x's ``pdr -n -c`` can (an internal assertion)."""
+    program = tmp_path / "abc-stand-in"
+    program.write_text(
+        "#!/bin/sh\n"
+        'case "$2" in\n'
+        '  *"pdr -v -n -c"*) echo "pdrCore.c:768: ZPdr_ManDown: Assertion micResult != -1 failed."; exit 134;;\n'
+        '  *) echo "Reached timeout (3 seconds) in frame 4."; echo "Property UNDECIDED.";;\n'
+        "esac\n"
+    )
+    program.chmod(0o755)
+    answer = abc.prove(str(program), b"aig 0 0 0 0 0\n", 5)
+    assert answer.answer == "unknown"
+    assert "Reached timeout" in answer.reason and "after pdr -n -c stopped" in answer.reason
+    assert "Assertion" in answer.reason
