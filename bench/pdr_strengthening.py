@@ -104,6 +104,8 @@ def main() -> None:
                 )
             if rejected is None:
                 proved[position] = (answer, answer.seconds)
+        if answer.answer == "unsafe" and machine.properties[position].kind is PropertyKind.SOMETIMES:
+            note = "a witness (not replayed here)"
         print(f"  {name}: {answer.answer} in {answer.seconds:.1f} s; {note or answer.reason}")
     strengthening = Strengthening(encoding, domain=arguments.domain, stutter=arguments.stutter)
     with bit_vectors(None):
@@ -141,7 +143,8 @@ def main() -> None:
     if arguments.bmc:
         for position in properties:
             if machine.properties[position].kind is PropertyKind.SOMETIMES:
-                output, seconds = run_abc(program, plain.aiger(position), f"bmc3 -T {int(arguments.seconds)}", 0)
+                script = f"bmc3 -T {int(arguments.seconds)}"
+                output, seconds = run_abc(program, plain.aiger(position), script, arguments.seconds)
                 last = [line for line in output.splitlines() if "asserted" in line or "frames" in line]
                 print(f"  bmc3 {machine.properties[position].name}: {last[-1].strip() if last else output[-200:]}")
                 print(f"    ({seconds:.1f} s)")
