@@ -21,7 +21,10 @@ believed before lockstep checks it:
 
 - ABC's "proved" comes with its invariant (blocked cubes over the latches), read back into the
   model's variables (``Circuit.invariant``) and re-checked by ``invariants.verify`` exactly as
-  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing.
+  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing. ABC's
+  circuit assumes Houdini's lemmas and the earlier ABC proofs (``strengthening``), and the
+  re-checked invariant is ABC's conjoined with all of them. A ``sometimes`` property's witness is
+  first looked for with ABC's ``bmc3``.
 - ABC's counterexample is decoded to grounded transitions and re-run through ``evaluate``
   (stutter steps dropped, the violation confirmed as BMC confirms its own); one that does not
   replay goes to BMC, unrolled until the violation shows, as Spacer's "reachable" does.

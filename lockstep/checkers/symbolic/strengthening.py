@@ -4,9 +4,11 @@ An invariant that holds in every reachable state may be assumed when proving ano
 (issue 13's lever 1). ``Strengthening`` keeps the lemmas the circuit assumes, each in two
 readings: its formula over the named state in the integer reading (for Z3's re-check) and, for
 the circuit, either the same predicate in the bit-vector reading of the encoding's width (the
-model's own predicates: Houdini's survivors) or the blocked cubes of an earlier ABC proof. The
-circuit (``circuit.Assumptions``) lets a state that violates a lemma take no step and never be bad,
-so ABC need not exclude it, and the sort domains are assumed as well.
+model's own predicates: Houdini's survivors) or the blocked cubes of an earlier ABC proof. In the
+circuit (``circuit.Assumptions``) a state that violates a lemma is never bad, so ABC need not
+exclude it. By default only the bad output is masked and the sort domains are not assumed: gating
+the steps too (``stutter``) or assuming the domains made ABC slower on dp-pause (README: with both,
+``no_collective_mismatch`` went from 4.5 s to unknown at 200 s).
 
 Soundness does not rest on the lemmas being right: ABC's invariant is conjoined with every lemma
 the circuit assumed, and that conjunction is what ``invariants.verify`` re-checks (initiation,
