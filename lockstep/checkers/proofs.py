@@ -56,13 +56,14 @@ PINNED: dict[str, tuple[str, ...]] = {
         "U4_prefill_progress",
         "U5_padding",
         "U6_mirror_converges",
-        "no_deadlock",  # with the circuit assuming the strengthening invariants Houdini keeps
+        "no_deadlock",  # since ABC's pdr -n -c: 24.4 s on the 2-core machine (bench/symbolic.py --pdr)
     ),
 }
 # dp-pause is not pinned: at 2 ranks (H100 machine's CPUs, one process per property, 540 s each) pdr
 # proved forward_counts_agree, pause_mode_semantics, no_collective_mismatch, paused_ranks_agree and
 # sync_decisions_agree in 16-64 s each and left the six others unknown; at 60 s on the 2-core
-# development machine not all five would be proved, so a pin would be a timing, not a fact.
+# development machine not all five would be proved, so a pin would be a timing, not a fact. With
+# strengthening, pdr -n -c, &scorr and GipSAT the six stay unknown at 450-480 s (README says why).
 
 PROVED = "proved for all depths"
 EXHAUSTIVE = "checked exhaustively at the pinned sizes"

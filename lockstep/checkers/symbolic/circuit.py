@@ -16,14 +16,11 @@ update; what this module adds is the circuit's own reading, each point of which 
 - undefined values (where the concrete semantics raises) are zero bits;
 - one output per property: its ``bad`` condition (``invariants.bad``), so that each property
   is a separate AIGER file with one output;
-- assumptions (optional, per file): the model's strengthening invariants that are known to hold
-  in every reachable state (Houdini kept them: they are inductive). A step fires only from a
-  state satisfying them all, and the output is the bad condition in such a state. Every
-  reachable state satisfies them, so the reachable states, and with them the answer, are those
-  of the circuit without assumptions; but ABC's pdr need not rediscover them (computed-tokens
-  ``no_deadlock``: 1.1 s of CPU with them, 45.7 s without). ABC's invariant then holds only
-  where the assumptions do: ``pdr`` conjoins it with Houdini's inductive conjunction, which
-  implies them, and it is that conjunction which Z3 re-checks on the original encoding.
+- assumptions (``Assumptions``): invariants already known to hold in every reachable state (the
+  sort domains, Houdini's inductive lemmas, earlier proofs' invariants as blocked cubes). A state
+  violating them is never bad and, with ``stutter``, takes no step, so ABC need not exclude it.
+  This is sound only because they are inductive invariants: ``pdr`` re-checks ABC's invariant
+  conjoined with everything assumed, never ABC's invariant alone.
 
 ``decode_path`` reads ABC's counterexample (AIGER witness lines) back into grounded transitions,
 dropping stutter steps; ``invariant`` reads ABC's inductive invariant (a PLA of blocked cubes over
@@ -33,8 +30,7 @@ components it fixes, so it reads ``not (mode[0] == IDLE and count[1] in {2, 3})`
 
 from __future__ import annotations
 
-from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import z3
@@ -68,6 +64,23 @@ class Register:
         return [latch ^ int(flip) for latch, flip in zip(self.latches, self.inverted, strict=True)]
 
 
+@dataclass(frozen=True)
+class Assumptions:
+    """What the circuit assumes of every state (see the module doc); empty: nothing.
+
+    ``domain``: every register holds a value of its sort and unused sequence slots the default (the
+    re-check assumes the domains too, so this costs nothing there). ``formulas``: predicates over the
+    named state in the bit-vector reading of the encoding's width (``Encoding.holds`` or
+    ``Encoding.predicate`` inside ``bit_vectors(width)``). ``blocked``: earlier ABC invariants as
+    (cubes, columns), each cube a state that is not reachable. ``stutter``: a state violating them
+    also takes no step (otherwise only its bad output is masked)."""
+
+    domain: bool = False
+    stutter: bool = False
+    formulas: tuple[z3.BoolRef, ...] = ()
+    blocked: tuple[tuple[tuple[str, ...], tuple[int, ...]], ...] = field(default=())
+
+
 def scalar_ranges(sort: Sort) -> list[tuple[int, int, bool]]:
     """``(low, high, boolean)`` of each scalar component of ``sort``, in ``flatten``'s order."""
     if isinstance(sort, MapSort):
@@ -84,8 +97,9 @@ def scalar_ranges(sort: Sort) -> list[tuple[int, int, bool]]:
 class Circuit:
     """The AIG of one machine: registers, the stuttering step, one bad output per property."""
 
-    def __init__(self, encoding: Encoding) -> None:
+    def __init__(self, encoding: Encoding, assumptions: Assumptions | None = None) -> None:
         self.encoding = encoding
+        self.assumptions = assumptions or Assumptions()
         self.width = encoding.integer_width()
         self.aig = Aig()
         grounded = len(encoding.grounded)
@@ -111,6 +125,7 @@ class Circuit:
                 terms.append(term)
         self._by_name = {register.name: register for register in self.registers}
         self.blaster = Blaster(aig, self.width, self._leaf)
+        self.assumed = self._assumed()
         steps = encoding.steps(self.state)
         fires: list[int] = []
         changes: dict[int, list[tuple[int, Any]]] = {index: [] for index in range(len(self.registers))}
@@ -121,6 +136,8 @@ class Circuit:
             selected = aig.equal(self.selector, aig.constant(index, len(self.selector)))
             allowed = aig.conjunction(self.blaster.literal(guard), invert(self.blaster.literal(out_of_bounds)))
             fire = aig.conjunction(selected, allowed)
+            if self.assumptions.stutter:
+                fire = aig.conjunction(fire, self.assumed)
             fires.append(fire)
             if fire == FALSE:
                 continue
@@ -144,7 +161,23 @@ class Circuit:
                 following = [aig.disjunction(bit, aig.conjunction(fire, new)) for bit, new in zip(following, written)]
             for latch, flip, bit in zip(register.latches, register.inverted, following, strict=True):
                 aig.set_next(latch, bit ^ int(flip))
-        self._following = list(aig.latches)  # each latch's next-state literal, without assumptions
+
+    def _assumed(self) -> int:
+        """The literal of everything assumed (``Assumptions``); TRUE when nothing is."""
+        aig, assumptions = self.aig, self.assumptions
+        parts: list[int] = []
+        if assumptions.domain:
+            parts.append(self.blaster.literal(self.encoding.domain(self.state)))
+        parts.extend(self.blaster.literal(formula) for formula in assumptions.formulas)
+        for cubes, columns in assumptions.blocked:
+            for cube in cubes:
+                literals = [
+                    2 * (aig.inputs + 1 + latch) ^ int(char == "1")
+                    for latch, char in zip(columns, cube, strict=True)
+                    if char in "01"
+                ]
+                parts.append(aig.any_of(literals))  # the state is not this cube
+        return aig.all_of(parts)
 
     def _packed(self, register: Register, value: Any) -> list[int]:
         """The register bits of a new value: ``value - low`` truncated to the register's width."""
@@ -170,24 +203,13 @@ class Circuit:
             return FALSE if z3.is_bool(term) else self.aig.constant(0, term.size())
         raise CircuitError(f"the circuit has no value for {name}")
 
-    def aiger(self, position: int, *, strengthening: Collection[int] = ()) -> bytes:
-        """The circuit with one output: property ``position``'s bad condition, assuming (see the
-        module doc) the strengthening invariants numbered ``strengthening``."""
-        aig = self.aig
-        expressions = self.encoding.machine.strengthening
+    def aiger(self, position: int) -> bytes:
+        """The circuit with one output: property ``position``'s bad condition."""
         with bit_vectors(self.width):
             output = self.blaster.literal(bad(self.encoding, position, self.state))
-            parts = [
-                self.blaster.literal(self.encoding.predicate(expressions[number], self.state))
-                for number in sorted(strengthening)
-            ]
-        assumed = aig.all_of(parts)
-        first = aig.inputs + 1
-        for index, following in enumerate(self._following):  # a state outside the assumptions stutters
-            aig.latches[index] = aig.choose(assumed, following, 2 * (first + index))
-        aig.outputs = [aig.conjunction(assumed, output)]
+        self.aig.outputs = [self.aig.conjunction(output, self.assumed)]
         name = self.encoding.machine.properties[position].name
-        return aig.aiger(f"lockstep: {self.encoding.machine.name} {name}")
+        return self.aig.aiger(f"lockstep: {self.encoding.machine.name} {name}")
 
     @property
     def latch_count(self) -> int:

@@ -21,12 +21,10 @@ believed before lockstep checks it:
 
 - ABC's "proved" comes with its invariant (blocked cubes over the latches), read back into the
   model's variables (``Circuit.invariant``) and re-checked by ``invariants.verify`` exactly as
-  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing. The
-  circuit assumes the model's strengthening invariants that Houdini kept (``Circuit.aiger``),
-  so ABC's invariant holds where they do; the certificate is that invariant conjoined with
-  Houdini's inductive conjunction, and it is the conjunction that is re-checked. (Assuming the
-  properties proved before as well was measured and is not done: computed-tokens
-  ``no_deadlock`` took ABC 1.1 s of CPU with the strengthening alone, 7.9 s with U1-U5 added.)
+  Spacer's; a proof without an invariant, or one the re-check rejects, proves nothing. ABC's
+  circuit assumes Houdini's lemmas and the earlier ABC proofs (``strengthening``), and the
+  re-checked invariant is ABC's conjoined with all of them. A ``sometimes`` property's witness is
+  first looked for with ABC's ``bmc3``.
 - ABC's counterexample is decoded to grounded transitions and re-run through ``evaluate``
   (stutter steps dropped, the violation confirmed as BMC confirms its own); one that does not
   replay goes to BMC, unrolled until the violation shows, as Spacer's "reachable" does.
@@ -72,6 +70,7 @@ from lockstep.checkers.symbolic.invariants import (
     without_domain,
 )
 from lockstep.checkers.symbolic.solving import milliseconds
+from lockstep.checkers.symbolic.strengthening import Strengthening
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 
@@ -135,14 +134,11 @@ class PropertyDirectedReachability:
         self.bmc_depth = 0  # the depth the BMC phase checked fully
         self.width = self.encoding.integer_width()
         self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
-        # the circuit's assumptions: the strengthening invariants Houdini kept (their numbers), and
-        # Houdini's inductive conjunction, which implies them and joins ABC's invariant in the re-check
-        self._strengthening: set[int] = set()
-        self._houdini_lemmas: list[z3.BoolRef] = []
         self._certificates: dict[int, Certificate] = {}
         self.houdini_seconds = 0.0
         self.abc_program = abc.binary()
         self.circuit: Circuit | None = None
+        self.strengthening = Strengthening(self.encoding)
         self.circuit_seconds = 0.0
         self.warnings: list[str] = []
         self._reference = BoundedModelChecker(self.machine, 0)  # concrete replay of counterexamples
@@ -199,19 +195,18 @@ class PropertyDirectedReachability:
         return CheckResult(machine, "pdr", ordered, stats, stopped, [*first.warnings, *self.warnings])
 
     def _abc_circuit(self) -> Circuit | None:
-        """The circuit ABC reads (built once), or None with a warning saying why ABC is not used."""
-        if self.circuit is not None:
-            return self.circuit
+        """The circuit ABC reads under the current lemmas, or None with a warning saying why ABC is not used."""
         if self.abc_program is None:
             self._warn("ABC's pdr is not installed (pip install 'lockstep[proofs]' brings yosys-abc): Spacer only")
             return None
         started = time.monotonic()
         try:
-            self.circuit = Circuit(self.encoding)
+            self.circuit = self.strengthening.circuit()
         except CircuitError as error:
             self._warn(f"ABC's pdr is not used: the model has no circuit ({error})")
             self.abc_program = None
-        self.circuit_seconds = time.monotonic() - started
+            return None
+        self.circuit_seconds += time.monotonic() - started
         return self.circuit
 
     def _warn(self, text: str) -> None:
@@ -219,32 +214,42 @@ class PropertyDirectedReachability:
             self.warnings.append(text)
 
     def _prove_abc(self, position: int, shallow: PropertyResult, limit: float) -> PropertyResult | None:
-        """The property's result if ABC's pdr settled it and lockstep's re-check agrees (None: open)."""
+        """The property's result if ABC's pdr settled it and lockstep's re-check agrees (None: open);
+        a ``sometimes`` property's witness is first looked for with ABC's bmc3."""
         circuit = self._abc_circuit()
         if circuit is None or self.abc_program is None:
             return None
         prop = self.machine.properties[position]
         started = time.monotonic()
-        lemmas = self._houdini_lemmas if self._strengthening else []
-        answer = abc.prove(self.abc_program, circuit.aiger(position, strengthening=self._strengthening), limit)
         attempt = self.attempts.setdefault(prop.name, Attempt("unknown", 0.0))
+        if prop.kind is PropertyKind.SOMETIMES:  # a deep witness: ABC's bmc3 first, with half the time
+            found = abc.prove(self.abc_program, circuit.aiger(position), limit / 2, engine="bmc3")
+            limit -= found.seconds
+            if found.answer == "unsafe":
+                attempt.answer = "reachable"
+                witness = self._abc_counterexample(position, circuit, found.frames, limit, "bmc3")
+                attempt.abc_seconds += time.monotonic() - started
+                attempt.seconds += time.monotonic() - started
+                return witness
+        outcome = self.strengthening.prove(self.abc_program, position, limit)
+        answer = outcome.answer
         result: PropertyResult | None = None
         if answer.answer == "safe":
             attempt.answer = "safe"
-            with bit_vectors(None):
-                invariant = circuit.invariant(answer.cubes, answer.columns)
-                whole = z3.And(*conjuncts(invariant), *lemmas) if lemmas else invariant
-                rejected = verify(self.encoding, position, whole, timeout=max(limit, 10.0))
-                if rejected is None:
-                    self._certificates[position] = certificate(self.encoding, whole)
+            if outcome.invariant is not None:
+                with bit_vectors(None):
+                    self._certificates[position] = certificate(self.encoding, outcome.invariant)
                     if self.assume_proved:
-                        self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(invariant)]
-                    attempt.prover = "ABC pdr"
-                    result = self._proved(position, "integers", "PDR, ABC's pdr on the circuit")
-                else:
-                    attempt.rejected = f"ABC's invariant was rejected: {rejected}"
-                    shallow.verdict = Verdict.INCONCLUSIVE
-                    shallow.detail = attempt.rejected
+                        self._lemmas["integers"] = [*self._lemmas["integers"], *conjuncts(outcome.invariant)]
+                        self.strengthening.learn(prop.name, outcome)
+                attempt.prover = "ABC pdr"
+                assumed = len(self.strengthening.lemmas) - (1 if self.assume_proved else 0)
+                how = "PDR, ABC's pdr on the circuit" + (f" assuming {assumed} proved lemmas" if assumed else "")
+                result = self._proved(position, "integers", how)
+            else:
+                attempt.rejected = f"ABC's invariant was rejected: {outcome.rejected}"
+                shallow.verdict = Verdict.INCONCLUSIVE
+                shallow.detail = attempt.rejected
         elif answer.answer == "unsafe":
             attempt.answer = "reachable"
             result = self._abc_counterexample(position, circuit, answer.frames, limit)
@@ -260,7 +265,9 @@ class PropertyDirectedReachability:
         attempt.seconds += time.monotonic() - started
         return result
 
-    def _abc_counterexample(self, position: int, circuit: Circuit, frames: list[str], limit: float) -> PropertyResult:
+    def _abc_counterexample(
+        self, position: int, circuit: Circuit, frames: list[str], limit: float, engine: str = "pdr"
+    ) -> PropertyResult:
         """ABC's counterexample as actions, re-run through ``evaluate``; BMC if it does not replay."""
         prop = self.machine.properties[position]
         reference = self._reference
@@ -291,7 +298,7 @@ class PropertyDirectedReachability:
             return self._counterexample(position, limit)
         verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
         found = "witness" if prop.kind is PropertyKind.SOMETIMES else "counterexample"
-        note = f"ABC's pdr {found}, replayed through evaluate"
+        note = f"ABC's {engine} {found}, replayed through evaluate"
         return PropertyResult(
             prop.name, prop.kind, verdict, path, f"{detail}; {note}" if detail else note, prop.builtin
         )
@@ -313,10 +320,10 @@ class PropertyDirectedReachability:
                 self._certificates[position] = certificate(self.encoding, whole)
         if self.assume_proved:
             self._lemmas["integers"] = conjuncts(whole)
-            self._houdini_lemmas = conjuncts(whole)
-            self._strengthening = {
-                int(label.removeprefix("strengthening#")) for label in survivors if label.startswith("strengthening#")
-            }
+            with bit_vectors(self.width):
+                bits = candidates(self.encoding, frozenset(pending))
+            for label, formula in survivors.items():
+                self.strengthening.assume_predicate(f"Houdini: {label}", formula, bits[label])
         return proved
 
     def _proved(self, position: int, mode: str, how: str) -> PropertyResult:
