@@ -62,9 +62,10 @@ def reply(model: State) -> dict[Term, Term]:
 def callbacks_wait_for_device(model: State) -> bool:
     """The idle callback blocks the core thread until the device is idle: from v0.29.0 every pause's
     (``_finish_pause`` → ``synchronize_device``); from v0.25.0 a sleep's (``model_executor.sleep`` →
-    ``collective_rpc("sleep")`` → ``Worker.sleep`` → ``torch.accelerator.synchronize``)."""
+    ``collective_rpc("sleep")`` → ``Worker.sleep`` → ``torch.accelerator.synchronize``; v0.23.0's sleep is
+    modelled alike: releases.py)."""
     release = model.release
-    return release.synchronizes_device or (release.sleep_skips_dummy and model.options.sleep_level > 0)
+    return release.synchronizes_device or (release.sleeps and model.options.sleep_level > 0)
 
 
 def idle_callbacks(model: State, rank: Term) -> dict[Term, Term]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from lockstep.models.dp_pause import client
 from lockstep.models.dp_pause.client import send, settled
-from lockstep.models.dp_pause.state import ClientPhase, MessageKind, ReportKind, State, message
+from lockstep.models.dp_pause.state import ClientPhase, MessageKind, Mode, ReportKind, State, message
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.sorts import integers
@@ -160,4 +160,10 @@ def add_release_properties(machine: Machine, model: State) -> None:
             "awake_after_wake_up",
             (phase == ClientPhase.DONE).implies(all_of(Rank, lambda r: model.executor_sleep[r] == 0)),
             "W1: once wake_up returned on every engine, no executor sleeps",
+        )
+    if model.options.partial_wake:
+        machine.always(
+            "forward_only_awake",
+            all_of(Rank, lambda r: (model.mode[r] == Mode.FORWARD_REAL).implies(model.executor_sleep[r] <= 1)),
+            "W2: an engine runs a scheduled request's forward only with all its memory awake (weights and kv_cache)",
         )

@@ -83,6 +83,7 @@ from lockstep.models.dp_pause.clients import CLIENT_INSTANCES, CLIENTS_PARAMETER
 from lockstep.models.dp_pause.engine import sync_dp_state
 from lockstep.models.dp_pause.properties import add_properties
 from lockstep.models.dp_pause.release_model import (
+    PARTIAL_WAKE_PARAMETER,
     RELEASE_VARIANTS,
     SLEEP_PARAMETER,
     SLEEP_WITH_PAUSE_PARAMETER,
@@ -333,6 +334,7 @@ PROTOCOL = Protocol(
         ),
         SLEEP_PARAMETER,
         SLEEP_WITH_PAUSE_PARAMETER,
+        PARTIAL_WAKE_PARAMETER,
         CLIENTS_PARAMETER,
     ),
     instances=with_release_verdicts(

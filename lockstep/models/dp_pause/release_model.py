@@ -13,13 +13,18 @@ from __future__ import annotations
 from lockstep.models.dp_pause import client, coordinator, engine, frontend, sleep
 from lockstep.models.dp_pause.clients import add_second_client
 from lockstep.models.dp_pause.properties import add_properties
-from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
+from lockstep.models.dp_pause.releases import V0_23_0, V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.models.dp_pause.state import PauseMode, State, Variant, pause_modes
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import ParameterSpec, UsageError, VariantSpec
 from lockstep.spec.sorts import integers
 
 RELEASE_VARIANTS = (
+    VariantSpec(
+        V0_23_0,
+        "v0.25.0's pause code; wake_up resumes after a partial wake, a dummy batch while asleep",
+        "vLLM v0.21.0-v0.23.0",
+    ),
     VariantSpec(V0_25_0, "v0.21.0 + sleep/wake_up: no dummy batch while the executor sleeps", "vLLM v0.25.0"),
     VariantSpec(
         V0_29_0,
@@ -41,6 +46,14 @@ SLEEP_WITH_PAUSE_PARAMETER = ParameterSpec(
     "2 = sleep, then pause_generation while asleep, then wake_up",
     minimum=0,
     maximum=2,
+)
+
+PARTIAL_WAKE_PARAMETER = ParameterSpec(
+    "partial_wake",
+    0,
+    "sleep_level = 1, resumes = 2: the first wake_up round wakes tags=['weights'], the second ['kv_cache']",
+    minimum=0,
+    maximum=1,
 )
 
 SLEEP_PARAMETER = ParameterSpec(
@@ -131,8 +144,11 @@ def _add_client_actions(machine: Machine, model: State) -> None:
 
 
 def check_sleep_options(model: State) -> None:
-    """Refuse ``sleep_with_pause`` without a sleep, or with the barrier in place of collective_rpc."""
+    """Refuse ``sleep_with_pause`` without a sleep, or with the barrier in place of collective_rpc; refuse
+    ``partial_wake`` without a sleep, two wake_up rounds and one client (the engine reads the round's tags)."""
     options = model.options
+    if options.partial_wake and (options.sleep_level != 1 or options.resumes != 2 or options.clients != 1):
+        raise UsageError("dp-pause: partial_wake needs sleep_level = 1, resumes = 2 and clients = 1")
     if options.sleep_with_pause and (options.sleep_level != 1 or options.barrier):
         raise UsageError(
             "dp-pause: sleep_with_pause needs sleep_level = 1 and rpc = 0 (it takes collective_rpc's place)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lockstep.models.dp_pause.releases import V0_25_0, V0_29_0, V0_30_0, V0_33_0
+from lockstep.models.dp_pause.releases import V0_23_0, V0_25_0, V0_29_0, V0_30_0, V0_33_0
 from lockstep.spec.protocol import InstanceSpec
 
 # instance -> {variant: verdict} for the shared instances
@@ -112,6 +112,21 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "through drained_while_adding and wave_seen_before_complete, as the seed",
         {"sleep_level": 1, "sleep_with_pause": 2},
         {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+    ),
+    InstanceSpec(  # (w18wake) issue 18: checked against vLLM 0.21.0's source step by step (README)
+        "partial-wake",
+        "sleep(level=1), a request while asleep, collective_rpc, then wake_up(tags=['weights']) and "
+        "wake_up(tags=['kv_cache']): 0.21.0-0.23.0 resume the scheduler after the first (partial) wake, so the "
+        "resume barrier starts a wave and the engine runs the request's forward with its kv_cache unmapped; "
+        "from 0.24.0 wake_up resumes only once fully awake (forward_only_awake holds in v0.25.0)",
+        {"sleep_level": 1, "partial_wake": 1, "resumes": 2, "requests": 0, "late_requests": 1, "late_window": 2},
+        {V0_23_0: "violated", V0_25_0: "violated"},
+        finding="`forward_only_awake` in 49 steps (v0.23.0 = vLLM 0.21.0-0.23.0): `EngineCore.sleep` → "
+        "`DPEngineCoreProc._pause_complete`, the pause consensus in `_has_global_unfinished_reqs`, `model_executor.sleep`; "
+        "`EngineCore.add_request` while paused; `EngineCore.wake_up(['weights'])` → `Executor.wake_up` "
+        "(`is_sleeping` stays true) → `DPEngineCoreProc.resume_scheduler` (the `has_unfinished_dp` barrier sets "
+        "`engines_running`); `run_busy_loop` → `_process_engine_step` → `execute_model` (v0.23.0; v0.25.0 violates "
+        "only the seed's drain properties)",
     ),
     InstanceSpec(
         "reject-while-paused",

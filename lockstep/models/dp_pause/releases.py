@@ -2,11 +2,15 @@
 changed (read from the PyPI wheels, ``vllm/v1/engine/core.py``, ``core_client.py``,
 ``coordinator.py``, ``async_llm.py`` and ``vllm/config/parallel.py``).
 
-A ``Release`` is a set of switches, each naming the change it stands for; the variants v0.25.0,
+A ``Release`` is a set of switches, each naming the change it stands for; the variants v0.23.0, v0.25.0,
 v0.29.0, v0.30.0 and v0.33.0 switch on what their wheel has (each change is listed at the first
 release that has it, found by diffing every wheel from 0.21.0 to 0.33.0: ``BISECTION`` below). The
 switches are all off for the v0.20.0/v0.21.0 variants, whose counts and verdicts stay as pinned.
 
+- v0.23.0 (0.21.0-0.23.0): v0.25.0's pause, resume, wave and client code with sleep/wake_up as those
+  releases have it: ``EngineCore.wake_up`` resumes the scheduler after any wake, partial or not (core.py
+  0.21.0:715-729), and ``DPEngineCoreProc.run_busy_loop`` runs the dummy batch whatever the executor's sleep
+  state (core.py 0.21.0:1814-1821). (``Worker.sleep`` has no explicit synchronize, not modelled apart, as 0.24.0.)
 - v0.25.0 (the switches arrive in 0.24.0): ``DPEngineCoreProc.run_busy_loop`` skips the dummy batch while
   ``model_executor.is_sleeping`` (it still counts the step and joins the engine all-reduce);
   ``EngineCore.wake_up`` resumes the scheduler only once fully awake. ``sleep(level, mode)`` is
@@ -37,8 +41,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-V0_25_0, V0_29_0, V0_30_0, V0_33_0 = "v0.25.0", "v0.29.0", "v0.30.0", "v0.33.0"
-RELEASES = (V0_25_0, V0_29_0, V0_30_0, V0_33_0)
+V0_23_0, V0_25_0, V0_29_0, V0_30_0, V0_33_0 = "v0.23.0", "v0.25.0", "v0.29.0", "v0.30.0", "v0.33.0"
+RELEASES = (V0_23_0, V0_25_0, V0_29_0, V0_30_0, V0_33_0)
 
 # Every PyPI release from 0.21.0 to 0.33.0 -> the variant whose DP pause code it has (diffed function by
 # function: EngineCore/EngineCoreProc/DPEngineCoreProc pause, resume, sleep, wake_up, _finish_pause,
@@ -49,10 +53,11 @@ BISECTION: tuple[tuple[str, str, str], ...] = (
     # 0.21.0-0.23.0: the pause, resume, wave and client code of v0.25.0 at sleep_level 0 (its D1, D1a, D2, D3
     # verdicts apply: post-fix does not check them); sleep differs: a dummy batch while asleep, wake_up
     # resumes after a partial wake, no synchronize in Worker.sleep (not modelled apart)
-    ("0.21.0", "post-fix", "sleep as 0.22.0"),
-    ("0.22.0", "post-fix", "as 0.21.0 (request counts published before the step; mm cache cleared on pause)"),
-    ("0.22.1", "post-fix", "as 0.22.0"),
-    ("0.23.0", "post-fix", "as 0.22.0 (the dummy batch in log_iteration_details)"),
+    # (w18wake) the variant v0.23.0 models that sleep (partial_wake: the resume after a partial wake)
+    ("0.21.0", V0_23_0, "sleep as 0.22.0"),
+    ("0.22.0", V0_23_0, "as 0.21.0 (request counts published before the step; mm cache cleared on pause)"),
+    ("0.22.1", V0_23_0, "as 0.22.0"),
+    ("0.23.0", V0_23_0, "as 0.22.0 (the dummy batch in log_iteration_details)"),
     ("0.24.0", V0_25_0, "Worker.sleep has no explicit synchronize yet (0.25.0 adds it)"),
     ("0.25.0", V0_25_0, ""),
     ("0.25.1", V0_25_0, "as 0.25.0"),
@@ -73,6 +78,8 @@ class Release:
     """The DP pause changes after v0.21.0 that a variant has (all off: v0.20.0/v0.21.0)."""
 
     later: bool = False  # a release after v0.21.0: sleep/wake, device_busy tracked
+    sleeps: bool = False  # 0.21.0 on: sleep/wake_up with the executor's sleep state (v0.23.0 on)
+    resumes_partially_awake: bool = False  # 0.21.0-0.23.0: wake_up resumes the scheduler after a partial wake
     sleep_skips_dummy: bool = False  # v0.25.0: no dummy batch while asleep; wake_up resumes only fully awake
     synchronizes_device: bool = False  # v0.29.0: _finish_pause → collective_rpc("synchronize_device")
     reports_wave_start: bool = False  # v0.29.0: rank 0 reports start_wave on its idle → running edge
@@ -83,9 +90,11 @@ class Release:
 
 
 _TABLE: dict[str, Release] = {
-    V0_25_0: Release(later=True, sleep_skips_dummy=True),
+    V0_23_0: Release(later=True, sleeps=True, resumes_partially_awake=True),
+    V0_25_0: Release(later=True, sleeps=True, sleep_skips_dummy=True),
     V0_29_0: Release(
         later=True,
+        sleeps=True,
         sleep_skips_dummy=True,
         synchronizes_device=True,
         reports_wave_start=True,
@@ -93,6 +102,7 @@ _TABLE: dict[str, Release] = {
     ),
     V0_30_0: Release(
         later=True,
+        sleeps=True,
         sleep_skips_dummy=True,
         synchronizes_device=True,
         reports_wave_start=True,
@@ -101,6 +111,7 @@ _TABLE: dict[str, Release] = {
     ),
     V0_33_0: Release(
         later=True,
+        sleeps=True,
         sleep_skips_dummy=True,
         synchronizes_device=True,
         reports_wave_start=True,

@@ -20,12 +20,15 @@ weights), which the DP loop, the pause state and the collectives never see. So l
 Level 0 is ``pause_scheduler(mode, clear_cache=False)`` alone (no executor sleep) and ``wake_up(["scheduling"])``
 is ``resume_scheduler``: the plain pause and resume, without v0.33.0's ``reject_new_requests``.
 
-Partial ``wake_up(tags)``: from 0.24.0 ``wake_up`` resumes only when ``model_executor.is_sleeping`` is
-false (core.py 0.25.0:812-815, 0.33.0:1053-1056), and the executor stays ``is_sleeping`` until every tag
-is awake (abstract.py 0.25.0:350-356; 0.33.0:397-398, 430-435): the engine stays paused and skips its
-dummy batch (core.py 0.25.0:1954) as when fully asleep, so a partial wake changes nothing the model
-sees and is not a parameter. 0.21.0-0.23.0 resume after any wake (core.py 0.21.0:715-729) with the
-kv_cache still asleep; those releases map to ``post-fix``, which models no sleep (README).
+Partial ``wake_up(tags)`` (``partial_wake`` = 1, with ``resumes`` = 2): the client's first wake_up
+round sends ``tags=["weights"]``, its second ``["kv_cache"]``. ``Executor.wake_up`` (abstract.py 0.21.0:335-360)
+wakes the tags still in ``sleeping_tags`` (a tag not asleep: a warning, nothing woken) and stays
+``is_sleeping`` until the set is empty (``executor_sleep`` 3: kv_cache asleep, 4: weights asleep). From 0.24.0
+``wake_up`` resumes only when ``model_executor.is_sleeping`` is false (core.py 0.25.0:812-815); 0.21.0-0.23.0
+(the v0.23.0 variant) resume after any wake (core.py 0.21.0:715-729). ``forward_only_awake`` (W2) states what
+the forward assumes: a scheduled request runs only on an executor whose memory is all resident (the
+CuMemAllocator unmapped the kv_cache pool at sleep, cumem.py 0.21.0:206-207, and maps it again only at
+wake_up, 221-234; ``post_kv_cache_wake_up`` re-initialises it, gpu_worker.py 0.21.0:197-198).
 
 ``sleep_with_pause`` (default 0): 1 = ``pause_generation``, then ``sleep`` on the paused group (the DP
 ``pause_scheduler`` has no already-paused early return: it sets the pause again and kicks another
@@ -94,9 +97,29 @@ def handle_wake(model: State, variant: Variant, rank: Term) -> Step:
     base = engine.handle_resume.function(model, variant, rank)
     asleep = model.executor_sleep
     updates: dict[Term, TermLike] = dict(base.updates)
-    updates[asleep] = asleep.set(rank, if_then_else(asleep[rank] == 2, 0, asleep[rank]))
+    awake = woken(model, asleep[rank])
+    updates[asleep] = asleep.set(rank, awake)
     updates.update(cleared_rejection(model, rank))
+    if model.options.partial_wake and not model.release.resumes_partially_awake:  # 0.24.0 on
+        still_asleep = awake >= 2  # model_executor.is_sleeping: no resume_scheduler, the reply goes out
+        replies = model.replies
+        unchanged = [model.pause_state, model.ignore_start_dp_wave, model.mode, model.engine_dp.queue]
+        for variable in unchanged:  # the engine is at the top of its loop while it handles a message
+            updates[variable] = if_then_else(still_asleep, variable, updates[variable])
+        updates[replies] = if_then_else(still_asleep, consume(model, rank)[replies] + 1, updates[replies])
     return Step(handling(model, rank, MessageKind.WAKE), updates)
+
+
+def woken(model: State, asleep: Term) -> Term:
+    """The executor's sleep state after ``model_executor.wake_up(tags)``: every tag (2 → 0), or with
+    ``partial_wake`` the first round's ``["weights"]`` (2 → 3, 4 → 0) and the second's ``["kv_cache"]``
+    (2 → 4, 3 → 0); a sleep still waiting for its pause (1) is not ``is_sleeping``: nothing wakes."""
+    if not model.options.partial_wake:
+        return if_then_else(asleep == 2, 0, asleep)
+    first = model.resume_round == 0  # the engine handles a round's WAKE before the client sends the next round
+    weights = if_then_else(asleep == 2, 3, if_then_else(asleep == 4, 0, asleep))
+    cache = if_then_else(asleep == 2, 4, if_then_else(asleep == 3, 0, asleep))
+    return if_then_else(first, weights, cache)
 
 
 @action(

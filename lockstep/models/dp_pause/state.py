@@ -100,6 +100,7 @@ class Options:
     sleep_level: int  # 0: pause_generation / resume_generation; 1: sleep(level=1) / wake_up (later releases)
     clients: int  # front-end clients (API server processes); the second adds one request (clients.py)
     sleep_with_pause: int  # sleep_level = 1: 1 pause_generation, then sleep; 2 sleep, then pause_generation
+    partial_wake: bool  # sleep_level = 1, resumes = 2: wake_up(["weights"]), then wake_up(["kv_cache"])
 
     @property
     def total(self) -> int:
@@ -134,6 +135,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         sleep_level=parameters.get("sleep_level", 0),
         clients=parameters.get("clients", 1),
         sleep_with_pause=parameters.get("sleep_with_pause", 0),
+        partial_wake=bool(parameters.get("partial_wake", 0)),
     )
 
 
@@ -307,7 +309,11 @@ def _engine_variables(declared: _Declaration, variant: Variant, options: Options
         ignore_start_dp_wave=per_rank("ignore_start_dp_wave", BOOL, False, present=fixed),
         running_requests=per_rank("running_requests", Requests, 0, "admitted local requests", present=options.two_step),
         executor_sleep=per_rank(
-            "executor_sleep", integers(0, 2), 0, "1 sleep requested, 2 asleep", present=release.sleep_skips_dummy
+            "executor_sleep",
+            integers(0, 4 if options.partial_wake else 2),
+            0,
+            "1 sleep requested, 2 asleep, 3 kv_cache asleep, 4 weights asleep",
+            present=release.sleeps,
         ),
         device_busy=per_rank("device_busy", BOOL, False, "kernels still running", present=release.later),
         was_running=per_rank("was_running", BOOL, False, present=release.reports_wave_start),
