@@ -32,3 +32,15 @@ def test_v0_29_0_wave_ends_unseen_when_rank_0_starts_running_with_a_pause_pendin
     # the coordinator took FIRST_REQ (no engines_running from v0.29.0 on) and rank 0 handled its pause
     assert ("coordinator", "coordinator_first_request") in actions and ("rank:0", "handle_pause") in actions
     assert ("coordinator", "coordinator_report") not in actions
+
+
+def test_v0_23_0_runs_a_forward_after_a_partial_wake_and_v0_25_0_does_not() -> None:
+    """(w18wake) 0.21.0-0.23.0: wake_up(['weights']) resumes the scheduler with the kv_cache asleep."""
+    properties = ["forward_only_awake"]
+    violated = check(PROTOCOL.instance("v0.23.0", "partial-wake"), properties=properties)
+    item = violated.property_result("forward_only_awake")
+    assert item.verdict.value == "violated" and item.path is not None
+    actions = [(step.actor, step.action) for step in item.path.steps]
+    assert len(actions) == 49 and actions[-2:] == [("rank:0", "finish_resume"), ("rank:0", "step")]
+    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), properties=properties)
+    assert fixed.property_result("forward_only_awake").verdict.value == "holds"

@@ -23,6 +23,7 @@ FINDINGS: tuple[tuple[str, str, str, str], ...] = (
     ("pp-broadcast", "post-fix", "failed-forward", "receive_only_on_non_last"),
     ("dp-pause", "v0.29.0", "wave-unseen-interval-2", "wave_seen_before_complete"),
     ("dp-pause", "v0.30.0", "wave-unseen", "wave_seen_before_complete"),
+    ("dp-pause", "v0.23.0", "partial-wake", "forward_only_awake"),
 )
 LIMIT = 12
 

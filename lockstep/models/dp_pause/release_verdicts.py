@@ -122,7 +122,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         {"sleep_level": 1, "partial_wake": 1, "resumes": 2, "requests": 0, "late_requests": 1, "late_window": 2},
         {V0_23_0: "violated", V0_25_0: "violated"},
         finding="`forward_only_awake` in 49 steps (v0.23.0 = vLLM 0.21.0-0.23.0): `EngineCore.sleep` → "
-        "`DPEngineCoreProc._pause_complete`, the pause consensus in `_has_global_unfinished_reqs`, `model_executor.sleep`; "
+        "`DPEngineCoreProc._pause_complete`, the consensus in `_has_global_unfinished_reqs`, `model_executor.sleep`; "
         "`EngineCore.add_request` while paused; `EngineCore.wake_up(['weights'])` → `Executor.wake_up` "
         "(`is_sleeping` stays true) → `DPEngineCoreProc.resume_scheduler` (the `has_unfinished_dp` barrier sets "
         "`engines_running`); `run_busy_loop` → `_process_engine_step` → `execute_model` (v0.23.0; v0.25.0 violates "
