@@ -213,12 +213,20 @@ def test_console_script_runs_without_traceback(tmp_path: Path) -> None:
     assert "Traceback" not in completed.stderr
 
 
-def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["--ranks", "3", "--engine", "bfs"],  # ~80 s to the end
+        ["--ranks", "4"],  # bfs-vec: 3 ranks end within 4 s, 4 ranks take minutes
+    ],
+    ids=["bfs", "auto"],
+)
+def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path, arguments: list[str]) -> None:
     import signal
     import time
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "lockstep", "check", "dp-pause", "--ranks", "3", "--json"],
+        [sys.executable, "-m", "lockstep", "check", "dp-pause", *arguments, "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,7 +12,8 @@ from lockstep.spec.protocol import InstanceSpec
 SHARED: dict[str, dict[str, str]] = {
     # D1 drained_when_idle after resume (the finding drain-after-resume), D1a drained_while_adding, D3
     # wave_seen_before_complete; v0.25.0 also D2 device_idle_after_pause (the finding pause-device-busy)
-    "seed": {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
+    # (v0.23.0 and v0.30.0 as their nearest: D2 too in v0.23.0, D3 by the 13-step path in v0.30.0)
+    "seed": {V0_23_0: "violated", V0_25_0: "violated", V0_29_0: "violated", V0_30_0: "violated", V0_33_0: "violated"},
     # (w18review) L1 pause_resolves holds within response_bound + releases.response_steps; violated through
     # the seed's D1, D1a, D3 (and D2 in v0.25.0)
     "staggered-pause": {V0_25_0: "violated", V0_29_0: "violated", V0_33_0: "violated"},
