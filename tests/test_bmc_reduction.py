@@ -1,30 +1,38 @@
-"""BMC's partial-order reduction and its backends against unreduced Z3 BMC.
+"""BMC's reductions (partial-order, symmetry breaking, both) and its backends against unreduced Z3 BMC.
 
-The reduction forbids adjacent steps of commuting transitions out of canonical order; it must not
-change a verdict or a shortest counterexample length. Each instance is checked with and without
-it, on Z3 and on CaDiCaL, and the four runs must agree property by property (verdict and path
-length; every path was already re-run through ``evaluate`` by the engine). The default tier runs
-small machines and two seeds at modest depths; the slow tier every pinned instance to ``SLOW_DEPTH``.
+The partial-order reduction forbids commuting transitions out of canonical order, symmetry
+breaking keeps the lex-least path of each orbit of the rank symmetry; neither may change a verdict
+or a shortest counterexample length. Each instance is checked with every reduction (off, por,
+symmetry, both) on Z3 and on CaDiCaL, and the runs must agree property by property (verdict and
+path length; every path was already re-run through ``evaluate`` by the engine). The default tier
+runs small machines, two seeds at modest depths and dp-pause at 3 ranks (the symmetric model); the
+slow tier every pinned instance to ``SLOW_DEPTH``.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from test_symbolic import small_machine
 
 from lockstep.checkers import CheckResult, Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
+from lockstep.checkers.symbolic.bmc import REDUCTIONS
 from lockstep.checkers.symbolic import translate as translate_module
 from lockstep.checkers.symbolic import values as values_module
 from lockstep.checkers.symbolic.encoding import Encoding
+from lockstep.checkers.symbolic.analysis_cache import read_pairs
 from lockstep.checkers.symbolic.reduction import commuting_pairs
+from lockstep.checkers.symbolic.symmetry_breaking import lex_leader, transition_permutations
 from lockstep.checkers.symbolic.values import bit_vectors
 from lockstep.cli import main
 from lockstep.cli.check import pinned_instances
+from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine, Step
-from lockstep.spec.sorts import integers
+from lockstep.spec.sorts import IndexSort, MapSort, integers
+from lockstep.spec.terms import Term, any_of, constant
 
 SLOW_DEPTH = 12
 INSTANCES = {
@@ -36,12 +44,16 @@ def outcomes(result: CheckResult) -> list[tuple[str, Verdict, int | None]]:
     return [(item.name, item.verdict, None if item.path is None else item.path.length) for item in result.properties]
 
 
-def agree(machine: Machine, depth: int) -> list[tuple[str, Verdict, int | None]]:
-    """The four configurations' outcomes are equal; returns them."""
-    reference = outcomes(BoundedModelChecker(machine, depth, solver="z3", reduction=False).run())
-    for solver in ("z3", "cadical"):
-        for reduction in (False, True):
-            result = BoundedModelChecker(machine, depth, solver=solver, reduction=reduction).run()
+def agree(
+    machine: Machine, depth: int, solvers: tuple[str, ...] = ("z3", "cadical")
+) -> list[tuple[str, Verdict, int | None]]:
+    """Every solver and reduction gives the outcomes of unreduced Z3 BMC; returns them."""
+    reference = outcomes(BoundedModelChecker(machine, depth, solver="z3", cache_directory=None).run())
+    for solver in solvers:
+        for reduction in REDUCTIONS:
+            if solver == "z3" and reduction == "off":
+                continue
+            result = BoundedModelChecker(machine, depth, solver=solver, reduction=reduction, cache_directory=None).run()
             assert outcomes(result) == reference, (solver, reduction)
     return reference
 
@@ -140,3 +152,86 @@ def test_a_translator_bug_is_caught_on_the_cadical_path_too(monkeypatch: pytest.
     monkeypatch.setattr(translate_module, "equal", broken_equal)
     with pytest.raises(TranslationBug):
         BoundedModelChecker(small_machine(False).finish(), 6, solver="cadical", reduction=True).run()
+
+
+def workers(symmetric_property: bool = True) -> Machine:
+    """Three interchangeable workers, each counting to 2, with a shared total that the last one to
+    count may double: a rank symmetry with dependent steps (the shared total) and independent ones.
+    Without ``symmetric_property`` a property names worker 0, which breaks the symmetry."""
+    machine = Machine("workers")
+    Worker = IndexSort("Worker", 3)
+    count = machine.variable("count", MapSort(Worker, integers(0, 2)), (0, 0, 0))
+    total = machine.variable("total", integers(0, 9), 0)
+
+    def bump(worker: Term) -> Step:
+        return Step(count[worker] < 2, {count: count.set(worker, count[worker] + 1), total: total + 1})
+
+    def double(worker: Term) -> Step:
+        return Step((count[worker] == 2) & (total < 5), {total: total * 2})
+
+    machine.add_action("bump", bump, actor="worker:{worker}", worker=Worker)
+    machine.add_action("double", double, actor="worker:{worker}", worker=Worker)
+    machine.declare_symmetric(Worker)
+    machine.always("total_small", total <= 7)
+    machine.sometimes("two_done", any_of(Worker, lambda w: count[w] == 2) & (total == 3))
+    if not symmetric_property:
+        machine.always("first_not_done", count[constant(0, Worker)] < 2)
+    return machine
+
+
+def test_rank_permutations_of_the_grounded_transitions() -> None:
+    encoding = Encoding(get_protocol("dp-pause").instance("post-fix", ranks=3).machine())
+    permutations, reason = transition_permutations(encoding)
+    assert reason is None and len(permutations) == 2  # ranks 1 and 2 swap; rank 0 reports wave_complete
+    identity, swap = permutations
+    assert identity == tuple(range(len(encoding.grounded)))
+    assert all(swap[swap[index]] == index for index in identity) and swap != identity
+    for index, image in enumerate(swap):
+        before, after = encoding.grounded[index], encoding.grounded[image]
+        assert before.action == after.action
+        assert [{1: 2, 2: 1}.get(value, value) for value in before.arguments] == list(after.arguments)
+
+
+def test_symmetry_breaking_is_refused_where_the_symmetry_does_not_hold() -> None:
+    assert lex_leader(Encoding(counters()))[1] == "machine counters declares no symmetric sort"
+    constraint, reason = lex_leader(Encoding(workers(symmetric_property=False)))
+    assert constraint is None and reason is not None and "names Worker 0" in reason
+    checker = BoundedModelChecker(workers(symmetric_property=False), 6, reduction="symmetry")
+    reference = BoundedModelChecker(workers(symmetric_property=False), 6)
+    assert outcomes(checker.run()) == outcomes(reference.run()) and checker.symmetry is None
+    assert checker.symmetry_skipped == reason
+
+
+def test_symmetric_workers_agree_with_every_reduction_and_with_bfs() -> None:
+    found = {name: length for name, _, length in agree(workers().finish(), 9)}
+    explicit = check(workers())
+    for name in ("total_small", "two_done"):
+        assert found[name] == explicit.property_result(name).path.length  # type: ignore[union-attr]
+    symmetric = BoundedModelChecker(workers(), 9, reduction="both", cache_directory=None)
+    symmetric.run()
+    assert symmetric.symmetry is not None and len(symmetric.symmetry.permutations) == 5  # 3! - 1
+
+
+def test_dp_pause_at_three_ranks_agrees_with_symmetry_breaking() -> None:
+    """The symmetric model: its permutation is found and used, and changes no outcome."""
+    machine = get_protocol("dp-pause").instance("pre-fix", ranks=3).machine()
+    reference = outcomes(BoundedModelChecker(machine, 6, solver="cadical").run())
+    for solver in ("z3", "cadical"):  # (no path within 6 steps: this pins that symmetry breaking finds none either)
+        checker = BoundedModelChecker(machine, 6, solver=solver, reduction="symmetry")
+        assert outcomes(checker.run()) == reference and checker.symmetry is not None, solver
+
+
+def test_the_commuting_pairs_are_cached_and_mapped_by_symmetry(tmp_path: Path) -> None:
+    encoding = Encoding(workers())
+    with bit_vectors(encoding.integer_width()):
+        plain = commuting_pairs(encoding, symmetry=False)
+        mapped = commuting_pairs(encoding, cache_directory=tmp_path)
+        cached = commuting_pairs(encoding, cache_directory=tmp_path)
+    assert plain.pairs == mapped.pairs == cached.pairs and plain.size > 0
+    assert mapped.mapped > 0 and mapped.pairs_checked < plain.pairs_checked and not mapped.cached
+    assert cached.cached and cached.pairs_checked == 0
+    (entry,) = (tmp_path / "bmc-commuting-pairs").iterdir()
+    entry.write_text("{not json")  # a damaged entry is ignored and rewritten
+    with bit_vectors(encoding.integer_width()):
+        assert commuting_pairs(encoding, cache_directory=tmp_path).pairs == plain.pairs
+    assert cached.cached is False or read_pairs(tmp_path, entry.stem) is not None

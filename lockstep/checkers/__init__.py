@@ -55,7 +55,7 @@ def check(
     stop_at_first: bool = False,
     workers: int = 1,
     bmc_solver: str | None = None,
-    reduction: bool | None = None,
+    reduction: str | bool | None = None,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
 
