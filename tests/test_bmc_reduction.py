@@ -19,11 +19,11 @@ from test_symbolic import small_machine
 
 from lockstep.checkers import CheckResult, Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
-from lockstep.checkers.symbolic.bmc import REDUCTIONS
 from lockstep.checkers.symbolic import translate as translate_module
 from lockstep.checkers.symbolic import values as values_module
-from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.analysis_cache import read_pairs
+from lockstep.checkers.symbolic.bmc import REDUCTIONS
+from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.reduction import commuting_pairs
 from lockstep.checkers.symbolic.symmetry_breaking import lex_leader, transition_permutations
 from lockstep.checkers.symbolic.values import bit_vectors
