@@ -58,6 +58,7 @@ def main() -> None:
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
+    print_sizes(machine)
     print(f"budget {arguments.budget:.0f} s of {arguments.clock} clock")
     runs = {}
     for solver in arguments.solvers:
@@ -81,6 +82,32 @@ def main() -> None:
             print(
                 f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}"
             )
+
+
+def print_sizes(machine: Machine) -> None:
+    """What one frame of the CNF unrolling costs: the template's clauses and variables."""
+    from lockstep.checkers.symbolic.cnf import CadicalBackend
+    from lockstep.checkers.symbolic.encoding import Encoding
+    from lockstep.checkers.symbolic.unrolling import Template
+    from lockstep.checkers.symbolic.values import bit_vectors
+
+    encoding = Encoding(machine)
+    with bit_vectors(encoding.integer_width()):
+        started = time.monotonic()
+        template = Template(encoding)
+        translated = time.monotonic()
+        backend = CadicalBackend(template, [])
+        blasted = time.monotonic()
+    frame_bits = len({key for frame, key in backend.named if frame == 0})
+    print(
+        f"{len(encoding.grounded)} grounded transitions, {frame_bits} bits per frame; template translated in "
+        f"{translated - started:.1f} s, bit-blasted in {blasted - translated:.1f} s"
+    )
+    for name in ("step", "facts"):
+        part = getattr(backend, name)
+        print(f"  per frame, {name}: {len(part.clauses)} clauses over {part.count} variables")
+    goals = {machine.properties[position].name: len(part.clauses) for position, part in backend.goals.items()}
+    print(f"  per depth, goal clauses: {goals}")
 
 
 def bench_bmc(machine: Machine, solver: str, reduction: str, arguments: argparse.Namespace) -> list[float]:

@@ -191,7 +191,7 @@ def prove_lemmas(**options: Any) -> Invocation:
     "--reduction",
     type=click.Choice(["off", "por", "symmetry", "both", "on"]),
     help="bmc: sound reductions of the interleavings: por orders commuting steps canonically, symmetry keeps one "
-    "path per rank permutation (where the model declares one), both, off; on means por (default symmetry)",
+    "path per rank permutation (where the model declares one), both, off; on means por (default off)",
 )
 @click.option(
     "--solver",
