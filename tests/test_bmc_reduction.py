@@ -240,6 +240,8 @@ def test_the_commuting_pairs_are_cached_and_mapped_by_symmetry(tmp_path: Path) -
     assert cached.cached and cached.pairs_checked == 0
     (entry,) = (tmp_path / "bmc-commuting-pairs").iterdir()
     entry.write_text("{not json")  # a damaged entry is ignored and rewritten
+    assert read_pairs(tmp_path, entry.stem) is None
     with bit_vectors(encoding.integer_width()):
-        assert commuting_pairs(encoding, cache_directory=tmp_path).pairs == plain.pairs
-    assert cached.cached is False or read_pairs(tmp_path, entry.stem) is not None
+        recomputed = commuting_pairs(encoding, cache_directory=tmp_path)
+    assert recomputed.pairs == plain.pairs and not recomputed.cached
+    assert read_pairs(tmp_path, entry.stem) == sorted(plain.pairs)
