@@ -43,6 +43,13 @@ def main() -> None:
     parser.add_argument("--reductions", nargs="+", default=list(REDUCTIONS), choices=REDUCTIONS)
     parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="what the budget counts")
     parser.add_argument("--wall-limit", type=float, default=None, help="--clock cpu: wall seconds per run (3x budget)")
+    parser.add_argument(
+        "--cadical-options",
+        nargs="+",
+        default=["unsat", "default"],
+        choices=["unsat", "default"],
+        help="CaDiCaL configurations to compare: its --unsat options (the default) and its own defaults",
+    )
     parser.add_argument("--warm-cache", action="store_true", help="read the pair analysis from the user's cache")
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs (0: no induction run)")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
@@ -62,14 +69,16 @@ def main() -> None:
     print(f"budget {arguments.budget:.0f} s of {arguments.clock} clock")
     runs = {}
     for solver in arguments.solvers:
-        for reduction in arguments.reductions:
-            label = f"{solver}, {reduction}"
-            runs[label] = bench_bmc(machine, solver, reduction, arguments)
+        for options in arguments.cadical_options if solver == "cadical" else ["-"]:
+            for reduction in arguments.reductions:
+                label = f"{solver}{'' if options == '-' else '/' + options}, {reduction}"
+                sat_options = {} if options == "default" else None  # None: the engine's default (unsat)
+                runs[label] = bench_bmc(machine, solver, reduction, arguments, sat_options, label)
     labels = list(runs)
     print(f"{arguments.clock} seconds per depth (depth 0 includes the setup)")
-    print("depth  " + "  ".join(f"{label:>18}" for label in labels))
+    print("depth  " + "  ".join(f"{label:>24}" for label in labels))
     for depth in range(max(len(seconds) for seconds in runs.values())):
-        cells = [f"{runs[label][depth]:>17.2f}s" if depth < len(runs[label]) else f"{'':>18}" for label in labels]
+        cells = [f"{runs[label][depth]:>23.2f}s" if depth < len(runs[label]) else f"{'':>24}" for label in labels]
         print(f"{depth:>5}  " + "  ".join(cells))
     if arguments.k == 0:
         return
@@ -110,7 +119,14 @@ def print_sizes(machine: Machine) -> None:
     print(f"  per depth, goal clauses: {goals}")
 
 
-def bench_bmc(machine: Machine, solver: str, reduction: str, arguments: argparse.Namespace) -> list[float]:
+def bench_bmc(
+    machine: Machine,
+    solver: str,
+    reduction: str,
+    arguments: argparse.Namespace,
+    sat_options: dict[str, int] | None,
+    label: str,
+) -> list[float]:
     """One BMC run; prints the depth fully checked within the budget; returns the setup's and each
     depth's seconds on the chosen clock."""
     cpu = arguments.clock == "cpu"
@@ -131,6 +147,7 @@ def bench_bmc(machine: Machine, solver: str, reduction: str, arguments: argparse
             reduction=reduction,
             progress=progress,
             cache_directory=cache,
+            sat_options=sat_options,
         )
         result = checker.run()
     marks.append(clock())  # the last depth (its queries, not followed by an unrolling step)
@@ -151,7 +168,7 @@ def bench_bmc(machine: Machine, solver: str, reduction: str, arguments: argparse
     if checker.symmetry_skipped:
         notes.append(f"symmetry skipped: {checker.symmetry_skipped}")
     print(
-        f"BMC {solver}, reduction {reduction}: depth {within} fully checked within {arguments.budget:.0f} s "
+        f"BMC {label}: depth {within} fully checked within {arguments.budget:.0f} s "
         f"{arguments.clock} (setup {setup:.1f} s wall; {'; '.join(notes) or 'no reduction'}; stopped at depth "
         f"{result.stats.depth} after {result.stats.seconds:.1f} s wall)"
     )

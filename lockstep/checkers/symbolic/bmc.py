@@ -71,6 +71,7 @@ class BoundedModelChecker:
         solver: str = "z3",
         pack: bool = True,
         cache_directory: Folder | None = _USE_CACHE,
+        sat_options: dict[str, int] | None = None,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
@@ -92,6 +93,7 @@ class BoundedModelChecker:
         self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
         self.reduction_mode, self.solver_name, self.pack = reduction, solver, pack
+        self.sat_options = sat_options  # CaDiCaL's options; None: cnf.UNSAT_OPTIONS
         self.cache_directory = default_cache_directory() if cache_directory is _USE_CACHE else cache_directory
         self.reduction: Reduction | None = None
         self.symmetry: LexLeader | None = None
@@ -115,9 +117,10 @@ class BoundedModelChecker:
             self.reduction = commuting_pairs(self.encoding, deadline=deadline, cache_directory=self.cache_directory)
             orderings.append(self.reduction)
         if self.solver_name == "cadical":
-            from lockstep.checkers.symbolic.cnf import CadicalBackend
+            from lockstep.checkers.symbolic.cnf import UNSAT_OPTIONS, CadicalBackend
 
-            return template, CadicalBackend(template, orderings)
+            options = UNSAT_OPTIONS if self.sat_options is None else self.sat_options
+            return template, CadicalBackend(template, orderings, options)
         return template, Z3Backend(template, orderings)
 
     def _run(self) -> CheckResult:

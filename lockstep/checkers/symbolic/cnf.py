@@ -26,6 +26,9 @@ from lockstep.checkers.symbolic.unrolling import POST, PRE, Goal, Renaming, Temp
 from lockstep.checkers.symbolic.values import Symbolic
 
 FIRST, SECOND = "P", "Q"  # the two template frames the clauses are written over
+# CaDiCaL's "--unsat" configuration: no stabilising phases and no local search, which help find
+# models; BMC's deep queries are unsat until a violation (README, "Z3 engines", measured)
+UNSAT_OPTIONS = {"stabilize": 0, "walk": 0}
 _TACTIC = z3.Then("simplify", "bit-blast", "tseitin-cnf")
 
 
@@ -81,9 +84,11 @@ class _Bits:
 class CadicalBackend:
     """BMC's unrolling as CNF for CaDiCaL (see the module doc)."""
 
-    def __init__(self, template: Template, orderings: list[Ordering]) -> None:
+    def __init__(self, template: Template, orderings: list[Ordering], options: dict[str, int] | None = None) -> None:
         self.template = template
         self.solver = Cadical195()
+        if options:  # CaDiCaL's own options (src/options.hpp), e.g. UNSAT_OPTIONS
+            self.solver.configure(options)
         self.variables = 0
         self.named: dict[tuple[int, str], int] = {}  # (frame, bit key) -> solver variable
         bits = _Bits()
