@@ -2,11 +2,12 @@
 
 The partial-order reduction forbids commuting transitions out of canonical order, symmetry
 breaking keeps the lex-least path of each orbit of the rank symmetry; neither may change a verdict
-or a shortest counterexample length. Each instance is checked with every reduction (off, por,
-symmetry, both) on Z3 and on CaDiCaL, and the runs must agree property by property (verdict and
-path length; every path was already re-run through ``evaluate`` by the engine). The default tier
-runs small machines, two seeds at modest depths and dp-pause at 3 ranks (the symmetric model); the
-slow tier every pinned instance to ``SLOW_DEPTH``.
+or a shortest counterexample length. Each configuration (solver and reduction) must agree with
+unreduced Z3 BMC property by property (verdict and path length; every path was already re-run
+through ``evaluate`` by the engine). The default tier runs every configuration on small machines
+(a symmetric one among them), the partial-order reduction on two seeds (which declare no symmetry)
+and symmetry breaking on dp-pause at 3 ranks; the slow tier every pinned instance to
+``SLOW_DEPTH``, CaDiCaL with each reduction and Z3 with both.
 """
 
 from __future__ import annotations
@@ -128,6 +129,16 @@ def test_seeds_agree_with_and_without_reduction(key: str, depth: int) -> None:
 @pytest.mark.parametrize("key", sorted(INSTANCES))
 def test_every_pinned_instance_agrees_with_and_without_reduction(key: str) -> None:
     agree(INSTANCES[key].machine(), SLOW_DEPTH, SLOW_CONFIGURATIONS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [variant.name for variant in get_protocol("dp-pause").variants])
+def test_every_dp_pause_variant_at_three_ranks_agrees_with_symmetry_breaking(variant: str) -> None:
+    """The pinned instances declare no symmetry (dp-pause declares it from 3 ranks on): each variant
+    at 3 ranks, where symmetry breaking is used."""
+    machine = get_protocol("dp-pause").instance(variant, ranks=3).machine()
+    configurations = (("cadical", "symmetry"), ("cadical", "both"), ("z3", "symmetry"))
+    agree(machine, 10, configurations)
 
 
 def test_bmc_options_are_refused_for_other_engines_and_combinations(capsys: pytest.CaptureFixture[str]) -> None:
