@@ -1,6 +1,6 @@
 """A partial-order reduction of the BMC unrolling: commuting steps in one canonical order.
 
-Two grounded transitions ``a > b`` (indices into ``Encoding.grounded``) *commute after each other*
+Two grounded transitions ``a``, ``b`` (indices into ``Encoding.grounded``), in this order, *commute*
 when, from every state ``s`` in the sort domains where ``a`` can be taken and then ``b``, ``b`` can
 be taken from ``s`` and then ``a``, and both orders reach the same state:
 
@@ -15,8 +15,9 @@ rank symmetry (``symmetry_breaking``), the relation is invariant under it (``a, 
 ``p(a), p(b)`` do), so one pair of each orbit is decided and the rest are mapped. The decided
 relation is cached on disk (``analysis_cache``), keyed by a hash of the transitions' terms.
 
-The constraint. Call ``b`` a *blocker* of ``a`` when ``b > a`` and ``b`` then ``a`` commute, and
-say ``a`` *passes* ``c`` when ``c > a`` and ``c`` then ``a`` commute (so every blocker is passed).
+The constraint. Say ``a`` *passes* ``c`` when ``c`` then ``a`` commute (``c`` greater or less than
+``a``: both directions of every pair are decided), and call ``b`` a *blocker* of ``a`` when ``a``
+passes ``b`` and ``b > a``.
 BMC forbids a step ``a`` at frame j when some earlier frame i < j took a blocker of ``a`` and
 every frame strictly between took a transition ``a`` passes: a flag per transition and frame,
 ``blocked_a@(j+1) = blocker_a(step j) or (blocked_a@j and passes_a(step j))``, with
@@ -128,8 +129,8 @@ def commuting_pairs(
     cache_directory: Path | None = None,
     symmetry: bool = True,
 ) -> Reduction:
-    """Decide, for every pair ``a > b`` of grounded transitions, whether they commute after each
-    other (see the module doc); past ``deadline`` every remaining pair stays dependent. With
+    """Decide, for every ordered pair of grounded transitions, whether they commute (see the module
+    doc); past ``deadline`` every remaining pair stays dependent. With
     ``cache_directory`` a complete answer is read from and written to it; with ``symmetry`` one pair
     per orbit of the machine's rank symmetry is decided."""
     started = time.monotonic()
