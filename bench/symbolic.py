@@ -1,7 +1,11 @@
 """Z3 engines on dp-pause post-fix ``seed``: seconds per BMC depth and the depth reached in a time
-budget per backend (Z3, CaDiCaL) with and without the partial-order reduction, and k-induction
-time per property. Run by hand (``python bench/symbolic.py``) or on the
-device; the figures are for one run of one machine (these machines are shared and noisy).
+budget per backend (Z3, CaDiCaL) x reduction (off, por, symmetry, both), and k-induction time per
+property. Run by hand (``python bench/symbolic.py``); the figures are for one run of one machine
+(these machines are shared and noisy, so compare configurations within one run). ``--clock cpu``
+counts the budget in the process's CPU seconds instead of wall-clock seconds (each run may then
+take up to ``--wall-limit`` seconds of wall clock), which a loaded shared machine distorts less.
+The partial-order reduction's pair analysis runs cold (a fresh cache folder per run) unless
+``--warm-cache``: then it is read from the user's cache (``analysis_cache``) when there.
 
 ``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
 ``--ranks``): per property its verdict, seconds, which prover settled it (Houdini, ABC's pdr on the
@@ -15,12 +19,19 @@ from __future__ import annotations
 
 import argparse
 import platform
+import tempfile
+import time
+from pathlib import Path
 
 import z3
 
+from lockstep.checkers.result import Statistics
 from lockstep.checkers.symbolic import BoundedModelChecker, Induction
+from lockstep.checkers.symbolic.analysis_cache import default_cache_directory
+from lockstep.checkers.symbolic.bmc import REDUCTIONS
 from lockstep.checkers.symbolic.pdr import STAGES, PropertyDirectedReachability
 from lockstep.models import get_protocol
+from lockstep.spec.machine import Machine
 
 
 def main() -> None:
@@ -29,7 +40,17 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds for BMC")
     parser.add_argument("--max-depth", type=int, default=100)
     parser.add_argument("--solvers", nargs="+", default=["z3", "cadical"], choices=["z3", "cadical"])
-    parser.add_argument("--reductions", nargs="+", default=["off", "on"], choices=["off", "on"])
+    parser.add_argument("--reductions", nargs="+", default=list(REDUCTIONS), choices=REDUCTIONS)
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="what the budget counts")
+    parser.add_argument("--wall-limit", type=float, default=None, help="--clock cpu: wall seconds per run (3x budget)")
+    parser.add_argument(
+        "--cadical-options",
+        nargs="+",
+        default=["unsat", "default"],
+        choices=["unsat", "default"],
+        help="CaDiCaL configurations to compare: its --unsat options (the default) and its own defaults",
+    )
+    parser.add_argument("--warm-cache", action="store_true", help="read the pair analysis from the user's cache")
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs (0: no induction run)")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
     parser.add_argument("--pdr", nargs="+", metavar="MODEL", help="run pdr on these models' post-fix seeds instead")
@@ -44,30 +65,20 @@ def main() -> None:
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
+    print_sizes(machine)
+    print(f"budget {arguments.budget:.0f} s of {arguments.clock} clock")
     runs = {}
     for solver in arguments.solvers:
-        for reduction in arguments.reductions:
-            checker = BoundedModelChecker(
-                machine, arguments.max_depth, timeout=arguments.budget, solver=solver, reduction=reduction == "on"
-            )
-            result = checker.run()
-            label = f"{solver}, reduction {reduction}"
-            runs[label] = checker.depth_seconds
-            within, elapsed = -1, checker.setup_seconds  # the last depth whose queries ended within the budget
-            for depth, seconds in enumerate(checker.depth_seconds):
-                elapsed += seconds
-                if elapsed <= arguments.budget:
-                    within = depth
-            pairs = "" if checker.reduction is None else f", {checker.reduction.size} ordered pairs commute"
-            print(
-                f"BMC {label}: depth {within} fully checked within {arguments.budget:.0f} s (setup "
-                f"{checker.setup_seconds:.1f} s{pairs}; stopped at depth {result.stats.depth} after "
-                f"{result.stats.seconds:.1f} s)"
-            )
+        for options in arguments.cadical_options if solver == "cadical" else ["-"]:
+            for reduction in arguments.reductions:
+                label = f"{solver}{'' if options == '-' else '/' + options}, {reduction}"
+                sat_options = {} if options == "default" else None  # None: the engine's default (unsat)
+                runs[label] = bench_bmc(machine, solver, reduction, arguments, sat_options, label)
     labels = list(runs)
-    print("depth  " + "  ".join(f"{label:>22}" for label in labels))
+    print(f"{arguments.clock} seconds per depth (depth 0 includes the setup)")
+    print("depth  " + "  ".join(f"{label:>24}" for label in labels))
     for depth in range(max(len(seconds) for seconds in runs.values())):
-        cells = [f"{runs[label][depth]:>21.2f}s" if depth < len(runs[label]) else f"{'':>22}" for label in labels]
+        cells = [f"{runs[label][depth]:>23.2f}s" if depth < len(runs[label]) else f"{'':>24}" for label in labels]
         print(f"{depth:>5}  " + "  ".join(cells))
     if arguments.k == 0:
         return
@@ -80,6 +91,88 @@ def main() -> None:
             print(
                 f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}"
             )
+
+
+def print_sizes(machine: Machine) -> None:
+    """What one frame of the CNF unrolling costs: the template's clauses and variables."""
+    from lockstep.checkers.symbolic.cnf import CadicalBackend
+    from lockstep.checkers.symbolic.encoding import Encoding
+    from lockstep.checkers.symbolic.unrolling import Template
+    from lockstep.checkers.symbolic.values import bit_vectors
+
+    encoding = Encoding(machine)
+    with bit_vectors(encoding.integer_width()):
+        started = time.monotonic()
+        template = Template(encoding)
+        translated = time.monotonic()
+        backend = CadicalBackend(template, [])
+        blasted = time.monotonic()
+    frame_bits = len({key for frame, key in backend.named if frame == 0})
+    print(
+        f"{len(encoding.grounded)} grounded transitions, {frame_bits} bits per frame; template translated in "
+        f"{translated - started:.1f} s, bit-blasted in {blasted - translated:.1f} s"
+    )
+    for name in ("step", "facts"):
+        part = getattr(backend, name)
+        print(f"  per frame, {name}: {len(part.clauses)} clauses over {part.count} variables")
+    goals = {machine.properties[position].name: len(part.clauses) for position, part in backend.goals.items()}
+    print(f"  per depth, goal clauses: {goals}")
+
+
+def bench_bmc(
+    machine: Machine,
+    solver: str,
+    reduction: str,
+    arguments: argparse.Namespace,
+    sat_options: dict[str, int] | None,
+    label: str,
+) -> list[float]:
+    """One BMC run; prints the depth fully checked within the budget; returns the setup's and each
+    depth's seconds on the chosen clock."""
+    cpu = arguments.clock == "cpu"
+    clock = time.process_time if cpu else time.monotonic
+    wall = (arguments.wall_limit or 3 * arguments.budget) if cpu else arguments.budget
+    marks = [clock()]
+
+    def progress(_: Statistics) -> None:
+        marks.append(clock())
+
+    with tempfile.TemporaryDirectory() as scratch:
+        cache = default_cache_directory() if arguments.warm_cache else Path(scratch)
+        checker = BoundedModelChecker(
+            machine,
+            arguments.max_depth,
+            timeout=wall,
+            solver=solver,
+            reduction=reduction,
+            progress=progress,
+            cache_directory=cache,
+            sat_options=sat_options,
+        )
+        result = checker.run()
+    marks.append(clock())  # the last depth (its queries, not followed by an unrolling step)
+    seconds = [later - earlier for earlier, later in zip(marks, marks[1:])]  # [0]: the setup and depth 0
+    within, elapsed = -1, 0.0  # the last depth whose queries ended within the budget
+    for depth, spent in enumerate(seconds):
+        elapsed += spent
+        if elapsed <= arguments.budget and depth <= result.stats.depth:
+            within = depth
+    setup = checker.setup_seconds
+    notes = []
+    if checker.reduction is not None:
+        analysis = checker.reduction
+        source = "cached" if analysis.cached else f"{analysis.pairs_checked} queries, {analysis.mapped} mapped"
+        notes.append(f"{analysis.size} commuting ordered pairs ({source}, {analysis.seconds:.1f} s wall)")
+    if checker.symmetry is not None:
+        notes.append(f"symmetry: {len(checker.symmetry.permutations)} permutations")
+    if checker.symmetry_skipped:
+        notes.append(f"symmetry skipped: {checker.symmetry_skipped}")
+    print(
+        f"BMC {label}: depth {within} fully checked within {arguments.budget:.0f} s "
+        f"{arguments.clock} (setup {setup:.1f} s wall; {'; '.join(notes) or 'no reduction'}; stopped at depth "
+        f"{result.stats.depth} after {result.stats.seconds:.1f} s wall)"
+    )
+    return seconds
 
 
 def bench_pdr(name: str, arguments: argparse.Namespace) -> None:

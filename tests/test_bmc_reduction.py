@@ -1,15 +1,20 @@
-"""BMC's partial-order reduction and its backends against unreduced Z3 BMC.
+"""BMC's reductions (partial-order, symmetry breaking, both) and its backends against unreduced Z3 BMC.
 
-The reduction forbids adjacent steps of commuting transitions out of canonical order; it must not
-change a verdict or a shortest counterexample length. Each instance is checked with and without
-it, on Z3 and on CaDiCaL, and the four runs must agree property by property (verdict and path
-length; every path was already re-run through ``evaluate`` by the engine). The default tier runs
-small machines and two seeds at modest depths; the slow tier every pinned instance to ``SLOW_DEPTH``.
+The partial-order reduction forbids commuting transitions out of canonical order, symmetry
+breaking keeps the lex-least path of each orbit of the rank symmetry; neither may change a verdict
+or a shortest counterexample length. Each configuration (solver and reduction) must agree with
+unreduced Z3 BMC property by property (verdict and path length; every path was already re-run
+through ``evaluate`` by the engine). The default tier runs every configuration on small machines
+(a symmetric one among them), the partial-order reduction on two seeds (which declare no symmetry)
+and symmetry breaking on dp-pause at 3 ranks; the slow tier every pinned instance to
+``SLOW_DEPTH``, CaDiCaL with each reduction and Z3 with both.
 """
 
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import pytest
 from test_symbolic import small_machine
@@ -18,13 +23,18 @@ from lockstep.checkers import CheckResult, Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
 from lockstep.checkers.symbolic import values as values_module
+from lockstep.checkers.symbolic.analysis_cache import read_pairs
+from lockstep.checkers.symbolic.bmc import REDUCTIONS
 from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.reduction import commuting_pairs
+from lockstep.checkers.symbolic.symmetry_breaking import lex_leader, transition_permutations
 from lockstep.checkers.symbolic.values import bit_vectors
 from lockstep.cli import main
 from lockstep.cli.check import pinned_instances
+from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine, Step
-from lockstep.spec.sorts import integers
+from lockstep.spec.sorts import IndexSort, MapSort, integers
+from lockstep.spec.terms import Term, any_of, constant
 
 SLOW_DEPTH = 12
 INSTANCES = {
@@ -36,14 +46,28 @@ def outcomes(result: CheckResult) -> list[tuple[str, Verdict, int | None]]:
     return [(item.name, item.verdict, None if item.path is None else item.path.length) for item in result.properties]
 
 
-def agree(machine: Machine, depth: int) -> list[tuple[str, Verdict, int | None]]:
-    """The four configurations' outcomes are equal; returns them."""
-    reference = outcomes(BoundedModelChecker(machine, depth, solver="z3", reduction=False).run())
-    for solver in ("z3", "cadical"):
-        for reduction in (False, True):
-            result = BoundedModelChecker(machine, depth, solver=solver, reduction=reduction).run()
-            assert outcomes(result) == reference, (solver, reduction)
+def agree(
+    machine: Machine, depth: int, configurations: tuple[tuple[str, str], ...] | None = None
+) -> list[tuple[str, Verdict, int | None]]:
+    """Every (solver, reduction) configuration gives the outcomes of unreduced Z3 BMC (default: both
+    solvers with every reduction); returns them."""
+    reference = outcomes(BoundedModelChecker(machine, depth, solver="z3", cache_directory=None).run())
+    if configurations is None:
+        configurations = tuple((solver, reduction) for solver in ("z3", "cadical") for reduction in REDUCTIONS)
+    with tempfile.TemporaryDirectory() as cache:  # the pair analysis once per machine, shared by por and both
+        for solver, reduction in configurations:
+            if (solver, reduction) == ("z3", "off"):
+                continue
+            folder = Path(cache)
+            checker = BoundedModelChecker(machine, depth, solver=solver, reduction=reduction, cache_directory=folder)
+            assert outcomes(checker.run()) == reference, (solver, reduction)
     return reference
+
+
+# the seeds declare no rank symmetry: symmetry breaking is skipped there, so only por is compared
+SEED_CONFIGURATIONS = (("cadical", "off"), ("cadical", "por"), ("z3", "por"))
+# every pinned instance: the reductions on CaDiCaL, and all of them combined on Z3
+SLOW_CONFIGURATIONS = (("cadical", "por"), ("cadical", "symmetry"), ("cadical", "both"), ("z3", "both"))
 
 
 def counters() -> Machine:
@@ -82,7 +106,7 @@ def test_commuting_pairs_are_found_and_dependent_ones_kept() -> None:
 
 
 def test_counters_agree_with_and_without_reduction_and_with_bfs() -> None:
-    found = dict((name, length) for name, _, length in agree(counters().finish(), 10))
+    found = dict((name, length) for name, _, length in agree(counters().finish(), 10, SEED_CONFIGURATIONS))
     explicit = check(counters())
     assert found["not_both_high"] == explicit.property_result("not_both_high").path.length == 7  # type: ignore[union-attr]
     assert found["first_five"] == explicit.property_result("first_five").path.length  # type: ignore[union-attr]
@@ -97,14 +121,24 @@ def test_small_machine_agrees_with_and_without_reduction(fixed: bool) -> None:
     ("key", "depth"), [("computed-tokens:pre-fix:seed", 13), ("cudagraph-pp:full-adjustment:seed", 8)]
 )
 def test_seeds_agree_with_and_without_reduction(key: str, depth: int) -> None:
-    found = agree(INSTANCES[key].machine(), depth)
+    found = agree(INSTANCES[key].machine(), depth, SEED_CONFIGURATIONS)
     assert any(verdict is Verdict.VIOLATED for _, verdict, _ in found)  # the depth reaches a violation
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("key", sorted(INSTANCES))
 def test_every_pinned_instance_agrees_with_and_without_reduction(key: str) -> None:
-    agree(INSTANCES[key].machine(), SLOW_DEPTH)
+    agree(INSTANCES[key].machine(), SLOW_DEPTH, SLOW_CONFIGURATIONS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", [variant.name for variant in get_protocol("dp-pause").variants])
+def test_every_dp_pause_variant_at_three_ranks_agrees_with_symmetry_breaking(variant: str) -> None:
+    """The pinned instances declare no symmetry (dp-pause declares it from 3 ranks on): each variant
+    at 3 ranks, where symmetry breaking is used."""
+    machine = get_protocol("dp-pause").instance(variant, ranks=3).machine()
+    configurations = (("cadical", "symmetry"), ("cadical", "both"), ("z3", "symmetry"))
+    agree(machine, 10, configurations)
 
 
 def test_bmc_options_are_refused_for_other_engines_and_combinations(capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,3 +174,88 @@ def test_a_translator_bug_is_caught_on_the_cadical_path_too(monkeypatch: pytest.
     monkeypatch.setattr(translate_module, "equal", broken_equal)
     with pytest.raises(TranslationBug):
         BoundedModelChecker(small_machine(False).finish(), 6, solver="cadical", reduction=True).run()
+
+
+def workers(symmetric_property: bool = True) -> Machine:
+    """Three interchangeable workers, each counting to 2, with a shared total that the last one to
+    count may double: a rank symmetry with dependent steps (the shared total) and independent ones.
+    Without ``symmetric_property`` a property names worker 0, which breaks the symmetry."""
+    machine = Machine("workers")
+    Worker = IndexSort("Worker", 3)
+    count = machine.variable("count", MapSort(Worker, integers(0, 2)), (0, 0, 0))
+    total = machine.variable("total", integers(0, 9), 0)
+
+    def bump(worker: Term) -> Step:
+        return Step(count[worker] < 2, {count: count.set(worker, count[worker] + 1), total: total + 1})
+
+    def double(worker: Term) -> Step:
+        return Step((count[worker] == 2) & (total < 5), {total: total * 2})
+
+    machine.add_action("bump", bump, actor="worker:{worker}", worker=Worker)
+    machine.add_action("double", double, actor="worker:{worker}", worker=Worker)
+    machine.declare_symmetric(Worker)
+    machine.always("total_small", total <= 7)
+    machine.sometimes("two_done", any_of(Worker, lambda w: count[w] == 2) & (total == 3))
+    if not symmetric_property:
+        machine.always("first_not_done", count[constant(0, Worker)] < 2)
+    return machine
+
+
+def test_rank_permutations_of_the_grounded_transitions() -> None:
+    encoding = Encoding(get_protocol("dp-pause").instance("post-fix", ranks=3).machine())
+    permutations, reason = transition_permutations(encoding)
+    assert reason is None and len(permutations) == 2  # ranks 1 and 2 swap; rank 0 reports wave_complete
+    identity, swap = permutations
+    assert identity == tuple(range(len(encoding.grounded)))
+    assert all(swap[swap[index]] == index for index in identity) and swap != identity
+    for index, image in enumerate(swap):
+        before, after = encoding.grounded[index], encoding.grounded[image]
+        assert before.action == after.action
+        assert [{1: 2, 2: 1}.get(value, value) for value in before.arguments] == list(after.arguments)
+
+
+def test_symmetry_breaking_is_refused_where_the_symmetry_does_not_hold() -> None:
+    assert lex_leader(Encoding(counters()))[1] == "machine counters declares no symmetric sort"
+    constraint, reason = lex_leader(Encoding(workers(symmetric_property=False)))
+    assert constraint is None and reason is not None and "names Worker 0" in reason
+    checker = BoundedModelChecker(workers(symmetric_property=False), 6, reduction="symmetry")
+    reference = BoundedModelChecker(workers(symmetric_property=False), 6)
+    assert outcomes(checker.run()) == outcomes(reference.run()) and checker.symmetry is None
+    assert checker.symmetry_skipped == reason
+
+
+def test_symmetric_workers_agree_with_every_reduction_and_with_bfs() -> None:
+    found = {name: length for name, _, length in agree(workers().finish(), 9)}
+    explicit = check(workers())
+    for name in ("total_small", "two_done"):
+        assert found[name] == explicit.property_result(name).path.length  # type: ignore[union-attr]
+    symmetric = BoundedModelChecker(workers(), 9, reduction="both", cache_directory=None)
+    symmetric.run()
+    assert symmetric.symmetry is not None and len(symmetric.symmetry.permutations) == 5  # 3! - 1
+
+
+def test_dp_pause_at_three_ranks_agrees_with_symmetry_breaking() -> None:
+    """The symmetric model: its permutation is found and used, and changes no outcome."""
+    machine = get_protocol("dp-pause").instance("pre-fix", ranks=3).machine()
+    reference = outcomes(BoundedModelChecker(machine, 5, solver="cadical").run())
+    for solver in ("z3", "cadical"):  # (no path within 5 steps: this pins that symmetry breaking finds none either)
+        checker = BoundedModelChecker(machine, 5, solver=solver, reduction="symmetry")
+        assert outcomes(checker.run()) == reference and checker.symmetry is not None, solver
+
+
+def test_the_commuting_pairs_are_cached_and_mapped_by_symmetry(tmp_path: Path) -> None:
+    encoding = Encoding(workers())
+    with bit_vectors(encoding.integer_width()):
+        plain = commuting_pairs(encoding, symmetry=False)
+        mapped = commuting_pairs(encoding, cache_directory=tmp_path)
+        cached = commuting_pairs(encoding, cache_directory=tmp_path)
+    assert plain.pairs == mapped.pairs == cached.pairs and plain.size > 0
+    assert mapped.mapped > 0 and mapped.pairs_checked < plain.pairs_checked and not mapped.cached
+    assert cached.cached and cached.pairs_checked == 0
+    (entry,) = (tmp_path / "bmc-commuting-pairs").iterdir()
+    entry.write_text("{not json")  # a damaged entry is ignored and rewritten
+    assert read_pairs(tmp_path, entry.stem) is None
+    with bit_vectors(encoding.integer_width()):
+        recomputed = commuting_pairs(encoding, cache_directory=tmp_path)
+    assert recomputed.pairs == plain.pairs and not recomputed.cached
+    assert read_pairs(tmp_path, entry.stem) == sorted(plain.pairs)

@@ -73,7 +73,7 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             stop_at_first=arguments.stop_at_first,
             workers=arguments.workers,
             bmc_solver=arguments.bmc_solver,
-            reduction=None if arguments.reduction is None else arguments.reduction == "on",
+            reduction=arguments.reduction,
         )
 
 

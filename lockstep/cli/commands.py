@@ -189,8 +189,9 @@ def prove_lemmas(**options: Any) -> Invocation:
 )
 @click.option(
     "--reduction",
-    type=click.Choice(["on", "off"]),
-    help="bmc: order commuting adjacent steps canonically (sound partial-order reduction; default off)",
+    type=click.Choice(["off", "por", "symmetry", "both", "on"]),
+    help="bmc: sound reductions of the interleavings: por orders commuting steps canonically, symmetry keeps one "
+    "path per rank permutation (where the model declares one), both, off; on means por (default off)",
 )
 @click.option(
     "--solver",

@@ -7,11 +7,15 @@ update leaves its sort. The step is encoded once (``unrolling.Template``) and re
 one query asks for all of a depth's goals, every goal its model satisfies is decided by that path,
 and the rest are asked again until unsat. Depths are tried in order, so each counterexample is a
 shortest one, as with BFS. The solver is Z3 (``backends``) or CaDiCaL on the CNF unrolling
-(``cnf``); ``reduction`` optionally forbids commuting adjacent steps out of canonical order, which
-keeps every verdict and length. Every counterexample is decoded and re-run through the concrete
-evaluator, which must show the same violation; otherwise ``TranslationBug`` is raised. A query
-that times out, or answers ``sat`` with a model that fails its own assertions (a cancelled
-search), counts as unknown: its property is inconclusive and nothing is decoded.
+(``cnf``). ``reduction`` optionally constrains the order of the steps, keeping every verdict and
+shortest length: ``por`` forbids commuting steps out of a canonical order (``reduction``),
+``symmetry`` keeps one path per orbit of the declared rank symmetry (``symmetry_breaking``;
+skipped, with the reason in ``symmetry_skipped``, where the machine's symmetry does not hold),
+``both`` combines them (sound together: both keep the least path of each depth's goal paths).
+Every counterexample is decoded and re-run through the concrete evaluator, which must show the
+same violation; otherwise ``TranslationBug`` is raised. A query that times out, or answers ``sat``
+with a model that fails its own assertions (a cancelled search), counts as unknown: its property
+is inconclusive and nothing is decoded.
 """
 
 from __future__ import annotations
@@ -19,12 +23,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path as Folder
 
 from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
-from lockstep.checkers.symbolic.backends import Backend, Valuation, Z3Backend
+from lockstep.checkers.symbolic.analysis_cache import default_cache_directory
+from lockstep.checkers.symbolic.backends import Backend, Ordering, Valuation, Z3Backend
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
 from lockstep.checkers.symbolic.reduction import Reduction, commuting_pairs
+from lockstep.checkers.symbolic.symmetry_breaking import LexLeader, lex_leader
 from lockstep.checkers.symbolic.unrolling import Goal, Template
 from lockstep.checkers.symbolic.values import bit_vectors
 from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
@@ -46,6 +53,8 @@ class _Outcome:
 
 
 SOLVERS = ("z3", "cadical")
+REDUCTIONS = ("off", "por", "symmetry", "both")
+_USE_CACHE = Folder()  # the default of ``cache_directory``: the user's cache folder
 
 
 class BoundedModelChecker:
@@ -58,14 +67,20 @@ class BoundedModelChecker:
         progress: Progress | None = None,
         timeout: float | None = None,
         only: frozenset[int] | None = None,
-        reduction: bool = False,
+        reduction: str | bool = "off",
         solver: str = "z3",
         pack: bool = True,
+        cache_directory: Folder | None = _USE_CACHE,
+        sat_options: dict[str, int] | None = None,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
         if solver not in SOLVERS:
             raise ValueError(f"unknown BMC solver {solver!r}; solvers: {', '.join(SOLVERS)}")
+        if isinstance(reduction, bool) or reduction == "on":  # the former on/off switch: on is por
+            reduction = "por" if reduction in (True, "on") else "off"
+        if reduction not in REDUCTIONS:
+            raise ValueError(f"unknown BMC reduction {reduction!r}; reductions: {', '.join(REDUCTIONS)}")
         if solver == "cadical" and solver_timeout is not None:
             raise ValueError("CaDiCaL queries cannot be interrupted: a per-query limit needs the z3 solver")
         self.encoding = Encoding(machine)
@@ -77,8 +92,12 @@ class BoundedModelChecker:
         self.only = frozenset(range(len(self.machine.properties))) if only is None else only  # properties asked
         self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
-        self.use_reduction, self.solver_name, self.pack = reduction, solver, pack
+        self.reduction_mode, self.solver_name, self.pack = reduction, solver, pack
+        self.sat_options = sat_options  # CaDiCaL's options; None: cnf.UNSAT_OPTIONS
+        self.cache_directory = default_cache_directory() if cache_directory is _USE_CACHE else cache_directory
         self.reduction: Reduction | None = None
+        self.symmetry: LexLeader | None = None
+        self.symmetry_skipped: str | None = None  # why symmetry breaking was asked for but not used
         self.setup_seconds = 0.0  # translating the template, deciding the commuting pairs
         self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
 
@@ -88,14 +107,21 @@ class BoundedModelChecker:
 
     def _backend(self, started: float) -> tuple[Template, Backend]:
         template = Template(self.encoding, pack=self.pack)
-        if self.use_reduction and self.depth > 1:
+        orderings: list[Ordering] = []
+        if self.reduction_mode in ("symmetry", "both") and self.depth > 0:
+            self.symmetry, self.symmetry_skipped = lex_leader(self.encoding)
+            if self.symmetry is not None:
+                orderings.append(self.symmetry)
+        if self.reduction_mode in ("por", "both") and self.depth > 1:
             deadline = None if self.timeout is None else started + self.timeout / 2
-            self.reduction = commuting_pairs(self.encoding, deadline=deadline)
+            self.reduction = commuting_pairs(self.encoding, deadline=deadline, cache_directory=self.cache_directory)
+            orderings.append(self.reduction)
         if self.solver_name == "cadical":
-            from lockstep.checkers.symbolic.cnf import CadicalBackend
+            from lockstep.checkers.symbolic.cnf import UNSAT_OPTIONS, CadicalBackend
 
-            return template, CadicalBackend(template, self.reduction)
-        return template, Z3Backend(template, self.reduction)
+            options = UNSAT_OPTIONS if self.sat_options is None else self.sat_options
+            return template, CadicalBackend(template, orderings, options)
+        return template, Z3Backend(template, orderings)
 
     def _run(self) -> CheckResult:
         started = time.monotonic()

@@ -1,12 +1,13 @@
 """The CaDiCaL backend of BMC: the template bit-blasted once to CNF, its clauses renamed per frame.
 
 Each template formula (the step, the initial state, a frame's facts, one output literal per goal,
-the reduction's constraint on two adjacent selectors) is turned into clauses once, by Z3's
+each ordering's constraint on a selector and its flags at two adjacent frames) is turned into clauses once, by Z3's
 ``simplify``, ``bit-blast`` and ``tseitin-cnf`` tactics, after every bit-vector constant of the
 template frames is replaced by a concatenation of named Boolean bits. A frame is then a renaming of
 clause literals: the named bits of the template's ``pre``/``post`` frames to the bits of frames k
 and k+1, every other (Tseitin) variable to a fresh one. CaDiCaL 1.9.5 (``python-sat``) solves the
-growing clause set incrementally; a depth's goals are asked at once under an activation literal.
+growing clause set incrementally; a depth's goals are asked at once under an activation literal,
+and once that is unsat each asked goal's output at that depth is asserted false (a lemma).
 A model is read back as bit-vector values of each frame's constants and decoded through the same
 terms as with Z3 (and, as there, every path is re-run through ``evaluate`` by the engine).
 CaDiCaL cannot be interrupted from Python: the run's time limit is checked between queries only,
@@ -20,12 +21,14 @@ from typing import Any
 import z3
 from pysat.solvers import Cadical195
 
-from lockstep.checkers.symbolic.backends import Valuation
-from lockstep.checkers.symbolic.reduction import Reduction
+from lockstep.checkers.symbolic.backends import Ordering, Valuation
 from lockstep.checkers.symbolic.unrolling import POST, PRE, Goal, Renaming, Template
 from lockstep.checkers.symbolic.values import Symbolic
 
 FIRST, SECOND = "P", "Q"  # the two template frames the clauses are written over
+# CaDiCaL's "--unsat" configuration: no stabilising phases and no local search, which help find
+# models; BMC's deep queries are unsat until a violation (README, "Z3 engines", measured)
+UNSAT_OPTIONS = {"stabilize": 0, "walk": 0}
 _TACTIC = z3.Then("simplify", "bit-blast", "tseitin-cnf")
 
 
@@ -81,9 +84,11 @@ class _Bits:
 class CadicalBackend:
     """BMC's unrolling as CNF for CaDiCaL (see the module doc)."""
 
-    def __init__(self, template: Template, reduction: Reduction | None) -> None:
+    def __init__(self, template: Template, orderings: list[Ordering], options: dict[str, int] | None = None) -> None:
         self.template = template
         self.solver = Cadical195()
+        if options:  # CaDiCaL's own options (src/options.hpp), e.g. UNSAT_OPTIONS
+            self.solver.configure(options)
         self.variables = 0
         self.named: dict[tuple[int, str], int] = {}  # (frame, bit key) -> solver variable
         bits = _Bits()
@@ -113,12 +118,18 @@ class CadicalBackend:
             bits.add(output, FIRST)
             self.goal_outputs[goal.position] = f"goal!{goal.position}"
             self.goals[goal.position] = clauses(output == goal.formula)
-        self.order = None
-        if reduction is not None:
-            self.order = clauses(reduction.constraint(selectors[FIRST], selectors[SECOND]))
+        self.orders: list[_Clauses] = []
+        initial_orders: list[_Clauses] = []
+        for ordering in orderings:
+            flags = {tag: {name: z3.Bool(f"{name}@{tag}") for name in ordering.flags} for tag in (FIRST, SECOND)}
+            for tag, named in flags.items():
+                for flag in named.values():
+                    bits.add(flag, tag)
+            self.orders.append(clauses(ordering.step(selectors[FIRST], flags[FIRST], flags[SECOND])))
+            initial_orders.append(clauses(ordering.initial(flags[FIRST])))
         self.selector_size = template.selector.size()
-        self._add(self.facts, 0)
-        self._add(self.initial, 0)
+        for initial in [self.facts, self.initial, *initial_orders]:
+            self._add(initial, 0)
         self.goals_added: set[tuple[int, int]] = set()
 
     def _fresh(self) -> int:
@@ -147,8 +158,8 @@ class CadicalBackend:
     def extend(self, frame: int) -> None:
         self._add(self.step, frame)
         self._add(self.facts, frame + 1)
-        if self.order is not None and frame > 0:
-            self._add(self.order, frame - 1)
+        for order in self.orders:
+            self._add(order, frame)
 
     def query(self, goals: list[Goal], depth: int, seconds: float | None) -> tuple[str, Valuation | None]:
         for goal in goals:
@@ -162,6 +173,8 @@ class CadicalBackend:
         model = self.solver.get_model() if satisfiable else None
         self.solver.add_clause([-activation])  # retire this query's disjunction
         if model is None:
+            for output in outputs:  # a lemma: no goal asked holds at this depth, in every longer unrolling too
+                self.solver.add_clause([-output])
             return "unsat", None
         return "sat", _CnfValuation(self, set(literal for literal in model if literal > 0))
 
