@@ -9,8 +9,15 @@ nightly or local soak. ``LOCKSTEP_HYPOTHESIS_PROFILE`` names the profile explici
 from __future__ import annotations
 
 import os
+import signal
 
 from hypothesis import settings
+
+# A suite started in the background of a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and an ignored signal stays ignored across exec: the Ctrl-C tests' subprocesses would
+# never see their SIGINT. A handler (unlike SIG_IGN) is reset to the default by exec.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("ci", max_examples=60, stateful_step_count=50, deadline=None, derandomize=True, database=None)
 # A profile inherits Hypothesis's default settings, which under CI=true are Hypothesis's own
