@@ -3,7 +3,8 @@
 A map is a ``Compound`` of its values in key order, so a key that is a compile-time constant picks
 one part and any other key becomes a chain of ``where``s; a sequence is a ``Sequence`` of fixed
 capacity, whose append and tail keep an ``Origin`` so that ``packing`` can write its slots as one
-shift. Each operation returns its value and the mask of rows where the reference evaluator raises.
+shift (``merged_origin`` keeps it through an if-then-else). Each operation returns its value and the
+mask of rows where the reference evaluator raises.
 """
 
 from __future__ import annotations
@@ -107,4 +108,30 @@ def sequence_operation(
     raise Unsupported(f"operator {operator.value} on a sequence")
 
 
-__all__ = ["map_access", "sequence_operation"]
+def merged_origin(
+    translator: Translator, condition: Scalar, then: Origin | None, otherwise: Origin | None
+) -> Origin | None:
+    """The origin of ``then if condition else otherwise`` when one side leaves the state's sequence as it is."""
+    if then is None or otherwise is None or then.length_leaf != otherwise.length_leaf:
+        return None
+    if otherwise.kind == "read":
+        if then.kind == "read":
+            return then
+        return Origin(
+            then.kind,
+            then.length_leaf,
+            then.element,
+            condition if then.condition is None else translator.both(condition, then.condition),
+        )
+    if then.kind == "read":
+        negated = translator.negate(condition)
+        return Origin(
+            otherwise.kind,
+            otherwise.length_leaf,
+            otherwise.element,
+            negated if otherwise.condition is None else translator.both(negated, otherwise.condition),
+        )
+    return None
+
+
+__all__ = ["map_access", "merged_origin", "sequence_operation"]

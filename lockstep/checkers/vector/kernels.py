@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.checkers.vector.facts import guard_facts
 from lockstep.checkers.vector.images import canonical_source
 from lockstep.checkers.vector.packing import encoded, fit, indent, outside, packed_region
 from lockstep.checkers.vector.tidy import tidy
@@ -124,7 +125,8 @@ class _Builder:
                 if error.value is not False:
                     blocks.append(f"errors.append(({tuple_id}, {error.code}, None))")
                 if guard.value is not False:
-                    blocks.extend(self._successor_block(tuple_id, action.updates, bindings, guard, action.name))
+                    facts = guard_facts(self.layout, outer, guard)
+                    blocks.extend(self._successor_block(tuple_id, action.updates, bindings, guard, facts, action.name))
         counts = f"counts = _counts(({''.join(f'{guard}, ' for guard in guards)}), N)"
         body = [*outer.lines, counts, *blocks, f"return blocks, {enabled.code}, errors"]
         return "def expand(W):\n    N = W.shape[1]\n    blocks = []\n    errors = []\n" + indent(body, 1)
@@ -151,10 +153,11 @@ class _Builder:
         updates: tuple[tuple[str, Expression], ...],
         bindings: Mapping[str, Value],
         guard: Scalar,
+        facts: dict[int, tuple[int, int]],
         name: str,
     ) -> list[str]:
         parent = f"P{tuple_id}"
-        scope = Scope(parent)
+        scope = Scope(parent, facts=facts)  # the block's rows are those where the guard holds
         translator = Translator(self.layout, self.emitter, scope, bindings)
         error, out_of_bounds = FALSE, FALSE
         changed: dict[int, list[tuple[int, str | int]]] = {}  # word -> (bits cleared, new bits: code or constant)

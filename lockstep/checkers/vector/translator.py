@@ -6,7 +6,9 @@ through the reference ``apply_operator``; the rest becomes lines of array code (
 the same text for both) over one column per leaf of the packed state. Every value comes with an
 error mask: the rows where the reference evaluator would raise (division by zero, a key outside
 its map, the tail of an empty sequence), with ``evaluate``'s short-circuits. Integer temporaries
-carry bounds, so checks they decide fold away. Maps and sequences: ``containers``.
+carry bounds, so checks they decide fold away; inside an if-then-else branch its condition is a
+constant, and tests of one-bit fields compare the bit in place (``facts``). Maps and sequences:
+``containers``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from collections.abc import Sequence as Sequences
+from contextlib import contextmanager
 
-from lockstep.checkers.vector.containers import map_access, sequence_operation
+from lockstep.checkers.vector.containers import map_access, merged_origin, sequence_operation
+from lockstep.checkers.vector.facts import bit_test, column_code, decided, merged_test
 from lockstep.checkers.vector.values import (
     FALSE,
     TRUE,
@@ -61,6 +65,7 @@ ZERO = Scalar("0", 0)
 _COMPLEMENTS = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 _COMPARISON = re.compile(r"^\((\S+) (==|!=|<=|>=|<|>) (\S+)\)$")
 _NEGATION = re.compile(r"^\(~(\w+)\)$")
+_BIT_TEST = re.compile(r"^\((\(\w+\[\d+\] & \d+\)) (==|!=) (0)\)$")
 # a comparison or commutative operation with a constant first is written with it second, so that
 # ``0 >= x`` and ``x <= 0`` are one temporary
 _MIRRORED = {
@@ -87,6 +92,7 @@ class Translator:
         self.scope = scope
         self.parameters = dict(parameters or {})
         self.bound: dict[str, Value] = {}
+        self.assumed: dict[str, bool] = {}  # conditions known inside the branch being translated
         self._variables = {name: position for position, name in enumerate(layout.names)}
 
     # ----------------------------------------------------------------------------- scalar helpers
@@ -95,18 +101,33 @@ class Translator:
 
     def column(self, leaf_position: int) -> Scalar:
         leaf = self.layout.leaves[leaf_position]
-        if leaf.width == 0:
-            return Scalar(repr(leaf.low), leaf.low)
-        code = f"{self.scope.words}[{leaf.word}]"
-        if leaf.boolean:  # one bit: test it in place
-            return self.emit(f"(({code} & {1 << leaf.shift}) != 0)")
-        if leaf.shift:
-            code = f"({code} >> {leaf.shift})"
-        if leaf.width + leaf.shift < 63:
-            code = f"({code} & {leaf.mask})"
-        if leaf.low:
-            code = f"({code} + {leaf.low})"
-        return self._bounded(self.emit(code), (leaf.low, leaf.high))  # stored states lie in their sorts
+        low, high = self.scope.facts.get(leaf_position, (leaf.low, leaf.high))
+        if leaf.width == 0 or low == high:  # one value in every row (the sort's, or the one the guard leaves)
+            return Scalar(repr(bool(low)), bool(low)) if leaf.boolean else Scalar(repr(low), low)
+        code = self.emit(column_code(leaf, self.scope.words))
+        self.scope.leaves[code.code] = leaf_position
+        return code if leaf.boolean else self._bounded(code, (low, high))  # stored states lie in their sorts
+
+    def settled(self, value: Scalar) -> Scalar:
+        """``value``, or the constant it is in the branch being translated."""
+        known = None if value.constant else self.assumed.get(value.code)
+        return value if known is None else TRUE if known else FALSE
+
+    @contextmanager
+    def assuming(self, condition: Scalar, truth: bool) -> Iterator[None]:
+        """Translate inside a branch where ``condition`` (and so its negation) is known to be ``truth``."""
+        if condition.constant:
+            yield
+            return
+        saved = dict(self.assumed)
+        negated = self.negate(condition)
+        self.assumed[condition.code] = truth
+        if not negated.constant:
+            self.assumed[negated.code] = not truth
+        try:
+            yield
+        finally:
+            self.assumed = saved
 
     def value_range(self, value: Scalar) -> tuple[int, int] | None:
         """Bounds of an integer value known at compile time (None: unknown, or not an integer)."""
@@ -121,8 +142,12 @@ class Translator:
         return value
 
     def where(self, condition: Scalar, then: VectorValue, otherwise: VectorValue) -> VectorValue:
+        condition = self.settled(condition)
         if condition.constant:
             return then if condition.value else otherwise
+        negation = _NEGATION.match(self.scope.codes.get(condition.code, ""))
+        if negation is not None:  # where(~c, a, b) is where(c, b, a): no negation computed
+            return self.where(Scalar(negation.group(1)), otherwise, then)
         if isinstance(then, Scalar) and isinstance(otherwise, Scalar):
             if then.code == otherwise.code:
                 return then
@@ -147,31 +172,8 @@ class Translator:
             length = self.where(condition, first.length, second.length)
             assert isinstance(length, Scalar)
             slots = tuple(self.where(condition, a, b) for a, b in zip(first.slots, second.slots))
-            return Sequence(length, slots, then.element, self._merged_origin(condition, then.origin, otherwise.origin))
+            return Sequence(length, slots, then.element, merged_origin(self, condition, then.origin, otherwise.origin))
         raise Unsupported("if-then-else over values of different shapes")
-
-    def _merged_origin(self, condition: Scalar, then: Origin | None, otherwise: Origin | None) -> Origin | None:
-        """The origin of ``then if condition else otherwise`` when one side leaves the state's sequence as it is."""
-        if then is None or otherwise is None or then.length_leaf != otherwise.length_leaf:
-            return None
-        if otherwise.kind == "read":
-            if then.kind == "read":
-                return then
-            return Origin(
-                then.kind,
-                then.length_leaf,
-                then.element,
-                condition if then.condition is None else self.both(condition, then.condition),
-            )
-        if then.kind == "read":
-            negated = self.negate(condition)
-            return Origin(
-                otherwise.kind,
-                otherwise.length_leaf,
-                otherwise.element,
-                negated if otherwise.condition is None else self.both(negated, otherwise.condition),
-            )
-        return None
 
     def widen(self, sequence: Sequence, count: int) -> Sequence:
         if len(sequence.slots) >= count:
@@ -185,10 +187,11 @@ class Translator:
         )
 
     def negate(self, value: Scalar) -> Scalar:
+        value = self.settled(value)
         if value.constant:
             return TRUE if not value.value else FALSE
         definition = self.scope.codes.get(value.code, "")
-        comparison = _COMPARISON.match(definition)
+        comparison = _COMPARISON.match(definition) or _BIT_TEST.match(definition)
         if comparison is not None:  # not (a < b) is a >= b: one operation, often one already computed
             left, symbol, right = comparison.groups()
             return self.emit(f"({left} {_COMPLEMENTS[symbol]} {right})")
@@ -198,22 +201,30 @@ class Translator:
         return self.emit(f"(~{value.code})")
 
     def both(self, left: Scalar, right: Scalar) -> Scalar:
+        left, right = self.settled(left), self.settled(right)
         if left.constant:
             return right if left.value else FALSE
         if right.constant:
             return left if right.value else FALSE
         if left.code == right.code:
             return left
+        merged = merged_test(self.scope.codes.get(left.code, ""), self.scope.codes.get(right.code, ""), "==")
+        if merged is not None:  # bits of one word all clear: one test
+            return self.emit(merged)
         first, second = sorted((left.code, right.code))  # a & b and b & a: one temporary
         return self.emit(f"({first} & {second})")
 
     def either(self, left: Scalar, right: Scalar) -> Scalar:
+        left, right = self.settled(left), self.settled(right)
         if left.constant:
             return TRUE if left.value else right
         if right.constant:
             return TRUE if right.value else left
         if left.code == right.code:
             return left
+        merged = merged_test(self.scope.codes.get(left.code, ""), self.scope.codes.get(right.code, ""), "!=")
+        if merged is not None:  # some bit of one word set: one test
+            return self.emit(merged)
         first, second = sorted((left.code, right.code))
         return self.emit(f"({first} | {second})")
 
@@ -227,9 +238,13 @@ class Translator:
             left, right = right, left
         first, second = self.value_range(left), self.value_range(right)
         if first is not None and second is not None:
-            decided = _decided(operator, first, second)
-            if decided is not None:  # the bounds decide the comparison for every row
-                return TRUE if decided else FALSE
+            outcome = decided(operator, first, second)
+            if outcome is not None:  # the bounds decide the comparison for every row
+                return TRUE if outcome else FALSE
+        if operator in (Operator.EQUAL, Operator.NOT_EQUAL) and right.constant and left.code in self.scope.leaves:
+            test = bit_test(self.layout.leaves[self.scope.leaves[left.code]], self.scope.words, right.value, operator)
+            if test is not None:  # a one-bit field against a constant: test the bit in place
+                return self.emit(test)
         symbol = _SYMBOLS[operator]
         result = self.emit(f"({left.code} {symbol} {right.code})")
         if first is not None and second is not None and operator in (Operator.ADD, Operator.SUBTRACT):
@@ -402,8 +417,14 @@ class Translator:
             )
         if operator is Operator.IF_THEN_ELSE:
             condition, failed = self.scalar(arguments[0])
-            then, then_failed = self.translate(arguments[1]) if condition.value is not False else (None, FALSE)
-            otherwise, else_failed = self.translate(arguments[2]) if condition.value is not True else (None, FALSE)
+            condition = self.settled(condition)
+            then, then_failed, otherwise, else_failed = None, FALSE, None, FALSE
+            if condition.value is not False:
+                with self.assuming(condition, True):
+                    then, then_failed = self.translate(arguments[1])
+            if condition.value is not True:
+                with self.assuming(condition, False):
+                    otherwise, else_failed = self.translate(arguments[2])
             if then is None:
                 assert otherwise is not None
                 return otherwise, self.either(failed, else_failed)
@@ -476,24 +497,6 @@ class Translator:
         assert isinstance(safe, Scalar)
         symbol = "//" if operator is Operator.FLOOR_DIVIDE else "%"
         return self.emit(f"({left.code} {symbol} {safe.code})"), zero
-
-
-def _decided(operator: Operator, left: tuple[int, int], right: tuple[int, int]) -> bool | None:
-    """The outcome of comparing any value within ``left``'s bounds with any within ``right``'s, when
-    the bounds decide it (None: they do not, or ``operator`` is no comparison)."""
-    if operator is Operator.GREATER:
-        return _decided(Operator.LESS, right, left)
-    if operator is Operator.GREATER_EQUAL:
-        return _decided(Operator.LESS_EQUAL, right, left)
-    if operator is Operator.LESS:
-        return True if left[1] < right[0] else False if left[0] >= right[1] else None
-    if operator is Operator.LESS_EQUAL:
-        return True if left[1] <= right[0] else False if left[0] > right[1] else None
-    if operator in (Operator.EQUAL, Operator.NOT_EQUAL):
-        disjoint = left[1] < right[0] or right[1] < left[0]
-        same = True if left[0] == left[1] == right[0] == right[1] else False if disjoint else None
-        return same if same is None or operator is Operator.EQUAL else not same
-    return None
 
 
 __all__ = ["Translator"]

@@ -110,6 +110,8 @@ class Scope:
     codes: dict[str, str] = field(default_factory=dict)  # temporary -> the code that defines it
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)  # temporary -> bounds of its integers
     variables: dict[str, VectorValue] = field(default_factory=dict)  # a state variable's decoded value
+    facts: dict[int, tuple[int, int]] = field(default_factory=dict)  # leaf -> its range in every row (``facts``)
+    leaves: dict[str, int] = field(default_factory=dict)  # temporary -> the leaf it decodes
 
 
 class Emitter:
