@@ -4,6 +4,7 @@ v0.29.0's wave-unseen at sync_interval 2 (issue 18)."""
 from __future__ import annotations
 
 from lockstep.checkers import check
+from lockstep.checkers.counterexample import blocked_summary
 from lockstep.models.dp_pause.model import PROTOCOL
 from lockstep.models.dp_pause.releases import BISECTION, RELEASES, release_of, response_steps
 from lockstep.spec.protocol import POST_FIX
@@ -44,3 +45,21 @@ def test_v0_23_0_runs_a_forward_after_a_partial_wake_and_v0_25_0_does_not() -> N
     assert len(actions) == 49 and actions[-2:] == [("rank:0", "finish_resume"), ("rank:0", "step")]
     fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), properties=properties)
     assert fixed.property_result("forward_only_awake").verdict.value == "holds"
+
+
+def test_v0_23_0_hangs_on_the_second_wake_round_and_v0_25_0_does_not() -> None:
+    """(w18audit) wake_up(['kv_cache']) resumes again: rank 1, its wave still running, ignores it; rank 0 takes
+    its copy after the wave ended and enters the resume barrier alone (double-resume's hang)."""
+    hung = check(PROTOCOL.instance("v0.23.0", "partial-wake"), properties=["no_hang"])
+    item = hung.property_result("no_hang")
+    assert item.verdict.value == "violated" and item.path is not None
+    actions = [(step.actor, step.action) for step in item.path.steps]
+    assert len(actions) == 68
+    rank_1_wakes = [index for index, action in enumerate(actions) if action == ("rank:1", "handle_wake")]
+    rank_0_wakes = [index for index, action in enumerate(actions) if action == ("rank:0", "handle_wake")]
+    ends = [index for index, action in enumerate(actions) if action == ("rank:0", "finish_sync")]
+    # the second round: rank 1's wake_up inside the resumed wave, rank 0's after that wave's last sync
+    assert len(rank_1_wakes) == len(rank_0_wakes) == 2 and rank_1_wakes[1] < ends[-1] < rank_0_wakes[1]
+    assert blocked_summary(hung.machine, item.path) == "rank 0 in resume_max(engine_dp)#4"
+    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), properties=["no_hang"])
+    assert fixed.property_result("no_hang").verdict.value == "holds"

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
+import json
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
+
+from lockstep.cli.check import pinned_instances
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -43,3 +48,36 @@ def test_the_test_suite_example_passes_with_the_plugin(pytester: pytest.Pytester
     pytester.makepyfile(test_users_suite=code.group(1))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--lockstep-fuzz-examples=50", timeout=300)
     result.assert_outcomes(passed=2)
+
+
+def _finding_delays() -> ModuleType:
+    path = README.parent / "tools" / "finding_delays.py"
+    spec = importlib.util.spec_from_file_location("finding_delays", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_finding_has_its_smallest_max_delay_in_the_readme() -> None:
+    """(issue 18) Every finding: a released variant (post-fix or a later release) violating one of a finding
+    instance's ``finding_properties`` in the pinned snapshot is in tools/finding_delays.py and in the README's
+    table of smallest bounds."""
+    snapshot = json.loads((README.parent / "tests" / "fixtures" / "model_snapshot.json").read_text())
+    shown: set[tuple[str, str, str, str]] = set()
+    for instance in pinned_instances():
+        spec = instance.protocol.instance_spec(instance.name)
+        variant = instance.protocol.variant(instance.variant)
+        if not spec.finding or not (instance.variant == instance.protocol.default_variant or variant.later_release):
+            continue
+        properties = snapshot[f"{instance.protocol.name}/{instance.variant}/{instance.name}"]["result"]["properties"]
+        assert spec.finding_properties, f"{instance.name}: a finding names its properties"
+        for name in spec.finding_properties:
+            if properties[name]["verdict"] == "violated":
+                shown.add((instance.protocol.name, instance.variant, instance.name, name))
+    listed = _finding_delays().FINDINGS
+    assert set(listed) == shown and len(listed) == len(shown)
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("| finding (protocol variant instance property) | smallest `max_delay` |") :]
+    rows = re.findall(r"^\| `([^`]+)` \| (none|\d+) \|$", table.split("\n\n")[0], re.MULTILINE)
+    assert [name for name, _ in rows] == [" ".join(finding) for finding in listed]

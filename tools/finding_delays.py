@@ -1,13 +1,17 @@
-"""The smallest ``max_delay`` at which each finding (a pinned ``violated`` instance of a released
-variant, README's Findings table) still shows its property's violation.
+"""The smallest ``max_delay`` at which each finding (a released variant violating a finding instance's
+``finding_properties``: README's Findings table) still shows its property's violation.
 
-    python tools/finding_delays.py
+    python tools/finding_delays.py [FILTER ...]
 
-For each finding it checks the instance with ``max_delay`` = 0, 1, 2, ... (up to 12) and prints the
-first bound at which the finding's property is violated (``none`` if none up to 12).
+For each finding (those whose ``protocol variant instance property`` contains every FILTER) it checks
+the instance with ``max_delay`` = 0, 1, 2, ... (up to 12) and prints the first bound at which the
+finding's property is violated (``none`` if none up to 12). ``tests/test_readme.py`` checks that
+``FINDINGS`` lists every finding the model snapshot shows and that README's table has a row for each.
 """
 
 from __future__ import annotations
+
+import sys
 
 from lockstep.checkers import check
 from lockstep.models import get_protocol
@@ -24,6 +28,20 @@ FINDINGS: tuple[tuple[str, str, str, str], ...] = (
     ("dp-pause", "v0.29.0", "wave-unseen-interval-2", "wave_seen_before_complete"),
     ("dp-pause", "v0.30.0", "wave-unseen", "wave_seen_before_complete"),
     ("dp-pause", "v0.23.0", "partial-wake", "forward_only_awake"),
+    ("dp-pause", "v0.23.0", "partial-wake", "no_hang"),
+    ("dp-pause", "v0.25.0", "drain-after-resume", "drained_when_idle"),
+    ("dp-pause", "v0.29.0", "drain-after-resume", "drained_when_idle"),
+    ("dp-pause", "v0.33.0", "drain-after-resume", "drained_when_idle"),
+    ("dp-pause", "v0.25.0", "pause-device-busy", "device_idle_after_pause"),
+    ("dp-pause", "v0.25.0", "drain-after-add", "drained_while_adding"),
+    ("dp-pause", "v0.29.0", "drain-after-add", "drained_while_adding"),
+    ("dp-pause", "v0.33.0", "drain-after-add", "drained_while_adding"),
+    ("dp-pause", "v0.25.0", "wave-unseen", "wave_seen_before_complete"),
+    ("dp-pause", "v0.33.0", "wave-unseen", "wave_seen_before_complete"),
+    ("dp-pause", "v0.25.0", "second-client-during-resume", "no_hang"),
+    ("dp-pause", "v0.29.0", "second-client-during-resume", "no_hang"),
+    ("dp-pause", "v0.25.0", "second-client-while-paused", "no_hang"),
+    ("dp-pause", "v0.29.0", "second-client-while-paused", "no_hang"),
 )
 LIMIT = 12
 
@@ -31,18 +49,20 @@ LIMIT = 12
 def smallest_delay(protocol: str, variant: str, instance: str, prop: str) -> int | None:
     for bound in range(LIMIT + 1):
         bounded = get_protocol(protocol).instance(variant, instance, overrides={"max_delay": bound})
-        result = check(bounded, engine="auto")
-        if any(item.name == prop and item.verdict.value == "violated" for item in result.properties):
+        result = check(bounded, engine="auto", properties=[prop])
+        if result.property_result(prop).verdict.value == "violated":
             return bound
     return None
 
 
-def main() -> None:
-    for protocol, variant, instance, prop in FINDINGS:
-        bound = smallest_delay(protocol, variant, instance, prop)
+def main(filters: list[str]) -> None:
+    for finding in FINDINGS:
+        if not all(word in " ".join(finding) for word in filters):
+            continue
+        bound = smallest_delay(*finding)
         shown = "none" if bound is None else str(bound)
-        print(f"{protocol} {variant} {instance} {prop}: smallest max_delay {shown}", flush=True)  # noqa: T201
+        print(f"{' '.join(finding)}: smallest max_delay {shown}", flush=True)  # noqa: T201
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

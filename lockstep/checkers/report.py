@@ -289,6 +289,7 @@ class PinnedRow:
     detail: str
     finding: str  # the vLLM functions involved, for a finding instance's released variant
     scenario: str
+    finding_detail: str = ""  # the finding's own counterexample(s) in this variant ("" where it shows none)
 
     @classmethod
     def of(cls, instance: Instance, result: CheckResult) -> PinnedRow:
@@ -305,17 +306,27 @@ class PinnedRow:
         else:
             detail = f"no violation within depth {result.stats.depth}"
         spec = instance.protocol.instance_spec(instance.name)
-        released = instance.variant == instance.protocol.default_variant
+        variant = instance.protocol.variant(instance.variant)
+        released = instance.variant == instance.protocol.default_variant or variant.later_release
+        finding_detail = detail if result.verdict is Verdict.VIOLATED else ""
+        if spec.finding_properties:
+            shown = [
+                f"`{item.name}` in {item.path.length}"
+                for item in result.properties
+                if item.name in spec.finding_properties and item.verdict is Verdict.VIOLATED and item.path is not None
+            ]
+            finding_detail = f"{', '.join(shown)} steps" if shown else ""
         return cls(
             instance.protocol.name,
             instance.variant,
-            instance.protocol.variant(instance.variant).release,
+            variant.release,
             instance.name,
             instance.expected,
             result.verdict.value,
             detail,
-            spec.finding if released else "",
+            spec.finding if released and finding_detail else "",
             spec.description,
+            finding_detail,
         )
 
     @property
@@ -352,14 +363,21 @@ def markdown_tables(rows_: Sequence[PinnedRow]) -> str:
             f"| `{row.protocol}` | `{row.variant}` ({row.release}) | `{row.instance}` | {row.expected} | "
             f"{row.verdict} | {row.detail} |"
         )
-    lines += ["", "Findings (violations of a released, post-fix variant that vLLM's source confirms):", ""]
+    lines += [
+        "",
+        "Findings (violations of a released variant, post-fix or a later release, that vLLM's source confirms; "
+        "one line per instance):",
+        "",
+    ]
     lines += ["| scenario (instance) | counterexample | vLLM functions involved |", "|---|---|---|"]
-    findings = [row for row in rows_ if row.finding]
-    for row in findings:
-        lines.append(
-            f"| `{row.protocol} {row.instance}`: {row.scenario} | {row.detail} ({row.variant}, {row.release}) | "
-            f"{row.finding} |"
-        )
+    findings: dict[tuple[str, str], list[PinnedRow]] = {}  # one line per finding, its released variants in order
+    for row in rows_:
+        if row.finding:
+            findings.setdefault((row.protocol, row.instance), []).append(row)
+    for group in findings.values():
+        first = group[0]
+        shown = "; ".join(f"{row.finding_detail} ({row.variant}, {row.release})" for row in group)
+        lines.append(f"| `{first.protocol} {first.instance}`: {first.scenario} | {shown} | {first.finding} |")
     if not findings:
         lines.append("| none | | |")
     return "\n".join(lines) + "\n"

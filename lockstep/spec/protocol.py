@@ -37,6 +37,8 @@ class VariantSpec:
     name: str
     description: str
     release: str  # the vLLM release or change the variant stands for
+    # a vLLM release after post-fix's (not a mutant): its violations of a finding instance are findings too
+    later_release: bool = False
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ class InstanceSpec:
     # A finding (a violation of a released, post-fix variant that vLLM's source confirms) names the
     # vLLM functions involved; the README's Findings table is generated from these.
     finding: str = ""
+    # the properties the finding is about: the table lists the released variants that violate one of them
+    # (none named: every released variant pinned violated, with its shortest counterexample)
+    finding_properties: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,7 @@ PROTOCOL = Protocol(
             "`update_async_output_token_ids` (k = min(num_sampled, num_placeholders) over an accumulated run, then "
             "truncation), `_make_sampling_metadata` (v0.22.0 gates output ids per step), `_update_states` (the trim "
             "only shortens) (v0.22.0)",
+            finding_properties=("tokens_aligned",),
         ),
     ),
     build=build,

@@ -185,6 +185,7 @@ PROTOCOL = Protocol(
             "`EngineCore.post_step` -> `take_draft_token_ids` (ordered after the queued sample_tokens RPCs), "
             "V2 `DraftTokensHandler.get_draft_tokens` ([-1]*k for the last sampled batch), "
             "`Scheduler.update_draft_token_ids` (reads the latest `is_prefill_chunk`), `Scheduler.schedule` (v0.22.0)",
+            finding_properties=("U2_exact",),
         ),
     ),
     build=build,

@@ -189,6 +189,7 @@ CLIENT_INSTANCES = (
         "(START_DP_WAVE dropped under `ignore_start_dp_wave` on one rank, applied after `resume_scheduler` on the "
         "other), `run_busy_loop` → `execute_dummy_batch` alone (v0.21.0, v0.25.0, v0.29.0; v0.33.0 has no "
         "FIRST_REQ and no hang: its verdict is the known `wave_seen_before_complete`)",
+        finding_properties=("no_hang",),
     ),
     InstanceSpec(
         "second-client-while-paused",
@@ -205,5 +206,6 @@ CLIENT_INSTANCES = (
         "(START_DP_WAVE dropped), `EngineCoreProc.process_input_sockets` (two clients' sockets in any order: the "
         "ADD after `resume_scheduler`), `DPEngineCoreProc.add_request` (no wake-up for a current-wave request), "
         "`run_busy_loop` (v0.29.0: rank 0's `start_wave` only after the forward) (v0.21.0, v0.25.0, v0.29.0)",
+        finding_properties=("no_hang",),
     ),
 )

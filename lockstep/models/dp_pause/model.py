@@ -354,6 +354,7 @@ PROTOCOL = Protocol(
             finding="`DPEngineCoreProc._handle_client_request` (START_DP_WAVE drop/apply), `resume_scheduler`, "
             "`run_busy_loop` → `execute_dummy_batch`; coordinator `process_input_socket` (FIRST_REQ with a stale "
             "wave excludes nobody); `DPAsyncMPClient` stats task (v0.21.0)",
+            finding_properties=("no_hang",),
         ),
         InstanceSpec(
             "modes",
@@ -391,6 +392,7 @@ PROTOCOL = Protocol(
             {PRE_FIX: "holds", POST_FIX: "violated", NO_LOCAL_WAKEUP: "violated"},
             finding="`DPEngineCoreProc.resume_scheduler` (the `engines_running` no-op vs `has_unfinished_dp` barrier, "
             "decided per rank), `run_busy_loop` → `execute_dummy_batch` / `_has_global_unfinished_reqs` (v0.21.0)",
+            finding_properties=("no_hang",),
         ),
         InstanceSpec(
             "request-after-resume",
@@ -402,6 +404,7 @@ PROTOCOL = Protocol(
             finding="`DPEngineCoreProc._handle_client_request` (START_DP_WAVE dropped under `ignore_start_dp_wave`), "
             "coordinator `process_input_socket` (FIRST_REQ sets `engines_running`; only `wave_complete` clears it), "
             "`DPEngineCoreProc.add_request` (no wake-up for a current-wave request) (v0.21.0)",
+            finding_properties=("coordinator_idle_when_quiet",),
         ),
         InstanceSpec(
             "aborted-stale-request",

@@ -24,18 +24,28 @@ RELEASE_VARIANTS = (
         V0_23_0,
         "v0.25.0's pause code; wake_up resumes after a partial wake, a dummy batch while asleep",
         "vLLM v0.21.0-v0.23.0",
+        later_release=True,
     ),
-    VariantSpec(V0_25_0, "v0.21.0 + sleep/wake_up: no dummy batch while the executor sleeps", "vLLM v0.25.0"),
+    VariantSpec(
+        V0_25_0, "v0.21.0 + sleep/wake_up: no dummy batch while the executor sleeps", "vLLM v0.25.0", later_release=True
+    ),
     VariantSpec(
         V0_29_0,
         "v0.25.0 + a pause completes after synchronize_device; rank 0 reports its idle → running edge",
         "vLLM v0.29.0",
+        later_release=True,
     ),
-    VariantSpec(V0_30_0, "v0.29.0 + sync at step 1 of a wave and every dp_sync_interval", "vLLM v0.30.0-v0.32.0"),
+    VariantSpec(
+        V0_30_0,
+        "v0.29.0 + sync at step 1 of a wave and every dp_sync_interval",
+        "vLLM v0.30.0-v0.32.0",
+        later_release=True,
+    ),
     VariantSpec(
         V0_33_0,
         "v0.29.0 + reject_new_requests, sync at step 1 and every dp_sync_interval, no FIRST_REQ path",
         "vLLM v0.33.0",
+        later_release=True,
     ),
 )
 

@@ -35,6 +35,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`AsyncLLM.wait_for_requests_to_drain` (returns when `dp_engines_running()` is false), "
         "`DPEngineCoreProc.run_busy_loop` (rank 0's `start_wave` after its first step, v0.29.0 on) "
         "(v0.25.0, v0.29.0, v0.33.0)",
+        finding_properties=("drained_when_idle",),
     ),
     InstanceSpec(
         "pause-device-busy",
@@ -45,6 +46,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         finding="`device_idle_after_pause` in 20 steps: `DPEngineCoreProc._pause_complete` / the idle callback "
         "resolves the pause future, `DPEngineCoreProc.run_busy_loop` → `execute_dummy_batch` returns before its "
         "kernels finish (v0.25.0; v0.29.0 adds `EngineCore._finish_pause` → `collective_rpc('synchronize_device')`)",
+        finding_properties=("device_idle_after_pause",),
     ),
     InstanceSpec(
         "drain-after-add",
@@ -58,6 +60,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`DPAsyncMPClient.add_request_async`, its stats task (FIRST_REQ sets `engines_running`, the next drained "
         "publication overwrites it), `DPCoordinatorProc` poll-timeout publication, "
         "`AsyncLLM.wait_for_requests_to_drain` (v0.25.0, v0.29.0, v0.33.0)",
+        finding_properties=("drained_while_adding",),
     ),
     InstanceSpec(
         "wave-unseen",
@@ -74,6 +77,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`run_busy_loop` (wave_complete from rank 0; v0.33.0 `start_wave` from the rank that took the request), "
         "`_has_global_unfinished_reqs` (v0.30.0: step 1 syncs), `DPCoordinatorProc.process_input_socket` "
         "(FIRST_REQ / start_wave / wave_complete in arrival order) (v0.25.0, v0.30.0, v0.33.0)",
+        finding_properties=("wave_seen_before_complete",),
     ),
     InstanceSpec(  # (w18review) v0.29.0's wave-unseen: its first step is never a sync step, so interval 2
         "wave-unseen-interval-2",
@@ -88,6 +92,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`DPEngineCoreProc._handle_client_request` (START_DP_WAVE), `_pause_complete` (`pending_pause`), "
         "`run_busy_loop` (no `start_wave` while `pending_pause`; `wave_complete` at the consensus), "
         "`_has_global_unfinished_reqs` (v0.29.0)",
+        finding_properties=("wave_seen_before_complete",),
     ),
     InstanceSpec(
         "sleep",
@@ -119,15 +124,20 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "sleep(level=1), a request while asleep, collective_rpc, then wake_up(tags=['weights']) and "
         "wake_up(tags=['kv_cache']): 0.21.0-0.23.0 resume the scheduler after the first (partial) wake, so the "
         "resume barrier starts a wave and the engine runs the request's forward with its kv_cache unmapped; "
-        "from 0.24.0 wake_up resumes only once fully awake (forward_only_awake holds in v0.25.0)",
+        "from 0.24.0 wake_up resumes only once fully awake (forward_only_awake holds in v0.25.0). The second wake_up "
+        "resumes again: a rank whose wave still runs ignores it, while its peer, whose copy arrived as the wave ended, "
+        "enters the resume barrier alone (double-resume's hang, reached by the usual weights-then-kv_cache wake)",
         {"sleep_level": 1, "partial_wake": 1, "resumes": 2, "requests": 0, "late_requests": 1, "late_window": 2},
         {V0_23_0: "violated", V0_25_0: "violated"},
         finding="`forward_only_awake` in 49 steps (v0.23.0 = vLLM 0.21.0-0.23.0): `EngineCore.sleep` → "
         "`DPEngineCoreProc._pause_complete`, the consensus in `_has_global_unfinished_reqs`, `model_executor.sleep`; "
         "`EngineCore.add_request` while paused; `EngineCore.wake_up(['weights'])` → `Executor.wake_up` "
         "(`is_sleeping` stays true) → `DPEngineCoreProc.resume_scheduler` (the `has_unfinished_dp` barrier sets "
-        "`engines_running`); `run_busy_loop` → `_process_engine_step` → `execute_model` (v0.23.0; v0.25.0 violates "
-        "only the seed's drain properties)",
+        "`engines_running`); `run_busy_loop` → `_process_engine_step` → `execute_model`. `no_hang` in 68 steps: "
+        "`EngineCore.wake_up(['kv_cache'])` → `DPEngineCoreProc.resume_scheduler` (a no-op where `engines_running`, "
+        "the `has_unfinished_dp` barrier where the wave has ended, decided per rank), `_has_global_unfinished_reqs` "
+        "(the wave's end between the two ranks' copies) (v0.23.0; v0.25.0 violates only the seed's drain properties)",
+        finding_properties=("forward_only_awake", "no_hang"),
     ),
     InstanceSpec(
         "reject-while-paused",

@@ -176,11 +176,13 @@ PROTOCOL = Protocol(
             V0_21_0,
             "v0.20.0's skip; a rank without execute_model_state receives only if it is not the last rank",
             "vLLM v0.21.0",
+            later_release=True,
         ),
         VariantSpec(
             V0_22_0,
             "v0.21.0's guard; the receive also advances num_tokens_no_spec (not tracked by the model)",
             "vLLM v0.22.0",
+            later_release=True,
         ),
     ),
     parameters=(
@@ -259,6 +261,7 @@ PROTOCOL = Protocol(
             "`use_async_scheduling and pp.world_size > 1`), `_pp_receive_prev_sampled_token_ids_to_input_batch` "
             "(`assert not pp.is_last_rank`), `Worker.execute_model`, `EngineCore.step_with_batch_queue` (None from "
             "sample_tokens means execute_model failed) (v0.20.0; v0.21.0 guards with `not pp.is_last_rank`)",
+            finding_properties=("receive_only_on_non_last",),
         ),
         InstanceSpec(
             "empty-step",
