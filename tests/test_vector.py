@@ -176,6 +176,16 @@ def test_stop_at_first_stops_at_a_shortest_violation_in_every_explicit_engine() 
     assert check(instance, "dfs", stop_at_first=True).stopped == "first-violation"
 
 
+def test_stop_at_first_waits_for_a_violation_of_a_selected_property() -> None:
+    # quiescent_during_rpc is violated in 17 steps, no_hang only in 20: selecting no_hang must not stop at 17
+    instance = get_protocol("dp-pause").instance("pre-fix", "seed")
+    for engine in ("bfs", "bfs-vec"):
+        result = check(instance, engine, properties=["no_hang"], stop_at_first=True)
+        (item,) = result.properties
+        assert result.stopped == "first-violation" and item.verdict.value == "violated"
+        assert item.path is not None and item.path.length == 20
+
+
 def test_compact_mode_keeps_fingerprints_only_and_reports_the_omission_probability() -> None:
     instance = get_protocol("dp-pause").instance("post-fix", "seed")
     exact, compact = check(instance, "bfs-vec"), check(instance, "bfs-vec", compact=True)

@@ -82,7 +82,8 @@ def check(
         if engine == "bfs-vec" and workers == 1:
             try:
                 return _restricted(
-                    _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only
+                    _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first, only),
+                    only,
                 )
             except Unsupported as error:  # a construct the kernels do not compile: the reference engine checks it
                 search = ExplicitSearch(
@@ -92,6 +93,7 @@ def check(
                     limits=limits,
                     progress=progress,
                     stop_at_first=stop_at_first,
+                    watched=only,
                 )
                 fallback = search.run()
                 fallback.warnings.append(f"bfs-vec cannot compile this model ({error}); checked with bfs")
@@ -156,6 +158,7 @@ def check(
                 symmetry=symmetry,
                 compact=compact,
                 stop_at_first=stop_at_first,
+                watched=only,
                 limits=limits,
                 device=device,
                 progress=progress,
@@ -163,7 +166,7 @@ def check(
             return _restricted(distributed, only)
         try:
             return _restricted(
-                _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first), only
+                _vector_check(machine, engine, symmetry, limits, progress, device, compact, stop_at_first, only), only
             )
         except Unsupported as error:
             raise UsageError(f"--engine {engine} cannot check {machine.name}: {error}; use --engine bfs") from None
@@ -174,6 +177,7 @@ def check(
         limits=limits,
         progress=progress,
         stop_at_first=stop_at_first,
+        watched=only,
     )
     return _restricted(search.run(), only)
 
@@ -187,6 +191,7 @@ def _vector_check(
     device: str | None,
     compact: bool,
     stop_at_first: bool,
+    watched: frozenset[int] | None,
 ) -> CheckResult:
     from lockstep.checkers.vector.backend import make_backend
 
@@ -201,6 +206,7 @@ def _vector_check(
         symmetry=symmetry,
         compact=compact,
         stop_at_first=stop_at_first,
+        watched=watched,
         limits=limits,
         progress=progress,
     )

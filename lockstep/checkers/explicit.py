@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lockstep.checkers.limits import Limits, LimitWatch
@@ -23,6 +23,14 @@ from lockstep.spec.semantics import ModelError, State, Transition, TransitionSys
 
 Progress = Callable[[Statistics], None]
 FIRST_VIOLATION = "first-violation"  # why a search with stop_at_first stopped
+
+
+def first_violation(properties: Sequence[Property], found: Iterable[int], watched: frozenset[int] | None) -> bool:
+    """Whether an ``always`` property among ``watched`` (every property when None) was found violated."""
+    return any(
+        properties[position].kind is PropertyKind.ALWAYS and (watched is None or position in watched)
+        for position in found
+    )
 
 
 @dataclass
@@ -45,6 +53,7 @@ class ExplicitSearch:
         progress: Progress | None = None,
         keep_edges: bool = False,
         stop_at_first: bool = False,
+        watched: frozenset[int] | None = None,
     ) -> None:
         if order not in ("bfs", "dfs"):
             raise ValueError(f"unknown search order {order!r}; use 'bfs' or 'dfs'")
@@ -55,6 +64,7 @@ class ExplicitSearch:
         self.limits = limits or Limits()
         self.progress = progress
         self.stop_at_first = stop_at_first
+        self.watched = watched  # the properties whose first violation stops it (None: all)
         self.states: list[State] = []
         self.parent: list[int] = []
         self.via: list[tuple[int, tuple[object, ...]]] = []
@@ -112,9 +122,7 @@ class ExplicitSearch:
                 expanded += 1
                 if len(self.found) == len(properties):
                     break
-                if self.stop_at_first and any(
-                    properties[position].kind is PropertyKind.ALWAYS for position in self.found
-                ):
+                if self.stop_at_first and first_violation(properties, self.found, self.watched):
                     stopped = FIRST_VIOLATION
                     break
                 state_id = pop()

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from lockstep.checkers.explicit import FIRST_VIOLATION, Progress
+from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict
 from lockstep.checkers.vector.backend import Backend, make_backend
 from lockstep.checkers.vector.search import VectorSearch, _Found
-from lockstep.spec.machine import Machine, PropertyKind
+from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import UsageError
 
 
@@ -134,7 +134,7 @@ class PartitionedSearch(VectorSearch):
         found = set().union(*(item[2] for item in shared))
         properties = self.machine.properties
         stops = [item[3] for item in shared if item[3] is not None]
-        if self.stop_at_first and any(properties[position].kind is PropertyKind.ALWAYS for position in found):
+        if self.stop_at_first and first_violation(properties, found, self.watched):
             return FIRST_VIOLATION
         if len(found) == len(properties):
             return "all-found"
@@ -252,6 +252,7 @@ def check_distributed(
     symmetry: bool = False,
     compact: bool = False,
     stop_at_first: bool = False,
+    watched: frozenset[int] | None = None,
     limits: Limits | None = None,
     device: str | None = None,
     progress: Progress | None = None,
@@ -261,6 +262,7 @@ def check_distributed(
         "symmetry": symmetry,
         "compact": compact,
         "stop_at_first": stop_at_first,
+        "watched": watched,
         "limits": limits,
         "progress": progress,
     }

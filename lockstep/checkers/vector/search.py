@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, property_verdict
+from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
 from lockstep.checkers.vector.backend import Backend, TorchBackend
@@ -67,6 +67,7 @@ class VectorSearch:
         symmetry: bool = False,
         compact: bool = False,
         stop_at_first: bool = False,
+        watched: frozenset[int] | None = None,
         limits: Limits | None = None,
         progress: Progress | None = None,
         chunk: int | None = None,
@@ -82,6 +83,7 @@ class VectorSearch:
         self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.stop_at_first = stop_at_first
+        self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
         self.progress = progress
         self.chunk = chunk or backend.chunk  # frontier states expanded at once
@@ -169,7 +171,7 @@ class VectorSearch:
 
     def _should_stop(self, watch: LimitWatch) -> str | None:
         properties = self.machine.properties
-        if self.stop_at_first and any(properties[position].kind is PropertyKind.ALWAYS for position in self.found):
+        if self.stop_at_first and first_violation(properties, self.found, self.watched):
             return FIRST_VIOLATION
         if len(self.found) == len(properties):
             return "all-found"
