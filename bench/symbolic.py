@@ -6,6 +6,8 @@ counts the budget in the process's CPU seconds instead of wall-clock seconds (ea
 take up to ``--wall-limit`` seconds of wall clock), which a loaded shared machine distorts less.
 The partial-order reduction's pair analysis runs cold (a fresh cache folder per run) unless
 ``--warm-cache``: then it is read from the user's cache (``analysis_cache``) when there.
+``--per-goal-from D`` asks each property's goal in a query of its own from depth D on and prints
+the CPU seconds of every query from there (which property a depth's time goes to).
 
 ``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
 ``--ranks``): per property its verdict, seconds, which prover settled it (Houdini, ABC's pdr on the
@@ -50,6 +52,7 @@ def main() -> None:
         choices=["unsat", "default"],
         help="CaDiCaL configurations to compare: its --unsat options (the default) and its own defaults",
     )
+    parser.add_argument("--per-goal-from", type=int, default=None, help="one query per goal from this depth on")
     parser.add_argument("--warm-cache", action="store_true", help="read the pair analysis from the user's cache")
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs (0: no induction run)")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
@@ -148,6 +151,7 @@ def bench_bmc(
             progress=progress,
             cache_directory=cache,
             sat_options=sat_options,
+            separate_from=arguments.per_goal_from,
         )
         result = checker.run()
     marks.append(clock())  # the last depth (its queries, not followed by an unrolling step)
@@ -172,6 +176,12 @@ def bench_bmc(
         f"{arguments.clock} (setup {setup:.1f} s wall; {'; '.join(notes) or 'no reduction'}; stopped at depth "
         f"{result.stats.depth} after {result.stats.seconds:.1f} s wall)"
     )
+    if arguments.per_goal_from is not None:
+        print(f"  CPU seconds per query from depth {arguments.per_goal_from} (queries under 0.1 s left out):")
+        for query in checker.queries:
+            if query.depth >= arguments.per_goal_from and query.cpu_seconds >= 0.1:
+                asked = ", ".join(query.properties)
+                print(f"    depth {query.depth:>3}  {asked:<40} {query.answer:<8} {query.cpu_seconds:7.2f} s")
     return seconds
 
 

@@ -259,3 +259,19 @@ def test_the_commuting_pairs_are_cached_and_mapped_by_symmetry(tmp_path: Path) -
         recomputed = commuting_pairs(encoding, cache_directory=tmp_path)
     assert recomputed.pairs == plain.pairs and not recomputed.cached
     assert read_pairs(tmp_path, entry.stem) == sorted(plain.pairs)
+
+
+@pytest.mark.parametrize("solver", ["z3", "cadical"])
+def test_one_query_per_goal_gives_the_same_outcomes_and_logs_each_query(solver: str) -> None:
+    """``separate_from`` (the bench's per-goal timing) asks each goal alone: no verdict or shortest
+    length changes, and every query from that depth on names one property."""
+    for machine in (small_machine(False).finish(), workers().finish()):
+        batched = BoundedModelChecker(machine, 9, solver=solver, cache_directory=None)
+        reference = outcomes(batched.run())
+        assert any(len(query.properties) > 1 for query in batched.queries)
+        separate = BoundedModelChecker(machine, 9, solver=solver, separate_from=3, cache_directory=None)
+        assert outcomes(separate.run()) == reference
+        depths = {query.depth for query in separate.queries}  # until every property is decided, or depth 9
+        assert depths == set(range(max(depths) + 1)) and max(depths) > 3
+        assert all(len(query.properties) == 1 for query in separate.queries if query.depth >= 3)
+        assert any(query.answer == "sat" for query in separate.queries)  # a violation or witness is found

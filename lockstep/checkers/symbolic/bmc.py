@@ -15,7 +15,10 @@ skipped, with the reason in ``symmetry_skipped``, where the machine's symmetry d
 Every counterexample is decoded and re-run through the concrete evaluator, which must show the
 same violation; otherwise ``TranslationBug`` is raised. A query that times out, or answers ``sat``
 with a model that fails its own assertions (a cancelled search), counts as unknown: its property
-is inconclusive and nothing is decoded.
+is inconclusive and nothing is decoded. Every query is logged (``queries``: its depth, the
+properties asked, the answer, wall and CPU seconds); from depth ``separate_from`` on each goal is
+asked in a query of its own (the same verdicts and lengths, one path per goal), which shows which
+property a depth's time goes to.
 """
 
 from __future__ import annotations
@@ -45,6 +48,17 @@ class TranslationBug(RuntimeError):
 Progress = Callable[[Statistics], None]
 
 
+@dataclass(frozen=True)
+class QueryRecord:
+    """One solver query: the depth, the properties whose goals it asked, its answer, its seconds."""
+
+    depth: int
+    properties: tuple[str, ...]
+    answer: str
+    seconds: float
+    cpu_seconds: float
+
+
 @dataclass
 class _Outcome:
     verdict: Verdict
@@ -72,6 +86,7 @@ class BoundedModelChecker:
         pack: bool = True,
         cache_directory: Folder | None = _USE_CACHE,
         sat_options: dict[str, int] | None = None,
+        separate_from: int | None = None,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
@@ -100,6 +115,8 @@ class BoundedModelChecker:
         self.symmetry_skipped: str | None = None  # why symmetry breaking was asked for but not used
         self.setup_seconds = 0.0  # translating the template, deciding the commuting pairs
         self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
+        self.separate_from = separate_from  # from this depth on, one query per goal
+        self.queries: list[QueryRecord] = []
 
     def run(self) -> CheckResult:
         with bit_vectors(self.width):
@@ -190,13 +207,24 @@ class BoundedModelChecker:
     ) -> str | None:
         """Ask the depth's goals together; every goal a model satisfies is decided by its path (a
         shortest one: the shallower depths were unsat for it); ask again for the rest until unsat.
-        An unknown answer for several goals asks each alone. Returns why the run stops, or None."""
+        An unknown answer for several goals asks each alone, as does every depth from
+        ``separate_from`` on. Returns why the run stops, or None."""
+        if self.separate_from is not None and depth >= self.separate_from and len(goals) > 1:
+            for goal in goals:
+                stop = self._ask(backend, [goal], depth, started, outcomes, unknown)
+                if stop is not None:
+                    return stop
+            return None
         pending = list(goals)
         while pending:
             seconds = self._query_seconds(started)
             if seconds is not None and seconds <= 0:
                 return "timeout"
+            asked_at, cpu_at = time.monotonic(), time.process_time()
             answer, valuation = backend.query(pending, depth, seconds)
+            names = tuple(self.machine.properties[goal.position].name for goal in pending)
+            spent = QueryRecord(depth, names, answer, time.monotonic() - asked_at, time.process_time() - cpu_at)
+            self.queries.append(spent)
             if valuation is not None:
                 hits = [goal for goal in pending if valuation.holds(goal, depth)]
                 if not hits:
