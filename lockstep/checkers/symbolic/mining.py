@@ -61,7 +61,11 @@ def reachable_rows(encoding: Encoding, state_limit: int = STATE_LIMIT) -> np.nda
         return None
     sorts = [variable.sort for variable in machine.variables.values()]
     rows = [
-        [int(scalar) for sort, value in zip(sorts, state, strict=True) for scalar in flatten(sort, lift_value(value, sort))]
+        [
+            int(scalar)
+            for sort, value in zip(sorts, state, strict=True)
+            for scalar in flatten(sort, lift_value(value, sort))
+        ]
         for state in search.states
     ]
     return np.array(rows, dtype=np.int64)
@@ -84,7 +88,9 @@ def mine(rows: np.ndarray, booleans: list[bool]) -> list[Fact]:
         groups.setdefault((booleans[column], rows[:, column].tobytes()), []).append(column)
     for members in groups.values():
         facts.extend(Fact("equal", left, right) for left, right in zip(members, members[1:]))
-    atoms = [(column, int(value)) for column in varying if len(observed[column]) <= ATOM_LIMIT for value in observed[column]]
+    atoms = [
+        (column, int(value)) for column in varying if len(observed[column]) <= ATOM_LIMIT for value in observed[column]
+    ]
     if atoms:
         truth = np.stack([rows[:, column] == value for column, value in atoms], axis=1).astype(np.float32)
         together = truth.T @ truth  # states where both atoms hold (exact: counts stay below 2**24)
@@ -148,7 +154,7 @@ def inductive_subset(
     initial.set("timeout", milliseconds(query_timeout))
     initial.add(domain, to_z3(encoding.initial(before)))
     first = {label: z3.substitute(formula, *pairs_before) for label, formula in alive.items()}
-    decided = True
+    decided: bool | None = True
     while alive and decided:  # initiation: no initial state breaks a candidate
         decided = _drop_broken(initial, first, alive, deadline)
     if decided is False:

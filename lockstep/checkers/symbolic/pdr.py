@@ -59,9 +59,6 @@ from lockstep.checkers.symbolic.bmc import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic.circuit import Circuit, CircuitError
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
 from lockstep.checkers.symbolic.houdini import candidates, inductive_subset
-from lockstep.checkers.symbolic.mining import STATE_LIMIT, Fact, component_kinds, mine, reachable_rows
-from lockstep.checkers.symbolic.mining import formulas as mined_formulas
-from lockstep.checkers.symbolic.mining import inductive_subset as mined_subset
 from lockstep.checkers.symbolic.invariants import (
     Certificate,
     bad,
@@ -73,6 +70,9 @@ from lockstep.checkers.symbolic.invariants import (
     verify,
     without_domain,
 )
+from lockstep.checkers.symbolic.mining import STATE_LIMIT, Fact, component_kinds, mine, reachable_rows
+from lockstep.checkers.symbolic.mining import formulas as mined_formulas
+from lockstep.checkers.symbolic.mining import inductive_subset as mined_subset
 from lockstep.checkers.symbolic.solving import milliseconds
 from lockstep.checkers.symbolic.strengthening import Strengthening
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
