@@ -3,6 +3,8 @@ subset, which Z3 re-checks as an invariant, and drops a mined candidate that is 
 
 from __future__ import annotations
 
+import time
+
 import z3
 
 from lockstep.checkers import Verdict, check
@@ -34,7 +36,7 @@ def test_mined_facts_kept_by_houdini_are_an_invariant_z3_rechecks() -> None:
         candidates = mining.formulas(encoding, facts)
         assert "mined: x == y" in candidates and "mined: x in {0, 1, 2, 3}" in candidates
         kept = mining.inductive_subset(encoding, candidates)
-        assert set(kept) == set(candidates)  # every fact of this small space is inductive
+        assert kept is not None and set(kept) == set(candidates)  # every fact of this small space is inductive
         position = [prop.name for prop in encoding.machine.properties].index("y_small")
         assert verify(encoding, position, z3.And(*kept.values())) is None
         assert verify(encoding, position, candidates["mined: y in {0, 1, 2, 3}"]) is not None  # alone: not inductive
@@ -49,7 +51,7 @@ def test_a_mined_candidate_that_is_not_inductive_is_dropped() -> None:
         candidates = mining.formulas(encoding, mining.mine(sample, mining.component_kinds(encoding)))
         assert "mined: x in {0, 1}" in candidates
         kept = mining.inductive_subset(encoding, candidates)
-    assert "mined: x in {0, 1}" not in kept and "mined: y in {0, 1}" not in kept
+    assert kept is not None and "mined: x in {0, 1}" not in kept and "mined: y in {0, 1}" not in kept
     assert "mined: x == y" in kept
 
 
@@ -58,3 +60,12 @@ def test_pdr_with_mined_invariants_proves_through_houdini() -> None:
     (item,) = result.properties
     assert item.verdict is Verdict.HOLDS and "Houdini" in item.detail and "mined candidate invariants" in item.detail
     assert item.invariant is not None and "x == y" in item.invariant.replace("y == x", "x == y")
+
+
+def test_houdini_past_its_deadline_keeps_nothing_mined() -> None:
+    encoding = Encoding(counter())
+    rows = mining.reachable_rows(encoding)
+    assert rows is not None
+    with bit_vectors(None):
+        candidates = mining.formulas(encoding, mining.mine(rows, mining.component_kinds(encoding)))
+        assert mining.inductive_subset(encoding, candidates, deadline=time.monotonic() - 1) is None

@@ -200,7 +200,8 @@ class PropertyDirectedReachability:
         stats = Statistics(None, None, self.bmc_depth, time.monotonic() - started)
         if self.mined is not None:
             for name in results:
-                results[name].detail += f" (Houdini kept {self.mined[1]} of {self.mined[0]} mined candidate invariants)"
+                kept, seconds = f"{self.mined[1]} of {self.mined[0]}", self.houdini_seconds
+                results[name].detail += f" (Houdini kept {kept} mined candidate invariants, {seconds:.0f} s)"
         ordered = [results[prop.name] for position, prop in enumerate(machine.properties) if position in self.only]
         return CheckResult(machine, "pdr", ordered, stats, stopped, [*first.warnings, *self.warnings])
 
@@ -326,12 +327,19 @@ class PropertyDirectedReachability:
             else:
                 facts = mine(rows, component_kinds(self.encoding))
         own = candidates(self.encoding, frozenset(pending))
-        if facts:
+        found: dict[str, z3.BoolRef] | None = None
+        if facts:  # the mined candidates' Houdini gets at most one property's time limit
             mined = mined_formulas(self.encoding, facts)
-            survivors = mined_subset(self.encoding, {**own, **mined}, deadline=deadline)
-            self.mined = (len(mined), len([label for label in survivors if label in mined]))
-        else:
-            survivors = inductive_subset(self.encoding, own, deadline=deadline)
+            limit = time.monotonic() + self.property_timeout
+            found = mined_subset(
+                self.encoding, {**own, **mined}, deadline=limit if deadline is None else min(limit, deadline)
+            )
+            if found is None:
+                self._warn(f"--mine-invariants: Houdini did not finish over {len(mined):,} mined candidates in time")
+                facts = []
+            else:
+                self.mined = (len(mined), len([label for label in found if label in mined]))
+        survivors = inductive_subset(self.encoding, own, deadline=deadline) if found is None else found
         self.houdini_seconds = time.monotonic() - self.houdini_seconds
         if not survivors:
             return []
