@@ -62,15 +62,17 @@ def reachable_rows(encoding: Encoding, state_limit: int = STATE_LIMIT) -> np.nda
     if result.stopped is not None or len(search.states) >= state_limit:
         return None
     sorts = [variable.sort for variable in machine.variables.values()]
-    rows = [
-        [
+    rows: np.ndarray | None = None
+    for number, state in enumerate(search.states):  # one row at a time: no list of every state's ints
+        row = [
             int(scalar)
             for sort, value in zip(sorts, state, strict=True)
             for scalar in flatten(sort, lift_value(value, sort))
         ]
-        for state in search.states
-    ]
-    return np.array(rows, dtype=np.int64)
+        if rows is None:
+            rows = np.empty((len(search.states), len(row)), dtype=np.int64)
+        rows[number] = row
+    return np.empty((0, 0), dtype=np.int64) if rows is None else rows
 
 
 def mine(rows: np.ndarray, booleans: list[bool]) -> list[Fact]:
