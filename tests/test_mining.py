@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import z3
 
 from lockstep.checkers import Verdict, check
@@ -13,6 +14,7 @@ from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.invariants import verify
 from lockstep.checkers.symbolic.values import bit_vectors
 from lockstep.spec.machine import Machine, Step
+from lockstep.spec.protocol import UsageError
 from lockstep.spec.sorts import integers
 
 
@@ -69,3 +71,8 @@ def test_houdini_past_its_deadline_keeps_nothing_mined() -> None:
     with bit_vectors(None):
         candidates = mining.formulas(encoding, mining.mine(rows, mining.component_kinds(encoding)))
         assert mining.inductive_subset(encoding, candidates, deadline=time.monotonic() - 1) is None
+
+
+def test_mining_is_an_option_of_pdr_only() -> None:
+    with pytest.raises(UsageError, match="--mine-invariants applies to --engine pdr"):
+        check(counter(), "bfs", mine_invariants=True)
