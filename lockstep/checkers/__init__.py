@@ -56,6 +56,7 @@ def check(
     workers: int = 1,
     bmc_solver: str | None = None,
     reduction: str | bool | None = None,
+    mine_invariants: bool = False,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
 
@@ -68,13 +69,16 @@ def check(
     skip the others' queries altogether. ``compact`` (vectorised engines) keeps 64-bit fingerprints
     instead of full states; ``stop_at_first`` (explicit engines) ends the search at the first
     violation. ``bmc_solver`` (``z3`` or ``cadical``) and ``reduction`` (``off``, ``por``,
-    ``symmetry``, ``both``; default off) configure ``bmc``. z3 is imported only when a Z3 engine is asked for,
-    torch only for ``bfs-gpu`` or ``workers`` > 1."""
+    ``symmetry``, ``both``; default off) configure ``bmc``. ``mine_invariants`` (pdr) adds to Houdini's
+    candidates the facts of every reachable state the explicit engine enumerates (``mining``). z3 is
+    imported only when a Z3 engine is asked for, torch only for ``bfs-gpu`` or ``workers`` > 1."""
     if engine not in ENGINES:
         raise UsageError(f"unknown engine {engine!r}; engines: {', '.join(ENGINES)}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
     only = _selected(machine, properties)
     _check_options(engine, device=device, compact=compact, stop_at_first=stop_at_first, workers=workers)
+    if engine != "pdr" and mine_invariants:
+        raise UsageError(f"--mine-invariants applies to --engine pdr, not to {engine}")
     if engine != "bmc" and (bmc_solver is not None or reduction is not None):
         raise UsageError(f"a BMC solver and reduction apply to --engine bmc, not to {engine}")
     if engine == AUTO:
@@ -117,6 +121,7 @@ def check(
                 only=safety,
                 progress=progress,
                 property_timeout=60.0 if solver_timeout is None else solver_timeout,
+                mine=mine_invariants,
             )
             return _with_liveness(prover.run(), liveness & set(only or liveness))
         if engine == "induction":

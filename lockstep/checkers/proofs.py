@@ -64,6 +64,7 @@ PINNED: dict[str, tuple[str, ...]] = {
 # sync_decisions_agree in 16-64 s each and left the six others unknown; at 60 s on the 2-core
 # development machine not all five would be proved, so a pin would be a timing, not a fact. With
 # strengthening, pdr -n -c, &scorr and GipSAT the six stay unknown at 450-480 s (README says why).
+# With --mine-invariants (Houdini keeps 202 of 4,133 mined candidates) they stay unknown at 270 s of ABC each.
 
 PROVED = "proved for all depths"
 EXHAUSTIVE = "checked exhaustively at the pinned sizes"

@@ -74,6 +74,7 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             workers=arguments.workers,
             bmc_solver=arguments.bmc_solver,
             reduction=arguments.reduction,
+            mine_invariants=arguments.mine_invariants,
         )
 
 

@@ -177,6 +177,13 @@ def prove_lemmas(**options: Any) -> Invocation:
     help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)",
 )
 @click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll; pdr: its first BMC run")
+@click.option(
+    "--mine-invariants",
+    is_flag=True,
+    help="pdr: enumerate the reachable states with the explicit engine (at most 500,000) and add every value set, "
+    "equality and implication between component values they all satisfy to Houdini's candidates; only the "
+    "inductive subset is assumed, and the re-checked invariants include it",
+)
 @click.option("--show-invariant", is_flag=True, help="pdr: print each proved property's re-checked inductive invariant")
 @click.option(
     "--k", "induction_k", type=POSITIVE_INTEGER, metavar="K", help="induction: the k of k-induction (default: 1..10)"

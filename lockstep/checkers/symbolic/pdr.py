@@ -11,7 +11,8 @@ wrap.
 
 The portfolio: BMC first, to ``depth`` steps within ``bmc_seconds`` (shallow violations and
 witnesses, shortest as with BFS). Then Houdini (``houdini``) keeps the largest inductive subset of
-the model's own invariants (its ``always`` properties and strengthening invariants): the open
+the model's own invariants (its ``always`` properties and strengthening invariants; with ``mine``,
+also the candidates ``mining`` finds in the explicit engine's reachable states): the open
 properties among them are proved at once, and the subset is assumed by every later query. Every
 property still open goes to the provers, in stages (``STAGES``) that share its time limit: ABC's
 ``pdr`` on the circuit of the model (``circuit``: the second translation, bit-level, through the
@@ -69,6 +70,9 @@ from lockstep.checkers.symbolic.invariants import (
     verify,
     without_domain,
 )
+from lockstep.checkers.symbolic.mining import STATE_LIMIT, Fact, component_kinds, mine, reachable_rows
+from lockstep.checkers.symbolic.mining import formulas as mined_formulas
+from lockstep.checkers.symbolic.mining import inductive_subset as mined_subset
 from lockstep.checkers.symbolic.solving import milliseconds
 from lockstep.checkers.symbolic.strengthening import Strengthening
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, negate, to_z3
@@ -116,6 +120,7 @@ class PropertyDirectedReachability:
         assume_proved: bool = True,
         stages: tuple[tuple[str, float], ...] = STAGES,
         houdini: bool = True,
+        mine: bool = False,
         progress: Progress | None = None,
     ) -> None:
         self.encoding = Encoding(machine)
@@ -129,6 +134,8 @@ class PropertyDirectedReachability:
         self.assume_proved = assume_proved
         self.stages = stages
         self.use_houdini = houdini
+        self.mine = mine  # Houdini also filters candidates mined from the explicit state space
+        self.mined: tuple[int, int] | None = None  # (candidates mined, kept by Houdini)
         self.progress = progress
         self.attempts: dict[str, Attempt] = {}  # per property Spacer was asked about
         self.bmc_depth = 0  # the depth the BMC phase checked fully
@@ -191,6 +198,10 @@ class PropertyDirectedReachability:
                 if self.progress is not None:
                     self.progress(Statistics(None, None, self.bmc_depth, time.monotonic() - started))
         stats = Statistics(None, None, self.bmc_depth, time.monotonic() - started)
+        if self.mined is not None:
+            for name in results:
+                kept, seconds = f"{self.mined[1]} of {self.mined[0]}", self.houdini_seconds
+                results[name].detail += f" (Houdini kept {kept} mined candidate invariants, {seconds:.0f} s)"
         ordered = [results[prop.name] for position, prop in enumerate(machine.properties) if position in self.only]
         return CheckResult(machine, "pdr", ordered, stats, stopped, [*first.warnings, *self.warnings])
 
@@ -308,7 +319,27 @@ class PropertyDirectedReachability:
         inductive conjunction becomes the first lemmas of the integer reading."""
         self.houdini_seconds = time.monotonic()
         deadline = None if self.timeout is None else started + self.timeout
-        survivors = inductive_subset(self.encoding, candidates(self.encoding, frozenset(pending)), deadline=deadline)
+        facts: list[Fact] = []
+        if self.mine:
+            rows = reachable_rows(self.encoding)
+            if rows is None:
+                self._warn(f"--mine-invariants: more than {STATE_LIMIT:,} reachable states, nothing mined")
+            else:
+                facts = mine(rows, component_kinds(self.encoding))
+        own = candidates(self.encoding, frozenset(pending))
+        found: dict[str, z3.BoolRef] | None = None
+        if facts:  # the mined candidates' Houdini gets at most one property's time limit
+            mined = mined_formulas(self.encoding, facts)
+            limit = time.monotonic() + self.property_timeout
+            found = mined_subset(
+                self.encoding, {**own, **mined}, deadline=limit if deadline is None else min(limit, deadline)
+            )
+            if found is None:
+                self._warn(f"--mine-invariants: Houdini did not finish over {len(mined):,} mined candidates in time")
+                facts = []
+            else:
+                self.mined = (len(mined), len([label for label in found if label in mined]))
+        survivors = inductive_subset(self.encoding, own, deadline=deadline) if found is None else found
         self.houdini_seconds = time.monotonic() - self.houdini_seconds
         if not survivors:
             return []
@@ -321,7 +352,7 @@ class PropertyDirectedReachability:
         if self.assume_proved:
             self._lemmas["integers"] = conjuncts(whole)
             with bit_vectors(self.width):
-                bits = candidates(self.encoding, frozenset(pending))
+                bits = {**candidates(self.encoding, frozenset(pending)), **mined_formulas(self.encoding, facts)}
             for label, formula in survivors.items():
                 self.strengthening.assume_predicate(f"Houdini: {label}", formula, bits[label])
         return proved
