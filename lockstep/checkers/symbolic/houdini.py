@@ -12,6 +12,7 @@ once, and the survivors are assumed by Spacer's queries for the others.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import z3
 
@@ -34,30 +35,46 @@ def candidates(encoding: Encoding, only: frozenset[int]) -> dict[str, z3.BoolRef
     return found
 
 
+class Queries(NamedTuple):
+    """The two solvers of a Houdini run and the substitutions that read a named-state formula in them."""
+
+    initial: z3.Solver  # a state in the domains and initial
+    step: z3.Solver  # two states in the domains, one transition apart
+    before: list[tuple[z3.ExprRef, z3.ExprRef]]  # named state -> the first state
+    after: list[tuple[z3.ExprRef, z3.ExprRef]]  # named state -> the second state
+
+
+def queries(encoding: Encoding, tag: str, query_timeout: float) -> Queries:
+    """Initiation and consecution solvers over fresh state copies named by ``tag``."""
+    named = components(encoding, named_state(encoding))
+    before, after = encoding.state(tag), encoding.state(f"{tag}'")
+    domain = to_z3(encoding.domain(before))
+    initial, step = z3.Solver(), z3.Solver()
+    for solver in (initial, step):
+        solver.set("timeout", milliseconds(query_timeout))
+    initial.add(domain, to_z3(encoding.initial(before)))
+    step.add(domain, to_z3(encoding.domain(after)))
+    step.add(*[to_z3(part) for part in encoding.transition(before, after, integer_constant(f"action@{tag}"), tag)])
+    return Queries(
+        initial,
+        step,
+        list(zip(named, components(encoding, before), strict=True)),
+        list(zip(named, components(encoding, after), strict=True)),
+    )
+
+
 def inductive_subset(
     encoding: Encoding, formulas: dict[str, z3.BoolRef], *, query_timeout: float = 10.0, deadline: float | None = None
 ) -> dict[str, z3.BoolRef]:
     """The largest subset of ``formulas`` that is inductive as a conjunction (see the module doc)."""
-    named = components(encoding, named_state(encoding))
-    before, after = encoding.state("houdini"), encoding.state("houdini'")
-    pairs_before = list(zip(named, components(encoding, before), strict=True))
-    pairs_after = list(zip(named, components(encoding, after), strict=True))
-    domain = to_z3(encoding.domain(before))
+    initial, step, pairs_before, pairs_after = queries(encoding, "houdini", query_timeout)
     alive = dict(formulas)
-    initial = z3.Solver()
-    initial.set("timeout", milliseconds(query_timeout))
-    initial.add(domain, to_z3(encoding.initial(before)))
     for label, formula in list(alive.items()):
         initial.push()
         initial.add(z3.Not(z3.substitute(formula, *pairs_before)))
         if ask(initial)[0] != z3.unsat:
             del alive[label]
         initial.pop()
-    step = z3.Solver()
-    step.set("timeout", milliseconds(query_timeout))
-    selector = integer_constant("action@houdini")
-    step.add(domain, to_z3(encoding.domain(after)))
-    step.add(*[to_z3(part) for part in encoding.transition(before, after, selector, "houdini")])
     changed = True
     while changed and alive:
         changed = False

@@ -32,9 +32,10 @@ from lockstep.checkers.explicit import ExplicitSearch
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
 from lockstep.checkers.symbolic.houdini import inductive_subset as one_by_one
+from lockstep.checkers.symbolic.houdini import queries
 from lockstep.checkers.symbolic.invariants import components, named_state
-from lockstep.checkers.symbolic.solving import ask, milliseconds
-from lockstep.checkers.symbolic.values import integer_constant, integer_value, lift_value, to_z3
+from lockstep.checkers.symbolic.solving import ask
+from lockstep.checkers.symbolic.values import integer_value, lift_value
 from lockstep.spec.compiler import CompiledSystem
 
 VALUE_LIMIT = 8  # at most this many observed values: a value set; more: a range
@@ -158,25 +159,14 @@ def inductive_subset(
 def _houdini(
     encoding: Encoding, candidates: dict[str, z3.BoolRef], query_timeout: float, deadline: float | None
 ) -> dict[str, z3.BoolRef]:
-    named = components(encoding, named_state(encoding))
-    before, after = encoding.state("mined"), encoding.state("mined'")
-    pairs_before = list(zip(named, components(encoding, before), strict=True))
-    pairs_after = list(zip(named, components(encoding, after), strict=True))
-    domain = to_z3(encoding.domain(before))
+    initial, step, pairs_before, pairs_after = queries(encoding, "mined", query_timeout)
     alive = dict(candidates)
-    initial = z3.Solver()
-    initial.set("timeout", milliseconds(query_timeout))
-    initial.add(domain, to_z3(encoding.initial(before)))
     first = {label: z3.substitute(formula, *pairs_before) for label, formula in alive.items()}
     decided: bool | None = True
     while alive and decided:  # initiation: no initial state breaks a candidate
         decided = _drop_broken(initial, first, alive, deadline)
     if decided is False:
         return one_by_one(encoding, alive, deadline=deadline)
-    step = z3.Solver()
-    step.set("timeout", milliseconds(query_timeout))
-    step.add(domain, to_z3(encoding.domain(after)))
-    step.add(*[to_z3(part) for part in encoding.transition(before, after, integer_constant("action@mined"), "mined")])
     following = {label: z3.substitute(formula, *pairs_after) for label, formula in alive.items()}
     while alive:  # consecution: no step from a state satisfying them all breaks one
         step.push()
