@@ -3,7 +3,10 @@
 ``python bench/profile_gpu.py --ranks 3 [--set K=V] [--chunk N] [--kernels]``. Prints the engine's
 wall time, how much of it the device was busy (CUDA events around every generated kernel call), the
 number of kernel calls and of levels, and with ``--kernels`` the top device operations from
-``torch.profiler`` (one profiled run, so keep the instance small). A GPU that is busy a small part
+``torch.profiler`` (one profiled run, so keep the instance small); ``--phases`` times each phase of a
+level (expansion, fingerprints, in-chunk dedup, the visited-set lookups and stores, the properties,
+the rest) in a second run, synchronising the device around each (self time, nested phases
+subtracted). A GPU that is busy a small part
 of the wall time is bound by the host (Python and launch overhead per array operation), not by the
 device's memory bandwidth."""
 
@@ -47,6 +50,74 @@ class _Timed:
         return totals
 
 
+def options_compact_hashed() -> bool:
+    """Whether Triton is there (the compact mode then keeps a hash table, ``hashed.py``)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class _Phases:
+    """Self time of the search's phases, each call bracketed by device synchronisations."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = {}  # name -> [calls, self seconds]
+        self.stack: list[float] = []  # per open call: the time its children took
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        original = getattr(owner, attribute)
+        phases = self
+
+        def timed(*arguments: Any, **keywords: Any) -> Any:
+            torch.cuda.synchronize()
+            began = time.perf_counter()
+            phases.stack.append(0.0)
+            try:
+                return original(*arguments, **keywords)
+            finally:
+                torch.cuda.synchronize()
+                spent = time.perf_counter() - began
+                children = phases.stack.pop()
+                if phases.stack:
+                    phases.stack[-1] += spent
+                entry = phases.totals.setdefault(name, [0, 0.0])
+                entry[0] += 1
+                entry[1] += spent - children
+
+        setattr(owner, attribute, timed)
+
+    def install(self) -> None:
+        from lockstep.checkers.vector import backend, fused_launch, visited
+
+        self.wrap(search_module.VectorSearch, "__init__", "setup: the rest")
+        self.wrap(search_module, "compile_kernels", "setup: array kernels generated")
+        self.wrap(fused_launch, "fused_source", "setup: fused kernels written")
+        self.wrap(fused_launch.FusedKernels, "__init__", "setup: fused kernels loaded (Triton's cache)")
+        self.wrap(search_module.VectorSearch, "_result", "result: verdicts and counterexamples")
+        self.wrap(search_module.VectorSearch, "_level", "level (the rest)")
+        self.wrap(fused_launch.FusedKernels, "expand", "fused expand")
+        self.wrap(fused_launch.FusedKernels, "predicates", "fused predicates")
+        self.wrap(search_module.VectorSearch, "_from_fused", "deadlocks and discovery keys")
+        self.wrap(backend.TorchBackend, "fingerprint", "fingerprints")
+        self.wrap(fused_launch.FusedKernels, "fingerprint", "fingerprints")
+        self.wrap(visited.VisitedSet, "distinct", "dedup within the chunk (sort)")
+        self.wrap(visited.VisitedSet, "absent", "visited lookup")
+        self.wrap(visited.VisitedSet, "add", "visited store")
+        if options_compact_hashed():
+            from lockstep.checkers.vector import hashed
+
+            self.wrap(hashed.HashedFingerprints, "absent", "visited lookup")
+            self.wrap(hashed.HashedFingerprints, "add", "visited store")
+        self.wrap(search_module.VectorSearch, "_admit", "admit: order by discovery, gather, parents to host")
+        self.wrap(search_module.VectorSearch, "_check_states", "properties: first violations")
+
+    def report(self, wall: float) -> None:
+        for name, (calls, seconds) in sorted(self.totals.items(), key=lambda item: -item[1][1]):
+            print(f"  {name}: {int(calls)} calls, {seconds:.2f} s ({100 * seconds / wall:.0f}%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ranks", type=int, default=3)
@@ -54,9 +125,15 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=None, help="frontier states per kernel call")
     parser.add_argument("--compact", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also print torch.profiler's top device operations")
+    parser.add_argument("--dense", action="store_true", help="experiment: no branch around idle tuples' code")
+    parser.add_argument("--phases", action="store_true", help="also time each phase of a level (a second run)")
     parser.add_argument("--compile", action="store_true", help="experiment: run the kernels through torch.compile")
     options = parser.parse_args()
     overrides = dict(parse_assignment(text) for text in options.set)
+    if options.dense:
+        from lockstep.checkers.vector import fused
+
+        fused.SKIP_IDLE_TUPLES = False
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=options.ranks)
     timer = _Timed()
     original = search_module.compile_kernels
@@ -99,6 +176,16 @@ def main() -> None:
         busy += seconds
         print(f"  {name}: {calls} calls, {rows:,} rows, {seconds:.2f} s between its first and last device event")
     print(f"  array kernels span {busy:.2f} s of {wall:.2f} s wall ({100 * busy / wall:.0f}%; 0 when fused)")
+    if options.phases:
+        phases = _Phases()
+        phases.install()
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - started
+        print(f"phases (a second run, synchronised around each phase: {wall:.2f} s wall, the rest is outside them):")
+        phases.report(wall)
     if options.kernels:
         from torch.profiler import ProfilerActivity, profile
 

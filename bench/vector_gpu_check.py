@@ -1,6 +1,7 @@
 """The GPU kernels against the CPU kernels: ``bfs-gpu --device cuda`` must give exactly what
 ``bfs-vec`` gives (states, transitions, depth, verdicts, counterexample lengths) on every pinned
-instance up to ``--max-states`` (and dp-pause at 3 ranks with symmetry). Run on the device:
+instance up to ``--max-states`` (and dp-pause at 3 ranks with symmetry), in the exact mode and with
+``--compact`` (the GPU's hash table of fingerprints). Run on the device:
 ``python bench/vector_gpu_check.py``; prints one line per instance and exits 1 on a difference."""
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ def main() -> int:
             continue
         started = time.perf_counter()
         gpu = check(instance, "bfs-gpu", device="cuda", symmetry=symmetry)
-        same = summary(gpu) == summary(cpu)
+        seconds = time.perf_counter() - started
+        compact = check(instance, "bfs-gpu", device="cuda", symmetry=symmetry, compact=True)  # the hash table
+        same = summary(gpu) == summary(cpu) == summary(compact)
         differences += not same
         label = instance.label + (" --symmetry" if symmetry else "")
+        shown = "" if same else f" (bfs-vec {summary(cpu)[:3]}, gpu {summary(gpu)[:3]}, compact {summary(compact)[:3]})"
         print(
-            f"{'OK ' if same else 'BAD'} {label}: {cpu.stats.states:,} states, gpu "
-            f"{time.perf_counter() - started:.2f} s",
+            f"{'OK ' if same else 'BAD'} {label}: {cpu.stats.states:,} states, gpu {seconds:.2f} s" + shown,
             flush=True,
         )
     print(f"{differences} differences")

@@ -5,7 +5,10 @@ interpreter must be chosen before Triton is imported, so each check runs in a fr
 (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``) that prints its results as JSON. (a) small pinned
 instances of every protocol, pre- and post-fix: states, transitions, depth, verdicts and
 counterexamples equal; (b) a chunk with a step out of a sort or a failing store goes back to the
-array kernels and is reported alike; (c) generated code the reader does not know is refused by name.
+array kernels and is reported alike; (c) generated code the reader does not know is refused by name;
+(d) the fingerprint kernel gives the backends' fingerprints, and the ``--compact`` hash table
+(``hashed.py``) answers as a Python set does, through its growth and for a fingerprint of 0; the
+compact searches of (a) run on it and agree with ``bfs-vec --compact``.
 """
 
 from __future__ import annotations
@@ -54,8 +57,15 @@ def described(result):
 
 def both(machine):
     search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu")
-    outcome = {"fused": search.fused is not None}
-    for name, run in (("gpu", search.run), ("vec", lambda: check(machine, "bfs-vec"))):
+    compact = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", compact=True)
+    outcome = {"fused": search.fused is not None, "hashed": type(compact.visited).__name__}
+    runs = (
+        ("gpu", search.run),
+        ("vec", lambda: check(machine, "bfs-vec")),
+        ("compact", compact.run),
+        ("vec compact", lambda: check(machine, "bfs-vec", compact=True)),
+    )
+    for name, run in runs:
         try:
             outcome[name] = described(run())
         except ModelError as error:
@@ -93,6 +103,9 @@ def test_the_fused_kernels_search_exactly_as_the_array_kernels() -> None:
     for label, outcome in fused_runs(*labels).items():
         assert outcome["fused"], f"{label}: the fused kernels apply to every built-in model"
         assert outcome["gpu"] == outcome["vec"], label
+        assert outcome["hashed"] == "HashedFingerprints", label  # --compact keeps a hash table where Triton is
+        assert outcome["compact"] == outcome["vec compact"], label
+        assert outcome["compact"][:4] == outcome["vec"][:4], label
 
 
 def test_a_step_out_of_its_sort_and_a_failing_store_go_back_to_the_array_kernels() -> None:
@@ -111,3 +124,52 @@ def test_generated_code_the_reader_does_not_know_is_refused_by_name() -> None:
         fused_source("def expand(W):\n    print(W)\n", 1, [[0]])
     with pytest.raises(Unsupported, match="no expand function"):
         fused_source("def other(W):\n    return W\n", 1, [[0]])
+
+
+HASHED = """
+import json
+import numpy as np
+import torch
+from lockstep.checkers.vector import hashed
+from lockstep.checkers.vector.backend import NumpyBackend, TorchBackend
+
+generator = torch.Generator().manual_seed(3)
+words = torch.randint(0, 2**62, (5, 700), dtype=torch.int64, generator=generator)
+words[:, 3] = 0
+wide = torch.randint(0, 2**62, (3, 900), dtype=torch.int64, generator=generator)[:, 100:800]  # a row stride of 900
+same = [
+    hashed.fingerprint(torch, array).tolist()
+    == NumpyBackend().fingerprint(np.ascontiguousarray(array.numpy())).tolist()
+    == TorchBackend("cpu").fingerprint(array).tolist()
+    for array in (words, wide)
+]
+table = hashed.HashedFingerprints(TorchBackend("cpu"), 1, torch, first_bits=4)
+keys = torch.unique(torch.randint(-2**63, 2**63 - 1, (3000,), dtype=torch.int64, generator=generator))
+keys = torch.cat([torch.tensor([0]), keys])
+stored, answers = set(), []
+for start in range(0, len(keys), 400):
+    batch = keys[start : start + 400]
+    probe = torch.cat([batch, keys[: start // 2]])  # new keys, and some stored ones
+    absent = table.absent(probe, None).tolist()
+    answers.append(absent == [int(key) not in stored for key in probe.tolist()])
+    table.add(batch, None)
+    stored.update(batch.tolist())
+print(json.dumps({
+    "fingerprints": same, "answers": answers, "size": table.size, "bits": table.bits,
+    "held": int((table.table != 0).sum()), "zero found": not table.absent(torch.tensor([0]), None).item(),
+}))
+"""
+
+
+def test_the_fingerprint_kernel_and_the_hash_table_answer_as_the_reference() -> None:
+    environment = {**os.environ, "LOCKSTEP_FUSED": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    completed = subprocess.run(
+        [sys.executable, "-c", HASHED], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["fingerprints"] == [True, True]
+    assert result["answers"] and all(result["answers"])
+    assert result["size"] == result["held"] == 3001
+    assert result["bits"] == 13  # grown from 2**4 slots, never more than half full
+    assert result["zero found"]

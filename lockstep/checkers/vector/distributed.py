@@ -46,6 +46,7 @@ class PartitionedSearch(VectorSearch):
         self.distributed = distributed
         self.rank, self.world = rank, world
         self.parent_type = np.int64
+        self.links_on_device = False  # the links are gathered as numpy arrays at the end
         self.root = -1
         self.exchange_device = backend.device if backend.name == "torch" else "cpu"
         self.totals = (0, 0)  # every process's stored states and transitions, after the last level
@@ -153,7 +154,7 @@ class PartitionedSearch(VectorSearch):
             self.found,
             sorted(self.fired),
             np.concatenate(self.parents) if self.parents else np.empty(0, np.int64),
-            np.concatenate(self.via) if self.via else np.empty(0, self.via_type),
+            np.concatenate([via for via in self.via if via is not None]) if self.via else np.empty(0, self.via_type),
         )
         shared: list[Any] = [None] * self.world
         self.distributed.all_gather_object(shared, local)

@@ -49,6 +49,10 @@ def _modulo(left, right):
 
 _RENAMED = {"_where": "tl.where", "_minimum": "tl.minimum", "_maximum": "tl.maximum"}
 
+# A tuple's successor code runs under ``if`` some row of the block takes it: a block where no row
+# does skips its arithmetic, stores and atomics (guards are sparse: a few of dozens of tuples per state)
+SKIP_IDLE_TUPLES = True
+
 
 @dataclass
 class _Block:
@@ -238,6 +242,35 @@ class _Spelling(ast.NodeTransformer):
         raise _fail(f"call {name}")
 
 
+def _uses(block: _Block) -> set[str]:
+    """The names a tuple's code reads."""
+    used: set[str] = _names(block.guard)
+    for line in block.lines:
+        used |= _names(line.value)
+    for value in block.writes.values():
+        used |= _names(value)
+    for mask in (block.error, block.out_of_bounds):
+        if mask is not None:
+            used |= _names(mask)
+    return used
+
+
+def _local_blocks(blocks: Sequence[_Block]) -> set[int]:
+    """The tuple ids whose lines define no name that another tuple's code reads (their code can
+    then sit under a branch of its own)."""
+    uses = {block.tuple_id: _uses(block) for block in blocks}
+    readers: dict[str, int] = {}
+    for used in uses.values():
+        for name in used:
+            readers[name] = readers.get(name, 0) + 1
+    local = set()
+    for block in blocks:
+        defined = {line.targets[0].id for line in block.lines}  # type: ignore[attr-defined]
+        if all(readers.get(name, 0) - (name in uses[block.tuple_id]) == 0 for name in defined):
+            local.add(block.tuple_id)
+    return local
+
+
 def _integer(node: ast.AST) -> bool:
     """An integer (not boolean) constant: Triton would make it int32, and a ``where`` of two of them too."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -319,6 +352,7 @@ def fused_source(
         raise _fail("guards and blocks do not match")
     tables: dict[tuple[int, ...], int] = {}
     by_tuple = {block.tuple_id: block for block in parsed.blocks}
+    local = _local_blocks(parsed.blocks)
     sources: list[str] = []
     names: list[str] = []
     # ``enabled``: the disjunction of the guards and whether any guard fails to evaluate
@@ -346,13 +380,13 @@ def fused_source(
             spelling.parent = f"P{member.tuple_id}"
             body.append(f"    # tuple {member.tuple_id}")
             body.append(f"    GUARD = {_mask(member.guard)}")
-            body += _statements(member.lines, spelling)
+            tuple_body = _statements(member.lines, spelling)
             written = {word: _spelled(value, spelling) for word, value in member.writes.items()}
             for word in range(words):
                 spelling.words.add(word)
-                body.append(f"    NEW_{word} = ({written.get(word, f'W_{word}')}).to(tl.int64)")
+                tuple_body.append(f"    NEW_{word} = ({written.get(word, f'W_{word}')}).to(tl.int64)")
             bad = [_mask(member.error), _mask(member.out_of_bounds)]
-            body += [
+            tuple_body += [
                 "    TAKEN = GUARD.to(tl.int32)",
                 "    COUNT = tl.sum(TAKEN, axis=0)",
                 "    BASE = tl.atomic_add(CONTROL + 0, COUNT.to(tl.int64))",
@@ -365,6 +399,11 @@ def fused_source(
                 f"    BAD = GUARD & ({' | '.join(bad)})",
                 "    tl.atomic_max(CONTROL + 1, tl.max(BAD.to(tl.int64), axis=0))",
             ]
+            if SKIP_IDLE_TUPLES and member.tuple_id in local:
+                body.append("    if tl.max(GUARD.to(tl.int32), axis=0) > 0:")
+                body += ["    " + line for line in tuple_body]
+            else:
+                body += tuple_body
         name = f"successors_{group_number}"
         sources.append("\n".join(_header(name, words, spelling) + body))
         names.append(name)

@@ -148,6 +148,18 @@ class FusedKernels:
             capacity = self.capacity = total + total // 4  # too small: grow, remember, redo
         return Expansion(out[:, :total], parent[:total], via[:total], values[2:], enabled.bool())
 
+    def fingerprint(self, words: Any) -> Any:
+        """The fingerprints of a (words, rows) tensor, in one kernel (``hashed.fingerprint``)."""
+        from lockstep.checkers.vector.hashed import fingerprint
+
+        return fingerprint(self.torch, words)
+
+    def visited_set(self, backend: Any, words: int) -> Any:
+        """The ``--compact`` visited set as a hash table on the device (``hashed.HashedFingerprints``)."""
+        from lockstep.checkers.vector.hashed import HashedFingerprints
+
+        return HashedFingerprints(backend, words, self.torch)
+
     def _arrays_predicates(self, states: Any) -> tuple[tuple[Any, ...], Any]:
         values, error = self.arrays.predicates(states)
         return tuple(values), error

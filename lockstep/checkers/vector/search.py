@@ -4,7 +4,8 @@ One loop serves both backends. A level's frontier is expanded in chunks: the ker
 enabled action x argument tuple's successors at once; successors are canonicalised (symmetry),
 fingerprinted, deduplicated among themselves and against the visited set, and the new ones form
 the next frontier. Per stored state the engine keeps its parent's index and the tuple id that
-reached it (host memory, 6 bytes), so shortest counterexamples are rebuilt by replaying tuples
+reached it (numpy: 6 bytes of host memory; torch: the 8-byte discovery key that holds both, left
+on the device), so shortest counterexamples are rebuilt by replaying tuples
 through ``evaluate`` (``paths``). Properties are evaluated as masks over each level's new states,
 deadlocks over the frontier rows with no enabled action. Statistics, verdicts and warnings have
 the meaning they have in ``ExplicitSearch``; a complete search gives exactly its counts.
@@ -82,6 +83,11 @@ class VectorSearch:
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
         self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
+        self.fingerprint = backend.fingerprint
+        if self.fused is not None:  # Triton is there: one kernel per fingerprint pass, and a hash table for --compact
+            self.fingerprint = self.fused.fingerprint
+            if compact:
+                self.visited = self.fused.visited_set(backend, self.layout.words)
         self.stop_at_first = stop_at_first
         self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
@@ -91,8 +97,11 @@ class VectorSearch:
         self.parent_type: Any = np.uint32  # 4 bytes per state (one process: fewer than 2**32 states)
         self.root = ROOT
         self.depth = 0
-        self.parents: list[np.ndarray] = []  # per level, the parents' global ids
-        self.via: list[np.ndarray] = []  # per level, the tuple ids that reached the states
+        self.parents: list[Any] = []  # per level, the parents' global ids (or, on a torch device, discovery keys)
+        self.via: list[np.ndarray | None] = []  # per level, the tuple ids that reached the states (None: in the keys)
+        # torch keeps each level's discovery keys where they are (8 bytes per state, no copy to the host and no
+        # division per level); numpy splits them into a 4-byte parent and a 2-byte tuple id
+        self.links_on_device = isinstance(backend, TorchBackend)
         self.found: dict[int, _Found] = {}
         self.fired: set[int] = set()
         self.stored = 0
@@ -219,9 +228,9 @@ class VectorSearch:
         backend, kernels = self.backend, self.kernels
         states, discovery = candidates
         if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
-            chosen, discovery = self.visited.unique(backend.fingerprint(states), states, discovery)
+            chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
             states = kernels.canonical(backend.columns(states, chosen))
-        return self.visited.distinct(backend.fingerprint(states), states, discovery)
+        return self.visited.distinct(self.fingerprint(states), states, discovery)
 
     def _from_fused(self, expansion: Expansion, frontier: Any, base: int) -> tuple[Any, Any] | None:
         """A chunk's successors and discovery keys from the fused kernels (no row failed or left a sort)."""
@@ -282,6 +291,9 @@ class VectorSearch:
         states, fingerprints, discovery = backend.columns(states, chosen), fingerprints[chosen], discovery[chosen]
         by_key = backend.empty_like(by_discovery)  # the candidates came in key order: undo the sort by discovery
         by_key[by_discovery] = backend.arange(0, int(by_discovery.shape[0]))
+        if self.links_on_device:
+            self._store(states, fingerprints, discovery, None, discovery, by_key)
+            return states
         width = len(self.kernels.tuples) + 1
         keys = backend.to_numpy(discovery)
         self._store(
@@ -298,12 +310,14 @@ class VectorSearch:
         self,
         states: Any,
         fingerprints: Any,
-        parents: np.ndarray,
-        via: np.ndarray,
-        keys: np.ndarray | None = None,
+        parents: Any,
+        via: np.ndarray | None,
+        keys: Any | None = None,
         by_key: Any | None = None,
     ) -> None:
-        """Store new states (``by_key``, when known, sorts their fingerprints) and check their properties."""
+        """Store new states (``by_key``, when known, sorts their fingerprints) and check their properties;
+        ``parents`` are their parents' ids and ``via`` the tuple ids, or ``parents`` their discovery keys
+        and ``via`` None."""
         first = self.stored
         self.visited.add(fingerprints, states, by_key)
         self.parents.append(parents)
@@ -312,7 +326,7 @@ class VectorSearch:
         if int(fingerprints.shape[0]):
             self._check_states(states, first, keys)
 
-    def _check_states(self, states: Any, first: int, keys: np.ndarray | None) -> None:
+    def _check_states(self, states: Any, first: int, keys: Any | None) -> None:
         """Offer each property's first violation (or witness) among new states stored in discovery order."""
         values, error = (self.kernels if self.fused is None else self.fused).predicates(states)
         if error is not False and bool(error.any() if hasattr(error, "any") else error):
@@ -384,7 +398,11 @@ class VectorSearch:
             self._offsets = np.cumsum([0] + [len(level) for level in self.parents])
         level = int(np.searchsorted(self._offsets, state, side="right")) - 1
         local = state - int(self._offsets[level])
-        return int(self.parents[level][local]), int(self.via[level][local])
+        via = self.via[level]
+        if via is None:  # a discovery key
+            parent, tuple_id = divmod(int(self.parents[level][local]), len(self.kernels.tuples) + 1)
+            return parent, tuple_id - 1
+        return int(self.parents[level][local]), int(via[local])
 
     def chain(self, state: int) -> list[int]:
         """The tuple ids from the initial state to stored state ``state``."""
@@ -459,7 +477,7 @@ class VectorSearch:
     @property
     def bytes_per_state(self) -> float:
         """Memory per stored state: the visited set, plus the parent index and tuple id."""
-        return self.visited.bytes_per_state + 4 + np.dtype(self.via_type).itemsize
+        return self.visited.bytes_per_state + (8 if self.links_on_device else 4 + np.dtype(self.via_type).itemsize)
 
 
 __all__ = ["VectorSearch", "vectorisable"]
