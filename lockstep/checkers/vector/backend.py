@@ -126,6 +126,17 @@ class NumpyBackend:
         """Whether each mask (an array or a Python bool) has a true row."""
         return [bool(mask) if isinstance(mask, bool) else bool(mask.any()) for mask in masks]
 
+    def first_rows(self, masks: list[Any]) -> list[int | None]:
+        """The first true row of each mask (an array or a Python bool), None where there is none."""
+        rows: list[int | None] = []
+        for mask in masks:
+            if isinstance(mask, bool):
+                rows.append(0 if mask else None)
+            else:
+                hits = np.flatnonzero(mask)
+                rows.append(int(hits[0]) if len(hits) else None)
+        return rows
+
     def less(self, first: Any, second: Any) -> Any:
         """Row-wise lexicographic ``first < second`` over (words, rows) arrays."""
         less = np.zeros(first.shape[1], dtype=bool)
@@ -299,6 +310,23 @@ class TorchBackend:
         tensors = [mask.any() for mask in masks if not isinstance(mask, bool)]
         read = iter(self.torch.stack(tensors).tolist() if tensors else [])
         return [mask if isinstance(mask, bool) else bool(next(read)) for mask in masks]
+
+    def first_rows(self, masks: list[Any]) -> list[int | None]:
+        """The first true row of each mask (a tensor or a Python bool), read back from the device at once."""
+        tensors = [mask for mask in masks if not isinstance(mask, bool)]
+        found: list[int] = []
+        if tensors:
+            torch = self.torch
+            count = int(tensors[0].shape[0])
+            positions = torch.arange(count, dtype=torch.int64, device=tensors[0].device)
+            least = torch.where(torch.stack(tensors), positions, count).min(dim=1).values
+            found = [row if row < count else -1 for row in least.tolist()]
+        read = iter(found)
+        rows: list[int | None] = []
+        for mask in masks:
+            row = (0 if mask else -1) if isinstance(mask, bool) else next(read)
+            rows.append(None if row < 0 else row)
+        return rows
 
     def less(self, first: Any, second: Any) -> Any:
         torch = self.torch

@@ -47,6 +47,7 @@ class PartitionedSearch(VectorSearch):
         self.rank, self.world = rank, world
         self.parent_type = np.int64
         self.links_on_device = False  # the links are gathered as numpy arrays at the end
+        self.prefilter = False  # a successor's owner, not this process, knows whether it was seen
         self.root = -1
         self.exchange_device = backend.device if backend.name == "torch" else "cpu"
         self.totals = (0, 0)  # every process's stored states and transitions, after the last level

@@ -1,7 +1,8 @@
 """Launching the fused Triton kernels of ``fused`` over a search's chunks, and when to use them.
 
 ``FusedKernels`` imports the generated source (Triton reads a kernel's source from its file, so it
-is written once under ``$LOCKSTEP_CACHE`` or the temporary directory, named by its hash), launches
+is written once under ``$LOCKSTEP_CACHE`` or the temporary directory, named by its hash, and the
+generation's result is kept beside it, named by a hash of its inputs), launches
 the successor kernels over a chunk (one read-back per chunk: the successor count, the flag, the
 count per tuple) and the predicates kernel over new states. A chunk or a batch of states that a
 kernel flags goes back to the array kernels, which report it exactly. ``fused_kernels`` decides
@@ -12,8 +13,10 @@ asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is importe
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import hashlib
 import importlib.util
+import json
 import multiprocessing
 import os
 import tempfile
@@ -21,17 +24,43 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockstep.checkers.vector import fused as fused_module
 from lockstep.checkers.vector.fused import FusedSource, fused_source
 from lockstep.checkers.vector.kernels import Kernels
 from lockstep.checkers.vector.values import Unsupported
 
 
+def _folder() -> Path:
+    folder = Path(os.environ.get("LOCKSTEP_CACHE", Path(tempfile.gettempdir()) / "lockstep-fused"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def written(arrays_source: str, words: int, groups: list[list[int]]) -> FusedSource:
+    """``fused_source`` for these array kernels, kept on disk beside the kernels (named by a hash of
+    its inputs and of ``fused.py`` itself, so that a change to either writes it again): reading
+    back the generated code takes ~0.5-0.9 s on a large model, every run."""
+    generator = Path(fused_module.__file__).read_bytes()
+    digest = hashlib.sha256(
+        generator + repr((arrays_source, words, groups, fused_module.SKIP_IDLE_TUPLES)).encode()
+    ).hexdigest()
+    path = _folder() / f"source_{digest[:20]}.json"
+    if path.exists():
+        try:
+            return FusedSource(**json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError):
+            pass  # unreadable (a run killed while writing it, say): written again
+    fused = fused_source(arrays_source, words, groups, arrays_source)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(dataclasses.asdict(fused)))
+    temporary.replace(path)
+    return fused
+
+
 def load(fused: FusedSource) -> Any:
     """Import the generated kernels (Triton reads a kernel's source from its file)."""
     digest = hashlib.sha256(fused.source.encode()).hexdigest()[:20]
-    folder = Path(os.environ.get("LOCKSTEP_CACHE", Path(tempfile.gettempdir()) / "lockstep-fused"))
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"fused_{digest}.py"
+    path = _folder() / f"fused_{digest}.py"
     if not path.exists():
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(fused.source)
@@ -100,7 +129,7 @@ class FusedKernels:
             groups.setdefault(action, []).append(tuple_id)
         words = arrays.layout.words
         self.arrays = arrays
-        self.fused = fused_source(arrays.source, words, list(groups.values()), arrays.source)
+        self.fused = written(arrays.source, words, list(groups.values()))
         self.module = load(self.fused)
         self.kernels = [getattr(self.module, name) for name in self.fused.kernels]
         self.predicate_kernel = self.module.predicates

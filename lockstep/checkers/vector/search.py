@@ -88,6 +88,10 @@ class VectorSearch:
             self.fingerprint = self.fused.fingerprint
             if compact:
                 self.visited = self.fused.visited_set(backend, self.layout.words)
+        # whether a chunk's successors are looked up in the visited set before they are deduplicated among
+        # themselves (a hash table's lookup costs less than the sort it then spares; not when partitioned,
+        # where the owner of a state is another process)
+        self.prefilter = getattr(self.visited, "hashed", False)
         self.stop_at_first = stop_at_first
         self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
@@ -230,7 +234,11 @@ class VectorSearch:
         if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
             chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
             states = kernels.canonical(backend.columns(states, chosen))
-        return self.visited.distinct(self.fingerprint(states), states, discovery)
+        keys = self.fingerprint(states)
+        if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
+            kept = backend.nonzero(self.visited.absent(keys, states))
+            states, keys, discovery = backend.columns(states, kept), keys[kept], discovery[kept]
+        return self.visited.distinct(keys, states, discovery)
 
     def _from_fused(self, expansion: Expansion, frontier: Any, base: int) -> tuple[Any, Any] | None:
         """A chunk's successors and discovery keys from the fused kernels (no row failed or left a sort)."""
@@ -331,13 +339,15 @@ class VectorSearch:
         values, error = (self.kernels if self.fused is None else self.fused).predicates(states)
         if error is not False and bool(error.any() if hasattr(error, "any") else error):
             self._predicate_error(states, error)
+        positions, masks = [], []
         for position, (prop, value) in enumerate(zip(self.machine.properties, values)):
             if position in self.found or value is None:
                 continue
-            wanted = (
+            positions.append(position)
+            masks.append(
                 value if prop.kind is PropertyKind.SOMETIMES else ~value if not isinstance(value, bool) else not value
             )
-            row = self._first(wanted)
+        for position, row in zip(positions, self.backend.first_rows(masks)):
             if row is not None:
                 key = -1 if keys is None else int(keys[row])
                 self._offer(
