@@ -6,9 +6,10 @@ interpreter must be chosen before Triton is imported, so each check runs in a fr
 instances of every protocol, pre- and post-fix: states, transitions, depth, verdicts and
 counterexamples equal; (b) a chunk with a step out of a sort or a failing store goes back to the
 array kernels and is reported alike; (c) generated code the reader does not know is refused by name;
-(d) the fingerprint kernel gives the backends' fingerprints, and the ``--compact`` hash table
-(``hashed.py``) answers as a Python set does, through its growth and for a fingerprint of 0; the
-compact searches of (a) run on it and agree with ``bfs-vec --compact``.
+(d) with symmetry, the fused ``canonical`` kernel searches as the array kernels do (a bounded
+dp-pause search at 3 ranks); (e) the fingerprint kernel gives the backends' fingerprints, and the
+``--compact`` hash table (``hashed.py``) answers as a Python set does, through its growth and for a
+fingerprint of 0; the compact searches of (a) run on it and agree with ``bfs-vec --compact``.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ SMALL = [
 # run in the child: every check through VectorSearch with the torch backend on the CPU, and with bfs-vec
 CHILD = """
 import json, sys
-from lockstep.checkers import check
+from lockstep.checkers import Limits, check
 from lockstep.checkers.vector.backend import TorchBackend
 from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
@@ -77,6 +78,13 @@ for label in sys.argv[1:]:
     if label == "out-of-sort":
         base = {name: next(iter(sort.values())) for name, sort in DECLARED.values()}
         results[label] = both(one_action_machine({**base, "n": 3}, lift(True), "int", V["int"] + 1, lift(True)))
+    elif label == "symmetry":
+        machine = get_protocol("dp-pause").instance("post-fix", "seed", {}, ranks=3).machine()
+        limits = Limits(max_states=30_000)
+        search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True, limits=limits)
+        fused = search.canonical == search.fused.canonical
+        gpu, vec = search.run(), check(machine, "bfs-vec", symmetry=True, limits=limits)
+        results[label] = {"fused": fused, "gpu": described(gpu), "vec": described(vec)}
     elif label == "failing-store":
         base = {name: next(iter(sort.values())) for name, sort in DECLARED.values()}
         update = V["table"].set(V["rank"] + 1, 0)
@@ -106,6 +114,13 @@ def test_the_fused_kernels_search_exactly_as_the_array_kernels() -> None:
         assert outcome["hashed"] == "HashedFingerprints", label  # --compact keeps a hash table where Triton is
         assert outcome["compact"] == outcome["vec compact"], label
         assert outcome["compact"][:4] == outcome["vec"][:4], label
+
+
+def test_symmetry_runs_in_the_fused_canonical_kernel_as_in_the_array_kernels() -> None:
+    outcome = fused_runs("symmetry")["symmetry"]
+    assert outcome["fused"], "with symmetry, bfs-gpu canonicalises in the fused kernel"
+    assert outcome["gpu"] == outcome["vec"]
+    assert outcome["gpu"][0] >= 30_000
 
 
 def test_a_step_out_of_its_sort_and_a_failing_store_go_back_to_the_array_kernels() -> None:

@@ -337,6 +337,7 @@ class FusedSource:
     tuples: int
     words: int
     values: list[Any] = field(default_factory=list)  # per property: a constant, or "row" (from ``predicates``)
+    canonical: bool = False  # whether there is a ``canonical`` kernel (symmetry)
 
 
 def fused_source(
@@ -344,7 +345,7 @@ def fused_source(
 ) -> FusedSource:
     """Triton kernels for ``expand``: ``enabled`` (which rows have an enabled tuple; errors of the
     guards) and one kernel per group of tuple ids (their successors); with the generated source of
-    ``predicates``, a ``predicates`` kernel too."""
+    ``predicates``, a ``predicates`` kernel too, and ``canonical`` where that source has one."""
     parsed = parse(expand_source)
     if len(parsed.guards) != len(parsed.blocks) + sum(
         1 for guard in parsed.guards if isinstance(guard, ast.Constant) and guard.value is False
@@ -408,13 +409,20 @@ def fused_source(
         sources.append("\n".join(_header(name, words, spelling) + body))
         names.append(name)
     values: list[bool | None] = []
+    canonical = False
     if predicates is not None:
         source, values = _predicates_kernel(predicates, words, tables)
         sources.append(source)
+        from lockstep.checkers.vector.fused_symmetry import canonical_kernel  # noqa: PLC0415 - it imports this module
+
+        symmetry = canonical_kernel(predicates, words, tables)
+        if symmetry is not None:
+            sources.append(symmetry)
+            canonical = True
     table_values = [value for table in tables for value in table]
     header = "import triton\nimport triton.language as tl\n" + _HELPERS
     text = header + "\n\n" + "\n\n\n".join(sources) + "\n"
-    return FusedSource(text, names, table_values, len(parsed.guards), words, values)
+    return FusedSource(text, names, table_values, len(parsed.guards), words, values, canonical)
 
 
 def _predicates_kernel(source: str, words: int, tables: dict[tuple[int, ...], int]) -> tuple[str, list[Any]]:

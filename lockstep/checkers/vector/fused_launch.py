@@ -141,7 +141,7 @@ class FusedKernels:
         interpreted = os.environ.get("TRITON_INTERPRET") == "1"
         self.block = 1 << 14 if interpreted else 256  # the interpreter runs a program at a time
         if not interpreted:
-            names = [*self.fused.kernels, "predicates"]
+            names = [*self.fused.kernels, "predicates", *(["canonical"] if self.fused.canonical else [])]
             compiled = Path(self.module.__file__).with_suffix(".compiled")  # Triton's cache has them
             if not compiled.exists():
                 compile_ahead(Path(self.module.__file__), names, words, self.tuples)
@@ -176,6 +176,31 @@ class FusedKernels:
                 break
             capacity = self.capacity = total + total // 4  # too small: grow, remember, redo
         return Expansion(out[:, :total], parent[:total], via[:total], values[2:], enabled.bool())
+
+    def canonical(self, states: Any) -> Any:
+        """Each state's representative under the declared symmetry (``Kernels.canonical``'s values), in one launch."""
+        torch = self.torch
+        rows = int(states.shape[1])
+        if states.stride(1) != 1:
+            states = states.contiguous()
+        out = torch.empty((self.words, rows), dtype=torch.int64, device=self.device)
+        if rows:
+            grid = ((rows + self.block - 1) // self.block,)
+            unused = self.unused
+            self.module.canonical[grid](
+                states,
+                rows,
+                int(states.stride(0)),
+                out,
+                unused,
+                unused,
+                unused,
+                self.unused_byte,
+                self.tables,
+                rows,
+                self.block,
+            )
+        return out
 
     def fingerprint(self, words: Any) -> Any:
         """The fingerprints of a (words, rows) tensor, in one kernel (``hashed.fingerprint``)."""

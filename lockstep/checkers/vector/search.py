@@ -84,8 +84,11 @@ class VectorSearch:
         self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
+        self.canonical = self.kernels.canonical
         if self.fused is not None:  # Triton is there: one kernel per fingerprint pass, and a hash table for --compact
             self.fingerprint = self.fused.fingerprint
+            if self.canonical is not None and self.fused.fused.canonical:
+                self.canonical = self.fused.canonical
             if compact:
                 self.visited = self.fused.visited_set(backend, self.layout.words)
         # whether a chunk's successors are looked up in the visited set before they are deduplicated among
@@ -229,11 +232,11 @@ class VectorSearch:
         candidates = self._arrays(frontier, base) if expansion is None else self._from_fused(expansion, frontier, base)
         if candidates is None:
             return None
-        backend, kernels = self.backend, self.kernels
+        backend = self.backend
         states, discovery = candidates
-        if kernels.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
+        if self.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
             chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
-            states = kernels.canonical(backend.columns(states, chosen))
+            states = self.canonical(backend.columns(states, chosen))
         keys = self.fingerprint(states)
         if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
             kept = backend.nonzero(self.visited.absent(keys, states))
