@@ -103,6 +103,8 @@ class _Phases:
         self.wrap(backend.TorchBackend, "fingerprint", "fingerprints")
         self.wrap(fused_launch.FusedKernels, "fingerprint", "fingerprints")
         self.wrap(visited.VisitedSet, "distinct", "dedup within the chunk (sort)")
+        self.wrap(visited.VisitedSet, "unique", "symmetry: dedup before canonicalising")
+        self.wrap(fused_launch.FusedKernels, "canonical", "symmetry: canonical forms")
         self.wrap(visited.VisitedSet, "absent", "visited lookup")
         self.wrap(visited.VisitedSet, "add", "visited store")
         if options_compact_hashed():
@@ -124,6 +126,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--chunk", type=int, default=None, help="frontier states per kernel call")
     parser.add_argument("--compact", action="store_true")
+    parser.add_argument("--symmetry", action="store_true")
     parser.add_argument("--kernels", action="store_true", help="also print torch.profiler's top device operations")
     parser.add_argument("--dense", action="store_true", help="experiment: no branch around idle tuples' code")
     parser.add_argument("--phases", action="store_true", help="also time each phase of a level (a second run)")
@@ -159,12 +162,19 @@ def main() -> None:
 
         TorchBackend.__init__ = init  # type: ignore[method-assign]
     began = time.perf_counter()  # a first, bounded search compiles the kernels (Triton's cache keeps them)
-    check(instance, "bfs-gpu", device="cuda", compact=options.compact, limits=Limits(max_states=10_000))
+    check(
+        instance,
+        "bfs-gpu",
+        device="cuda",
+        symmetry=options.symmetry,
+        compact=options.compact,
+        limits=Limits(max_states=10_000),
+    )
     print(f"warm-up (generating and compiling the kernels, 10k states): {time.perf_counter() - began:.2f} s")
     timer.events.clear()
     torch.cuda.synchronize()
     started = time.perf_counter()
-    result = check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+    result = check(instance, "bfs-gpu", device="cuda", symmetry=options.symmetry, compact=options.compact)
     torch.cuda.synchronize()
     wall = time.perf_counter() - started
     states = result.stats.states
@@ -186,7 +196,7 @@ def main() -> None:
         phases.install()
         torch.cuda.synchronize()
         started = time.perf_counter()
-        check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+        check(instance, "bfs-gpu", device="cuda", symmetry=options.symmetry, compact=options.compact)
         torch.cuda.synchronize()
         wall = time.perf_counter() - started
         print(f"phases (a second run, synchronised around each phase: {wall:.2f} s wall, the rest is outside them):")
@@ -195,7 +205,7 @@ def main() -> None:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as profiler:
-            check(instance, "bfs-gpu", device="cuda", compact=options.compact)
+            check(instance, "bfs-gpu", device="cuda", symmetry=options.symmetry, compact=options.compact)
         table = profiler.key_averages().table(sort_by="self_cuda_time_total", row_limit=25)
         print(table)
         events = profiler.key_averages()

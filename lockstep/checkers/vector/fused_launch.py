@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.checkers.vector import fused as fused_module
+from lockstep.checkers.vector import fused_symmetry
 from lockstep.checkers.vector.fused import FusedSource, fused_source
 from lockstep.checkers.vector.kernels import Kernels
 from lockstep.checkers.vector.values import Unsupported
@@ -38,9 +39,9 @@ def _folder() -> Path:
 
 def written(arrays_source: str, words: int, groups: list[list[int]]) -> FusedSource:
     """``fused_source`` for these array kernels, kept on disk beside the kernels (named by a hash of
-    its inputs and of ``fused.py`` itself, so that a change to either writes it again): reading
-    back the generated code takes ~0.5-0.9 s on a large model, every run."""
-    generator = Path(fused_module.__file__).read_bytes()
+    its inputs and of ``fused.py`` and ``fused_symmetry.py`` themselves, so that a change to any of
+    them writes it again): reading back the generated code takes ~0.5-0.9 s on a large model."""
+    generator = b"".join(Path(str(module.__file__)).read_bytes() for module in (fused_module, fused_symmetry))
     digest = hashlib.sha256(
         generator + repr((arrays_source, words, groups, fused_module.SKIP_IDLE_TUPLES)).encode()
     ).hexdigest()
