@@ -92,6 +92,18 @@ def compile_kernels(
     )
 
 
+def canonical_for(kernels: Kernels, backend_namespace: Mapping[str, Any]) -> Kernel | None:
+    """``kernels``' ``canonical`` compiled again against another backend's helpers (numpy, say: a
+    path is rebuilt one state at a time, and on a GPU each call would cost hundreds of launches)."""
+    start = kernels.source.find("def canonical(")
+    if kernels.canonical is None or start < 0:
+        return None
+    namespace: dict[str, Any] = dict(backend_namespace)
+    exec(compile(kernels.source[start:], "<lockstep-vector canonical>", "exec"), namespace)  # noqa: S102 - our own generated code
+    function: Kernel = namespace["canonical"]
+    return function
+
+
 class _Builder:
     def __init__(self, machine: Machine, layout: Layout) -> None:
         self.machine = machine

@@ -22,9 +22,9 @@ import numpy as np
 from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
-from lockstep.checkers.vector.backend import Backend, TorchBackend
+from lockstep.checkers.vector.backend import Backend, NumpyBackend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
-from lockstep.checkers.vector.kernels import Kernels, compile_kernels
+from lockstep.checkers.vector.kernels import Kernels, canonical_for, compile_kernels
 from lockstep.checkers.vector.paths import PathBuilder
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.checkers.vector.visited import VisitedSet, omission_probability
@@ -432,13 +432,11 @@ class VectorSearch:
     def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
         machine = self.machine
         canonical = None
-        if self.kernels.canonical is not None:
-            function = self.kernels.canonical
-            backend = self.backend
+        function = canonical_for(self.kernels, NumpyBackend().namespace())  # on the host: one state at a time
+        if function is not None:
 
             def canonical(words: tuple[int, ...]) -> tuple[int, ...]:
-                packed = backend.array(np.array(words, dtype=np.int64)[:, None])
-                return tuple(int(word) for word in backend.to_numpy(function(packed))[:, 0])
+                return tuple(int(word) for word in function(np.array(words, dtype=np.int64)[:, None])[:, 0])
 
         builder = PathBuilder(machine, self.layout, self.kernels.tuples, canonical)
         results: list[PropertyResult] = []
