@@ -20,7 +20,7 @@ from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition
 from lockstep.spec.sorts import Value
 
-Canonical = Callable[[tuple[int, ...]], tuple[int, ...]]
+Canonical = Callable[[list[tuple[int, ...]]], list[tuple[int, ...]]]  # packed states -> their representatives
 
 
 class PathBuilder:
@@ -40,7 +40,11 @@ class PathBuilder:
         self.system = InterpretedSystem(machine)
 
     def _key(self, state: State) -> tuple[int, ...]:
-        words = self.layout.encode(state)
+        return self._keys([state])[0]
+
+    def _keys(self, states: list[State]) -> list[tuple[int, ...]]:
+        """The packed representatives of ``states``, in one call of the canonical kernel."""
+        words = [self.layout.encode(state) for state in states]
         return words if self.canonical is None else self.canonical(words)
 
     def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
@@ -71,8 +75,11 @@ class PathBuilder:
                 continue
             wanted = self._key(taken.target)
             representative = self.layout.decode(wanted)
-            for transition in self.system.transitions(concrete):
-                if transition.out_of_bounds is None and self._key(transition.target) == wanted:
+            candidates = [
+                transition for transition in self.system.transitions(concrete) if transition.out_of_bounds is None
+            ]
+            for transition, key in zip(candidates, self._keys([transition.target for transition in candidates])):
+                if key == wanted:
                     steps.append(transition_step(self.machine, transition))
                     concrete = transition.target
                     break

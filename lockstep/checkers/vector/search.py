@@ -435,8 +435,11 @@ class VectorSearch:
         function = canonical_for(self.kernels, NumpyBackend().namespace())  # on the host: one state at a time
         if function is not None:
 
-            def canonical(words: tuple[int, ...]) -> tuple[int, ...]:
-                return tuple(int(word) for word in function(np.array(words, dtype=np.int64)[:, None])[:, 0])
+            def canonical(states: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+                if not states:
+                    return []
+                images = function(np.array(states, dtype=np.int64).T)
+                return [tuple(int(word) for word in column) for column in images.T]
 
         builder = PathBuilder(machine, self.layout, self.kernels.tuples, canonical)
         results: list[PropertyResult] = []
