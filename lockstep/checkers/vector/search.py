@@ -234,9 +234,11 @@ class VectorSearch:
             return None
         backend = self.backend
         states, discovery = candidates
-        if self.canonical is not None:  # drop repeated successors first: fewer states to canonicalise
+        if self.canonical is not None and self.fused is None:  # drop repeated successors first: fewer to canonicalise
             chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
             states = self.canonical(backend.columns(states, chosen))
+        elif self.canonical is not None:  # the fused kernel canonicalises every successor for less than a sort costs
+            states = self.canonical(states)
         keys = self.fingerprint(states)
         if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
             kept = backend.nonzero(self.visited.absent(keys, states))
