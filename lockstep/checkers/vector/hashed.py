@@ -102,7 +102,7 @@ def fingerprint(torch: Any, words: Any) -> Any:
 class HashedFingerprints(VisitedSet):
     """The compact visited set as a hash table on the device (the in-chunk dedup is ``VisitedSet``'s)."""
 
-    hashed = True  # a lookup costs less than a sort: the search looks successors up before deduplicating them
+    hashed = True  # the search looks a chunk's successors up before it sorts them
 
     def __init__(self, backend: Backend, words: int, torch: Any, first_bits: int = _FIRST_BITS) -> None:
         super().__init__(backend, words, exact=False)

@@ -94,7 +94,7 @@ class VectorSearch:
         # whether a chunk's successors are looked up in the visited set before they are deduplicated among
         # themselves (a hash table's lookup costs less than the sort it then spares; not when partitioned,
         # where the owner of a state is another process)
-        self.prefilter = getattr(self.visited, "hashed", False)
+        self.prefilter = self.visited.hashed
         self.stop_at_first = stop_at_first
         self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
@@ -298,7 +298,10 @@ class VectorSearch:
     def _admit(self, states: Any, fingerprints: Any, discovery: Any) -> Any:
         """Store the candidates not seen before, in discovery order; return them."""
         backend = self.backend
-        fresh = backend.nonzero(self.visited.absent(fingerprints, states))
+        if self.prefilter:  # looked up already (``_successors``), and nothing was stored since
+            fresh = backend.arange(0, int(fingerprints.shape[0]))
+        else:
+            fresh = backend.nonzero(self.visited.absent(fingerprints, states))
         by_discovery = backend.argsort(discovery[fresh])
         chosen = fresh[by_discovery]
         states, fingerprints, discovery = backend.columns(states, chosen), fingerprints[chosen], discovery[chosen]

@@ -46,6 +46,8 @@ class VisitedSet:
     state's key is copied O(log n) times in all, not once a level; its words never move.
     """
 
+    hashed = False  # a hash table (``hashed.HashedFingerprints``), whose lookups cost less than a sort
+
     def __init__(self, backend: Backend, words: int, exact: bool) -> None:
         self.backend = backend
         self.exact = exact
