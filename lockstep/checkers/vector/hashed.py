@@ -38,8 +38,8 @@ _PROBE_BLOCK = 128  # keys per program of a lookup or store (a program loops unt
 _FIRST_BITS = 20  # the table's first size: 2**20 slots (8 MiB)
 
 
-@triton.jit
-def _fingerprint_kernel(words, rows, stride, out, WORDS: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]  # Triton reads the parameters' annotations: these stay bare
+def _fingerprint_kernel(words, rows, stride, out, WORDS: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = offsets < rows
     hashed = tl.full([BLOCK], _SEED, tl.uint64)
@@ -53,8 +53,8 @@ def _fingerprint_kernel(words, rows, stride, out, WORDS: tl.constexpr, BLOCK: tl
     tl.store(out + offsets, hashed.to(tl.int64, bitcast=True), mask=valid)
 
 
-@triton.jit
-def _probe_kernel(table, bits, keys, count, found, spare, STORE: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit  # type: ignore[untyped-decorator]
+def _probe_kernel(table, bits, keys, count, found, spare, STORE: tl.constexpr, BLOCK: tl.constexpr):  # type: ignore[no-untyped-def]
     """Look each key up (``found``: 1 where the table holds it) or, with STORE, insert it (``found``:
     1 where it was there already). Compare-and-swap has no mask: a lane that is not claiming an
     empty slot swaps at its current slot, which is occupied and stays so (nothing is ever removed),
