@@ -91,10 +91,7 @@ class VectorSearch:
                 self.canonical = self.fused.canonical
             if compact:
                 self.visited = self.fused.visited_set(backend, self.layout.words)
-        # whether a chunk's successors are looked up in the visited set before they are deduplicated among
-        # themselves (a hash table's lookup costs less than the sort it then spares; not when partitioned,
-        # where the owner of a state is another process)
-        self.prefilter = self.visited.hashed
+        self.prefilter = self.visited.hashed  # look successors up before sorting them (a lookup is cheaper)
         self.stop_at_first = stop_at_first
         self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
@@ -106,9 +103,7 @@ class VectorSearch:
         self.depth = 0
         self.parents: list[Any] = []  # per level, the parents' global ids (or, on a torch device, discovery keys)
         self.via: list[np.ndarray | None] = []  # per level, the tuple ids that reached the states (None: in the keys)
-        # torch keeps each level's discovery keys where they are (8 bytes per state, no copy to the host and no
-        # division per level); numpy splits them into a 4-byte parent and a 2-byte tuple id
-        self.links_on_device = isinstance(backend, TorchBackend)
+        self.links_on_device = isinstance(backend, TorchBackend)  # torch: a level's discovery keys stay put
         self.found: dict[int, _Found] = {}
         self.fired: set[int] = set()
         self.stored = 0
