@@ -112,13 +112,15 @@ def compile_ahead(path: Path, names: list[str], words: int, tuples: int) -> None
 
 @dataclass
 class Expansion:
-    """A chunk's successors from the fused kernels (device tensors)."""
+    """A chunk's successors from the fused kernels (device tensors), or from the native ones (numpy
+    arrays, in discovery order, with their fingerprints)."""
 
     states: Any  # words x successors
     rows: Any  # each successor's parent row in the chunk
     via: Any  # each successor's tuple id
     counts: list[int]  # successors per tuple id
     enabled: Any  # per chunk row: some tuple is enabled
+    fingerprints: Any = None  # the successors' fingerprints, where the kernel computed them
 
 
 class FusedKernels:
@@ -153,9 +155,10 @@ class FusedKernels:
         self.unused_byte = torch.zeros(1, dtype=torch.int8, device=device)
         self.capacity = 0
 
-    def expand(self, chunk: Any) -> Expansion | None:
+    def expand(self, chunk: Any, stored: int = 0) -> Expansion | None:
         """The successors of ``chunk`` (words x rows), or None when a row fails or leaves a sort
-        (the array kernels then redo the chunk and report it)."""
+        (the array kernels then redo the chunk and report it); ``stored`` is not read (the native
+        kernels' signature)."""
         torch = self.torch
         rows = int(chunk.shape[1])
         capacity = max(self.capacity, 4 * rows, 1024)

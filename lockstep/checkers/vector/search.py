@@ -25,6 +25,7 @@ from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Ve
 from lockstep.checkers.vector.backend import Backend, NumpyBackend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
 from lockstep.checkers.vector.kernels import Kernels, canonical_for, compile_kernels
+from lockstep.checkers.vector.native import native_kernels
 from lockstep.checkers.vector.paths import PathBuilder
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.checkers.vector.visited import VisitedSet, omission_probability
@@ -82,6 +83,7 @@ class VectorSearch:
         self.engine = engine
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
         self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
+        self.native = None if isinstance(backend, TorchBackend) else native_kernels(self.kernels)
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
         self.canonical = self.kernels.canonical
@@ -223,7 +225,8 @@ class VectorSearch:
     def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any] | None:
         """The distinct successors of a chunk: (states, fingerprints, least discovery keys);
         deadlocks, steps out of a sort and model errors are offered or raised on the way."""
-        expansion = self.fused.expand(frontier) if self.fused is not None else None
+        kernel = self.fused or self.native  # compiled kernels (GPU: Triton; CPU: C), where they are ready
+        expansion = None if kernel is None else kernel.expand(frontier, self.stored)
         candidates = self._arrays(frontier, base) if expansion is None else self._from_fused(expansion, frontier, base)
         if candidates is None:
             return None
@@ -234,7 +237,8 @@ class VectorSearch:
             states = self.canonical(backend.columns(states, chosen))
         elif self.canonical is not None:  # the fused kernel canonicalises every successor for less than a sort costs
             states = self.canonical(states)
-        keys = self.fingerprint(states)
+        known = None if expansion is None or self.canonical is not None else expansion.fingerprints
+        keys = self.fingerprint(states) if known is None else known
         if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
             kept = backend.nonzero(self.visited.absent(keys, states))
             states, keys, discovery = backend.columns(states, kept), keys[kept], discovery[kept]
