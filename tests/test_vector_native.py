@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,8 +143,9 @@ def test_without_a_compiler_or_with_a_failing_one_the_array_kernels_run(monkeypa
     assert summary(search.run()) == summary(arrays_run(instance, monkeypatch))
 
 
-def test_a_small_search_never_starts_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_search_never_starts_the_compiler(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("LOCKSTEP_NATIVE", raising=False)
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))  # nothing compiled before
     instance = INSTANCES[0]
     search = VectorSearch(instance.machine(), NumpyBackend(), engine="bfs-vec")
     result = search.run()

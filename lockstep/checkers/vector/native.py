@@ -236,9 +236,56 @@ def native_source(expand_source: str, words: int) -> NativeSource:
             f"{indent}}}",
         ]
     lines += ["    }", "    *BAD_OUT = BAD;", "    return AT;", "}", ""]
+    lines += _predicates(expand_source, words, spelling)
     tables = [value for table in spelling.tables for value in table] or [0]
     lines.insert(1, f"static const i64 TABLES[{len(tables)}] = {{{', '.join(_literal(value) for value in tables)}}};")
     return NativeSource("\n".join(lines), len(parsed.guards))
+
+
+def _predicates(source: str, words: int, spelling: _Spelling) -> list[str]:
+    """C for ``predicates``: ``int predicates(W, STRIDE, N, OUT)`` writes, for each property whose
+    value is not a constant, one byte per row at ``OUT[property * N + row]`` and returns whether a row
+    failed to evaluate; ``int kinds(int8_t *OUT)`` returns how many properties there are and, given
+    room, which values are rows (3) or the constants False (0), True (1) and None (2)."""
+    function = next(
+        (node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef) and node.name == "predicates"),
+        None,
+    )
+    answer = None if function is None else function.body[-1]
+    if not (
+        isinstance(answer, ast.Return)
+        and isinstance(answer.value, ast.Tuple)
+        and isinstance(answer.value.elts[0], ast.Tuple)
+    ):
+        raise _fail("predicates without their return")
+    assert function is not None
+    results, error = answer.value.elts[0].elts, answer.value.elts[1]
+    kinds = [
+        3 if not isinstance(result, ast.Constant) else 2 if result.value is None else int(bool(result.value))
+        for result in results
+    ]
+    indent = "        "
+    lines = [
+        "int predicates(const i64 *W, i64 STRIDE, i64 N, int8_t *OUT) {",
+        "    int BAD = 0;",
+        "    for (i64 ROW = 0; ROW < N; ROW++) {",
+        *(f"{indent}i64 W_{word} = W[{word} * STRIDE + ROW];" for word in range(words)),
+        *(indent + spelling.assignment(line) for line in function.body if isinstance(line, ast.Assign)),
+        *(
+            f"{indent}OUT[{position} * N + ROW] = (int8_t)(({spelling.expression(result)}) != 0);"
+            for position, (result, kind) in enumerate(zip(results, kinds))
+            if kind == 3
+        ),
+        f"{indent}BAD |= {spelling.expression(error)};",
+        "    }",
+        "    return BAD;",
+        "}",
+        f"static const int8_t KINDS[{len(kinds) or 1}] = {{{', '.join(map(str, kinds)) or '0'}}};",
+        f"int kinds(int8_t *OUT) {{ for (int i = 0; OUT && i < {len(kinds)}; i++) OUT[i] = KINDS[i];",
+        f"                          return {len(kinds)}; }}",
+        "",
+    ]
+    return lines
 
 
 def compiler() -> str | None:
@@ -318,15 +365,39 @@ class NativeKernels:
 
     def _load(self) -> None:
         try:
-            function = ctypes.CDLL(str(self.library)).successors
-        except OSError:  # a truncated or foreign file: compiled again by the next run
+            library = ctypes.CDLL(str(self.library))
+            function, predicates, kinds = library.successors, library.predicates, library.kinds
+        except (OSError, AttributeError):  # a truncated or foreign file: compiled again by the next run
             self.library.unlink(missing_ok=True)
             self.failed = True
             return
         pointer, integer = ctypes.c_void_p, ctypes.c_int64
         function.argtypes = [pointer, integer, integer, *[pointer] * 6, integer, pointer]
         function.restype = ctypes.c_int64
+        predicates.argtypes = [pointer, integer, integer, pointer]
+        predicates.restype = ctypes.c_int
+        kinds.argtypes = [pointer]
+        values = np.zeros(max(1, kinds(None)), dtype=np.int8)  # the first call counts the properties
+        count = kinds(values.ctypes.data)
+        self.values: list[Any] = [{0: False, 1: True, 2: None, 3: "row"}[int(kind)] for kind in values[:count]]
+        self.predicate_function = predicates
         self.function = function
+
+    def predicates(self, states: np.ndarray) -> tuple[tuple[Any, ...], Any]:
+        """Each property's value over ``states`` (as ``Kernels.predicates`` gives it); the array
+        kernels' where the library is not loaded or a row fails to evaluate (they report it)."""
+        rows = int(states.shape[1])
+        if self.function is None or not rows:
+            values, error = self.arrays.predicates(states)
+            return tuple(values), error
+        if states.strides[1] != states.itemsize:
+            states = np.ascontiguousarray(states)
+        out = np.empty((len(self.values), rows), dtype=np.int8)
+        if self.predicate_function(states.ctypes.data, states.strides[0] // states.itemsize, rows, out.ctypes.data):
+            values, error = self.arrays.predicates(states)
+            return tuple(values), error
+        masks = out.view(np.bool_)
+        return tuple(masks[position] if value == "row" else value for position, value in enumerate(self.values)), False
 
     def expand(self, chunk: np.ndarray, stored: int) -> Expansion | None:
         """The successors of ``chunk`` (words x rows) with their fingerprints, or None when the
@@ -341,10 +412,7 @@ class NativeKernels:
         enabled = np.empty(rows, dtype=np.int8)
         bad = np.zeros(1, dtype=np.int64)
         while True:
-            out = np.empty((self.words, capacity), dtype=np.int64)
-            fingerprints = np.empty(capacity, dtype=np.int64)
-            parent = np.empty(capacity, dtype=np.int64)
-            via = np.empty(capacity, dtype=np.int64)
+            out, fingerprints, parent, via = self._buffers(capacity)
             counts[:] = 0
             total = self.function(
                 chunk.ctypes.data,
@@ -358,11 +426,20 @@ class NativeKernels:
                 return None
             if total <= capacity:
                 break
-            capacity = self.capacity = total + total // 4  # too small: grow, remember, redo
-        counted = counts.tolist()
+            capacity = total + total // 4  # too small: grow, redo
         return Expansion(
-            out[:, :total], parent[:total], via[:total], counted, enabled.view(np.bool_), fingerprints[:total]
+            out[:, :total], parent[:total], via[:total], counts.tolist(), enabled.view(np.bool_), fingerprints[:total]
         )
+
+    def _buffers(self, capacity: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The output arrays (``capacity`` is never less than the last one), kept from call to call
+        (fresh pages cost more than the loop's stores): what ``expand`` returns is valid until its
+        next call, and the search copies what it keeps."""
+        if capacity > self.capacity:
+            self.capacity = capacity
+            self._out = np.empty((self.words, capacity), dtype=np.int64)
+            self._columns = np.empty((3, capacity), dtype=np.int64)  # fingerprints, parent rows, tuple ids
+        return self._out, self._columns[0], self._columns[1], self._columns[2]  # capacity is self.capacity
 
 
 def native_kernels(arrays: Kernels) -> NativeKernels | None:

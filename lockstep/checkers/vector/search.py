@@ -343,7 +343,7 @@ class VectorSearch:
 
     def _check_states(self, states: Any, first: int, keys: Any | None) -> None:
         """Offer each property's first violation (or witness) among new states stored in discovery order."""
-        values, error = (self.kernels if self.fused is None else self.fused).predicates(states)
+        values, error = (self.fused or self.native or self.kernels).predicates(states)
         if error is not False and bool(error.any() if hasattr(error, "any") else error):
             self._predicate_error(states, error)
         positions, masks = [], []
