@@ -11,13 +11,17 @@ Each configuration runs in a fresh process, so one's memory does not hide anothe
 Ratios are taken within one run: these machines are shared and noisy. The process's CPU seconds
 (``cpu s``) are printed beside the wall-clock seconds: on a shared machine they vary less. With
 ``--repeat N`` each configuration runs N times (each in a fresh process) and the least seconds and
-the least CPU seconds are shown.
+the least CPU seconds are shown. ``--native on|off|both``: ``bfs-vec`` with its successor and
+property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
+or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
+column then reads ``bfs-vec+c`` or ``bfs-vec``. The default leaves the engine's own choice.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import platform
 import resource
 import time
@@ -31,7 +35,11 @@ from lockstep.models import get_protocol
 from lockstep.spec.protocol import parse_assignment
 
 
-def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace) -> dict[str, object]:
+def measure(
+    ranks: int, engine: str, symmetry: bool, options: argparse.Namespace, native: str | None = None
+) -> dict[str, object]:
+    if native is not None:  # this process's choice (each configuration runs in a fresh one)
+        os.environ["LOCKSTEP_NATIVE"] = native
     overrides = dict(parse_assignment(text) for text in options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
     machine = instance.machine()
@@ -68,7 +76,7 @@ def measure(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace
         per_state = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before, 0) / max(states, 1)
     row: dict[str, object] = {
         "ranks": ranks,
-        "engine": engine,
+        "engine": f"{engine}+c" if engine == "bfs-vec" and native == "1" else engine,
         "symmetry": symmetry,
         "states": states,
         "transitions": result.stats.transitions or 0,
@@ -104,6 +112,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs of each configuration: the least seconds and CPU seconds are shown"
     )
+    parser.add_argument(
+        "--native", choices=["on", "off", "both"], default=None, help="bfs-vec with or without its C loops"
+    )
     options = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
     if "bfs-gpu" in options.engines and options.device.startswith("cuda"):
@@ -111,7 +122,7 @@ def main() -> None:
 
         print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
     print(
-        f"{'ranks':>5} {'engine':>8} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'cpu s':>8} "
+        f"{'ranks':>5} {'engine':>9} {'sym':>4} {'states':>12} {'transitions':>13} {'seconds':>8} {'cpu s':>8} "
         f"{'states/s':>11} {'B/state':>8}  verdict",
         flush=True,
     )
@@ -120,16 +131,19 @@ def main() -> None:
         for symmetry in symmetries:
             if symmetry and ranks < 3:
                 continue  # dp-pause declares ranks 1..n-1 symmetric: nothing to reduce at 2 ranks
-            for engine in options.engines:
+            natives = {None: [None], "on": ["1"], "off": ["0"], "both": ["0", "1"]}[options.native]
+            for engine, native in [(engine, native) for engine in options.engines for native in natives]:
+                if native is not None and engine != "bfs-vec" and native == "1":
+                    continue  # the C loops are bfs-vec's
                 rows = []
                 for _ in range(options.repeat):  # each run in a fresh process: its own memory
                     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
-                        rows.append(isolated.submit(measure, ranks, engine, symmetry, options).result())
+                        rows.append(isolated.submit(measure, ranks, engine, symmetry, options, native).result())
                 row = min(rows, key=lambda candidate: float(candidate["seconds"]))  # type: ignore[arg-type]
                 row["cpu"] = min(float(candidate["cpu"]) for candidate in rows)  # type: ignore[arg-type]
                 extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
                 print(
-                    f"{ranks:>5} {engine:>8} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
+                    f"{ranks:>5} {row['engine']:>9} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
                     f"{row['transitions']:>13,} "
                     f"{row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  "
                     f"{row['verdict']}{extra}",
