@@ -78,8 +78,9 @@ class PartitionedSearch(VectorSearch):
         parts = []
         for start in range(0, int(frontier.shape[1]), self.chunk):
             candidates = self._successors(frontier[:, start : start + self.chunk], base + start)
-            if candidates is not None:
-                parts.append(candidates)
+            if candidates is not None:  # compact: the successors not stored here, gathered to be sent
+                states, keys, discovery, columns = candidates
+                parts.append((states if columns is None else states[:, columns], keys, discovery))
         words = self.layout.words
         if parts:
             states = backend.concatenate([part[0] for part in parts], axis=1)
@@ -89,7 +90,7 @@ class PartitionedSearch(VectorSearch):
             states, keys, discovery = backend.empty_words(words), backend.empty(), backend.empty()
         states, keys, discovery = self._exchange(states, keys, discovery)
         chosen, discovery = self.visited.unique(keys, states, discovery)
-        following = self._admit(states[:, chosen], keys[chosen], discovery)
+        following = self._admit(states[:, chosen], keys[chosen], discovery, None)
         self._commit()
         stopped = self._agree(watch)
         if self.progress is not None and self.rank == 0:

@@ -222,9 +222,10 @@ class VectorSearch:
             self.found.setdefault(position, found)
         self._pending.clear()
 
-    def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any] | None:
-        """The distinct successors of a chunk: (states, fingerprints, least discovery keys);
-        deadlocks, steps out of a sort and model errors are offered or raised on the way."""
+    def _successors(self, frontier: Any, base: int) -> tuple[Any, Any, Any, Any] | None:
+        """The distinct successors of a chunk: (states, fingerprints, least discovery keys, None) or,
+        compact, (all successors, the new ones' fingerprints and keys, their columns); deadlocks,
+        steps out of a sort and model errors are offered or raised on the way."""
         kernel = self.fused or self.native  # compiled kernels (GPU: Triton; CPU: C), where they are ready
         expansion = None if kernel is None else kernel.expand(frontier, self.stored)
         candidates = self._arrays(frontier, base) if expansion is None else self._from_fused(expansion, frontier, base)
@@ -242,7 +243,11 @@ class VectorSearch:
         if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
             kept = backend.nonzero(self.visited.absent(keys, states))
             states, keys, discovery = backend.columns(states, kept), keys[kept], discovery[kept]
-        return self.visited.distinct(keys, states, discovery)
+        elif not self.visited.exact:  # keys alone decide: only the new states are gathered, once (``_admit``)
+            chosen, keys, discovery = self.visited.distinct(keys, None, discovery)
+            fresh = backend.nonzero(self.visited.absent(keys, None))
+            return states, keys[fresh], discovery[fresh], chosen[fresh]
+        return (*self.visited.distinct(keys, states, discovery), None)
 
     def _from_fused(self, expansion: Expansion, frontier: Any, base: int) -> tuple[Any, Any] | None:
         """A chunk's successors and discovery keys from the fused kernels (no row failed or left a sort)."""
@@ -294,16 +299,18 @@ class VectorSearch:
             return None
         return backend.concatenate(children, axis=1), backend.concatenate(keys)
 
-    def _admit(self, states: Any, fingerprints: Any, discovery: Any) -> Any:
-        """Store the candidates not seen before, in discovery order; return them."""
+    def _admit(self, states: Any, fingerprints: Any, discovery: Any, columns: Any | None) -> Any:
+        """Store the candidates not seen before, in discovery order; return them. ``columns``, when
+        given, are the candidates' columns of ``states`` (they are new: looked up already)."""
         backend = self.backend
-        if self.prefilter:  # looked up already (``_successors``), and nothing was stored since
+        if self.prefilter or columns is not None:  # looked up already (``_successors``), nothing stored since
             fresh = backend.arange(0, int(fingerprints.shape[0]))
         else:
             fresh = backend.nonzero(self.visited.absent(fingerprints, states))
         by_discovery = backend.argsort(discovery[fresh])
         chosen = fresh[by_discovery]
-        states, fingerprints, discovery = backend.columns(states, chosen), fingerprints[chosen], discovery[chosen]
+        states = backend.columns(states, chosen if columns is None else columns[chosen])
+        fingerprints, discovery = fingerprints[chosen], discovery[chosen]
         by_key = backend.empty_like(by_discovery)  # the candidates came in key order: undo the sort by discovery
         by_key[by_discovery] = backend.arange(0, int(by_discovery.shape[0]))
         if self.links_on_device:
@@ -449,16 +456,8 @@ class VectorSearch:
         results: list[PropertyResult] = []
         for position, prop in enumerate(machine.properties):
             if prop.kind is PropertyKind.LEADS_TO:
-                results.append(
-                    PropertyResult(
-                        prop.name,
-                        prop.kind,
-                        Verdict.INCONCLUSIVE,
-                        None,
-                        "leads-to is checked by --engine bfs",
-                        prop.builtin,
-                    )
-                )
+                detail = "leads-to is checked by --engine bfs"
+                results.append(PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, detail, prop.builtin))
                 continue
             found = self.found.get(position)
             if found is None:

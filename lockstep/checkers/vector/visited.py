@@ -88,8 +88,9 @@ class VisitedSet:
 
     def distinct(self, keys: Any, states: Any, discovery: Any) -> tuple[Any, Any, Any]:
         """``unique``'s states themselves: (the distinct states, their keys, each one's least
-        ``discovery`` key), in key order. In the exact mode the states are gathered in key order
-        once and neighbours compared, which is cheaper than gathering each repeated pair."""
+        ``discovery`` key), in key order; in the compact mode, given no ``states``, their indices.
+        In the exact mode the states are gathered in key order once and neighbours compared, which
+        is cheaper than gathering each repeated pair."""
         backend = self.backend
         order = backend.argsort(keys)
         sorted_keys = keys[order]
@@ -97,7 +98,11 @@ class VisitedSet:
         starts = backend.concatenate([backend.full(1, 1) == 1, first]) if len(sorted_keys) else first
         least = backend.run_minimum(discovery[order], starts)
         if not self.exact:
-            return backend.columns(states, order[starts]), sorted_keys[starts], least
+            return (
+                order[starts] if states is None else backend.columns(states, order[starts]),
+                sorted_keys[starts],
+                least,
+            )
         ordered = backend.rows_of(states, order)  # (rows, words): a state's words side by side
         if len(first) and bool(((ordered[1:] != ordered[:-1]).any(1) & ~first).any()):
             chosen, least = self.unique(keys, states, discovery)  # a fingerprint shared by different states
