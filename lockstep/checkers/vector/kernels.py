@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.checkers.vector import source_cache
 from lockstep.checkers.vector.facts import guard_facts
 from lockstep.checkers.vector.images import canonical_source
 from lockstep.checkers.vector.packing import encoded, fit, indent, outside, packed_region
@@ -68,25 +69,31 @@ class Kernels:
 def compile_kernels(
     machine: Machine, layout: Layout, backend_namespace: Mapping[str, Any], symmetry: bool = False
 ) -> Kernels:
-    """Generate and compile the kernels; ``Unsupported`` names a construct that cannot be vectorised."""
-    builder = _Builder(machine, layout)
-    sources = [builder.expand_source(), builder.predicates_source(), builder.deadlocked_source()]
-    permutations = 1
-    if symmetry:
-        source, permutations = canonical_source(machine, layout, builder.emitter)
-        sources.append(source)
-    source = tidy("\n\n".join(sources))
+    """Generate (or read back from ``source_cache``) and compile the kernels; ``Unsupported`` names
+    a construct that cannot be vectorised."""
+    name = source_cache.key(machine, symmetry)
+    generated = source_cache.read(name)
+    if generated is None:
+        builder = _Builder(machine, layout)
+        sources = [builder.expand_source(), builder.predicates_source(), builder.deadlocked_source()]
+        permutations = 1
+        if symmetry:
+            text, permutations = canonical_source(machine, layout, builder.emitter)
+            sources.append(text)
+        generated = (tidy("\n\n".join(sources)), builder.tuples, builder.skipped, permutations)
+        source_cache.write(name, generated)
+    source, tuples, skipped, permutations = generated
     namespace: dict[str, Any] = dict(backend_namespace)
     exec(compile(source, f"<lockstep-vector {machine.name}>", "exec"), namespace)  # noqa: S102 - our own generated code
     return Kernels(
         layout,
-        builder.tuples,
+        tuples,
         namespace["expand"],
         namespace["predicates"],
         namespace["deadlocked"],
         namespace.get("canonical"),
         source,
-        builder.skipped,
+        skipped,
         permutations,
         namespace,
     )

@@ -32,7 +32,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from lockstep.checkers.vector.backend import _MULTIPLY_1, _MULTIPLY_2, _SEED
 from lockstep.checkers.vector.fused import _local_blocks, _number, parse
 from lockstep.checkers.vector.fused_launch import Expansion
 from lockstep.checkers.vector.kernels import Kernels
+from lockstep.checkers.vector.source_cache import folder
 from lockstep.checkers.vector.values import Unsupported
 
 THRESHOLD = 1 << 15  # stored states after which an uncached library is compiled (in the background)
@@ -297,10 +297,9 @@ def compiler() -> str | None:
 
 
 def _folder() -> Path:
-    root = os.environ.get("LOCKSTEP_CACHE", str(Path(tempfile.gettempdir()) / "lockstep-fused"))
-    folder = Path(root) / "native"
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    created = folder("native")
+    created.mkdir(parents=True, exist_ok=True)
+    return created
 
 
 class NativeKernels:
@@ -448,7 +447,10 @@ def native_kernels(arrays: Kernels) -> NativeKernels | None:
     command = compiler()
     if wanted == "0" or command is None:
         return None
-    return NativeKernels(arrays, command, eager=wanted == "1")
+    try:
+        return NativeKernels(arrays, command, eager=wanted == "1")
+    except OSError:  # the cache folder cannot be written: no library to build
+        return None
 
 
 __all__ = ["THRESHOLD", "NativeKernels", "NativeSource", "compiler", "native_kernels", "native_source"]
