@@ -151,3 +151,19 @@ def test_a_small_search_never_starts_the_compiler(monkeypatch: pytest.MonkeyPatc
     result = search.run()
     assert result.stats.states is not None and result.stats.states < native.THRESHOLD
     assert search.native is not None and search.native.building is None and search.native.function is None
+
+
+def test_a_compile_started_in_the_background_installs_its_library_for_the_next_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("LOCKSTEP_NATIVE", raising=False)
+    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
+    machine = next(instance for instance in INSTANCES if (recorded_states(instance) or 0) > 2 * native.THRESHOLD)
+    search = VectorSearch(machine.machine(), NumpyBackend(), engine="bfs-vec")
+    expected = summary(search.run())
+    assert search.native is not None and search.native.building is not None  # started once past the threshold
+    assert search.native.building.wait() == 0
+    assert sorted(path.suffix for path in (tmp_path / "native").iterdir()) == [".so"]  # no source or partial file left
+    again = VectorSearch(machine.machine(), NumpyBackend(), engine="bfs-vec")
+    assert again.native is not None and again.native.function is not None  # loaded at once
+    assert summary(again.run()) == expected

@@ -30,6 +30,7 @@ import ast
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -335,29 +336,31 @@ class NativeKernels:
                 return False
         if not wait and self.building.poll() is None:
             return False
-        self.building.communicate()
-        self._source.unlink(missing_ok=True)
-        if self.building.returncode != 0:
+        self.building.wait()
+        if self.building.returncode != 0 or not self.library.exists():
             self.failed = True
-            self._output.unlink(missing_ok=True)
             return False
-        self._output.replace(self.library)
         self._load()
         return self.function is not None
 
     def _build(self) -> None:
-        """Generate the source and start the compiler on it."""
+        """Generate the source and start the compiler on it. The compiler installs the library
+        itself (a rename once it is written, then the source removed), so a compile that outlives
+        the search, whose small model finished first, still serves the next run."""
         try:
             native = native_source(self.arrays.source, self.words)
         except Unsupported:
             self.failed = True
             return
         stem = self.library.with_suffix("")
-        self._source = stem.with_name(f"{stem.name}.{os.getpid()}.c")
-        self._output = stem.with_name(f"{stem.name}.{os.getpid()}.tmp")
-        self._source.write_text(native.source)
+        source = stem.with_name(f"{stem.name}.{os.getpid()}.c")
+        output = stem.with_name(f"{stem.name}.{os.getpid()}.tmp")
+        source.write_text(native.source)
+        compile_command = " ".join(shlex.quote(part) for part in [*self.command, "-o", str(output), str(source)])
+        installed = f"mv -f {shlex.quote(str(output))} {shlex.quote(str(self.library))}"
+        cleaned = f"rm -f {shlex.quote(str(source))} {shlex.quote(str(output))}"
         self.building = subprocess.Popen(  # noqa: S603 - the configured compiler on our own generated source
-            [*self.command, "-o", str(self._output), str(self._source)],
+            ["/bin/sh", "-c", f"{compile_command} && {installed}; status=$?; {cleaned}; exit $status"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
