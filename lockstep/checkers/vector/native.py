@@ -33,7 +33,6 @@ import os
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -171,19 +170,12 @@ class _Spelling:
         return f"{'int' if boolean else 'i64'} {name} = {self.expression(line.value)};"
 
 
-@dataclass
-class NativeSource:
-    """The C source of one machine's successor loop (its lookup tables are static arrays in it)."""
-
-    source: str
-    tuples: int
-
-
-def native_source(expand_source: str, words: int) -> NativeSource:
-    """C for ``expand``: ``successors(W, STRIDE, N, OUT, FINGERPRINTS, PARENT, VIA, COUNTS, ENABLED,
-    CAPACITY, BAD)`` appends every enabled tuple's successor of rows 0..N-1 in discovery
-    order, returns how many there are (only the first CAPACITY are written) and sets ``*BAD`` when a
-    row fails to evaluate or a successor leaves its sort."""
+def native_source(expand_source: str, words: int) -> str:
+    """C for ``expand`` and ``predicates`` (lookup tables as static arrays in it): ``successors(W,
+    STRIDE, N, OUT, FINGERPRINTS, PARENT, VIA, COUNTS, ENABLED, CAPACITY, BAD)`` appends every
+    enabled tuple's successor of rows 0..N-1 in discovery order, returns how many there are (only
+    the first CAPACITY are written) and sets ``*BAD`` when a row fails to evaluate or a successor
+    leaves its sort."""
     parsed = parse(expand_source)
     spelling = _Spelling()
     local = _local_blocks(parsed.blocks)
@@ -240,7 +232,7 @@ def native_source(expand_source: str, words: int) -> NativeSource:
     lines += _predicates(expand_source, words, spelling)
     tables = [value for table in spelling.tables for value in table] or [0]
     lines.insert(1, f"static const i64 TABLES[{len(tables)}] = {{{', '.join(_literal(value) for value in tables)}}};")
-    return NativeSource("\n".join(lines), len(parsed.guards))
+    return "\n".join(lines)
 
 
 def _predicates(source: str, words: int, spelling: _Spelling) -> list[str]:
@@ -355,7 +347,7 @@ class NativeKernels:
         stem = self.library.with_suffix("")
         source = stem.with_name(f"{stem.name}.{os.getpid()}.c")
         output = stem.with_name(f"{stem.name}.{os.getpid()}.tmp")
-        source.write_text(native.source)
+        source.write_text(native)
         compile_command = " ".join(shlex.quote(part) for part in [*self.command, "-o", str(output), str(source)])
         installed = f"mv -f {shlex.quote(str(output))} {shlex.quote(str(self.library))}"
         cleaned = f"rm -f {shlex.quote(str(source))} {shlex.quote(str(output))}"
@@ -456,4 +448,4 @@ def native_kernels(arrays: Kernels) -> NativeKernels | None:
         return None
 
 
-__all__ = ["THRESHOLD", "NativeKernels", "NativeSource", "compiler", "native_kernels", "native_source"]
+__all__ = ["THRESHOLD", "NativeKernels", "compiler", "native_kernels", "native_source"]
