@@ -25,6 +25,7 @@ from lockstep.checkers import CheckResult, check
 from lockstep.checkers.vector import native
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.search import VectorSearch
+from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance
 from lockstep.spec.semantics import ModelError
@@ -41,17 +42,30 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path_factory.getbasetemp() / "native-cache"))
 
 
-def native_run(machine: Machine, monkeypatch: pytest.MonkeyPatch, compact: bool = False) -> CheckResult:
-    """A ``bfs-vec`` search with the native kernels loaded before the first level (asserted)."""
+def native_run(
+    machine: Machine,
+    monkeypatch: pytest.MonkeyPatch,
+    compact: bool = False,
+    symmetry: bool = False,
+    sets_used: bool = False,
+) -> CheckResult:
+    """A ``bfs-vec`` search with the native kernels loaded before the first level (asserted);
+    ``sets_used``: assert that the set loops (and, with symmetry, the C ``canonical``) were used."""
     monkeypatch.setenv("LOCKSTEP_NATIVE", "1")
-    search = VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=compact)
+    search = VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=compact, symmetry=symmetry)
     assert search.native is not None and search.native.function is not None
-    return search.run()
+    result = search.run()
+    if sets_used:
+        assert search.visited.native is not None and search.visited.native is search.native.sets
+        assert (search.native.canonical_function is not None) == symmetry
+    return result
 
 
-def arrays_run(machine: Machine | Instance, monkeypatch: pytest.MonkeyPatch, compact: bool = False) -> CheckResult:
+def arrays_run(
+    machine: Machine | Instance, monkeypatch: pytest.MonkeyPatch, compact: bool = False, symmetry: bool = False
+) -> CheckResult:
     monkeypatch.setenv("LOCKSTEP_NATIVE", "0")
-    return check(machine, "bfs-vec", compact=compact)
+    return check(machine, "bfs-vec", compact=compact, symmetry=symmetry)
 
 
 @pytest.mark.parametrize("instance", INSTANCES, ids=[instance.label for instance in INSTANCES])
@@ -63,7 +77,19 @@ def test_native_kernels_equal_the_array_kernels_on_every_pinned_instance(
         pytest.skip(f"{recorded} states: not recorded, or more than {LIMIT:,}")
     for compact in (False, True):
         expected = arrays_run(instance, monkeypatch, compact)
-        found = native_run(instance.machine(), monkeypatch, compact)
+        found = native_run(instance.machine(), monkeypatch, compact, sets_used=(recorded or 0) > 100)
+        assert summary(found) == summary(expected)
+        assert paths(found) == paths(expected)
+
+
+@pytest.mark.parametrize("variant", ["pre-fix", "post-fix"])
+def test_with_symmetry_the_native_loops_search_as_the_array_kernels(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    instance = get_protocol("dp-pause").instance(variant, overrides={"ranks": 3, "requests": 0})
+    for compact in (False, True):
+        expected = arrays_run(instance, monkeypatch, compact, symmetry=True)
+        found = native_run(instance.machine(), monkeypatch, compact, symmetry=True, sets_used=True)
         assert summary(found) == summary(expected)
         assert paths(found) == paths(expected)
 

@@ -94,11 +94,17 @@ class InterpretedSystem:
         except (EvaluationError, IndexError, ZeroDivisionError) as error:
             raise ModelError(f"{where}: evaluating {render(expression)} failed: {error}") from error
 
-    def transitions(self, state: State) -> list[Transition]:
+    def transitions(
+        self, state: State, action_id: int | None = None, only: tuple[Value, ...] | None = None
+    ) -> list[Transition]:
+        """The enabled transitions of ``state`` in action and argument order; with ``action_id``,
+        only that action's (and with ``only``, only those arguments')."""
         values = unpack(self.machine, state)
         result: list[Transition] = []
         for position, action in enumerate(self.machine.actions):
-            for arguments in self._arguments[position]:
+            if action_id is not None and position != action_id:
+                continue
+            for arguments in self._arguments[position] if only is None else [only]:
                 bindings = {parameter.name: value for parameter, value in zip(action.parameters, arguments)}
                 environment = Environment(values, bindings)
                 where = f"action {action.name}{arguments}"

@@ -102,8 +102,14 @@ class NumpyBackend:
 
     def columns(self, array: Any, indices: Any) -> Any:
         """``array[:, indices]`` laid out row by row (indexing would give a column-major array, whose
-        rows the kernels then read with a stride)."""
-        return np.take(array, indices, axis=1)
+        rows the kernels then read with a stride). Row by row where ``array`` is a slice of a wider
+        one: ``np.take`` would first copy all of it."""
+        if array.flags.c_contiguous:
+            return np.take(array, indices, axis=1)
+        gathered = np.empty((array.shape[0], len(indices)), dtype=array.dtype)
+        for row, values in zip(array, gathered):
+            np.take(row, indices, out=values)
+        return gathered
 
     def rows_of(self, array: Any, indices: Any) -> Any:
         """``array[:, indices].T``: the chosen columns as rows, each one's values side by side."""

@@ -114,7 +114,7 @@ class HashedFingerprints(VisitedSet):
         self.spare = torch.ones(self.block, dtype=torch.int64, device=self.device)  # lanes past the keys swap here
 
     @property
-    def bytes_per_state(self) -> float:  # type: ignore[override]
+    def bytes_per_state(self) -> float:
         """The table's bytes per stored state (between 16 and 32 once it has grown)."""
         return 8 * int(self.table.shape[0]) / max(self.size, 1)
 

@@ -38,10 +38,12 @@ from typing import Any
 
 import numpy as np
 
+from lockstep.checkers.vector import native_sets, native_symmetry
 from lockstep.checkers.vector.backend import _MULTIPLY_1, _MULTIPLY_2, _SEED
 from lockstep.checkers.vector.fused import _local_blocks, _number, parse
 from lockstep.checkers.vector.fused_launch import Expansion
 from lockstep.checkers.vector.kernels import Kernels
+from lockstep.checkers.vector.native_sets import SETS_SOURCE, NativeSets
 from lockstep.checkers.vector.source_cache import folder
 from lockstep.checkers.vector.values import Unsupported
 
@@ -171,7 +173,7 @@ class _Spelling:
 
 
 def native_source(expand_source: str, words: int) -> str:
-    """C for ``expand`` and ``predicates`` (lookup tables as static arrays in it): ``successors(W,
+    """C for ``expand``, ``predicates`` and the set loops (lookup tables as static arrays in it): ``successors(W,
     STRIDE, N, OUT, FINGERPRINTS, PARENT, VIA, COUNTS, ENABLED, CAPACITY, BAD)`` appends every
     enabled tuple's successor of rows 0..N-1 in discovery order, returns how many there are (only
     the first CAPACITY are written) and sets ``*BAD`` when a row fails to evaluate or a successor
@@ -230,6 +232,8 @@ def native_source(expand_source: str, words: int) -> str:
         ]
     lines += ["    }", "    *BAD_OUT = BAD;", "    return AT;", "}", ""]
     lines += _predicates(expand_source, words, spelling)
+    lines += native_symmetry.canonical_source(expand_source, words, spelling)
+    lines.append(SETS_SOURCE)
     tables = [value for table in spelling.tables for value in table] or [0]
     lines.insert(1, f"static const i64 TABLES[{len(tables)}] = {{{', '.join(_literal(value) for value in tables)}}};")
     return "\n".join(lines)
@@ -303,11 +307,16 @@ class NativeKernels:
         self.words = arrays.layout.words
         self.tuples = len(arrays.tuples)
         self.command = [command, *_FLAGS]
-        generator = Path(__file__).read_bytes()  # a change to this module compiles every library again
+        # a change to this module, the set loops or symmetry's compiles every library again
+        generator = b"".join(
+            Path(module).read_bytes() for module in (__file__, native_sets.__file__, native_symmetry.__file__)
+        )
         digest = hashlib.sha256(generator + repr((arrays.source, self.words, self.command)).encode()).hexdigest()
         self.library = _folder() / f"successors_{digest[:24]}.so"
         self.building: subprocess.Popen[bytes] | None = None
         self.function: Any = None
+        self.canonical_function: Any = None  # with symmetry, once the library is loaded
+        self.sets: NativeSets | None = None  # the set loops, once the library is loaded
         self.failed = False  # generation or compilation failed: the array kernels stay in charge
         self.capacity = 0
         if self.library.exists():
@@ -361,6 +370,7 @@ class NativeKernels:
         try:
             library = ctypes.CDLL(str(self.library))
             function, predicates, kinds = library.successors, library.predicates, library.kinds
+            sets = NativeSets(library)
         except (OSError, AttributeError):  # a truncated or foreign file: compiled again by the next run
             self.library.unlink(missing_ok=True)
             self.failed = True
@@ -375,6 +385,11 @@ class NativeKernels:
         count = kinds(values.ctypes.data)
         self.values: list[Any] = [{0: False, 1: True, 2: None, 3: "row"}[int(kind)] for kind in values[:count]]
         self.predicate_function = predicates
+        self.canonical_function = getattr(library, "canonical", None) if self.arrays.canonical else None
+        if self.canonical_function is not None:
+            self.canonical_function.argtypes = [pointer, integer, integer, pointer]
+            self.canonical_function.restype = None
+        self.sets = sets
         self.function = function
 
     def predicates(self, states: np.ndarray) -> tuple[tuple[Any, ...], Any]:
@@ -392,6 +407,18 @@ class NativeKernels:
             return tuple(values), error
         masks = out.view(np.bool_)
         return tuple(masks[position] if value == "row" else value for position, value in enumerate(self.values)), False
+
+    def canonical(self, states: np.ndarray) -> np.ndarray | None:
+        """The representatives of ``states`` (words x rows), as the array kernels' ``canonical``
+        gives them, or None when the library (or its ``canonical``) is not loaded."""
+        if self.canonical_function is None:
+            return None
+        if states.strides[1] != states.itemsize:
+            states = np.ascontiguousarray(states)
+        rows = int(states.shape[1])
+        out = np.empty((self.words, rows), dtype=np.int64)
+        self.canonical_function(states.ctypes.data, states.strides[0] // states.itemsize, rows, out.ctypes.data)
+        return out
 
     def expand(self, chunk: np.ndarray, stored: int) -> Expansion | None:
         """The successors of ``chunk`` (words x rows) with their fingerprints, or None when the

@@ -12,6 +12,9 @@ disagreement is an internal error of the kernels, never a result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
 
 from lockstep.checkers.explicit import transition_step
 from lockstep.checkers.result import Path, Step
@@ -21,6 +24,40 @@ from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transi
 from lockstep.spec.sorts import Value
 
 Canonical = Callable[[list[tuple[int, ...]]], list[tuple[int, ...]]]  # packed states -> their representatives
+
+
+def host_canonical(function: Callable[[Any], Any] | None) -> Canonical | None:
+    """A numpy ``canonical`` kernel as a function of packed states given as tuples."""
+    if function is None:
+        return None
+
+    def canonical(states: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        if not states:
+            return []
+        images = function(np.array(states, dtype=np.int64).T)
+        return [tuple(int(word) for word in column) for column in images.T]
+
+    return canonical
+
+
+def reproduce_action_error(machine: Machine, state: State, action: int, arguments: tuple[Value, ...]) -> NoReturn:
+    """A kernel failed on action x ``arguments`` at ``state``: the reference's ModelError, raised by
+    re-running the state's transitions (an internal error where they do not fail)."""
+    InterpretedSystem(machine).transitions(state)
+    raise ModelError(
+        f"internal error: the vectorised kernel of {machine.actions[action].name}{arguments} fails where "
+        f"evaluate does not"
+    )
+
+
+def reproduce_property_error(machine: Machine, state: State) -> NoReturn:
+    """A property kernel failed at ``state``: the reference's ModelError (or an internal error)."""
+    system = InterpretedSystem(machine)
+    for position in range(len(machine.properties)):
+        system.holds(position, state)
+        system.holds_at_deadlock(position, state)
+    system.is_final(state)
+    raise ModelError("internal error: a vectorised property kernel fails where evaluate does not")
 
 
 class PathBuilder:
@@ -49,7 +86,7 @@ class PathBuilder:
 
     def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
         action, arguments = self.tuples[tuple_id]
-        for transition in self.system.transitions(state):
+        for transition in self.system.transitions(state, action, arguments):
             if (
                 transition.action == action
                 and transition.arguments == arguments
@@ -60,6 +97,20 @@ class PathBuilder:
         raise ModelError(
             f"internal error: the vectorised kernels took {name}{arguments}, which evaluate does not enable here"
         )
+
+    def _concrete(self, concrete: State, action: int, wanted: tuple[int, ...], steps: list[Step]) -> State:
+        """The step from ``concrete`` to a state whose representative is ``wanted`` (appended to
+        ``steps``), and its target: among the same action's steps first (a permutation of the
+        representative's arguments takes it where symmetry says), then among all."""
+        for only in (action, None):
+            candidates = [
+                transition for transition in self.system.transitions(concrete, only) if transition.out_of_bounds is None
+            ]
+            for transition, key in zip(candidates, self._keys([transition.target for transition in candidates])):
+                if key == wanted:
+                    steps.append(transition_step(self.machine, transition))
+                    return transition.target
+        raise ModelError("internal error: no concrete step reaches the representative the vectorised engine stored")
 
     def path(self, chain: Sequence[int], extra: int | None = None) -> Path:
         """The path along ``chain`` (tuple ids from the initial state), then ``extra`` (a step that
@@ -75,18 +126,7 @@ class PathBuilder:
                 continue
             wanted = self._key(taken.target)
             representative = self.layout.decode(wanted)
-            candidates = [
-                transition for transition in self.system.transitions(concrete) if transition.out_of_bounds is None
-            ]
-            for transition, key in zip(candidates, self._keys([transition.target for transition in candidates])):
-                if key == wanted:
-                    steps.append(transition_step(self.machine, transition))
-                    concrete = transition.target
-                    break
-            else:
-                raise ModelError(
-                    "internal error: no concrete step reaches the representative the vectorised engine stored"
-                )
+            concrete = self._concrete(concrete, taken.action, wanted, steps)
         if extra is not None:
             leaving = self._fire(representative, extra, in_bounds=False)
             if self.canonical is not None:
@@ -129,4 +169,4 @@ class PathBuilder:
         return False
 
 
-__all__ = ["PathBuilder"]
+__all__ = ["PathBuilder", "host_canonical", "reproduce_action_error", "reproduce_property_error"]

@@ -26,12 +26,12 @@ from lockstep.checkers.vector.backend import Backend, NumpyBackend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
 from lockstep.checkers.vector.kernels import Kernels, canonical_for, compile_kernels
 from lockstep.checkers.vector.native import native_kernels
-from lockstep.checkers.vector.paths import PathBuilder
+from lockstep.checkers.vector.paths import PathBuilder, host_canonical, reproduce_action_error, reproduce_property_error
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.checkers.vector.visited import VisitedSet, omission_probability
 from lockstep.spec.layout import Layout, LayoutError
 from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
-from lockstep.spec.semantics import InterpretedSystem, ModelError
+from lockstep.spec.semantics import InterpretedSystem
 
 ROOT = np.iinfo(np.uint32).max  # the parent index of the initial state
 
@@ -233,13 +233,33 @@ class VectorSearch:
             return None
         backend = self.backend
         states, discovery = candidates
+        # the native loop's successors come in discovery order: its set loops keep first occurrences
+        native = self.native if expansion is not None and kernel is self.native else None
+        sets = None if native is None else native.sets
+        if sets is not None and self.visited.native is None:
+            self.visited.attach(sets)
+        exact = self.visited.exact
         if self.canonical is not None and self.fused is None:  # drop repeated successors first: fewer to canonicalise
-            chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
-            states = self.canonical(backend.columns(states, chosen))
+            if native is None or sets is None or expansion is None:
+                chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
+                states = self.canonical(backend.columns(states, chosen))
+            else:  # first occurrences, their representatives in C where the library has them
+                chosen = sets.first_occurrences(expansion.fingerprints, states if exact else None)
+                discovery, distinct = discovery[chosen], backend.columns(states, chosen)
+                images = native.canonical(distinct)
+                states = self.canonical(distinct) if images is None else images
         elif self.canonical is not None:  # the fused kernel canonicalises every successor for less than a sort costs
             states = self.canonical(states)
         known = None if expansion is None or self.canonical is not None else expansion.fingerprints
         keys = self.fingerprint(states) if known is None else known
+        if sets is not None:  # still in discovery order: the first occurrences, then only they are sorted
+            chosen = sets.first_occurrences(keys, states if exact else None)
+            chosen = chosen[backend.argsort(keys[chosen])]
+            keys, discovery = keys[chosen], discovery[chosen]
+            if exact:
+                return backend.columns(states, chosen), keys, discovery, None
+            fresh = backend.nonzero(self.visited.absent(keys, None))
+            return states, keys[fresh], discovery[fresh], chosen[fresh]
         if self.prefilter:  # a lookup is cheaper than sorting: drop the successors stored before first
             kept = backend.nonzero(self.visited.absent(keys, states))
             states, keys, discovery = backend.columns(states, kept), keys[kept], discovery[kept]
@@ -397,23 +417,12 @@ class VectorSearch:
         if rows is not None:
             row = int(rows[row])
         state = self.layout.decode(self.backend.to_numpy(frontier[:, row]).tolist())
-        InterpretedSystem(self.machine).transitions(state)  # raises the reference ModelError
-        action, arguments = self.kernels.tuples[tuple_id]
-        raise ModelError(
-            f"internal error: the vectorised kernel of {self.machine.actions[action].name}{arguments} fails where "
-            f"evaluate does not"
-        )
+        reproduce_action_error(self.machine, state, *self.kernels.tuples[tuple_id])
 
     def _predicate_error(self, states: Any, error: Any) -> None:
         row = self._first(error)
         assert row is not None
-        state = self.layout.decode(self.backend.to_numpy(states[:, row]).tolist())
-        system = InterpretedSystem(self.machine)
-        for position in range(len(self.machine.properties)):
-            system.holds(position, state)
-            system.holds_at_deadlock(position, state)
-        system.is_final(state)
-        raise ModelError("internal error: a vectorised property kernel fails where evaluate does not")
+        reproduce_property_error(self.machine, self.layout.decode(self.backend.to_numpy(states[:, row]).tolist()))
 
     # ------------------------------------------------------------------------------------ results
     def parent_of(self, state: int) -> tuple[int, int]:
@@ -442,16 +451,7 @@ class VectorSearch:
 
     def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
         machine = self.machine
-        canonical = None
-        function = canonical_for(self.kernels, NumpyBackend().namespace())  # on the host: one state at a time
-        if function is not None:
-
-            def canonical(states: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-                if not states:
-                    return []
-                images = function(np.array(states, dtype=np.int64).T)
-                return [tuple(int(word) for word in column) for column in images.T]
-
+        canonical = host_canonical(canonical_for(self.kernels, NumpyBackend().namespace()))  # one state at a time
         builder = PathBuilder(machine, self.layout, self.kernels.tuples, canonical)
         results: list[PropertyResult] = []
         for position, prop in enumerate(machine.properties):

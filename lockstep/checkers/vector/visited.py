@@ -10,14 +10,21 @@ and a fingerprint match counts only when the words match: two different states w
 fingerprint are both kept (a slower path that never happens in practice, tested with a
 deliberately weak fingerprint). In the compact mode (``--compact``) only the fingerprints are
 kept: 8 bytes per state, at the price of a small chance that a state is taken for one already seen
-(``omission_probability``).
+(``omission_probability``). Once ``bfs-vec``'s native library is loaded (``attach``), look-ups
+gallop through each run and merges run in C (``native_sets``), behind a filter of 4-8 bits per
+stored state (a key whose bit is clear is new, and skips the runs).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from lockstep.checkers.vector.backend import Backend
+
+if TYPE_CHECKING:
+    from lockstep.checkers.vector.native_sets import NativeSets
 
 _MERGE_RATIO = 8  # a run up to this many times as long as the keys looked up is merged with them, not searched
 
@@ -59,13 +66,30 @@ class VisitedSet:
         self.blocks: list[Any] = []
         self.block_shift = (backend.chunk * 8).bit_length() - 1  # eight chunks: 2**20 states on a CPU
         self.collisions = False  # whether two stored states may share a fingerprint
+        self.native: NativeSets | None = None  # C look-ups and merges (numpy), once ``bfs-vec``'s library is loaded
+        self.filter: Any = None  # with them: a bit per top-bits prefix of the stored keys (``attach``)
+        self.filter_log = 0  # the filter's 2**filter_log bits: 4-8 per stored state
 
     def __len__(self) -> int:
         return self.size
 
     @property
-    def bytes_per_state(self) -> int:
-        return 8 + (8 * self.word_count + 8 if self.exact else 0)
+    def bytes_per_state(self) -> float:
+        filtered = 0.0 if self.filter is None else self.filter.nbytes / max(self.size, 1)
+        return 8 + (8 * self.word_count + 8 if self.exact else 0) + filtered
+
+    def attach(self, native: NativeSets) -> None:
+        """Look up and merge with ``native``'s loops from now on, behind a filter of what is stored."""
+        self.native = native
+        self._refilter()
+
+    def _refilter(self) -> None:
+        """A filter of 4-8 bits per stored state (at least 2**16 bits), set from every run."""
+        assert self.native is not None
+        self.filter_log = max(16, (4 * self.size).bit_length())
+        self.filter = np.zeros(1 << (self.filter_log - 6), dtype=np.uint64)
+        for run in self.runs:
+            self.native.filter_add(self.filter, self.filter_log, run.keys)
 
     def unique(self, keys: Any, states: Any, discovery: Any) -> tuple[Any, Any]:
         """One occurrence of every distinct state: (indices into ``keys``, in key order; each one's
@@ -112,13 +136,26 @@ class VisitedSet:
     def absent(self, keys: Any, states: Any) -> Any:
         """A mask over distinct candidate states, given in ascending key order: those not stored yet."""
         seen = keys != keys
+        if self.filter is not None and self.native is not None:  # only the keys whose bit is set can be stored
+            maybe = self.backend.nonzero(self.native.filter_test(self.filter, self.filter_log, keys))
+            keys = keys[maybe]
+            states = None if states is None else states[:, maybe]
+            found = keys != keys
+            for run in self.runs:
+                found |= self._in_run(run, keys, states)
+            seen[maybe] = found
+            return ~seen
         for run in self.runs:
             seen |= self._in_run(run, keys, states)
         return ~seen
 
     def _in_run(self, run: _Run, keys: Any, states: Any) -> Any:
         backend = self.backend
-        if backend.merges and len(run) <= _MERGE_RATIO * int(keys.shape[0]):
+        if self.native is not None:  # one pass over the keys, galloping through the run
+            positions = self.native.locate(run.keys, keys)
+            found = positions >= 0
+            clipped = _clip(positions, len(run) - 1, 0)
+        elif backend.merges and len(run) <= _MERGE_RATIO * int(keys.shape[0]):
             # one linear merge of the two sorted arrays: the number of run keys up to each key
             order = backend.merge_order(backend.concatenate([run.keys, keys]))
             following = backend.nonzero(order >= len(run)) - backend.arange(0, int(keys.shape[0]))
@@ -171,6 +208,11 @@ class VisitedSet:
             indices = (backend.arange(self.size, self.size + count))[order]
         self.runs.append(_Run(keys, indices))
         self.size += count
+        if self.filter is not None and self.native is not None:
+            if 4 * self.size >= 1 << self.filter_log:  # fewer than 4 bits per state: twice as many
+                self._refilter()
+            else:
+                self.native.filter_add(self.filter, self.filter_log, keys)
         while len(self.runs) > 1 and len(self.runs[-1]) >= len(self.runs[-2]):
             newer = self.runs.pop()
             self.runs[-1] = self._merge(self.runs[-1], newer)
@@ -202,6 +244,8 @@ class VisitedSet:
 
     def _merge(self, older: _Run, newer: _Run) -> _Run:
         backend = self.backend
+        if self.native is not None:
+            return _Run(*self.native.merge(older.keys, older.indices, newer.keys, newer.indices))
         if backend.merges:  # one linear merge of the two sorted runs
             order = backend.merge_order(backend.concatenate([older.keys, newer.keys]))
             keys = backend.concatenate([older.keys, newer.keys])[order]
