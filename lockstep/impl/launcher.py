@@ -120,6 +120,12 @@ def describe_waits(waits: dict[str, str]) -> str:
     return "; ".join(f"{actor.replace(':', ' ')} in {what}" for actor, what in waits.items())
 
 
+def hang_diagnosis(run_dir: str | Path) -> str:
+    """The line that says what every process waits in, from the run's statuses (torchrun runs,
+    where no launcher watches: rank 0's watchdog, or a rank whose collective timed out first)."""
+    return f"lockstep: hang diagnosed: {describe_waits(waits_of(read_statuses(run_dir)))}\n"
+
+
 def hung(statuses: dict[str, dict[str, Any]], ranks: int, timeout: float, now: float) -> bool:
     """A rank blocked in one collective or receive for ``timeout`` seconds, or timed out in one."""
     for rank in range(ranks):
@@ -373,7 +379,7 @@ class Watchdog(threading.Thread):
             time.sleep(0.1)
             statuses = read_statuses(self.config.run_dir)
             if hung(statuses, self.config.ranks, self.config.timeout, time.time()):
-                sys.stderr.write(f"lockstep: hang diagnosed: {describe_waits(waits_of(statuses))}\n")
+                sys.stderr.write(hang_diagnosis(self.config.run_dir))
                 sys.stderr.flush()
                 request_dumps(self.config)
                 for actor in ("coordinator", "client"):

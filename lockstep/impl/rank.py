@@ -31,7 +31,7 @@ from types import ModuleType
 from lockstep.impl import distributed, flight_recorder
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
 from lockstep.impl.distributed import CollectiveTimeout, Groups, share_object
-from lockstep.impl.launcher import Watchdog
+from lockstep.impl.launcher import Watchdog, hang_diagnosis
 from lockstep.impl.lifetime import die_with_parent, guardian
 from lockstep.impl.protocols import runtime_protocol
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
@@ -104,6 +104,7 @@ def pool_main(directory: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    under_torchrun = not argv[:1] or argv[0] not in ("--pool", "--config")
     if argv[:2] and argv[0] == "--pool":
         return pool_main(Path(argv[1]))
     if argv[:1] == ["--config"]:
@@ -135,6 +136,9 @@ def main(argv: list[str]) -> int:
         return int(protocol.run_rank(config, config_path, groups))
     except CollectiveTimeout as error:
         sys.stderr.write(f"lockstep: {error}\n")
+        if under_torchrun:  # no launcher: this rank may be the first to know (rank 0's watchdog races it)
+            sys.stderr.write(hang_diagnosis(config.run_dir))
+        sys.stderr.flush()
         if dumper is not None:  # the group's timeout came first: stay for the launcher's dump request
             dumper.join(timeout=5.0)
         return 1
