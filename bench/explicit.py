@@ -9,7 +9,9 @@ exact mode's words, or ``--compact``'s fingerprint); for ``bfs``, the growth of 
 set over the run divided by the states; for ``bfs-gpu`` on CUDA also the peak GPU memory per state.
 Each configuration runs in a fresh process, so one's memory does not hide another's.
 Ratios are taken within one run: these machines are shared and noisy. The process's CPU seconds
-(``cpu s``) are printed beside the wall-clock seconds: on a shared machine they vary less. With
+(``cpu s``) are printed beside the wall-clock seconds: on a shared machine they vary less; for the
+vectorised engines ``setup``/``search`` split the seconds into building the kernels (and, for
+``bfs-gpu``, loading Triton's) and the search with its counterexamples and witnesses. With
 ``--repeat N`` each configuration runs N times (each in a fresh process) and the least seconds and
 the least CPU seconds are shown. ``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
@@ -55,6 +57,7 @@ def measure(
     started = time.perf_counter()
     processor = time.process_time()
     per_state: float | None = None
+    setup: float | None = None
     if engine == "bfs":
         result = check(machine, "bfs", symmetry=symmetry, limits=limits)
     else:
@@ -67,6 +70,7 @@ def measure(
             limits=limits,
             chunk=options.chunk,
         )
+        setup = time.perf_counter() - started
         result = search.run()
         per_state = search.bytes_per_state
     seconds = time.perf_counter() - started
@@ -81,6 +85,7 @@ def measure(
         "states": states,
         "transitions": result.stats.transitions or 0,
         "seconds": seconds,
+        "setup": setup,
         "cpu": cpu,
         "rate": states / seconds if seconds else 0.0,
         "bytes": per_state,
@@ -142,6 +147,9 @@ def main() -> None:
                 row = min(rows, key=lambda candidate: float(candidate["seconds"]))  # type: ignore[arg-type]
                 row["cpu"] = min(float(candidate["cpu"]) for candidate in rows)  # type: ignore[arg-type]
                 extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
+                if row["setup"] is not None:
+                    setup = float(row["setup"])  # type: ignore[arg-type]
+                    extra += f"  setup {setup:.2f} s, search {float(row['seconds']) - setup:.2f} s"  # type: ignore[arg-type]
                 print(
                     f"{ranks:>5} {row['engine']:>9} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
                     f"{row['transitions']:>13,} "

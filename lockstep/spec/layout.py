@@ -17,7 +17,7 @@ with the same offsets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from lockstep.spec.machine import Machine
@@ -116,6 +116,10 @@ class Layout:
         self.leaves = tuple(self._leaves)
         self.words = self._word + 1
         self.bits = sum(leaf.width for leaf in self.leaves)
+        self._flatteners = tuple(_flattener(sort) for sort in self.sorts)
+        self._rebuilders = tuple(_rebuilder(sort) for sort in self.sorts)
+        self._placements = tuple((leaf.low, leaf.high, leaf.word, leaf.shift) for leaf in self.leaves)
+        self._fields = tuple((leaf.word, leaf.shift, leaf.mask, leaf.low) for leaf in self.leaves)
 
     def _add(self, path: str, scalar: Sort) -> None:
         low, high = scalar_range(scalar)
@@ -160,28 +164,29 @@ class Layout:
     def leaf_values(self, state: Sequence[Value]) -> list[int]:
         """The integer value of every leaf of a tuple state (sequence padding at the lowest value)."""
         values: list[int] = []
-        for sort, value in zip(self.sorts, state):
-            _flatten(sort, value, values)
+        for flatten, value in zip(self._flatteners, state):
+            flatten(value, values)
         return values
 
     def from_leaf_values(self, values: Sequence[int]) -> tuple[Value, ...]:
         """The tuple state whose leaves hold ``values``."""
         cursor = iter(values)
-        return tuple(_rebuild(sort, cursor) for sort in self.sorts)
+        return tuple(rebuild(cursor) for rebuild in self._rebuilders)
 
     # ------------------------------------------------------------------------- words <-> states
     def encode(self, state: Sequence[Value]) -> tuple[int, ...]:
         """The packed words of a tuple state; a value outside its sort is a ``LayoutError``."""
         words = [0] * self.words
-        for leaf, value in zip(self.leaves, self.leaf_values(state)):
-            if not leaf.low <= value <= leaf.high:
-                raise LayoutError(f"{leaf.path} = {value} is outside {leaf.low}..{leaf.high}")
-            words[leaf.word] |= (value - leaf.low) << leaf.shift
+        for position, ((low, high, word, shift), value) in enumerate(zip(self._placements, self.leaf_values(state))):
+            if not low <= value <= high:
+                raise LayoutError(f"{self.leaves[position].path} = {value} is outside {low}..{high}")
+            words[word] |= (value - low) << shift
         return tuple(words)
 
     def decode(self, words: Sequence[int]) -> tuple[Value, ...]:
         """The tuple state packed in ``words``."""
-        values = [((int(words[leaf.word]) >> leaf.shift) & leaf.mask) + leaf.low for leaf in self.leaves]
+        words = [int(word) for word in words]
+        values = [((words[word] >> shift) & mask) + low for word, shift, mask, low in self._fields]
         return self.from_leaf_values(values)
 
     def describe(self) -> str:
@@ -199,45 +204,76 @@ def _children(sort: Sort, path: str) -> Iterator[tuple[str, Sort]]:
         raise LayoutError(f"sort {sort.name} of {path} has no packed layout")
 
 
-def _flatten(sort: Sort, value: Value, out: list[int]) -> None:
+Flatten = Callable[[Value, list[int]], None]
+Rebuild = Callable[[Iterator[int]], Value]
+
+
+def _flattener(sort: Sort) -> Flatten:
+    """A function appending the leaf values of a value of ``sort`` (built once per layout)."""
     if is_scalar(sort):
-        out.append(int(value))  # type: ignore[call-overload]
-        return
-    assert isinstance(value, tuple)
+
+        def scalar(value: Value, out: list[int]) -> None:
+            out.append(int(value))  # type: ignore[call-overload]
+
+        return scalar
     if isinstance(sort, MapSort):
-        for item in value:
-            _flatten(sort.value, item, out)
-    elif isinstance(sort, RecordSort):
-        for (_, field_sort), item in zip(sort.fields, value):
-            _flatten(field_sort, item, out)
-    elif isinstance(sort, SequenceSort):
-        if len(value) > sort.capacity:
-            raise LayoutError(f"a sequence of {len(value)} elements exceeds its capacity {sort.capacity}")
-        out.append(len(value))
-        for item in value:
-            _flatten(sort.element, item, out)
-        padding = list(_padding(sort.element))
-        out.extend(padding * (sort.capacity - len(value)))
+        item_flatten = _flattener(sort.value)
 
+        def mapping(value: Value, out: list[int]) -> None:
+            assert isinstance(value, tuple)
+            for item in value:
+                item_flatten(item, out)
 
-def _padding(sort: Sort) -> Iterator[int]:
-    for _, scalar in scalar_leaves(sort, ""):
-        yield scalar_range(scalar)[0]
-
-
-def _rebuild(sort: Sort, cursor: Iterator[int]) -> Value:
-    if isinstance(sort, BoolSort):
-        return bool(next(cursor))
-    if is_scalar(sort):
-        return next(cursor)
-    if isinstance(sort, MapSort):
-        return tuple(_rebuild(sort.value, cursor) for _ in sort.keys)
+        return mapping
     if isinstance(sort, RecordSort):
-        return tuple(_rebuild(field_sort, cursor) for _, field_sort in sort.fields)
-    assert isinstance(sort, SequenceSort)
-    length = next(cursor)
-    items = [_rebuild(sort.element, cursor) for _ in range(sort.capacity)]
-    return tuple(items[:length])
+        field_flattens = tuple(_flattener(field_sort) for _, field_sort in sort.fields)
+
+        def record(value: Value, out: list[int]) -> None:
+            assert isinstance(value, tuple)
+            for flatten, item in zip(field_flattens, value):
+                flatten(item, out)
+
+        return record
+    if isinstance(sort, SequenceSort):
+        element_flatten, capacity = _flattener(sort.element), sort.capacity
+        padding = [scalar_range(scalar)[0] for _, scalar in scalar_leaves(sort.element, "")]
+
+        def sequence(value: Value, out: list[int]) -> None:
+            assert isinstance(value, tuple)
+            if len(value) > capacity:
+                raise LayoutError(f"a sequence of {len(value)} elements exceeds its capacity {capacity}")
+            out.append(len(value))
+            for item in value:
+                element_flatten(item, out)
+            out.extend(padding * (capacity - len(value)))
+
+        return sequence
+    raise LayoutError(f"sort {sort.name} has no packed layout")
+
+
+def _rebuilder(sort: Sort) -> Rebuild:
+    """A function reading a value of ``sort`` from leaf values (built once per layout)."""
+    if isinstance(sort, BoolSort):
+        return lambda cursor: bool(next(cursor))
+    if is_scalar(sort):
+        return next
+    if isinstance(sort, (MapSort, RecordSort)):
+        children = (
+            (_rebuilder(sort.value),) * len(sort.keys)
+            if isinstance(sort, MapSort)
+            else tuple(_rebuilder(field_sort) for _, field_sort in sort.fields)
+        )
+        return lambda cursor: tuple(rebuild(cursor) for rebuild in children)
+    if isinstance(sort, SequenceSort):
+        element, capacity = _rebuilder(sort.element), sort.capacity
+
+        def sequence(cursor: Iterator[int]) -> Value:
+            length = next(cursor)
+            items = [element(cursor) for _ in range(capacity)]
+            return tuple(items[:length])
+
+        return sequence
+    raise LayoutError(f"sort {sort.name} has no packed layout")
 
 
 __all__ = ["WORD_BITS", "Layout", "LayoutError", "Leaf", "SequenceSlots", "is_scalar", "scalar_leaves", "scalar_range"]

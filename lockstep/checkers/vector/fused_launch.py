@@ -58,15 +58,23 @@ def written(arrays_source: str, words: int, groups: list[list[int]]) -> FusedSou
     return fused
 
 
+_LOADED: dict[Path, Any] = {}  # this process's imported kernels, by their file
+
+
 def load(fused: FusedSource) -> Any:
-    """Import the generated kernels (Triton reads a kernel's source from its file)."""
+    """Import the generated kernels (Triton reads a kernel's source from its file), once per
+    process: Triton's kernel objects then keep their compiled kernels, so a later check of the same
+    model (``check --all``, a benchmark's repeats) neither parses nor hashes their source again."""
     digest = hashlib.sha256(fused.source.encode()).hexdigest()[:20]
     path = _folder() / f"fused_{digest}.py"
+    if path in _LOADED and path.exists():
+        return _LOADED[path]
     if not path.exists():
         temporary = path.with_suffix(f".{os.getpid()}.tmp")
         temporary.write_text(fused.source)
         temporary.replace(path)
-    return _import(path)
+    module = _LOADED[path] = _import(path)
+    return module
 
 
 def _import(path: Path) -> Any:

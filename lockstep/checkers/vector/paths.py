@@ -114,7 +114,11 @@ class PathBuilder:
 
     def path(self, chain: Sequence[int], extra: int | None = None) -> Path:
         """The path along ``chain`` (tuple ids from the initial state), then ``extra`` (a step that
-        leaves a sort), as a concrete execution."""
+        leaves a sort), as a concrete execution.
+
+        With symmetry, while the concrete execution is at the representative itself (as it mostly
+        is), the representative's step is the concrete step: one encode and one canonical call per
+        step, and no decode where the target is its own representative."""
         initial = self.system.initial()
         representative, concrete = self.layout.decode(self._key(initial)), initial
         steps: list[Step] = []
@@ -124,9 +128,14 @@ class PathBuilder:
                 steps.append(transition_step(self.machine, taken))
                 representative = concrete = taken.target
                 continue
-            wanted = self._key(taken.target)
-            representative = self.layout.decode(wanted)
-            concrete = self._concrete(concrete, taken.action, wanted, steps)
+            words = self.layout.encode(taken.target)
+            wanted = self.canonical([words])[0]
+            if concrete == representative:
+                steps.append(transition_step(self.machine, taken))
+                concrete = taken.target
+            else:
+                concrete = self._concrete(concrete, taken.action, wanted, steps)
+            representative = taken.target if wanted == words else self.layout.decode(wanted)
         if extra is not None:
             leaving = self._fire(representative, extra, in_bounds=False)
             if self.canonical is not None:
