@@ -159,6 +159,25 @@ def test_symmetry_gives_the_reference_orbit_counts(variant: str) -> None:
     )
 
 
+def test_symmetric_paths_are_the_same_through_python_images_and_through_the_canonical_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A path's representatives are taken image by image in Python up to ``TUPLE_PERMUTATIONS``
+    permutations and by the numpy canonical kernel beyond: both give the same paths."""
+    from lockstep.checkers.vector import paths
+
+    instance = get_protocol("dp-pause").instance("pre-fix", "seed", overrides={"ranks": 3})
+
+    def found(result: CheckResult) -> list[tuple[str, Any, Any]]:
+        return [(item.name, item.verdict, item.path) for item in result.properties if item.path is not None]
+
+    through_images = found(check(instance, "bfs-vec", symmetry=True))
+    monkeypatch.setattr(paths, "TUPLE_PERMUTATIONS", 0)
+    through_kernel = found(check(instance, "bfs-vec", symmetry=True))
+    assert through_images == through_kernel
+    assert any(verdict.value == "violated" and path.length > 5 for _, verdict, path in through_images)
+
+
 def test_stop_at_first_stops_at_a_shortest_violation_in_every_explicit_engine() -> None:
     instance = get_protocol("dp-pause").instance("pre-fix", "seed")
     full = check(instance, "bfs")

@@ -18,12 +18,14 @@ import numpy as np
 
 from lockstep.checkers.explicit import transition_step
 from lockstep.checkers.result import Path, Step
+from lockstep.checkers.symmetry import Canonicalizer
 from lockstep.spec.layout import Layout
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition
 from lockstep.spec.sorts import Value
 
 Canonical = Callable[[list[tuple[int, ...]]], list[tuple[int, ...]]]  # packed states -> their representatives
+TUPLE_PERMUTATIONS = 120  # up to this many permutations a state's images are taken one by one, in Python
 
 
 def host_canonical(function: Callable[[Any], Any] | None) -> Canonical | None:
@@ -61,28 +63,49 @@ def reproduce_property_error(machine: Machine, state: State) -> NoReturn:
 
 
 class PathBuilder:
-    """Rebuilds paths from tuple ids; ``canonical`` maps packed words to their representative."""
+    """Rebuilds paths from tuple ids. With symmetry (``canonical`` given: it builds a function
+    mapping packed words to their representatives, the engine's own), a state's representative is
+    the least packed form of its images: taken in Python, image by image (``Canonicalizer``'s
+    permutations: the same set as the kernel's), where there are at most ``TUPLE_PERMUTATIONS`` of
+    them, which needs no decode and no array call per step; by ``canonical()`` beyond that."""
 
     def __init__(
         self,
         machine: Machine,
         layout: Layout,
         tuples: Sequence[tuple[int, tuple[Value, ...]]],
-        canonical: Canonical | None,
+        canonical: Callable[[], Canonical | None] | None,
     ) -> None:
         self.machine = machine
         self.layout = layout
         self.tuples = tuples
-        self.canonical = canonical
+        self.symmetric = canonical is not None
+        self.permutations: list[Callable[[State], State]] = []
+        self.canonical: Canonical | None = None
+        if canonical is not None:
+            permutations = Canonicalizer(machine).permutations
+            if len(permutations) <= TUPLE_PERMUTATIONS:
+                self.permutations = permutations
+            else:
+                self.canonical = canonical()
         self.system = InterpretedSystem(machine)
 
-    def _key(self, state: State) -> tuple[int, ...]:
-        return self._keys([state])[0]
+    def _representative(self, state: State) -> tuple[tuple[int, ...], State]:
+        """The packed representative of ``state`` and the representative itself."""
+        if self.permutations:
+            encode = self.layout.encode
+            return min((encode(image), image) for image in (permute(state) for permute in self.permutations))
+        words = self.layout.encode(state)
+        if self.canonical is None:
+            return words, state
+        wanted = self.canonical([words])[0]
+        return wanted, state if wanted == words else self.layout.decode(wanted)
 
     def _keys(self, states: list[State]) -> list[tuple[int, ...]]:
-        """The packed representatives of ``states``, in one call of the canonical kernel."""
-        words = [self.layout.encode(state) for state in states]
-        return words if self.canonical is None else self.canonical(words)
+        """The packed representatives of ``states`` (in one call of ``canonical``, where it is used)."""
+        if self.canonical is None:
+            return [self._representative(state)[0] for state in states]
+        return self.canonical([self.layout.encode(state) for state in states])
 
     def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
         action, arguments = self.tuples[tuple_id]
@@ -117,28 +140,27 @@ class PathBuilder:
         leaves a sort), as a concrete execution.
 
         With symmetry, while the concrete execution is at the representative itself (as it mostly
-        is), the representative's step is the concrete step: one encode and one canonical call per
-        step, and no decode where the target is its own representative."""
+        is), the representative's step is the concrete step: only the target's representative is
+        taken, no successor of the concrete state searched."""
         initial = self.system.initial()
-        representative, concrete = self.layout.decode(self._key(initial)), initial
+        representative, concrete = self._representative(initial)[1], initial
         steps: list[Step] = []
         for tuple_id in chain:
             taken = self._fire(representative, tuple_id)
-            if self.canonical is None:
+            if not self.symmetric:
                 steps.append(transition_step(self.machine, taken))
                 representative = concrete = taken.target
                 continue
-            words = self.layout.encode(taken.target)
-            wanted = self.canonical([words])[0]
+            wanted, image = self._representative(taken.target)
             if concrete == representative:
                 steps.append(transition_step(self.machine, taken))
                 concrete = taken.target
             else:
                 concrete = self._concrete(concrete, taken.action, wanted, steps)
-            representative = taken.target if wanted == words else self.layout.decode(wanted)
+            representative = image
         if extra is not None:
             leaving = self._fire(representative, extra, in_bounds=False)
-            if self.canonical is not None:
+            if self.symmetric:
                 leaving = next(
                     transition
                     for transition in self.system.transitions(concrete)

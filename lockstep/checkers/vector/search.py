@@ -451,8 +451,11 @@ class VectorSearch:
 
     def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
         machine = self.machine
-        canonical = host_canonical(canonical_for(self.kernels, NumpyBackend().namespace()))  # one state at a time
-        builder = PathBuilder(machine, self.layout, self.kernels.tuples, canonical)
+        kernels = self.kernels
+        canonical = None  # one state at a time: the kernel compiled for numpy, if the path builder needs it
+        if kernels.canonical is not None:
+            canonical = lambda: host_canonical(canonical_for(kernels, NumpyBackend().namespace()))  # noqa: E731
+        builder = PathBuilder(machine, self.layout, kernels.tuples, canonical)
         results: list[PropertyResult] = []
         for position, prop in enumerate(machine.properties):
             if prop.kind is PropertyKind.LEADS_TO:
