@@ -180,14 +180,16 @@ def _permuter(sort: Sort, target: IndexSort, mapping: tuple[int, ...]) -> Permut
 class Canonicalizer:
     """Maps a state to the least of its images under the declared permutations."""
 
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Machine, validated: bool = False) -> None:
+        """``validated``: the declaration was validated already (its kernels were generated)."""
         if not machine.symmetric:
             raise SymmetryError(f"machine {machine.name} declares no symmetric sort; --symmetry has nothing to reduce")
         sorts = [variable.sort for variable in machine.variables.values()]
         self.permutations: list[Callable[[State], State]] = []
         groups = []
         for sort, members in machine.symmetric:
-            validate(machine, sort, members)
+            if not validated:
+                validate(machine, sort, members)
             chosen = sorted(members)
             mappings: list[tuple[IndexSort, tuple[int, ...]]] = []
             for image in itertools.permutations(chosen):

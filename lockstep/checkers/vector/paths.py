@@ -83,7 +83,7 @@ class PathBuilder:
         self.permutations: list[Callable[[State], State]] = []
         self.canonical: Canonical | None = None
         if canonical is not None:
-            permutations = Canonicalizer(machine).permutations
+            permutations = Canonicalizer(machine, validated=True).permutations
             if len(permutations) <= TUPLE_PERMUTATIONS:
                 self.permutations = permutations
             else:
