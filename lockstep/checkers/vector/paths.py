@@ -19,6 +19,8 @@ import numpy as np
 from lockstep.checkers.explicit import transition_step
 from lockstep.checkers.result import Path, Step
 from lockstep.checkers.symmetry import Canonicalizer
+from lockstep.checkers.vector.backend import NumpyBackend
+from lockstep.checkers.vector.kernels import Kernels, canonical_for
 from lockstep.spec.layout import Layout
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition
@@ -63,31 +65,25 @@ def reproduce_property_error(machine: Machine, state: State) -> NoReturn:
 
 
 class PathBuilder:
-    """Rebuilds paths from tuple ids. With symmetry (``canonical`` given: it builds a function
-    mapping packed words to their representatives, the engine's own), a state's representative is
+    """Rebuilds paths from ``kernels``' tuple ids. With symmetry (``kernels`` have a ``canonical``,
+    which maps packed words to their representatives), a state's representative is
     the least packed form of its images: taken in Python, image by image (``Canonicalizer``'s
     permutations: the same set as the kernel's), where there are at most ``TUPLE_PERMUTATIONS`` of
-    them, which needs no decode and no array call per step; by ``canonical()`` beyond that."""
+    them, which needs no decode and no array call per step; by the kernel compiled for numpy beyond."""
 
-    def __init__(
-        self,
-        machine: Machine,
-        layout: Layout,
-        tuples: Sequence[tuple[int, tuple[Value, ...]]],
-        canonical: Callable[[], Canonical | None] | None,
-    ) -> None:
+    def __init__(self, machine: Machine, layout: Layout, kernels: Kernels) -> None:
         self.machine = machine
         self.layout = layout
-        self.tuples = tuples
-        self.symmetric = canonical is not None
+        self.tuples: Sequence[tuple[int, tuple[Value, ...]]] = kernels.tuples
+        self.symmetric = kernels.canonical is not None
         self.permutations: list[Callable[[State], State]] = []
         self.canonical: Canonical | None = None
-        if canonical is not None:
+        if self.symmetric:
             permutations = Canonicalizer(machine, validated=True).permutations
             if len(permutations) <= TUPLE_PERMUTATIONS:
                 self.permutations = permutations
-            else:
-                self.canonical = canonical()
+            else:  # one state at a time
+                self.canonical = host_canonical(canonical_for(kernels, NumpyBackend().namespace()))
         self.system = InterpretedSystem(machine)
 
     def _representative(self, state: State) -> tuple[tuple[int, ...], State]:

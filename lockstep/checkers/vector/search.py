@@ -22,11 +22,11 @@ import numpy as np
 from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
-from lockstep.checkers.vector.backend import Backend, NumpyBackend, TorchBackend
+from lockstep.checkers.vector.backend import Backend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
-from lockstep.checkers.vector.kernels import Kernels, canonical_for, compile_kernels
+from lockstep.checkers.vector.kernels import Kernels, compile_kernels
 from lockstep.checkers.vector.native import native_kernels
-from lockstep.checkers.vector.paths import PathBuilder, host_canonical, reproduce_action_error, reproduce_property_error
+from lockstep.checkers.vector.paths import PathBuilder, reproduce_action_error, reproduce_property_error
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.checkers.vector.visited import VisitedSet, omission_probability
 from lockstep.spec.layout import Layout, LayoutError
@@ -451,11 +451,7 @@ class VectorSearch:
 
     def _result(self, complete: bool, bounded: bool, stopped: str | None) -> CheckResult:
         machine = self.machine
-        kernels = self.kernels
-        canonical = None  # one state at a time: the kernel compiled for numpy, if the path builder needs it
-        if kernels.canonical is not None:
-            canonical = lambda: host_canonical(canonical_for(kernels, NumpyBackend().namespace()))  # noqa: E731
-        builder = PathBuilder(machine, self.layout, kernels.tuples, canonical)
+        builder = PathBuilder(machine, self.layout, self.kernels)
         results: list[PropertyResult] = []
         for position, prop in enumerate(machine.properties):
             if prop.kind is PropertyKind.LEADS_TO:
