@@ -13,7 +13,10 @@ Ratios are taken within one run: these machines are shared and noisy. The proces
 vectorised engines ``setup``/``search`` split the seconds into building the kernels (and, for
 ``bfs-gpu``, loading Triton's) and the search with its counterexamples and witnesses. With
 ``--repeat N`` each configuration runs N times (each in a fresh process) and the least seconds and
-the least CPU seconds are shown. ``--native on|off|both``: ``bfs-vec`` with its successor and
+the least CPU seconds are shown; with ``--interleave`` (and ``--symmetry both``) the runs come in
+pairs, without and with symmetry one after the other (which goes first alternating), and each pair's
+ratio of seconds is printed with their median: the comparison a drifting machine distorts least.
+``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
 or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
 column then reads ``bfs-vec+c`` or ``bfs-vec``. The default leaves the engine's own choice.
@@ -26,6 +29,7 @@ import multiprocessing
 import os
 import platform
 import resource
+import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -120,6 +124,11 @@ def main() -> None:
     parser.add_argument(
         "--native", choices=["on", "off", "both"], default=None, help="bfs-vec with or without its C loops"
     )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="--symmetry both: run the --repeat runs as pairs (off, on alternating first); print each pair's ratio",
+    )
     options = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
     if "bfs-gpu" in options.engines and options.device.startswith("cuda"):
@@ -132,31 +141,70 @@ def main() -> None:
         flush=True,
     )
     symmetries = {"off": [False], "on": [True], "both": [False, True]}[options.symmetry]
+    natives = {None: [None], "on": ["1"], "off": ["0"], "both": ["0", "1"]}[options.native]
     for ranks in options.ranks:
-        for symmetry in symmetries:
-            if symmetry and ranks < 3:
-                continue  # dp-pause declares ranks 1..n-1 symmetric: nothing to reduce at 2 ranks
-            natives = {None: [None], "on": ["1"], "off": ["0"], "both": ["0", "1"]}[options.native]
-            for engine, native in [(engine, native) for engine in options.engines for native in natives]:
-                if native is not None and engine != "bfs-vec" and native == "1":
-                    continue  # the C loops are bfs-vec's
-                rows = []
-                for _ in range(options.repeat):  # each run in a fresh process: its own memory
-                    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
-                        rows.append(isolated.submit(measure, ranks, engine, symmetry, options, native).result())
-                row = min(rows, key=lambda candidate: float(candidate["seconds"]))  # type: ignore[arg-type]
-                row["cpu"] = min(float(candidate["cpu"]) for candidate in rows)  # type: ignore[arg-type]
-                extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
-                if row["setup"] is not None:
-                    setup = float(row["setup"])  # type: ignore[arg-type]
-                    extra += f"  setup {setup:.2f} s, search {float(row['seconds']) - setup:.2f} s"  # type: ignore[arg-type]
-                print(
-                    f"{ranks:>5} {row['engine']:>9} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
-                    f"{row['transitions']:>13,} "
-                    f"{row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  "
-                    f"{row['verdict']}{extra}",
-                    flush=True,
+        kept = [symmetry for symmetry in symmetries if not (symmetry and ranks < 3)]  # nothing to reduce at 2
+        for engine, native in [(engine, native) for engine in options.engines for native in natives]:
+            if native is not None and engine != "bfs-vec" and native == "1":
+                continue  # the C loops are bfs-vec's
+            if options.interleave and len(kept) == 2:
+                rows = interleaved(ranks, engine, native, options)
+                for symmetry in kept:
+                    print_row(ranks, symmetry, [row for row in rows if row["symmetry"] == symmetry])
+                print_pairs(rows)
+                continue
+            for symmetry in kept:
+                print_row(
+                    ranks, symmetry, [run(ranks, engine, symmetry, options, native) for _ in range(options.repeat)]
                 )
+
+
+def run(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace, native: str | None) -> dict[str, object]:
+    """One measurement in a fresh process: its own memory, its own start-up."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
+        return isolated.submit(measure, ranks, engine, symmetry, options, native).result()
+
+
+def interleaved(ranks: int, engine: str, native: str | None, options: argparse.Namespace) -> list[dict[str, object]]:
+    """``--repeat`` pairs of runs without and with symmetry, alternating which goes first, so that a
+    drift of the machine's speed falls on both alike."""
+    rows = []
+    for pair in range(options.repeat):
+        for symmetry in (False, True) if pair % 2 == 0 else (True, False):
+            rows.append(run(ranks, engine, symmetry, options, native))
+    return rows
+
+
+def print_pairs(rows: list[dict[str, object]]) -> None:
+    """Per pair (consecutive runs), seconds with symmetry over seconds without; their median."""
+    ratios = []
+    for first, second in zip(rows[::2], rows[1::2]):
+        off, on = (first, second) if not first["symmetry"] else (second, first)
+        ratios.append(float(on["seconds"]) / float(off["seconds"]))  # type: ignore[arg-type]
+    faster = sum(ratio <= 1.0 for ratio in ratios)
+    listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    print(
+        f"      pairs, seconds with symmetry / without: {listed}; median {statistics.median(ratios):.2f}, "
+        f"symmetry not slower in {faster} of {len(ratios)}",
+        flush=True,
+    )
+
+
+def print_row(ranks: int, symmetry: bool, rows: list[dict[str, object]]) -> None:
+    """The least seconds and the least CPU seconds of a configuration's runs."""
+    row = dict(min(rows, key=lambda candidate: float(candidate["seconds"])))  # type: ignore[arg-type]
+    row["cpu"] = min(float(candidate["cpu"]) for candidate in rows)  # type: ignore[arg-type]
+    extra = f"  gpu {row['gpu_bytes']:.0f} B/state" if "gpu_bytes" in row else ""
+    if row["setup"] is not None:
+        setup = float(row["setup"])  # type: ignore[arg-type]
+        extra += f"  setup {setup:.2f} s, search {float(row['seconds']) - setup:.2f} s"  # type: ignore[arg-type]
+    print(
+        f"{ranks:>5} {row['engine']:>9} {'on' if symmetry else 'off':>4} {row['states']:>12,} "
+        f"{row['transitions']:>13,} "
+        f"{row['seconds']:>8.2f} {row['cpu']:>8.2f} {row['rate']:>11,.0f} {row['bytes']:>8.1f}  "
+        f"{row['verdict']}{extra}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,16 @@ for label in sys.argv[1:]:
         limits = Limits(max_states=30_000)
         search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True, limits=limits)
         fused = search.canonical == search.fused.canonical
+        probe = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True)
+        successors = probe.fused.expand(probe._initial()).states
+        images, keys = probe.fused.canonical_keys(successors)
+        agree = [
+            images.tolist() == probe.kernels.canonical(successors).tolist(),
+            keys.tolist() == TorchBackend("cpu").fingerprint(images).tolist(),
+            int(successors.shape[1]),
+        ]
         gpu, vec = search.run(), check(machine, "bfs-vec", symmetry=True, limits=limits)
-        results[label] = {"fused": fused, "gpu": described(gpu), "vec": described(vec)}
+        results[label] = {"fused": fused, "gpu": described(gpu), "vec": described(vec), "keys": agree}
     elif label == "failing-store":
         base = {name: next(iter(sort.values())) for name, sort in DECLARED.values()}
         update = V["table"].set(V["rank"] + 1, 0)
@@ -119,6 +127,9 @@ def test_the_fused_kernels_search_exactly_as_the_array_kernels() -> None:
 def test_symmetry_runs_in_the_fused_canonical_kernel_as_in_the_array_kernels() -> None:
     outcome = fused_runs("symmetry")["symmetry"]
     assert outcome["fused"], "with symmetry, bfs-gpu canonicalises in the fused kernel"
+    representatives, fingerprints, successors = outcome["keys"]
+    assert successors > 0 and representatives, "the fused kernel's representatives are the array kernels'"
+    assert fingerprints, "the fused kernel's fingerprints are the backends' (so dedup agrees everywhere)"
     assert outcome["gpu"] == outcome["vec"]
     assert outcome["gpu"][0] >= 30_000
 

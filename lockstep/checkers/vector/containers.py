@@ -27,6 +27,7 @@ from lockstep.spec.expressions import Operation, Operator
 from lockstep.spec.sorts import MapSort
 
 if TYPE_CHECKING:
+    from lockstep.checkers.vector.scalar_code import ScalarCode
     from lockstep.checkers.vector.translator import Translator
 
 
@@ -109,7 +110,7 @@ def sequence_operation(
 
 
 def merged_origin(
-    translator: Translator, condition: Scalar, then: Origin | None, otherwise: Origin | None
+    translator: ScalarCode, condition: Scalar, then: Origin | None, otherwise: Origin | None
 ) -> Origin | None:
     """The origin of ``then if condition else otherwise`` when one side leaves the state's sequence as it is."""
     if then is None or otherwise is None or then.length_leaf != otherwise.length_leaf:

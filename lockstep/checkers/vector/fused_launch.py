@@ -191,11 +191,17 @@ class FusedKernels:
 
     def canonical(self, states: Any) -> Any:
         """Each state's representative under the declared symmetry (``Kernels.canonical``'s values), in one launch."""
+        return self.canonical_keys(states)[0]
+
+    def canonical_keys(self, states: Any) -> tuple[Any, Any]:
+        """Each state's representative and the representative's fingerprint (``fingerprint``'s value),
+        both from one launch."""
         torch = self.torch
         rows = int(states.shape[1])
         if states.stride(1) != 1:
             states = states.contiguous()
         out = torch.empty((self.words, rows), dtype=torch.int64, device=self.device)
+        keys = torch.empty(rows, dtype=torch.int64, device=self.device)
         if rows:
             grid = ((rows + self.block - 1) // self.block,)
             unused = self.unused
@@ -204,7 +210,7 @@ class FusedKernels:
                 rows,
                 int(states.stride(0)),
                 out,
-                unused,
+                keys,
                 unused,
                 unused,
                 self.unused_byte,
@@ -212,7 +218,7 @@ class FusedKernels:
                 rows,
                 self.block,
             )
-        return out
+        return out, keys
 
     def fingerprint(self, words: Any) -> Any:
         """The fingerprints of a (words, rows) tensor, in one kernel (``hashed.fingerprint``)."""

@@ -5,18 +5,39 @@ state's image as bit moves and table lookups, and keeps the least image (words c
 As array kernels on a GPU that is hundreds of launches per chunk, so with symmetry ``bfs-gpu`` was
 slower than without it; here one program takes a block of states, builds every image in registers
 and keeps the least. The expressions are the generated ones, only spelled for Triton (``fused``'s
-spelling: ``W[i]`` a loaded word, lookups in the shared table buffer); nothing here can fail.
+spelling: ``W[i]`` a loaded word, lookups in the shared table buffer); nothing here can fail. The
+same program writes each representative's fingerprint (the backends' 64-bit mix) to ``PARENT``, so
+that with symmetry a chunk's successors cost the kernel launches they cost without it.
 """
 
 from __future__ import annotations
 
 import ast
 
+from lockstep.checkers.vector.backend import _MULTIPLY_1, _MULTIPLY_2, _SEED
 from lockstep.checkers.vector.fused import _fail, _header, _spelled, _Spelling
 
 
+def _fingerprint_lines(words: int) -> list[str]:
+    """``Backend.fingerprint`` of the ``BEST_*`` words, stored to ``PARENT``."""
+    lines = [f"    HASH = tl.full([BLOCK], {_SEED:#x}, tl.uint64)"]
+    for word in range(words):
+        lines += [
+            f"    HASH = (HASH ^ BEST_{word}.to(tl.uint64, bitcast=True)) * {_MULTIPLY_1:#x}",
+            "    HASH = HASH ^ (HASH >> 32)",
+        ]
+    lines += [
+        "    HASH = HASH ^ (HASH >> 29)",
+        f"    HASH = HASH * {_MULTIPLY_2:#x}",
+        "    HASH = HASH ^ (HASH >> 32)",
+        "    tl.store(PARENT + ROWS, HASH.to(tl.int64, bitcast=True), mask=LIVE)",
+    ]
+    return lines
+
+
 def canonical_kernel(source: str, words: int, tables: dict[tuple[int, ...], int]) -> str | None:
-    """``canonical``'s Triton source (rows of ``W`` in, their representatives to ``OUT``), or None
+    """``canonical``'s Triton source (rows of ``W`` in, their representatives to ``OUT`` and the
+    representatives' fingerprints to ``PARENT``), or None
     when the generated code has no ``canonical`` (no symmetry declared or asked for)."""
     module = ast.parse(source)
     function = next(
@@ -32,6 +53,7 @@ def canonical_kernel(source: str, words: int, tables: dict[tuple[int, ...], int]
             continue
         if isinstance(statement, ast.Return):
             body += [f"    tl.store(OUT + {word} * CAPACITY + ROWS, BEST_{word}, mask=LIVE)" for word in range(words)]
+            body += _fingerprint_lines(words)
             continue
         if not (isinstance(statement, ast.Assign) and isinstance(statement.targets[0], ast.Name)):
             raise _fail(ast.unparse(statement)[:80])

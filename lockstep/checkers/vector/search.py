@@ -1,14 +1,14 @@
 """Level-synchronous BFS over packed states with compiled kernels: ``bfs-vec`` and ``bfs-gpu``.
 
-One loop serves both backends. A level's frontier is expanded in chunks: the kernels give every
-enabled action x argument tuple's successors at once; successors are canonicalised (symmetry),
-fingerprinted, deduplicated among themselves and against the visited set, and the new ones form
-the next frontier. Per stored state the engine keeps its parent's index and the tuple id that
-reached it (numpy: 6 bytes of host memory; torch: the 8-byte discovery key that holds both, left
-on the device), so shortest counterexamples are rebuilt by replaying tuples
-through ``evaluate`` (``paths``). Properties are evaluated as masks over each level's new states,
-deadlocks over the frontier rows with no enabled action. Statistics, verdicts and warnings have
-the meaning they have in ``ExplicitSearch``; a complete search gives exactly its counts.
+One loop serves both backends. A level's frontier is expanded in chunks: the kernels give every enabled
+action x argument tuple's successors at once; successors are canonicalised (symmetry), fingerprinted,
+deduplicated among themselves and against the visited set, and the new ones form the next frontier.
+Per stored state the engine keeps its parent's index and the tuple id that reached it (numpy: 6 bytes
+of host memory; torch: the 8-byte discovery key that holds both, left on the device), so shortest
+counterexamples are rebuilt by replaying tuples through ``evaluate`` (``paths``). Properties are
+evaluated as masks over each level's new states, deadlocks over the frontier rows with no enabled
+action. Statistics, verdicts and warnings have the meaning they have in ``ExplicitSearch``; a
+complete search gives exactly its counts.
 """
 
 from __future__ import annotations
@@ -86,11 +86,11 @@ class VectorSearch:
         self.native = None if isinstance(backend, TorchBackend) else native_kernels(self.kernels)
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
-        self.canonical = self.kernels.canonical
+        self.canonical, self.canonical_keys = self.kernels.canonical, None  # fused: representatives with keys
         if self.fused is not None:  # Triton is there: one kernel per fingerprint pass, and a hash table for --compact
             self.fingerprint = self.fused.fingerprint
             if self.canonical is not None and self.fused.fused.canonical:
-                self.canonical = self.fused.canonical
+                self.canonical, self.canonical_keys = self.fused.canonical, self.fused.canonical_keys
             if compact:
                 self.visited = self.fused.visited_set(backend, self.layout.words)
         self.prefilter = self.visited.hashed  # look successors up before sorting them (a lookup is cheaper)
@@ -239,7 +239,9 @@ class VectorSearch:
         if sets is not None and self.visited.native is None:
             self.visited.attach(sets)
         exact = self.visited.exact
-        if self.canonical is not None and self.fused is None:  # drop repeated successors first: fewer to canonicalise
+        if (
+            self.canonical is not None and self.canonical_keys is None
+        ):  # drop repeated successors: fewer to canonicalise
             if native is None or sets is None or expansion is None:
                 chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
                 states = self.canonical(backend.columns(states, chosen))
@@ -248,9 +250,9 @@ class VectorSearch:
                 discovery, distinct = discovery[chosen], backend.columns(states, chosen)
                 images = native.canonical(distinct)
                 states = self.canonical(distinct) if images is None else images
-        elif self.canonical is not None:  # the fused kernel canonicalises every successor for less than a sort costs
-            states = self.canonical(states)
         known = None if expansion is None or self.canonical is not None else expansion.fingerprints
+        if self.canonical_keys is not None:  # one fused kernel: every successor's representative and key
+            states, known = self.canonical_keys(states)
         keys = self.fingerprint(states) if known is None else known
         if sets is not None:  # still in discovery order: the first occurrences, then only they are sorted
             chosen = sets.first_occurrences(keys, states if exact else None)
