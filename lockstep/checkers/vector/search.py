@@ -239,9 +239,7 @@ class VectorSearch:
         if sets is not None and self.visited.native is None:
             self.visited.attach(sets)
         exact = self.visited.exact
-        if (
-            self.canonical is not None and self.canonical_keys is None
-        ):  # drop repeated successors: fewer to canonicalise
+        if self.canonical is not None and self.canonical_keys is None:  # drop repeats first: fewer to canonicalise
             if native is None or sets is None or expansion is None:
                 chosen, discovery = self.visited.unique(self.fingerprint(states), states, discovery)
                 states = self.canonical(backend.columns(states, chosen))
