@@ -37,8 +37,8 @@ def _fingerprint_lines(words: int) -> list[str]:
 
 def canonical_kernel(source: str, words: int, tables: dict[tuple[int, ...], int]) -> str | None:
     """``canonical``'s Triton source (rows of ``W`` in, their representatives to ``OUT`` and the
-    representatives' fingerprints to ``PARENT``), or None
-    when the generated code has no ``canonical`` (no symmetry declared or asked for)."""
+    representatives' fingerprints to ``PARENT``), or None when the generated code has no
+    ``canonical`` (no symmetry declared or asked for)."""
     module = ast.parse(source)
     function = next(
         (node for node in module.body if isinstance(node, ast.FunctionDef) and node.name == "canonical"), None

@@ -31,9 +31,7 @@ from lockstep.checkers.vector.values import (
     padding,
 )
 from lockstep.spec.evaluation import apply_operator
-from lockstep.spec.expressions import (
-    Operator,
-)
+from lockstep.spec.expressions import Operator
 from lockstep.spec.layout import Layout
 from lockstep.spec.sorts import Value
 
