@@ -15,7 +15,8 @@ vectorised engines ``setup``/``search`` split the seconds into building the kern
 ``--repeat N`` each configuration runs N times (each in a fresh process) and the least seconds and
 the least CPU seconds are shown; with ``--interleave`` (and ``--symmetry both``) the runs come in
 pairs, without and with symmetry one after the other (which goes first alternating), and each pair's
-ratio of seconds is printed with their median: the comparison a drifting machine distorts least.
+ratio of seconds is printed with their median (for the vectorised engines also the ratio of the
+search alone): the comparison a drifting machine distorts least.
 ``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
 or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
@@ -176,18 +177,23 @@ def interleaved(ranks: int, engine: str, native: str | None, options: argparse.N
 
 
 def print_pairs(rows: list[dict[str, object]]) -> None:
-    """Per pair (consecutive runs), seconds with symmetry over seconds without; their median."""
-    ratios = []
-    for first, second in zip(rows[::2], rows[1::2]):
-        off, on = (first, second) if not first["symmetry"] else (second, first)
-        ratios.append(float(on["seconds"]) / float(off["seconds"]))  # type: ignore[arg-type]
-    faster = sum(ratio <= 1.0 for ratio in ratios)
-    listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
-    print(
-        f"      pairs, seconds with symmetry / without: {listed}; median {statistics.median(ratios):.2f}, "
-        f"symmetry not slower in {faster} of {len(ratios)}",
-        flush=True,
-    )
+    """Per pair (consecutive runs), seconds with symmetry over seconds without, and their median; for
+    the vectorised engines the same ratios of the search alone (the seconds after the set-up)."""
+    pairs = [
+        (first, second) if not first["symmetry"] else (second, first) for first, second in zip(rows[::2], rows[1::2])
+    ]
+    phases = [("seconds", lambda row: float(row["seconds"]))]  # type: ignore[arg-type]
+    if all(row["setup"] is not None for row in rows):
+        phases.append(("search seconds", lambda row: float(row["seconds"]) - float(row["setup"])))  # type: ignore[arg-type]
+    for label, value in phases:
+        ratios = [value(on) / value(off) for off, on in pairs]
+        faster = sum(ratio <= 1.0 for ratio in ratios)
+        listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+        print(
+            f"      pairs, {label} with symmetry / without: {listed}; median {statistics.median(ratios):.2f}, "
+            f"symmetry not slower in {faster} of {len(ratios)}",
+            flush=True,
+        )
 
 
 def print_row(ranks: int, symmetry: bool, rows: list[dict[str, object]]) -> None:
