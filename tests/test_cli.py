@@ -312,11 +312,10 @@ def test_property_selection(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
 def test_an_unwritable_trace_file_is_reported_and_the_result_kept(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("not a folder", encoding="utf-8")
-    code, out, err = run(
-        capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(blocker / "t.jsonl")
-    )
+    # a folder no file can be made in, which shows only when the file is written (what can be seen
+    # before the check, a directory or a file in the way, is refused before it: test_cli_outputs.py)
+    unwritable = Path("/proc") / f"lockstep-{tmp_path.name}.jsonl"
+    code, out, err = run(capsys, "check", "dp-pause", "--variant", "pre-fix", "--json", "--trace-out", str(unwritable))
     assert code == 1  # the verdict of the check, not lost
     payload = json.loads(out)
     assert payload["verdict"] == "violated" and payload["counterexample"]["trace_file"] is None

@@ -249,6 +249,27 @@ def test_reproduce_checks_the_header_parameters_before_running(
         assert time.monotonic() - started < 60
 
 
+def test_reproduce_refuses_a_counterexample_that_is_no_path_of_its_model(
+    tmp_path: Path, counterexample: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header, *events = counterexample.read_text().splitlines()
+    swapped = [json.loads(line) for line in events]
+    swapped[1], swapped[2] = swapped[2], swapped[1]  # rank 0 handles the request before it arrives
+    for position, event in enumerate(swapped):
+        event["index"] = position
+    unknown = [json.loads(line) for line in events]
+    unknown[2]["action"] = "frobnicate"
+    for name, edited, expected in (
+        ("swapped", swapped, "swapped.jsonl:3: event 1 (rank:0 handle_add) is not a step of the model"),
+        ("unknown", unknown, "unknown.jsonl:4: unknown action 'frobnicate'"),
+    ):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("\n".join([header, *(json.dumps(event) for event in edited)]) + "\n")
+        code, _, err = run(capsys, "reproduce", str(path), "--trace-dir", str(tmp_path / f"run-{name}"))
+        assert code == 2 and expected in err and "Traceback" not in err, err
+        assert not (tmp_path / f"run-{name}").exists()  # nothing started
+
+
 def _model(tmp_path: Path, name: str, insert: str, at_import: bool = False) -> Path:
     source = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0]
     if at_import:  # right after the __future__ import, which must come first

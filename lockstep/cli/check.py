@@ -120,6 +120,19 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
 
 
+def check_trace_out(target: Path | None) -> None:
+    """Refuse, before a check that may be long, a ``--trace-out`` that cannot be written (a
+    directory, a file in the way) or that would replace a file that is not a lockstep trace."""
+    if target is None:
+        return
+    from lockstep.traces.output import OutputError, check_trace_target
+
+    try:
+        check_trace_target(target)
+    except OutputError as error:
+        raise UsageError(f"--trace-out {error}") from None
+
+
 def _write_trace(
     instance: Instance, result: CheckResult, target: Path | None, console: Console, inputs: Sequence[Path] = ()
 ) -> Path | None:
@@ -186,6 +199,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     (protocol,) = selected_protocols(arguments)
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
+    check_trace_out(arguments.trace_out)
     result = _run(instance, arguments, console)
     if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
         return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0

@@ -46,8 +46,8 @@ from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
 from lockstep.checkers.result import Step
 from lockstep.checkers.trace_values import decode
+from lockstep.cli.listing import one_protocol
 from lockstep.models import get_protocol
-from lockstep.models.external import load_model_file
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, UsageError, parse_assignment
 from lockstep.spec.semantics import InterpretedSystem
@@ -61,9 +61,10 @@ EXIT_OK, EXIT_USAGE, EXIT_INCONCLUSIVE = 0, 2, 3
 REPLAY_LIMIT = 20_000  # events: above this, ``show`` does not replay to find the failing event
 
 
-def _judge(arguments: argparse.Namespace) -> dict[str, Any]:
-    """The caller's choice of model (``replay``'s options), checked before anything is read: a name
-    that is not a protocol, variant or profile is the caller's bad input (exit 2)."""
+def _judge(arguments: argparse.Namespace, header: dict[str, Any]) -> dict[str, Any]:
+    """The caller's choice of model (``replay``'s options), checked before any event is read: a name
+    that is not a protocol, variant, instance, parameter or profile of the protocol the caller names
+    (or the trace's header names, if the caller names none) is the caller's bad input (exit 2)."""
     judge: dict[str, Any] = {
         "protocol": arguments.protocol,
         "variant": arguments.variant,
@@ -72,12 +73,18 @@ def _judge(arguments: argparse.Namespace) -> dict[str, Any]:
         "profile": arguments.profile,
         "trust_header": arguments.trust_header,
     }
-    if arguments.protocol is not None:
-        protocol = get_protocol(arguments.protocol)
-        if arguments.variant is not None:
-            protocol.variant(arguments.variant)
-        if arguments.profile is not None:
-            recorder_profile(arguments.profile, protocol.name)
+    chosen = arguments.variant or arguments.instance or arguments.set or arguments.profile
+    if arguments.protocol is None and not chosen:
+        return judge  # the header's model: replay says whether it takes the trace
+    protocol = get_protocol(str(arguments.protocol or header.get("protocol")))
+    if arguments.variant is not None:
+        protocol.variant(arguments.variant)
+    if arguments.instance is not None:
+        protocol.instance_spec(arguments.instance)
+    for name in judge["parameters"]:
+        protocol.parameter(name)
+    if arguments.profile is not None:
+        recorder_profile(arguments.profile, protocol.name)
     return judge
 
 
@@ -148,8 +155,8 @@ def _model_path(instance: Instance, records: list[Record], loop_start: object) -
 def command_show(arguments: argparse.Namespace, console: Console) -> int:
     """The swimlanes of a trace, on stdout (a picture is the command's result); why replay refused
     the trace, and errors, on stderr (``console``)."""
-    judge = _judge(arguments)
     trace = open_traces(arguments.paths)
+    judge = _judge(arguments, trace.header)
     errors, console = console, Console(width=None if sys.stdout.isatty() else 160, emoji=False)
     header = trace.header
     model, refused = _model(trace, judge)
@@ -211,9 +218,9 @@ def _mirrors(model: Instance | None, trace: TraceInput, judge: dict[str, Any]) -
 
 
 def command_export(arguments: argparse.Namespace, console: Console) -> int:
-    judge = _judge(arguments)
     trace = open_traces(arguments.paths)
     header = trace.header
+    judge = _judge(arguments, header)
     if arguments.format == "itf":  # the states are the caller's model's: a refusal is bad input (exit 2)
         machine = resolve_model(trace, **judge).instance.machine()
         write_output(arguments.output, lambda file: write_itf(machine, header, trace.records(), file), trace.files)
@@ -232,12 +239,7 @@ def command_graph(arguments: argparse.Namespace, console: Console) -> int:
 
     if arguments.max_states <= 0:
         raise UsageError(f"--max-states must be positive, got {arguments.max_states}")
-    if arguments.model_file is not None:
-        protocol = load_model_file(arguments.model_file)
-    elif arguments.protocol:
-        protocol = get_protocol(arguments.protocol)
-    else:
-        raise UsageError("name a protocol (see `lockstep list`) or give --model-file PATH")
+    protocol = one_protocol(arguments)
     instance = protocol.instance(arguments.variant, arguments.instance)
     graph, complete = state_graph(instance.machine(), arguments.max_states)
     if arguments.format == "dot":

@@ -25,8 +25,7 @@ from rich.markup import escape
 from rich.text import Text
 
 from lockstep.cli.commands import DEFAULT_EXAMPLES, DEFAULT_RUNTIME_EXAMPLES
-from lockstep.cli.failures import usage_error
-from lockstep.models import get_protocol
+from lockstep.cli.failures import definition_error, input_error, usage_error
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
@@ -39,16 +38,9 @@ OUTCOME_STYLES = {"violated": "bold red", "nothing-found": "green", "inconclusiv
 
 
 def _protocol(arguments: argparse.Namespace) -> Protocol:
-    if arguments.model_file is not None:
-        from lockstep.models.external import load_model_file
+    from lockstep.cli.listing import one_protocol
 
-        protocol = load_model_file(arguments.model_file, timeout=arguments.timeout)  # --timeout covers the import
-        if arguments.protocol and arguments.protocol != protocol.name:
-            raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {arguments.protocol!r}")
-        return protocol
-    if not arguments.protocol:
-        raise UsageError("name a protocol (see `lockstep list`) or give --model-file PATH")
-    return get_protocol(arguments.protocol)
+    return one_protocol(arguments)  # --timeout covers a model file's import
 
 
 def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
@@ -64,6 +56,9 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         overrides = dict(parse_assignment(text) for text in arguments.set)
         instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
         from lockstep.checkers.fuzz import fuzz
+        from lockstep.cli.check import check_trace_out
+
+        check_trace_out(arguments.trace_out)
 
         with console.status(f"fuzzing {instance.label}…"):
             result = fuzz(
@@ -75,9 +70,9 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
                 shrink_seconds=arguments.shrink_seconds,
             )
     except UsageError as error:
-        return usage_error(console, str(error), arguments)
+        return input_error(console, error, arguments)
     except (ModelError, DefinitionError) as error:
-        return usage_error(console, str(error), arguments, label="model error")
+        return definition_error(console, error, arguments)
     inputs = [arguments.model_file] if arguments.model_file else []
     trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:

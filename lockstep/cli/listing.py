@@ -38,6 +38,13 @@ def selected_protocols(arguments: argparse.Namespace) -> list[Protocol]:
     return [get_protocol(named)] if named else list(PROTOCOLS.values())
 
 
+def one_protocol(arguments: argparse.Namespace) -> Protocol:
+    """The protocol a command on one model works on: the model file's, or the named one."""
+    if arguments.model_file is None and not getattr(arguments, "protocol", None):
+        raise UsageError("name a protocol (see `lockstep list`) or give --model-file PATH")
+    return selected_protocols(arguments)[0]
+
+
 def command_list(arguments: argparse.Namespace, console: Console) -> int:
     """The models, on stdout (a listing is a result: ``lockstep list | grep dp-pause``)."""
     from rich.table import Table

@@ -60,6 +60,29 @@ def read_counterexample(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]
     return header, events
 
 
+def _check_path(path: str) -> None:
+    """The counterexample is a path of its model: replayed against the model its header names, it
+    does not diverge (an edited or corrupted file would otherwise drive the runtime somewhere the
+    model never goes, and its outcome would be read as the counterexample's)."""
+    from lockstep.checkers.conformance import replay_traces
+    from lockstep.checkers.replay_result import DIVERGES
+    from lockstep.spec.protocol import UsageError
+    from lockstep.traces.reader import TraceInputError
+
+    try:
+        result = replay_traces(path, trust_header=True).result  # its parameters: checked against the bounds already
+    except (TraceInputError, UsageError) as error:
+        raise ReproduceError(str(error)) from None
+    if result.verdict == DIVERGES:
+        explanation = result.explanation or {}
+        event = explanation.get("event", {})
+        raise ReproduceError(
+            f"{explanation.get('file', path)}:{explanation.get('line', 0)}: event {result.event} "
+            f"({event.get('actor')} {event.get('action')}) is not a step of the model: {explanation.get('reason', '')} "
+            f"(`lockstep replay {path}` shows why)"
+        )
+
+
 def _trace_dir(arguments: argparse.Namespace) -> Path:
     if arguments.trace_dir is not None:
         folder = Path(arguments.trace_dir)
@@ -96,6 +119,7 @@ def reproduction_config(
             f"not variant {header['variant']!r}"
         )
     _check_parameters(file, header)  # before planning: a plan sizes its tables by them
+    _check_path(file)
     try:
         plan = protocol.plan_reproduction(header, events)
     except (ValueError, KeyError, TypeError) as error:

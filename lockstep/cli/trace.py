@@ -213,8 +213,13 @@ def _render_evidence(console: Console, verdict: ReplayVerdict) -> None:
 def command_trace(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.trace_command != "merge":
         return _error(console, "name a trace command: merge", arguments)
+    from lockstep.traces.output import OutputError, check_target
+
     try:
+        check_target(arguments.output)
         count, warnings = merge_to_file(arguments.paths, arguments.output)
+    except OutputError as error:
+        return _error(console, f"-o {error}", arguments)
     except TraceInputError as error:
         return _error(console, str(error), arguments)
     except OSError as error:

@@ -5,6 +5,9 @@ leave a half-written or truncated file and never overwrite an input.
   only letters, digits, ``_``, ``.``, ``-`` and ``+`` (``../../x`` becomes ``..-..-x``), so an
   output named after them stays in the folder it is meant for.
 - ``refuse_inputs(target, inputs)``: an ``OutputError`` when ``target`` is one of the inputs.
+- ``check_target(target)``: an ``OutputError`` when a directory or a file stands in the way of
+  writing ``target``; ``check_trace_target`` also refuses to replace a file that is not a trace
+  (``check``/``fuzz`` ask it about ``--trace-out`` before they start).
 - ``replacing(target)``: the temporary file behind every such write (the trace writer's too).
 - ``write_atomically(target, write)``: ``write(file)`` fills a temporary file next to
   ``target``, which is renamed over ``target`` only when complete; on any failure ``target`` is
@@ -17,6 +20,7 @@ leave a half-written or truncated file and never overwrite an input.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -25,6 +29,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from lockstep.traces.schema import TRACE_FORMAT
 
 SAFE_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-+")
 
@@ -55,11 +61,44 @@ def refuse_inputs(target: str | os.PathLike[str], inputs: Iterable[str | os.Path
             raise OutputError(f"{target}: the output would overwrite the input {item}; name another file")
 
 
+def check_target(target: str | os.PathLike[str]) -> None:
+    """An ``OutputError`` if a file cannot be written at ``target`` because of what is already
+    there: a directory at ``target``, or a file where one of its folders would be."""
+    path = Path(target)
+    try:
+        if path.is_dir():
+            raise OutputError(f"{target} is a directory; name a file")
+        for folder in path.parents:
+            if folder.exists():
+                if not folder.is_dir():
+                    raise OutputError(f"{target}: {folder} is a file, not a directory")
+                return
+    except OSError as error:  # a name too long, say
+        raise OutputError(f"{target}: {error.strerror or error}") from None
+
+
+def check_trace_target(target: str | os.PathLike[str]) -> None:
+    """``check_target``, and an ``OutputError`` if ``target`` is a file that is not a lockstep trace
+    (a trace is replaced; anything else is the user's and is left alone)."""
+    check_target(target)
+    path = Path(target)
+    if not path.is_file():
+        return
+    try:
+        with path.open("rb") as file:
+            header = json.loads(file.readline(1 << 16))
+    except (OSError, ValueError):
+        header = None
+    if not isinstance(header, dict) or header.get("format") != TRACE_FORMAT:
+        raise OutputError(f"{target} exists and is not a lockstep trace; remove it or name another file")
+
+
 @contextmanager
 def replacing(target: str | os.PathLike[str]) -> Iterator[str]:
     """A temporary file next to ``target`` to fill; renamed over ``target`` when the block ends
     normally (with ``target``'s permissions if it exists, else the umask's), removed otherwise."""
     path = Path(target)
+    check_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     os.close(descriptor)

@@ -1,0 +1,105 @@
+"""The CLI's outputs and the options that choose a model, checked before work starts.
+
+A ``--trace-out`` or ``-o`` that cannot be written (a directory, a file where a folder should be)
+or that would replace a file that is not a trace is refused with exit 2 before a check runs; the
+message names the path the user gave, never a temporary file. ``show``/``export`` refuse a
+variant, instance, parameter or profile the trace's protocol does not have (a typo is the user's
+bad input, not a reason to draw without a highlight), and ``graph`` refuses a protocol name that
+contradicts its ``--model-file``, as ``check`` and ``fuzz`` do.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from lockstep.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str]:
+    code = main(list(arguments))
+    return code, " ".join(capsys.readouterr().err.split())
+
+
+@pytest.fixture(scope="module")
+def counterexample(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("counterexample") / "pre-fix.jsonl"
+    assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(path)]) == 1
+    return path
+
+
+def test_a_trace_out_that_cannot_be_written_is_refused_before_the_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], counterexample: Path
+) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "precious.txt").write_text("not a trace\n")
+    for command in (["check"], ["fuzz", "--examples", "5"]):
+        for target, message in (
+            ("folder", "folder is a directory; name a file"),
+            (f"{counterexample}/x.jsonl", f"{counterexample} is a file, not a directory"),
+            ("precious.txt", "precious.txt exists and is not a lockstep trace"),
+        ):
+            path = target if target.startswith("/") else str(tmp_path / target)
+            code, err = run(capsys, *command, "pp-broadcast", "--variant", "pre-fix", "--trace-out", path)
+            assert code == 2 and "--trace-out" in err and message in err, err
+    assert (tmp_path / "precious.txt").read_text() == "not a trace\n"
+    replaced = tmp_path / "again.jsonl"  # a trace is replaced, and a missing folder is made
+    replaced.write_text(counterexample.read_text())
+    assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(replaced)]) == 1
+    assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(tmp_path / "a" / "b.jsonl")]) == 1
+    assert (tmp_path / "a" / "b.jsonl").is_file()
+
+
+def test_an_output_path_error_names_the_path_given_not_a_temporary_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], counterexample: Path
+) -> None:
+    (tmp_path / "folder").mkdir()
+    for command in (
+        ["graph", "pp-broadcast", "--format", "dot", "-o"],
+        ["export", str(counterexample), "--format", "dot", "-o"],
+        ["trace", "merge", str(counterexample), "-o"],
+    ):
+        code, err = run(capsys, *command, str(tmp_path / "folder"))
+        assert code == 2 and "folder is a directory; name a file" in err and "partial" not in err, (command, err)
+        code, err = run(capsys, *command, f"{counterexample}/x")
+        assert code == 2 and "is a file, not a directory" in err, (command, err)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--variant", "nosuch"], "has no variant 'nosuch'"),
+        (["--instance", "nosuch"], "has no instance 'nosuch'"),
+        (["--set", "zzz=1"], "has no parameter 'zzz'"),
+        (["--profile", "nosuch"], "no recorder profile 'nosuch'"),
+    ],
+)
+def test_show_and_export_refuse_a_model_option_the_protocol_does_not_have(
+    capsys: pytest.CaptureFixture[str], counterexample: Path, option: list[str], message: str
+) -> None:
+    for command in (
+        ["show"],
+        ["show", "--no-replay"],
+        ["export", "--format", "perfetto"],
+        ["export", "--format", "dot"],
+    ):
+        code, err = run(capsys, *command, str(counterexample), *option)
+        assert code == 2 and message in err, (command, err)
+    code, _ = run(capsys, "show", str(counterexample), "--variant", "post-fix")  # a real one still draws
+    assert code == 0
+
+
+def test_graph_refuses_a_protocol_its_model_file_does_not_define(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "adding-a-protocol.md").read_text(), re.S)[0]
+    model = tmp_path / "early_stop.py"
+    model.write_text(source)
+    code, err = run(capsys, "graph", "pp-broadcast", "--format", "dot", "--model-file", str(model))
+    assert code == 2 and "defines protocol 'early-stop', not 'pp-broadcast'" in err, err
+    code, err = run(capsys, "graph", "--format", "dot")
+    assert code == 2 and "name a protocol" in err
