@@ -143,7 +143,7 @@ def test_trace_out_never_overwrites_the_model_file(capsys: pytest.CaptureFixture
     model.write_text(re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)[0])
     before = model.read_text()
     code, _, err = run(capsys, "check", "--model-file", str(model), "--variant", "pre-fix", "--trace-out", str(model))
-    assert code == 1 and "would overwrite the input" in err and model.read_text() == before
+    assert code == 2 and "would overwrite the input" in err and model.read_text() == before  # refused before the check
 
 
 def test_names_from_a_model_stay_inside_the_output_folder(

@@ -120,14 +120,15 @@ def _validate_engine_options(arguments: argparse.Namespace) -> None:
             raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
 
 
-def check_trace_out(target: Path | None) -> None:
+def check_trace_out(target: Path | None, inputs: Sequence[Path] = ()) -> None:
     """Refuse, before a check that may be long, a ``--trace-out`` that cannot be written (a
-    directory, a file in the way) or that would replace a file that is not a lockstep trace."""
+    directory, a file in the way) or that would replace an input or a file that is not a trace."""
     if target is None:
         return
-    from lockstep.traces.output import OutputError, check_trace_target
+    from lockstep.traces.output import OutputError, check_trace_target, refuse_inputs
 
     try:
+        refuse_inputs(target, inputs)
         check_trace_target(target)
     except OutputError as error:
         raise UsageError(f"--trace-out {error}") from None
@@ -199,7 +200,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     (protocol,) = selected_protocols(arguments)
     overrides = dict(parse_assignment(text) for text in arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
-    check_trace_out(arguments.trace_out)
+    check_trace_out(arguments.trace_out, [arguments.model_file] if arguments.model_file else [])
     result = _run(instance, arguments, console)
     if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
         return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0

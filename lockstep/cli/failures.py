@@ -1,6 +1,9 @@
 """How the ``lockstep`` command ends when no verdict does: usage errors, Ctrl-C, SIGTERM, exceptions.
 
 - A usage or input error: one message on stderr, exit 2 (``EXIT_USAGE``).
+- A model written wrongly (a ``DefinitionError``, a ``ModelError``, or a ``--model-file`` that
+  does not load: ``lockstep.models.external.ModelFileError``): a **model error**, exit 2, naming
+  the model file and line where they are known (``input_error``, ``definition_error``).
 - Ctrl-C (``KeyboardInterrupt`` reaching the command): one message, exit 3 (inconclusive), as
   ``check`` and ``fuzz`` report an interrupted search.
 - SIGTERM: ``install_termination_handler`` turns it into ``Terminated``, so every ``finally``
@@ -86,12 +89,44 @@ def print_json(text: str) -> None:
     sys.stdout.flush()
 
 
-def usage_error(console: Console, message: str, arguments: Any, label: str = "error") -> int:
-    """Report a usage or input error (``lockstep: error: ...``; with ``--json`` the error object too)."""
+def usage_error(
+    console: Console,
+    message: str,
+    arguments: Any,
+    label: str = "error",
+    file: str | None = None,
+    line: int | None = None,
+) -> int:
+    """Report a usage or input error (``lockstep: error: ...``; with ``--json`` the error object too,
+    of kind "model" for a model error, with ``file`` and ``line`` where they are known)."""
     console.print(f"[bold red]lockstep: {label}:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
     if wants_json(arguments):
-        print_json(error_json(message, "model" if label == "model error" else "usage", EXIT_USAGE))
+        print_json(error_json(message, "model" if label == "model error" else "usage", EXIT_USAGE, file, line))
     return EXIT_USAGE
+
+
+def input_error(console: Console, error: BaseException, arguments: Any) -> int:
+    """Report a ``UsageError``: a model file that did not load (``ModelFileError``) is a model error
+    with its file and line, anything else a usage error."""
+    if _is(error, ("lockstep.models.external", "ModelFileError")):
+        file, line = getattr(error, "file", None), getattr(error, "line", None)
+        return usage_error(console, str(error), arguments, label="model error", file=file, line=line)
+    return usage_error(console, str(error), arguments)
+
+
+def definition_error(console: Console, error: BaseException, arguments: Any) -> int:
+    """Report a ``DefinitionError`` or ``ModelError`` (exit 2) as a model error, prefixed with the
+    model file and line when the deepest frame of the user's ``--model-file`` is where it was raised
+    (a ``BuildError`` names the file and line of the ``build`` that returned no ``Machine`` itself)."""
+    message = str(error)
+    file, line = getattr(error, "file", None), getattr(error, "line", None)
+    if file is not None:  # a BuildError: its message names the file and line
+        return usage_error(console, message, arguments, label="model error", file=file, line=line)
+    model_file = getattr(arguments, "model_file", None)
+    kind, file, line = where(error, Path(model_file) if model_file is not None else None)
+    if kind != "model":
+        return usage_error(console, message, arguments, label="model error")
+    return usage_error(console, f"{file}:{line}: {message}", arguments, label="model error", file=file, line=line)
 
 
 def inconclusive(console: Console, message: str, arguments: Any) -> int:
@@ -148,9 +183,9 @@ def handle(error: BaseException, arguments: Any, console: Console) -> int:
     if isinstance(error, Terminated):
         return terminated(console, arguments)
     if _is(error, ("lockstep.spec.protocol", "UsageError"), ("lockstep.checkers.symmetry", "SymmetryError")):
-        return usage_error(console, str(error), arguments)
+        return input_error(console, error, arguments)
     if _is(error, ("lockstep.spec.semantics", "ModelError"), ("lockstep.spec.terms", "DefinitionError")):
-        return usage_error(console, str(error), arguments, label="model error")
+        return definition_error(console, error, arguments)
     if _is(error, ("lockstep.models.external", "ModelLoadTimeout")):  # --timeout covers importing the model file
         return inconclusive(console, str(error), arguments)
     if isinstance(error, OSError):

@@ -58,7 +58,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         from lockstep.checkers.fuzz import fuzz
         from lockstep.cli.check import check_trace_out
 
-        check_trace_out(arguments.trace_out)
+        check_trace_out(arguments.trace_out, [arguments.model_file] if arguments.model_file else [])
 
         with console.status(f"fuzzing {instance.label}…"):
             result = fuzz(

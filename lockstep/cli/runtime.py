@@ -7,10 +7,12 @@ the trace directory to stderr, or with ``--json`` one JSON object on stdout
 (``lockstep/schemas/run.schema.json``). With ``--trace-dir`` it then replays the run's own traces
 against the model of its variant (``--no-replay`` skips that) and prints the verdict. Exit codes:
 0 completed (and, when replayed, conforming), 1 hang diagnosed or a completed run whose trace
-does not conform, 2 usage error (a message, never a traceback), 3 inconclusive (no outcome within
-``--timeout``, the whole run's wall clock) or a runtime error, 4 a process of the run crashed
-(``launcher.CRASHED``: not a hang). ``--hang-timeout`` is how long a process may block in one
-collective or receive before the run counts as hung.
+does not conform, 2 usage error (a message, never a traceback; a ``--choices`` file is read whole
+before anything starts, and a choice in it that the run cannot take stops the run: both name the
+file and line), 3 inconclusive (no outcome within ``--timeout``, the whole run's wall clock) or a
+runtime error, 4 a process of the run crashed (``launcher.CRASHED``: not a hang).
+``--hang-timeout`` is how long a process may block in one collective or receive before the run
+counts as hung.
 
 The run's options are the runtime's own (``lockstep.impl.arguments.add_run_arguments``, which
 ``python -m lockstep.impl.rank`` parses under torchrun with argparse): ``run`` is the click command
@@ -175,19 +177,46 @@ def check_backend(config: Any) -> None:
         raise RunUsageError(f"--backend nccl needs {config.ranks} CUDA devices, found {found}")
 
 
+def check_choices(config: Any, given: Path) -> None:
+    """Read the whole ``--choices`` file before anything starts: a ``ChoicesInputError`` (named as
+    the user wrote it, ``given``) at its first bad line, an unknown actor included."""
+    from lockstep.impl.choices import read_script
+    from lockstep.impl.protocols import runtime_protocol
+
+    read_script(given, runtime_protocol(config.protocol).actors_that_choose(config.ranks))
+
+
+def diverged(console: Any, config: Any, outcome: Any, arguments: argparse.Namespace) -> int:
+    """The run stopped at a ``--choices`` line it could not take: an input error (exit 2) naming the
+    file as given, the line and why, and where the partial traces are."""
+    error = outcome.diverged
+    file = str(arguments.choices) if error.path in (None, config.choices) else error.path
+    kept = f"; its traces so far are in {config.trace_dir}" if config.trace_dir else ""
+    message = f"{file}:{error.line}: {error.problem} (the run does not fit --choices: it was stopped{kept})"
+    return usage_error(console, message, arguments, file=file, line=error.line)
+
+
 def command_run(arguments: argparse.Namespace, console: Any) -> int:
-    """Run the protocol; the exit code of the outcome (2 for a usage error)."""
+    """Run the protocol; the exit code of the outcome (2 for a usage error, a bad ``--choices``
+    file or choices that do not fit the run)."""
+    from lockstep.impl.choices import ChoicesInputError
     from lockstep.impl.launcher import launch
 
     try:
         config = config_from_arguments(arguments)
         check_backend(config)
+        if config.choices is not None:
+            check_choices(config, Path(arguments.choices))
     except RunUsageError as error:
         return usage_error(console, str(error), arguments)
+    except ChoicesInputError as error:
+        return usage_error(console, str(error), arguments, file=error.path, line=error.line)
     if config.trace_dir is not None:
         Path(config.trace_dir).mkdir(parents=True, exist_ok=True)
     limit = deadline(arguments.timeout, config)
     outcome = launch(config, deadline=limit)
+    if outcome.diverged is not None:
+        return diverged(console, config, outcome, arguments)
     label = (
         f"{config.protocol}/{config.variant} scenario {config.scenario}, {config.ranks} ranks, {config.backend}, "
         f"seed {config.seed}"

@@ -22,6 +22,10 @@ It then polls every process's status board (see ``lockstep.impl.runtime``):
   or a helper (coordinator, client, engine) gone while its status board says it was still at
   work. The ranks still waiting for it are not hung: the run failed. Exit code 4.
 - **inconclusive**: no verdict within ``deadline`` seconds (a run that steps forever). Exit 3.
+- **scripted choices diverged**: a process could not take a choice of ``--choices``
+  (``ChoiceDivergence``, which its choice source writes to the run directory before raising it:
+  ``choices.read_divergence``); the run is stopped at once, as a runtime error whose message names
+  the file and line, with the divergence in ``Outcome.diverged`` (``lockstep run``: exit 2).
 
 Every outcome but completion kills the whole process group with SIGKILL before returning.
 Under torchrun there is no launcher: rank 0 runs ``Watchdog`` in a thread, which prints the
@@ -46,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from lockstep.impl.choices import read_choices
+from lockstep.impl.choices import ChoiceDivergence, read_choices, read_divergence
 from lockstep.impl.flight_recorder import flight_recorder_environment, request_dumps
 from lockstep.impl.lifetime import child_environment, guardian, python_command
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
@@ -74,6 +78,7 @@ class Outcome:
     pids: dict[str, int] = field(default_factory=dict)  # every process of the run, by actor
     step_seconds: float = 0.0  # the ranks' mean wall time per engine step (forward, and sync on the boundary)
     trace_seconds: float = 0.0  # time all processes spent writing trace lines
+    diverged: ChoiceDivergence | None = None  # the scripted choice the run could not take (an ERROR)
 
     @property
     def exit_code(self) -> int:
@@ -309,7 +314,11 @@ def watch_run(
     still running); ``logs`` holds ``rank-<r>.log`` (the tail of a failed rank's log is kept)."""
 
     def finish(
-        outcome: str, message: str, statuses: dict[str, dict[str, Any]], waits: dict[str, str] | None = None
+        outcome: str,
+        message: str,
+        statuses: dict[str, dict[str, Any]],
+        waits: dict[str, str] | None = None,
+        diverged: ChoiceDivergence | None = None,
     ) -> Outcome:
         steps, events = _totals(statuses)
         pids = {actor: int(status["pid"]) for actor, status in statuses.items()}
@@ -326,6 +335,7 @@ def watch_run(
             pids,
             nanoseconds / 1e9 / steps if steps else 0.0,
             sum(int(status.get("trace_ns", 0)) for status in statuses.values()) / 1e9,
+            diverged,
         )
 
     while True:
@@ -334,6 +344,10 @@ def watch_run(
         statuses = read_statuses(run_dir)
         dead = crashed_helpers(statuses)  # before the ranks' codes: a helper dies after its rank
         current = codes()
+        diverged = None if config.choices is None else read_divergence(run_dir / "choices")  # written first
+        if diverged is not None:
+            message = f"the run does not fit its scripted choices (ChoiceDivergence): {diverged}"
+            return finish(ERROR, message, statuses, waits_of(statuses), diverged)
         if hung(statuses, config.ranks, config.timeout, now):
             waits = waits_of(statuses)
             request_dumps(config)  # with --flight-recorder: every rank dumps before it is killed

@@ -4,7 +4,8 @@
 ``Recorder`` whose header carries the protocol's ``parameters.model_parameters(config)`` (every
 model parameter and the run's own bounds, so replay can instantiate the model), the ``StatusBoard`` the launcher
 reads, and the run's ``ChoiceSource`` (the scripted choices of ``--choices`` first, then the
-seed), logging every choice to the run directory. Imports no torch.
+seed; `lockstep run` checked the file first, and a choice that does not fit names its line),
+logging every choice to the run directory. Imports no torch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from lockstep.impl.choices import ChoiceSource, choice_source, read_choices
+from lockstep.impl.choices import ChoiceSource, choice_source, read_script
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard
 from lockstep.traces import TraceSource
 from lockstep.traces.output import safe_name
@@ -43,5 +44,5 @@ def open_process(
     recorder.status = status
     log = Path(config.run_dir) / "choices" / (safe_name(actor) + ".choices")
     log.parent.mkdir(parents=True, exist_ok=True)
-    script = None if config.choices is None else read_choices(config.choices)
-    return recorder, status, choice_source(config.seed, script, log)
+    script = None if config.choices is None else read_script(config.choices)
+    return recorder, status, choice_source(config.seed, script, log, config.choices)

@@ -15,6 +15,8 @@ and the variants, scenarios (the first is the default), rank range and protocol 
 ``parameters`` module provides ``model_parameters(config)``, the trace header's parameters that
 ``lockstep.impl.process.open_process`` records.
 ``validate`` checks a combination the flags alone cannot (it returns a message, or None).
+``actors_that_choose`` names the actors that make a run's choices (``choice_actors``, else the
+ranks and ``helper_actors``): ``lockstep run --choices`` refuses a choice of any other actor.
 ``reproduction`` names a torch-free module whose ``plan(header, events)`` turns a model
 counterexample into a ``Reproduction`` for ``lockstep reproduce``.
 """
@@ -72,6 +74,16 @@ class RuntimeProtocol:
     reproduction: str = ""  # a module whose plan(header, events) -> Reproduction; "" if it has none
     fuzz_scenario: str = ""  # the scenario runtime-against-model fuzzing runs (default: the first)
     helper_actors: tuple[str, ...] = ()  # actors besides the ranks that make choices (dp-pause: client)
+    # every actor that makes choices where not the ranks and helper_actors ("rank:*": every rank), e.g.
+    # pp-broadcast's engine; `lockstep run --choices` refuses a choice of any other actor
+    choice_actors: tuple[str, ...] = ()
+
+    def actors_that_choose(self, ranks: int) -> tuple[str, ...]:
+        """The actors whose choices a run of ``ranks`` ranks asks (``choice_actors``, else the ranks and
+        ``helper_actors``)."""
+        declared = self.choice_actors or ("rank:*", *self.helper_actors)
+        every_rank = tuple(f"rank:{rank}" for rank in range(ranks))
+        return tuple(actor for entry in declared for actor in (every_rank if entry == "rank:*" else (entry,)))
 
     def plan_reproduction(self, header: Mapping[str, Any], events: Sequence[Mapping[str, Any]]) -> Reproduction:
         """The reproduction of a model counterexample (``ValueError`` when this protocol has none)."""

@@ -4,8 +4,11 @@ A model module is any Python module that defines ``PROTOCOL`` (a ``lockstep.spec
 and optionally ``LEMMAS``. ``load_model_file`` imports one from a path; ``entry_point_protocols``
 collects those that installed packages register under the ``lockstep.models`` entry-point group,
 each entry point naming a module (``pkg.model``) or a ``Protocol`` object (``pkg.model:PROTOCOL``).
-A model that fails to load (an exception, or ``sys.exit``, while importing it) is reported with
-its file and line and the problem, as a ``UsageError``. A model file is code: importing it runs
+A model file that fails to load (an exception, or ``sys.exit``, while importing it, such as the
+``DefinitionError`` of a ``Protocol`` written wrongly; or no ``PROTOCOL``, or one of another type)
+is reported with its file and line and the problem, as a ``ModelFileError`` (a ``UsageError``
+carrying the file and line: the CLI's error object names them); a path that is no Python file is a
+plain ``UsageError``. A model file is code: importing it runs
 it (see the README's trust boundary). ``load_model_file(path, timeout=S)`` stops an import that
 runs longer than ``S`` seconds with ``ModelLoadTimeout`` (in the main thread, with SIGALRM).
 """
@@ -23,30 +26,66 @@ from types import ModuleType
 from typing import Any
 
 from lockstep.spec.protocol import Protocol, UsageError
+from lockstep.spec.terms import DefinitionError
 
 ENTRY_POINT_GROUP = "lockstep.models"
+PROTOCOL_CLASS = "lockstep.spec.protocol.Protocol"
 
 
-def _protocol_of(module: ModuleType | object, origin: str) -> Protocol:
+class ModelFileError(UsageError):
+    """A model file that does not load; ``file`` and ``line`` (None where unknown) say where."""
+
+    def __init__(self, message: str, file: Path, line: int | None = None) -> None:
+        super().__init__(message)
+        self.file, self.line = str(file), line
+
+
+def _a(value: object) -> str:
+    """``an int``, ``a function``, ``None``: what a value is, for a message."""
+    if value is None:
+        return "None"
+    name = "module" if isinstance(value, ModuleType) else type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _found(module: ModuleType | object) -> Protocol | str:
+    """The ``Protocol`` that ``module`` (a module, or an entry point's object) gives, or why there is none."""
     if isinstance(module, Protocol):
         return module
-    protocol = getattr(module, "PROTOCOL", None)
+    if not isinstance(module, ModuleType):
+        return f"is {_a(module)}, not a {PROTOCOL_CLASS} or a module defining PROTOCOL"
+    if not hasattr(module, "PROTOCOL"):
+        return f"defines no PROTOCOL (a {PROTOCOL_CLASS}); see docs/adding-a-protocol.md"
+    protocol = module.PROTOCOL
     if not isinstance(protocol, Protocol):
-        raise UsageError(
-            f"{origin}: defines no PROTOCOL (a lockstep.spec.protocol.Protocol); see docs/adding-a-protocol.md"
-        )
+        return f"PROTOCOL is {_a(protocol)}, not a {PROTOCOL_CLASS}; see docs/adding-a-protocol.md"
     return protocol
 
 
-def _where(error: BaseException, path: Path) -> str:
-    """``file:line`` of the deepest frame of ``error`` inside ``path`` (or just the file)."""
+def _protocol_of(module: ModuleType | object, origin: str) -> Protocol:
+    found = _found(module)
+    if isinstance(found, str):
+        raise UsageError(f"{origin}: {found}")
+    return found
+
+
+def _line(error: BaseException, path: Path) -> int | None:
+    """The line of the deepest frame of ``error`` inside ``path`` (a ``SyntaxError``'s own line), or None."""
     if isinstance(error, SyntaxError) and error.lineno is not None:
-        return f"{path}:{error.lineno}"
+        return error.lineno
     line = None
     for frame in traceback.extract_tb(error.__traceback__):
         if Path(frame.filename).resolve() == path.resolve():
             line = frame.lineno
-    return f"{path}:{line}" if line is not None else str(path)
+    return line
+
+
+def _load_failure(error: BaseException, path: Path) -> ModelFileError:
+    """Importing ``path`` raised ``error``: what went wrong, where (a ``DefinitionError`` says it in its own words)."""
+    line = _line(error, path)
+    where = f"{path}:{line}" if line is not None else str(path)
+    problem = str(error) if isinstance(error, DefinitionError) else f"{type(error).__name__}: {error}"
+    return ModelFileError(f"{where}: loading the model failed: {problem}", path, line)
 
 
 class ModelLoadTimeout(Exception):
@@ -85,6 +124,8 @@ def load_model_file(path: str | Path, timeout: float | None = None) -> Protocol:
     """Import the model module at ``path`` and return its ``PROTOCOL`` (``ModelLoadTimeout`` if
     importing takes longer than ``timeout`` seconds)."""
     file = Path(path)
+    if file.is_dir():
+        raise UsageError(f"{file}: is a directory, not a Python file (a model file is a module, *.py)")
     if not file.is_file():
         raise UsageError(f"{file}: no such model file")
     if file.suffix != ".py":
@@ -103,8 +144,11 @@ def load_model_file(path: str | Path, timeout: float | None = None) -> Protocol:
         raise
     except (Exception, SystemExit) as error:  # a user's module: report where it failed, never a traceback
         sys.modules.pop(name, None)
-        raise UsageError(f"{_where(error, file)}: loading the model failed: {type(error).__name__}: {error}") from None
-    return _protocol_of(module, str(file))
+        raise _load_failure(error, file) from None
+    found = _found(module)
+    if isinstance(found, str):
+        raise ModelFileError(f"{file}: {found}", file)
+    return found
 
 
 def entry_point_protocols() -> dict[str, Protocol]:

@@ -93,7 +93,7 @@ class Vocabulary:
         for spec in protocol.parameters:  # derived defaults follow the values they derive from
             if spec.derived is not None and spec.name not in given:
                 values[spec.name] = spec.derived(values)
-        machine = protocol.build(variant, values).finish()
+        machine = protocol.machine(variant, values)
         return cls(machine, protocol.name, variant, tuple(spec.name for spec in protocol.variants))
 
     # ----------------------------------------------------------------------------------- naming

@@ -26,4 +26,5 @@ RUNTIME = RuntimeProtocol(
     },
     summary="the last PP rank's runner: -1 placeholders, the async copy and the repair scan",
     reproduction="lockstep.impl.async_placeholders.reproduction",
+    choice_actors=("scheduler", "runner", "copy"),  # the scheduler loop, the runner thread, the async copy
 )

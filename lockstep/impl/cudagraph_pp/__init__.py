@@ -58,4 +58,5 @@ RUNTIME = RuntimeProtocol(
     },
     summary="PP stages with CUDA graphs (emulated on CPU), persistent intermediate buffers, copy-in and real p2p",
     reproduction="lockstep.impl.cudagraph_pp.reproduction",
+    choice_actors=("engine",),  # rank 0 draws the engine's schedule
 )

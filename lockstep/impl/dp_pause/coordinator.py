@@ -68,7 +68,7 @@ def main(config_path: str) -> int:
     live = dict(connections)
     while True:
         waiting = [name for name, buffer in buffers.items() if buffer]
-        scripted = choices.peek(ACTOR, "arrival")
+        scripted = choices.peek(ACTOR, "arrival", buffers)
         if not waiting or (scripted is not None and scripted not in waiting):
             status.update("receive", "receive(coordinator input)")
             waiting_connections = ready(live.values())

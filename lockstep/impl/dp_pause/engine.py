@@ -453,7 +453,7 @@ class ArrivalThread(threading.Thread):
                     name: self.arrivals.ready(name, buffer, engine.progress) for name, buffer in self.buffers.items()
                 }
                 names = [name for name, count in counts.items() if count]
-                scripted = engine.choices.peek(actor, "arrival")
+                scripted = engine.choices.peek(actor, "arrival", self.channels)
                 if not names or (scripted is not None and scripted not in names):
                     break  # nothing may arrive yet, or the scripted source has nothing yet
                 name = engine.choices.choose(actor, "arrival", names)

@@ -21,6 +21,7 @@ RUNTIME = RuntimeProtocol(
     ranks=(2, 4),
     default_ranks=2,
     reproduction="lockstep.impl.pp_broadcast.reproduction",
+    choice_actors=("engine",),  # the engine process; the stages choose nothing
     settings={
         "chunks": Setting(0, 0, 256, "chunks of request 0's prompt (0: the scenario's)"),
         "decodes": Setting(-1, -1, 64, "tokens each request decodes after its prompt (-1: the scenario's)"),
