@@ -13,7 +13,7 @@ from pathlib import Path
 from lockstep.checkers import check
 from lockstep.checkers.counterexample import write_counterexample
 from lockstep.models import get_protocol
-from lockstep.spec.protocol import parse_assignment
+from lockstep.spec.protocol import parse_assignments
 
 
 def main() -> None:
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--out", type=Path, default=Path("lockstep-out"))
     options = parser.parse_args()
-    overrides = dict(parse_assignment(text) for text in options.set)
+    overrides = parse_assignments(options.set)
     instance = get_protocol(options.protocol).instance(
         options.variant, options.instance, overrides, ranks=options.ranks
     )

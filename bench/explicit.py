@@ -39,7 +39,7 @@ from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.vector.backend import make_backend
 from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
-from lockstep.spec.protocol import parse_assignment
+from lockstep.spec.protocol import parse_assignments
 
 
 def measure(
@@ -47,7 +47,7 @@ def measure(
 ) -> dict[str, object]:
     if native is not None:  # this process's choice (each configuration runs in a fresh one)
         os.environ["LOCKSTEP_NATIVE"] = native
-    overrides = dict(parse_assignment(text) for text in options.set)
+    overrides = parse_assignments(options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
     machine = instance.machine()
     limits = Limits(

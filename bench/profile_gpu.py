@@ -21,7 +21,7 @@ import torch
 from lockstep.checkers import Limits, check
 from lockstep.checkers.vector import search as search_module
 from lockstep.models import get_protocol
-from lockstep.spec.protocol import parse_assignment
+from lockstep.spec.protocol import parse_assignments
 
 
 class _Timed:
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--phases", action="store_true", help="also time each phase of a level (a second run)")
     parser.add_argument("--compile", action="store_true", help="experiment: run the kernels through torch.compile")
     options = parser.parse_args()
-    overrides = dict(parse_assignment(text) for text in options.set)
+    overrides = parse_assignments(options.set)
     if options.dense:
         from lockstep.checkers.vector import fused
 

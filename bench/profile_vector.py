@@ -29,7 +29,7 @@ from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
 from lockstep.spec.layout import Layout
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import parse_assignment
+from lockstep.spec.protocol import parse_assignments
 
 # a statement of generated code that runs an array operation: a temporary or a successor word assigned
 _OPERATION = re.compile(r"^\s*(t\d+|P\d+\[\d+\]|P\d+|r\d+|image\d+|best) = ")
@@ -113,7 +113,7 @@ def main() -> None:
     parser.add_argument("--parts", action="store_true", help="CPU seconds of each part of one run")
     parser.add_argument("--compact", action="store_true", help="with --parts: fingerprints only")
     options = parser.parse_args()
-    overrides = dict(parse_assignment(text) for text in options.set)
+    overrides = parse_assignments(options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=options.ranks)
     if options.operations:
         machine = instance.machine().finish()

@@ -10,6 +10,7 @@ contradicts its ``--model-file``, as ``check`` and ``fuzz`` do.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -103,3 +104,28 @@ def test_graph_refuses_a_protocol_its_model_file_does_not_define(
     assert code == 2 and "defines protocol 'early-stop', not 'pp-broadcast'" in err, err
     code, err = run(capsys, "graph", "--format", "dot")
     assert code == 2 and "name a protocol" in err
+
+
+def test_a_parameter_set_two_ways_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(capsys, "check", "pp-broadcast", "--ranks", "2", "--set", "ranks=3")
+    assert code == 2 and "--ranks 2 and --set ranks=3 disagree" in err
+    code, err = run(capsys, "check", "pp-broadcast", "--set", "ranks=2", "--set", "ranks=3")
+    assert code == 2 and "--set ranks is given twice (2 and 3)" in err
+    assert main(["check", "pp-broadcast", "--ranks", "2", "--set", "ranks=2"]) == 0  # the same value twice is fine
+
+
+def test_a_trace_error_in_json_names_its_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], counterexample: Path
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(counterexample.read_text().splitlines()[0] + '\n{"index": "x"}\n')
+    code = main(["replay", "--json", str(bad)])
+    payload = json.loads(capsys.readouterr().out)
+    assert code == 2 and payload["file"] == str(bad) and payload["line"] == 2 and payload["kind"] == "usage"
+
+
+def test_unrecording_one_rank_says_only_a_kind_or_actions_can_be(
+    capsys: pytest.CaptureFixture[str], counterexample: Path
+) -> None:
+    code, err = run(capsys, "replay", "--unrecorded", "rank:1", str(counterexample))
+    assert code == 2 and "one rank alone cannot be left unrecorded" in err and "(rank:*)" in err

@@ -162,6 +162,12 @@ class EventReader:
                 for position, action in enumerate(self.machine.actions)
                 if entry in (action.name, action.actor, action.actor.split(":")[0] + ":*")
             }
+            if not matched and entry in self.actors:  # one actor of a kind whose actions are one set
+                kind = entry.split(":")[0] + ":*"
+                raise ValueError(
+                    f"unrecorded {entry!r}: one {kind.split(':')[0]} alone cannot be left unrecorded, its actions are "
+                    f"every {kind.split(':')[0]}'s; name the kind ({kind}) or the actions"
+                )
             if not matched:
                 raise ValueError(f"unrecorded {entry!r} names no action, actor or actor kind of {self.machine.name}")
             positions |= matched

@@ -27,7 +27,7 @@ from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.cli.listing import selected_protocols
 from lockstep.models import PROTOCOLS
-from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 
 EXIT_OK, EXIT_VIOLATED = 0, 1
 
@@ -198,7 +198,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if not arguments.protocol and arguments.model_file is None:
         raise UsageError("name a protocol (see `lockstep list`), give --model-file PATH, or use --all")
     (protocol,) = selected_protocols(arguments)
-    overrides = dict(parse_assignment(text) for text in arguments.set)
+    overrides = parse_assignments(arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     check_trace_out(arguments.trace_out, [arguments.model_file] if arguments.model_file else [])
     result = _run(instance, arguments, console)

@@ -49,7 +49,7 @@ from lockstep.checkers.trace_values import decode
 from lockstep.cli.listing import one_protocol
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import Instance, UsageError, parse_assignment
+from lockstep.spec.protocol import Instance, UsageError, parse_assignments
 from lockstep.spec.semantics import InterpretedSystem
 from lockstep.traces.export import write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
@@ -69,7 +69,7 @@ def _judge(arguments: argparse.Namespace, header: dict[str, Any]) -> dict[str, A
         "protocol": arguments.protocol,
         "variant": arguments.variant,
         "instance": arguments.instance,
-        "parameters": dict(parse_assignment(text) for text in arguments.set),
+        "parameters": parse_assignments(arguments.set),
         "profile": arguments.profile,
         "trust_header": arguments.trust_header,
     }

@@ -26,7 +26,7 @@ from rich.text import Text
 
 from lockstep.cli.commands import DEFAULT_EXAMPLES, DEFAULT_RUNTIME_EXAMPLES
 from lockstep.cli.failures import definition_error, input_error, usage_error
-from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment, parse_assignments
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
 
@@ -53,7 +53,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         arguments.examples = DEFAULT_EXAMPLES
     try:
         protocol = _protocol(arguments)
-        overrides = dict(parse_assignment(text) for text in arguments.set)
+        overrides = parse_assignments(arguments.set)
         instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
         from lockstep.checkers.fuzz import fuzz
         from lockstep.cli.check import check_trace_out

@@ -32,7 +32,7 @@ from rich.markup import escape
 from lockstep.checkers.conformance import ReplayVerdict, replay_traces
 from lockstep.checkers.replay import ReplayResult
 from lockstep.cli.failures import usage_error
-from lockstep.spec.protocol import Instance, UsageError, parse_assignment
+from lockstep.spec.protocol import Instance, UsageError, parse_assignments
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
 from lockstep.traces.reader import TraceInputError
 
@@ -45,6 +45,11 @@ SCHEMA_VERSION = 1  # of replay's --json object
 
 def _error(console: Console, message: str, arguments: argparse.Namespace) -> int:
     return usage_error(console, message, arguments)
+
+
+def _trace_error(console: Console, error: TraceInputError, arguments: argparse.Namespace) -> int:
+    """A trace that cannot be read: the message, and with ``--json`` its file and line in the error object."""
+    return usage_error(console, str(error), arguments, file=error.path, line=error.line)
 
 
 def _warn(console: Console, warnings: list[str]) -> None:
@@ -66,7 +71,7 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
             protocol=arguments.protocol,
             variant=arguments.variant,
             instance=arguments.instance,
-            parameters=dict(parse_assignment(text) for text in arguments.set),
+            parameters=parse_assignments(arguments.set),
             unrecorded=arguments.unrecorded,
             profile=arguments.profile,
             trust_header=arguments.trust_header,
@@ -76,10 +81,13 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
             max_candidates=arguments.max_candidates,
             closure_depth=arguments.closure_depth,
         )
-    except (TraceInputError, UsageError) as error:
+    except TraceInputError as error:
+        return _trace_error(console, error, arguments)
+    except UsageError as error:
         return _error(console, str(error), arguments)
     except OSError as error:
-        return _error(console, f"{error.filename or ''}:0: cannot read: {error.strerror or error}", arguments)
+        message = f"{error.filename or ''}:0: cannot read: {error.strerror or error}"
+        return usage_error(console, message, arguments, file=error.filename and str(error.filename))
     result, instance = verdict.result, verdict.instance
     _warn(console, trace.warnings)
     if arguments.json:
@@ -221,7 +229,7 @@ def command_trace(arguments: argparse.Namespace, console: Console) -> int:
     except OutputError as error:
         return _error(console, f"-o {error}", arguments)
     except TraceInputError as error:
-        return _error(console, str(error), arguments)
+        return _trace_error(console, error, arguments)
     except OSError as error:
         return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}", arguments)
     _warn(console, warnings)

@@ -227,6 +227,9 @@ class Protocol:
         if ranks is not None:
             if self.rank_parameter is None:
                 raise UsageError(f"protocol {self.name} has no rank parameter; --ranks does not apply")
+            given = changed.get(self.rank_parameter, ranks)
+            if given != ranks:
+                raise UsageError(f"--ranks {ranks} and --set {self.rank_parameter}={given} disagree; give one")
             changed[self.rank_parameter] = ranks
         for name, value in changed.items():
             problem = self.parameter(name).range_problem(value)
@@ -267,6 +270,17 @@ def parse_assignment(text: str) -> tuple[str, int]:
         return name.strip(), int(value)
     except ValueError:
         raise UsageError(f"--set {name}: {value!r} is not an integer") from None
+
+
+def parse_assignments(texts: Iterable[str]) -> dict[str, int]:
+    """Every ``--set NAME=VALUE``; a name set twice is refused (which one was meant is unclear)."""
+    found: dict[str, int] = {}
+    for text in texts:
+        name, value = parse_assignment(text)
+        if name in found:
+            raise UsageError(f"--set {name} is given twice ({found[name]} and {value}); give it once")
+        found[name] = value
+    return found
 
 
 def is_integer(value: object) -> bool:
