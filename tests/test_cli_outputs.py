@@ -129,3 +129,24 @@ def test_unrecording_one_rank_says_only_a_kind_or_actions_can_be(
 ) -> None:
     code, err = run(capsys, "replay", "--unrecorded", "rank:1", str(counterexample))
     assert code == 2 and "one rank alone cannot be left unrecorded" in err and "(rank:*)" in err
+
+
+def test_an_empty_file_may_be_the_trace_out(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(empty)]) == 1
+    assert empty.read_text().startswith('{"format":"lockstep-trace"')
+
+
+def test_a_pipe_as_the_trace_out_is_written_in_place_not_replaced(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(pipe.read_bytes()))
+    reader.start()
+    assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(pipe)]) == 1
+    reader.join(timeout=60)
+    assert read and read[0].startswith(b'{"format":"lockstep-trace"') and pipe.is_fifo()

@@ -78,12 +78,13 @@ def check_target(target: str | os.PathLike[str]) -> None:
 
 
 def check_trace_target(target: str | os.PathLike[str]) -> None:
-    """``check_target``, and an ``OutputError`` if ``target`` is a file that is not a lockstep trace
-    (a trace is replaced; anything else is the user's and is left alone)."""
+    """``check_target``, and an ``OutputError`` if ``target`` is a file with something in it that is
+    not a lockstep trace (a trace or an empty file is replaced; anything else is the user's and is
+    left alone)."""
     check_target(target)
     path = Path(target)
-    if not path.is_file():
-        return
+    if str(target) == os.devnull or not path.is_file() or path.stat().st_size == 0:
+        return  # the null device (a plain file in some containers), a device, an empty file
     try:
         with path.open("rb") as file:
             header = json.loads(file.readline(1 << 16))
@@ -96,9 +97,14 @@ def check_trace_target(target: str | os.PathLike[str]) -> None:
 @contextmanager
 def replacing(target: str | os.PathLike[str]) -> Iterator[str]:
     """A temporary file next to ``target`` to fill; renamed over ``target`` when the block ends
-    normally (with ``target``'s permissions if it exists, else the umask's), removed otherwise."""
+    normally (with ``target``'s permissions if it exists, else the umask's), removed otherwise. The
+    null device, or any target that exists and is no regular file (a device, a pipe), is written in
+    place: a rename would replace the device with a file."""
     path = Path(target)
     check_target(path)
+    if str(target) == os.devnull or (path.exists() and not path.is_file()):
+        yield str(path)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     os.close(descriptor)
