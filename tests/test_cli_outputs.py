@@ -150,3 +150,8 @@ def test_a_pipe_as_the_trace_out_is_written_in_place_not_replaced(tmp_path: Path
     assert main(["check", "pp-broadcast", "--variant", "pre-fix", "--trace-out", str(pipe)]) == 1
     reader.join(timeout=60)
     assert read and read[0].startswith(b'{"format":"lockstep-trace"') and pipe.is_fifo()
+
+
+def test_fuzz_refuses_a_runtime_option_without_impl(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run(capsys, "fuzz", "pp-broadcast", "--hang-timeout", "3")
+    assert code == 2 and "--hang-timeout is for --impl" in err

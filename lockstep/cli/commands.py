@@ -293,7 +293,7 @@ def check(**options: Any) -> Invocation:
 @click.option(
     "--hang-timeout",
     type=POSITIVE_NUMBER,
-    default=5.0,
+    default=None,
     metavar="SECONDS",
     help="with --impl: seconds blocked in one collective that count as a hang (default 5)",
 )

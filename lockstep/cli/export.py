@@ -104,6 +104,7 @@ def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None
     """``text`` to stdout, or all at once to ``output`` (never over an input; a failure leaves it as it was)."""
     if output is None:
         sys.stdout.write(text)
+        sys.stdout.flush()  # a reader gone away is found here (exit 141), not in the interpreter's last flush
     else:
         refuse_inputs(output, inputs)
         write_atomically(output, lambda file: file.write(text))

@@ -49,6 +49,8 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         return command_fuzz_runtime(arguments, console)
     if arguments.scenario is not None:
         return usage_error(console, "--scenario is for --impl (the runtime's scenarios)", arguments)
+    if arguments.hang_timeout is not None:
+        return usage_error(console, "--hang-timeout is for --impl (runs of the runtime)", arguments)
     if arguments.examples is None:
         arguments.examples = DEFAULT_EXAMPLES
     try:
@@ -109,7 +111,7 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                 settings=settings,
                 examples=arguments.examples or DEFAULT_RUNTIME_EXAMPLES,
                 seed=arguments.seed,
-                hang_timeout=arguments.hang_timeout,
+                hang_timeout=5.0 if arguments.hang_timeout is None else arguments.hang_timeout,
                 timeout=arguments.timeout,
                 keep_traces=None if arguments.trace_out is None else str(arguments.trace_out),
             )
