@@ -159,7 +159,7 @@ def _check_parameters(file: str, header: dict[str, Any]) -> None:
         value = parameters[spec.name]
         if type(value) is not int:
             raise ReproduceError(f"{file}:1: header parameter {spec.name} must be an integer, got {value!r}")
-        if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
+        if spec.range_problem(value) is not None:
             bound = f"{spec.minimum} to {spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
             raise ReproduceError(
                 f"{file}:1: header parameter {spec.name}={value} is out of the model's bounds ({bound})"

@@ -84,11 +84,9 @@ class Vocabulary:
             value = given.get(spec.name)
             if not isinstance(value, int) or isinstance(value, bool):
                 continue
-            if value < spec.minimum or (spec.maximum is not None and value > spec.maximum):
-                upper = "" if spec.maximum is None else f" and at most {spec.maximum}"
-                raise VocabularyError(
-                    f"parameter {spec.name} of {protocol.name} must be at least {spec.minimum}{upper}, got {value}"
-                )
+            problem = spec.range_problem(value)
+            if problem is not None:
+                raise VocabularyError(f"parameter {spec.name} of {protocol.name} {problem}")
             values[spec.name] = value
         for spec in protocol.parameters:  # derived defaults follow the values they derive from
             if spec.derived is not None and spec.name not in given:
