@@ -16,7 +16,10 @@ vectorised engines ``setup``/``search`` split the seconds into building the kern
 the least CPU seconds are shown; with ``--interleave`` (and ``--symmetry both``) the runs come in
 pairs, without and with symmetry one after the other (which goes first alternating), and each pair's
 ratio of seconds is printed with their median (for the vectorised engines also the ratio of the
-search alone): the comparison a drifting machine distorts least.
+search alone): the comparison a drifting machine distorts least. ``--warm`` (with ``--interleave``)
+runs a configuration's pairs in one process after one untimed check of each: what is compared is
+then the checks alone, without the start-up that every fresh process pays alike (importing torch,
+loading Triton's kernels, CUDA's first launches), as in ``check --all`` or a test suite.
 ``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
 or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
@@ -130,7 +133,14 @@ def main() -> None:
         action="store_true",
         help="--symmetry both: run the --repeat runs as pairs (off, on alternating first); print each pair's ratio",
     )
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="--interleave: all pairs in one process, after one untimed check of each configuration",
+    )
     options = parser.parse_args()
+    if options.warm and not options.interleave:
+        parser.error("--warm compares pairs: add --interleave (and --symmetry both)")
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
     if "bfs-gpu" in options.engines and options.device.startswith("cuda"):
         import torch
@@ -168,12 +178,26 @@ def run(ranks: int, engine: str, symmetry: bool, options: argparse.Namespace, na
 
 def interleaved(ranks: int, engine: str, native: str | None, options: argparse.Namespace) -> list[dict[str, object]]:
     """``--repeat`` pairs of runs without and with symmetry, alternating which goes first, so that a
-    drift of the machine's speed falls on both alike."""
+    drift of the machine's speed falls on both alike; with ``--warm`` all in one process."""
+    if options.warm:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as isolated:
+            return isolated.submit(warm_pairs, ranks, engine, native, options).result()
     rows = []
     for pair in range(options.repeat):
         for symmetry in (False, True) if pair % 2 == 0 else (True, False):
             rows.append(run(ranks, engine, symmetry, options, native))
     return rows
+
+
+def warm_pairs(ranks: int, engine: str, native: str | None, options: argparse.Namespace) -> list[dict[str, object]]:
+    """The pairs of ``interleaved`` in this one process, after one untimed check of each configuration."""
+    for symmetry in (False, True):
+        measure(ranks, engine, symmetry, options, native)
+    return [
+        measure(ranks, engine, symmetry, options, native)
+        for pair in range(options.repeat)
+        for symmetry in ((False, True) if pair % 2 == 0 else (True, False))
+    ]
 
 
 def print_pairs(rows: list[dict[str, object]]) -> None:

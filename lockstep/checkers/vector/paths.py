@@ -89,13 +89,24 @@ class PathBuilder:
     def _representative(self, state: State) -> tuple[tuple[int, ...], State]:
         """The packed representative of ``state`` and the representative itself."""
         if self.permutations:
-            encode = self.layout.encode
-            return min((encode(image), image) for image in (permute(state) for permute in self.permutations))
+            image = self._least(state)
+            return self.layout.encode(image), image
         words = self.layout.encode(state)
         if self.canonical is None:
             return words, state
         wanted = self.canonical([words])[0]
         return wanted, state if wanted == words else self.layout.decode(wanted)
+
+    def _least(self, state: State) -> State:
+        """The representative of ``state``: with ``permutations``, its least image, packed (a state
+        that every permutation leaves as it is is its own, and its images are not encoded)."""
+        if not self.permutations:
+            return self._representative(state)[1]
+        images = [permute(state) for permute in self.permutations]
+        if all(image == state for image in images):
+            return state
+        encode = self.layout.encode
+        return min((encode(image), image) for image in images)[1]
 
     def _keys(self, states: list[State]) -> list[tuple[int, ...]]:
         """The packed representatives of ``states`` (in one call of ``canonical``, where it is used)."""
@@ -117,16 +128,29 @@ class PathBuilder:
             f"internal error: the vectorised kernels took {name}{arguments}, which evaluate does not enable here"
         )
 
-    def _concrete(self, concrete: State, action: int, wanted: tuple[int, ...], steps: list[Step]) -> State:
-        """The step from ``concrete`` to a state whose representative is ``wanted`` (appended to
-        ``steps``), and its target: among the same action's steps first (a permutation of the
-        representative's arguments takes it where symmetry says), then among all."""
+    def _concrete(self, concrete: State, action: int, representative: State, steps: list[Step]) -> State:
+        """The step from ``concrete`` to a state whose representative is ``representative`` (appended
+        to ``steps``), and its target: among the same action's steps first (a permutation of the
+        representative's arguments takes it where symmetry says), then among all. With
+        ``permutations`` a target matches when it is one of the representative's images (its orbit),
+        which needs no encoding."""
+        if self.permutations:
+            images = [permute(representative) for permute in self.permutations]
+
+            def matches(targets: list[State]) -> list[bool]:
+                return [target in images for target in targets]
+        else:
+            wanted = self.layout.encode(representative)
+
+            def matches(targets: list[State]) -> list[bool]:
+                return [key == wanted for key in self._keys(targets)]
+
         for only in (action, None):
             candidates = [
                 transition for transition in self.system.transitions(concrete, only) if transition.out_of_bounds is None
             ]
-            for transition, key in zip(candidates, self._keys([transition.target for transition in candidates])):
-                if key == wanted:
+            for transition, found in zip(candidates, matches([transition.target for transition in candidates])):
+                if found:
                     steps.append(transition_step(self.machine, transition))
                     return transition.target
         raise ModelError("internal error: no concrete step reaches the representative the vectorised engine stored")
@@ -139,7 +163,7 @@ class PathBuilder:
         is), the representative's step is the concrete step: only the target's representative is
         taken, no successor of the concrete state searched."""
         initial = self.system.initial()
-        representative, concrete = self._representative(initial)[1], initial
+        representative, concrete = self._least(initial), initial
         steps: list[Step] = []
         for tuple_id in chain:
             taken = self._fire(representative, tuple_id)
@@ -147,12 +171,12 @@ class PathBuilder:
                 steps.append(transition_step(self.machine, taken))
                 representative = concrete = taken.target
                 continue
-            wanted, image = self._representative(taken.target)
+            image = self._least(taken.target)
             if concrete == representative:
                 steps.append(transition_step(self.machine, taken))
                 concrete = taken.target
             else:
-                concrete = self._concrete(concrete, taken.action, wanted, steps)
+                concrete = self._concrete(concrete, taken.action, image, steps)
             representative = image
         if extra is not None:
             leaving = self._fire(representative, extra, in_bounds=False)
