@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables,
 from lockstep.cli.listing import selected_protocols
 from lockstep.models import PROTOCOLS
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
+from lockstep.traces.output import write_stdout
 
 EXIT_OK, EXIT_VIOLATED = 0, 1
 
@@ -207,7 +207,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     inputs = [arguments.model_file] if arguments.model_file else []
     trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
-        sys.stdout.write(json.dumps(result_json(result, instance, trace_file)) + "\n")
+        write_stdout(json.dumps(result_json(result, instance, trace_file)) + "\n")
     else:
         render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
         if arguments.show_invariant:
@@ -262,9 +262,9 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
             ]
         if arguments.markdown:  # both: the tables ride along in the JSON
             summary["markdown"] = markdown_tables(rows)
-        sys.stdout.write(json.dumps(summary) + "\n")
+        write_stdout(json.dumps(summary) + "\n")
     elif arguments.markdown:
-        sys.stdout.write(markdown_tables(rows))
+        write_stdout(markdown_tables(rows))
     if not arguments.json:
         console.print(summary_table(rows))
         for proof in proofs:

@@ -13,12 +13,13 @@ gives no candidates, never an error; model files are never imported on a TAB.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import click
 from click.shell_completion import CompletionItem, get_completion_class, shell_complete
+
+from lockstep.traces.output import write_stdout
 
 if TYPE_CHECKING:
     from lockstep.spec.protocol import Protocol
@@ -157,5 +158,5 @@ def print_script(arguments: Any, console: Any) -> int:
     """``lockstep completion SHELL``: the script on stdout."""
     from lockstep.cli.root import lockstep
 
-    sys.stdout.write(script(lockstep, arguments.shell))
+    write_stdout(script(lockstep, arguments.shell))
     return 0

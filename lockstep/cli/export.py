@@ -53,7 +53,7 @@ from lockstep.spec.protocol import Instance, UsageError, parse_assignments
 from lockstep.spec.semantics import InterpretedSystem
 from lockstep.traces.export import write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
-from lockstep.traces.output import OutputError, refuse_inputs, write_atomically, write_output
+from lockstep.traces.output import OutputError, refuse_inputs, write_atomically, write_output, write_stdout
 from lockstep.traces.reader import Record, TraceInputError
 from lockstep.traces.swimlanes import survey, write_swimlanes
 
@@ -103,8 +103,7 @@ def _model(trace: TraceInput, judge: dict[str, Any]) -> tuple[Instance | None, s
 def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None:
     """``text`` to stdout, or all at once to ``output`` (never over an input; a failure leaves it as it was)."""
     if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()  # a reader gone away is found here (exit 141), not in the interpreter's last flush
+        write_stdout(text)  # a reader gone away is found here (exit 141), not in the interpreter's last flush
     else:
         refuse_inputs(output, inputs)
         write_atomically(output, lambda file: file.write(text))

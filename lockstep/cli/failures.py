@@ -85,8 +85,9 @@ def wants_json(arguments: Any) -> bool:
 
 
 def print_json(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    from lockstep.traces.output import write_stdout  # noqa: PLC0415 - kept out of every command's start-up
+
+    write_stdout(text)
 
 
 def usage_error(

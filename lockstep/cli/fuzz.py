@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from lockstep.cli.failures import definition_error, input_error, usage_error
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment, parse_assignments
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
+from lockstep.traces.output import write_stdout
 
 if TYPE_CHECKING:
     from lockstep.checkers.fuzz import FuzzResult
@@ -78,7 +78,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
     inputs = [arguments.model_file] if arguments.model_file else []
     trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
-        sys.stdout.write(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
+        write_stdout(json.dumps(fuzz_json(result, instance, trace_file)) + "\n")
     else:
         render_fuzz(console, result, instance.label, trace_file)
     return result.exit_code
@@ -118,7 +118,7 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
     except (ValueError, UsageError) as error:
         return usage_error(console, str(error), arguments)
     if arguments.json:
-        sys.stdout.write(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
+        write_stdout(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
         return result.exit_code
     outcome = result.outcome
     per_run = sum(run.seconds for run in result.runs) / len(result.runs) if result.runs else 0.0

@@ -20,6 +20,7 @@ from rich.console import Console
 from lockstep.models import PROTOCOLS, get_protocol
 from lockstep.models.external import load_model_file
 from lockstep.spec.protocol import Protocol, UsageError
+from lockstep.traces.output import write_stdout
 
 EXIT_OK, EXIT_VIOLATED, EXIT_INCONCLUSIVE = 0, 1, 3
 LIST_SCHEMA_VERSION = 1  # of list's --json object
@@ -51,7 +52,7 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
 
     protocols = selected_protocols(arguments)
     if arguments.json:
-        sys.stdout.write(
+        write_stdout(
             json.dumps(
                 {
                     "schema_version": LIST_SCHEMA_VERSION,
@@ -177,7 +178,7 @@ def command_prove_lemmas(arguments: argparse.Namespace, console: Console) -> int
             }
             for item in outcomes
         ]
-        sys.stdout.write(
+        write_stdout(
             json.dumps(
                 {
                     "schema_version": LEMMAS_SCHEMA_VERSION,

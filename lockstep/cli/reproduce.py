@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
+from lockstep.traces.output import write_stdout
 
 EXIT_REPRODUCED, EXIT_CLEAN, EXIT_OTHER = 1, 0, 3
 SCHEMA_VERSION = 1  # of reproduce's --json object
@@ -249,6 +249,5 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
             if replayed is None
             else {key: replayed.get(key) for key in ("verdict", "event", "property", "model")},
         }
-        sys.stdout.write(json.dumps(payload) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(payload) + "\n")
     return code

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from lockstep.cli.failures import usage_error
 from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import POSITIVE_NUMBER, ParamType
 from lockstep.impl.arguments import RunUsageError, add_run_arguments, config_from_arguments
+from lockstep.traces.output import write_stdout
 
 SCHEMA_VERSION = 1  # of run's --json object: 1 added hang_timeout (was timeout) and the whole run's timeout
 COMPLETIONS = {
@@ -258,6 +258,5 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
             "exit_code": code,
             "replay": None if replayed is None else {key: replayed.get(key) for key in replay_fields},
         }
-        sys.stdout.write(json.dumps(payload) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(payload) + "\n")
     return code

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
+from lockstep.traces.output import write_stdout
 
 SCHEMA_VERSION = 1  # of test-runtime's --json object
 EXIT_CONSISTENT, EXIT_DIVERGENCE, EXIT_TROUBLE = 0, 1, 3
@@ -255,6 +255,5 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
             "runs": runs,
             "trace_dir": str(folder.resolve()),
         }
-        sys.stdout.write(json.dumps(payload) + "\n")
-        sys.stdout.flush()
+        write_stdout(json.dumps(payload) + "\n")
     return code

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -34,6 +33,7 @@ from lockstep.checkers.replay import ReplayResult
 from lockstep.cli.failures import usage_error
 from lockstep.spec.protocol import Instance, UsageError, parse_assignments
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
+from lockstep.traces.output import write_stdout
 from lockstep.traces.reader import TraceInputError
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     _warn(console, trace.warnings)
     if arguments.json:
         payload = {"schema_version": SCHEMA_VERSION, **verdict.to_json()}
-        sys.stdout.write(json.dumps(payload) + "\n")
+        write_stdout(json.dumps(payload) + "\n")
     else:
         _render(console, result, instance, trace)
         _render_evidence(console, verdict)
@@ -138,11 +138,11 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
         payload = {"schema_version": SCHEMA_VERSION, **diagnosis_to_json(diagnosis)}
         if check is not None:
             payload["model_check"] = check.to_json()
-        sys.stdout.write(json.dumps(payload) + "\n")
+        write_stdout(json.dumps(payload) + "\n")
     else:
-        sys.stdout.write(render(diagnosis, operations=arguments.operations))
+        write_stdout(render(diagnosis, operations=arguments.operations))
         if check is not None:
-            sys.stdout.write(render_model_check(check))
+            write_stdout(render_model_check(check))
     code: int = diagnosis.exit_code if check is None else check.exit_code
     return code
 
