@@ -57,8 +57,7 @@ class PartitionedSearch(VectorSearch):
         return local * self.world + self.rank
 
     def _initial(self) -> Any:
-        first = self._initial_state()
-        key = self.backend.fingerprint(first)
+        first, key = self._initial_state()
         if int(self.backend.to_numpy(self._owners(key))[0]) != self.rank:
             return self.backend.empty_words(self.layout.words)  # another process owns it
         self._store(first, key, np.array([self.root], dtype=self.parent_type), np.zeros(1, dtype=self.via_type))

@@ -7,7 +7,9 @@ the successor kernels over a chunk (one read-back per chunk: the successor count
 count per tuple) and the predicates kernel over new states. A chunk or a batch of states that a
 kernel flags goes back to the array kernels, which report it exactly. ``fused_kernels`` decides
 whether they apply: CUDA (unless ``LOCKSTEP_FUSED=0``), or Triton's interpreter on the CPU when
-asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is imported).
+asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is imported). Each kernel's
+Triton source key is kept beside the module too (``source_keys``), so a later process does not parse
+every kernel's source again to find its compiled binary.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import importlib.util
 import json
 import multiprocessing
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +121,45 @@ def compile_ahead(path: Path, names: list[str], words: int, tuples: int) -> None
         concurrent.futures.wait(futures)
 
 
+def _keys_path(path: Path) -> Path:
+    """Where the source keys of the kernels in ``path`` are kept: they depend on Triton's version and
+    Python's (the parse that makes them), so both name the file."""
+    import triton
+
+    python = "".join(str(part) for part in sys.version_info[:2])
+    return path.with_suffix(f".keys-triton{triton.__version__}-py{python}.json")
+
+
+def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
+    """Give each Triton kernel of the module at ``path`` the source key Triton computed for it in an
+    earlier process (``save_source_keys``); True if every kernel has one.
+
+    A Triton kernel's source key (``JITFunction.cache_key``, part of the key of its compiled binary in
+    Triton's cache) is a hash of its source and of what it calls, made by parsing and walking that
+    source again in every process: ~16 ms a kernel of dp-pause at 3 ranks (0.4-0.8 s for 28 kernels).
+    The generated module's file is named by a hash of its whole source, so the keys saved beside it
+    are the keys of that very source; a key Triton has already computed is left as it is."""
+    try:
+        saved = json.loads(_keys_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(saved, dict) or set(saved) != set(kernels) or not all(isinstance(v, str) for v in saved.values()):
+        return False
+    for name, kernel in kernels.items():
+        if getattr(kernel, "hash", "") is None:  # not computed yet in this process
+            kernel.hash = saved[name]
+    return True
+
+
+def save_source_keys(path: Path, kernels: dict[str, Any]) -> None:
+    """Keep the kernels' source keys beside their module, for ``source_keys`` in later processes."""
+    keys = {name: kernel.cache_key for name, kernel in kernels.items()}
+    target = _keys_path(path)
+    temporary = target.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(keys))
+    temporary.replace(target)
+
+
 @dataclass
 class Expansion:
     """A chunk's successors from the fused kernels (device tensors), or from the native ones (numpy
@@ -157,8 +199,12 @@ class FusedKernels:
             if not compiled.exists():
                 compile_ahead(Path(self.module.__file__), names, words, self.tuples)
                 compiled.touch()
-            for name in names:  # from the disk cache the workers filled
-                getattr(self.module, name).warmup(*_arguments(torch, words, self.tuples, device, name), grid=(1,))
+            kernels = {name: getattr(self.module, name) for name in names}
+            known = source_keys(Path(self.module.__file__), kernels)
+            for name, kernel in kernels.items():  # from the disk cache the workers filled
+                kernel.warmup(*_arguments(torch, words, self.tuples, device, name), grid=(1,))
+            if not known:
+                save_source_keys(Path(self.module.__file__), kernels)
         self.unused = torch.zeros(1, dtype=torch.int64, device=device)
         self.unused_byte = torch.zeros(1, dtype=torch.int8, device=device)
         self.capacity = 0

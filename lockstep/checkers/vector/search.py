@@ -142,22 +142,23 @@ class VectorSearch:
         complete = stopped is None and not truncated
         return self._result(complete, truncated and stopped is None, stopped)
 
-    def _initial_state(self) -> Any:
-        """The initial state's packed words (its representative, with symmetry), as a frontier."""
+    def _initial_state(self) -> tuple[Any, Any]:
+        """The initial state's packed words (its representative, with symmetry), as a frontier, and its
+        fingerprint: through the kernels the search uses (with symmetry on a GPU, the fused canonical
+        kernel gives both; the array kernels' first call there costs ~0.1 s of launches)."""
         first = self.backend.array(
             np.array(self.layout.encode(InterpretedSystem(self.machine).initial()), dtype=np.int64)[:, None]
         )
-        return first if self.kernels.canonical is None else self.kernels.canonical(first)
+        if self.canonical_keys is not None:
+            return self.canonical_keys(first)
+        if self.canonical is not None:
+            first = self.canonical(first)
+        return first, self.fingerprint(first)
 
     def _initial(self) -> Any:
         """Store the initial state; return the first frontier."""
-        first = self._initial_state()
-        self._store(
-            first,
-            self.backend.fingerprint(first),
-            np.array([self.root], dtype=self.parent_type),
-            np.zeros(1, dtype=self.via_type),
-        )
+        first, key = self._initial_state()
+        self._store(first, key, np.array([self.root], dtype=self.parent_type), np.zeros(1, dtype=self.via_type))
         self._commit()
         return first
 
