@@ -5,7 +5,9 @@ or that would replace a file that is not a trace is refused with exit 2 before a
 message names the path the user gave, never a temporary file. ``show``/``export`` refuse a
 variant, instance, parameter or profile the trace's protocol does not have (a typo is the user's
 bad input, not a reason to draw without a highlight), and ``graph`` refuses a protocol name that
-contradicts its ``--model-file``, as ``check`` and ``fuzz`` do.
+contradicts its ``--model-file``, as ``check`` and ``fuzz`` do. A negative ``--seed`` is refused by
+``run``, ``reproduce`` and ``test-runtime``, and ``test-runtime --backend nccl`` on a machine without
+CUDA is refused before the model is searched.
 """
 
 from __future__ import annotations
@@ -155,3 +157,33 @@ def test_a_pipe_as_the_trace_out_is_written_in_place_not_replaced(tmp_path: Path
 def test_fuzz_refuses_a_runtime_option_without_impl(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "fuzz", "pp-broadcast", "--hang-timeout", "3")
     assert code == 2 and "--hang-timeout is for --impl" in err
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("run", "pp-broadcast"), ("reproduce", "COUNTEREXAMPLE"), ("test-runtime", "pp-broadcast")],
+)
+def test_a_negative_seed_is_refused(
+    capsys: pytest.CaptureFixture[str], counterexample: Path, command: tuple[str, str]
+) -> None:
+    """Seeds are numbers of 0 or more in every command (``fuzz --seed`` refused a negative one already)."""
+    name, target = command
+    arguments = [name, str(counterexample) if target == "COUNTEREXAMPLE" else target, "--seed", "-5"]
+    with pytest.raises(SystemExit) as stopped:
+        main(arguments)
+    assert stopped.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--seed" in err and ("at least 0" in err or "must not be negative" in err), err
+
+
+def test_test_runtime_refuses_nccl_without_cuda_before_searching_the_model(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA devices")
+    code = main(["test-runtime", "pp-broadcast", "--backend", "nccl", "--trace-dir", str(tmp_path / "runs")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "--backend nccl needs 2 CUDA devices, found 0" in " ".join(captured.err.split())
+    assert "searching the model" not in captured.out + captured.err

@@ -313,7 +313,9 @@ def fuzz(**options: Any) -> Invocation:
     metavar="SECONDS",
     help="wall-clock limit of the whole run (default: 6 × --hang-timeout, at least 60; then exit 3)",
 )
-@click.option("--seed", type=int, default=0, help="seed for the choices past the counterexample's end (default 0)")
+@click.option(
+    "--seed", type=NON_NEGATIVE, default=0, help="seed for the choices past the counterexample's end (default 0)"
+)
 @click.option(
     "--trace-dir",
     type=FILE,
@@ -348,7 +350,7 @@ def reproduce(**options: Any) -> Invocation:
 )
 @click.option("--max-paths", type=POSITIVE_INTEGER, metavar="N", help="run at most N paths (most goals first)")
 @click.option("--fail-fast", is_flag=True, help="stop after the first run that diverges or violates a property")
-@click.option("--seed", type=int, default=0, help="seed for the choices past each path's end (default 0)")
+@click.option("--seed", type=NON_NEGATIVE, default=0, help="seed for the choices past each path's end (default 0)")
 @click.option(
     "--trace-dir", type=FILE, metavar="DIR", help="where the paths and runs go (default: lockstep-out/test-runtime-...)"
 )

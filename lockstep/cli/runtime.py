@@ -168,13 +168,19 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
 
 
 def check_backend(config: Any) -> None:
-    if config.backend != "nccl":
+    """Refuse ``--backend nccl`` where this machine has fewer CUDA devices than the run's ranks."""
+    check_devices(config.backend, config.ranks)
+
+
+def check_devices(backend: str, ranks: int) -> None:
+    """Refuse ``--backend nccl`` with fewer than ``ranks`` CUDA devices (a ``RunUsageError``)."""
+    if backend != "nccl":
         return
     import torch  # lazily: only the NCCL check needs it in this process
 
-    if not torch.cuda.is_available() or torch.cuda.device_count() < config.ranks:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < ranks:
         found = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        raise RunUsageError(f"--backend nccl needs {config.ranks} CUDA devices, found {found}")
+        raise RunUsageError(f"--backend nccl needs {ranks} CUDA devices, found {found}")
 
 
 def check_choices(config: Any, given: Path) -> None:

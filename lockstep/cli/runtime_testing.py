@@ -119,13 +119,14 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
     from lockstep.cli.reproduce import read_counterexample, reproduction_config
-    from lockstep.cli.runtime import check_backend, deadline
+    from lockstep.cli.runtime import check_backend, check_devices, deadline
     from lockstep.impl.launcher import launch
 
     started = time.monotonic()
     try:
         instance, runtime = _model(arguments)
         folder = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
+        check_devices(arguments.backend, runtime.ranks[0])  # no CUDA at all: refused before the search
     except ValueError as error:
         return usage_error(console, str(error), arguments)
     machine = instance.machine()

@@ -61,7 +61,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         default="gloo",
         help="worker-level groups' backend (the engine-level group is always gloo)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the choice source (default 0)")
+    parser.add_argument("--seed", type=_bounded(int, 0), default=0, help="seed of the choice source (default 0)")
     parser.add_argument(
         "--hang-timeout",
         type=_bounded(float, 0.5),
