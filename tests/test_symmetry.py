@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_explicit import assert_replayable
 
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symmetry import Canonicalizer, SymmetryError
+from lockstep.models import get_protocol
 from lockstep.spec.machine import IN_BOUNDS, Machine, Step
+from lockstep.spec.semantics import InterpretedSystem, State
 from lockstep.spec.sorts import IndexSort, MapSort, integers
 from lockstep.spec.terms import Term, all_of, any_of, constant, sum_of
 
@@ -202,3 +206,36 @@ def test_symmetry_refused_when_a_rank_is_compared_with_an_integer_constant() -> 
     machine.finish()
     with pytest.raises(SymmetryError, match="it compares Rank with Int"):
         Canonicalizer(machine)
+
+
+def _eager_least_image(canonical: Canonicalizer, state: State) -> State:
+    """The definition: the least of every permutation's whole image."""
+    return tuple(min(permute(state) for permute in canonical.permutations))
+
+
+_WALKED = {
+    ranks: (
+        InterpretedSystem(
+            machine := get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": ranks}).machine()
+        ),
+        Canonicalizer(machine),
+    )
+    for ranks in (3, 4)
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranks=st.sampled_from([3, 4]), choices=st.lists(st.integers(0, 10**6), min_size=1, max_size=60))
+def test_the_lazy_least_image_is_the_least_of_the_whole_images(ranks: int, choices: list[int]) -> None:
+    """``Canonicalizer`` compares images variable by variable and builds only the least one; on every
+    state of random walks through dp-pause at 3 and 4 ranks (2 and 6 permutations), and on each
+    state's images, it gives exactly the least whole image."""
+    system, canonical = _WALKED[ranks]
+    state = system.initial()
+    for choice in choices:
+        for image in [state, *(permute(state) for permute in canonical.permutations)]:
+            assert canonical(image) == _eager_least_image(canonical, image)
+        transitions = [t for t in system.transitions(state) if t.out_of_bounds is None]
+        if not transitions:
+            break
+        state = transitions[choice % len(transitions)].target
