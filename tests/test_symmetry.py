@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -213,15 +215,11 @@ def _eager_least_image(canonical: Canonicalizer, state: State) -> State:
     return tuple(min(permute(state) for permute in canonical.permutations))
 
 
-_WALKED = {
-    ranks: (
-        InterpretedSystem(
-            machine := get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": ranks}).machine()
-        ),
-        Canonicalizer(machine),
-    )
-    for ranks in (3, 4)
-}
+@functools.cache
+def _walked(ranks: int) -> tuple[InterpretedSystem, Canonicalizer]:
+    """dp-pause post-fix at ``ranks`` ranks (ranks 1.. symmetric) and its canonicalizer."""
+    machine = get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": ranks}).machine()
+    return InterpretedSystem(machine), Canonicalizer(machine)
 
 
 @settings(max_examples=60, deadline=None)
@@ -230,7 +228,7 @@ def test_the_lazy_least_image_is_the_least_of_the_whole_images(ranks: int, choic
     """``Canonicalizer`` compares images variable by variable and builds only the least one; on every
     state of random walks through dp-pause at 3 and 4 ranks (2 and 6 permutations), and on each
     state's images, it gives exactly the least whole image."""
-    system, canonical = _WALKED[ranks]
+    system, canonical = _walked(ranks)
     state = system.initial()
     for choice in choices:
         for image in [state, *(permute(state) for permute in canonical.permutations)]:
