@@ -7,7 +7,7 @@ generated module beside it and gives them to its kernels in later processes. The
 every kernel; (b) a missing, unreadable or mismatched keys file gives nothing (Triton computes the
 keys itself); (c) a key Triton has already computed in a process is never replaced. Each part runs in
 a fresh process (the kernels' objects live in their module), through the generated module of a small
-model; no GPU is needed (keys are computed from the source alone).
+symmetric model (so a ``canonical`` kernel too); no GPU is needed (keys come from the source alone).
 """
 
 from __future__ import annotations
@@ -30,10 +30,21 @@ from pathlib import Path
 from lockstep.checkers.vector import fused_launch
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.kernels import compile_kernels
-from lockstep.models import get_protocol
 from lockstep.spec.layout import Layout
+from lockstep.spec.machine import Machine, Step
+from lockstep.spec.sorts import IndexSort, MapSort, integers
+from lockstep.spec.terms import all_of
 
-machine = get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": 3}).machine()
+Rank = IndexSort("Rank", 3)
+machine = Machine("ranks")
+counters = machine.variable("counters", MapSort(Rank, integers(0, 2)), (0, 0, 0))
+machine.add_action(
+    "inc", lambda rank: Step(counters[rank] < 2, {counters: counters.set(rank, counters[rank] + 1)}),
+    actor="rank:{rank}", rank=Rank,
+)
+machine.sometimes("all_two", all_of(Rank, lambda rank: counters[rank] == 2))
+machine.declare_symmetric(Rank)
+machine = machine.finish()
 layout = Layout(machine)
 arrays = compile_kernels(machine, layout, NumpyBackend().namespace(), True)
 groups = {}
