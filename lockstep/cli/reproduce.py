@@ -184,14 +184,14 @@ def _check_plan(file: str, protocol: Any, plan: Any) -> None:
 
 def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     """Reproduce the counterexample; the exit code (see the module doc)."""
-    from lockstep.cli.runtime import check_backend, deadline, replay_run
+    from lockstep.cli.runtime import check_devices, deadline, replay_run
     from lockstep.impl.launcher import launch
 
     try:
         header, events = read_counterexample(arguments.counterexample)
         trace_dir = _trace_dir(arguments)
         config = reproduction_config(arguments, header, events, trace_dir)
-        check_backend(config)
+        check_devices(config.backend, config.ranks)
     except ValueError as error:  # ReproduceError, RunUsageError
         return usage_error(console, str(error), arguments)
     wanted = header["parameters"].get("property")

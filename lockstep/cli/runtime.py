@@ -167,11 +167,6 @@ def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
     return result
 
 
-def check_backend(config: Any) -> None:
-    """Refuse ``--backend nccl`` where this machine has fewer CUDA devices than the run's ranks."""
-    check_devices(config.backend, config.ranks)
-
-
 def check_devices(backend: str, ranks: int) -> None:
     """Refuse ``--backend nccl`` with fewer than ``ranks`` CUDA devices (a ``RunUsageError``)."""
     if backend != "nccl":
@@ -210,7 +205,7 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
 
     try:
         config = config_from_arguments(arguments)
-        check_backend(config)
+        check_devices(config.backend, config.ranks)
         if config.choices is not None:
             check_choices(config, Path(arguments.choices))
     except RunUsageError as error:

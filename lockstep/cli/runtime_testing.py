@@ -119,7 +119,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
     from lockstep.cli.reproduce import read_counterexample, reproduction_config
-    from lockstep.cli.runtime import check_backend, check_devices, deadline
+    from lockstep.cli.runtime import check_devices, deadline
     from lockstep.impl.launcher import launch
 
     started = time.monotonic()
@@ -171,7 +171,7 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
                 hang_timeout=arguments.hang_timeout,
             )
             config = reproduction_config(options, header, events, run_dir)
-            check_backend(config)
+            check_devices(config.backend, config.ranks)
         except ValueError as error:
             if number == 1 and "--backend" in str(error):
                 return usage_error(console, str(error), arguments)

@@ -55,10 +55,16 @@ def written(arrays_source: str, words: int, groups: list[list[int]]) -> FusedSou
         except (OSError, ValueError, TypeError):
             pass  # unreadable (a run killed while writing it, say): written again
     fused = fused_source(arrays_source, words, groups, arrays_source)
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(dataclasses.asdict(fused)))
-    temporary.replace(path)
+    _write_whole(path, json.dumps(dataclasses.asdict(fused)))
     return fused
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write a cache file all at once (a temporary file of this process renamed over it): a process
+    killed part-way, or another writing the same file, never leaves a half-written one."""
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 _LOADED: dict[Path, Any] = {}  # this process's imported kernels, by their file
@@ -73,9 +79,7 @@ def load(fused: FusedSource) -> Any:
     if path in _LOADED and path.exists():
         return _LOADED[path]
     if not path.exists():
-        temporary = path.with_suffix(f".{os.getpid()}.tmp")
-        temporary.write_text(fused.source)
-        temporary.replace(path)
+        _write_whole(path, fused.source)
     module = _LOADED[path] = _import(path)
     return module
 
@@ -153,11 +157,7 @@ def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
 
 def save_source_keys(path: Path, kernels: dict[str, Any]) -> None:
     """Keep the kernels' source keys beside their module, for ``source_keys`` in later processes."""
-    keys = {name: kernel.cache_key for name, kernel in kernels.items()}
-    target = _keys_path(path)
-    temporary = target.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(keys))
-    temporary.replace(target)
+    _write_whole(_keys_path(path), json.dumps({name: kernel.cache_key for name, kernel in kernels.items()}))
 
 
 @dataclass
