@@ -31,7 +31,7 @@ def test_the_writing_a_model_example_runs() -> None:
 def test_the_first_two_commands_are_the_setup_commands() -> None:
     commands = re.findall(r"```bash\n(.*?)\n```", README.read_text(encoding="utf-8"), re.DOTALL)
     assert commands[0].endswith("lockstep check --all") and "torch==2.13.0" in commands[0]
-    assert commands[1].endswith("python -m pytest") and "torch==2.13.0" in commands[1]
+    assert commands[1].endswith("python -m pytest -n auto") and "torch==2.13.0" in commands[1]
     ci = (README.parent / ".ci" / "run").read_text(encoding="utf-8")
     assert commands[1] in ci  # CI runs exactly the README's test command
 
