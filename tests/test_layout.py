@@ -66,6 +66,7 @@ def test_random_states_of_every_built_in_model_round_trip(label: str, machine: M
         words = layout.encode(state)
         assert all(0 <= word < 1 << WORD_BITS for word in words)
         assert layout.decode(words) == state
+        assert tuple(layout.word(state, index) for index in range(layout.words)) == words
 
     round_trip()
     initial = tuple(variable.initial for variable in machine.variables.values())

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from test_explicit import assert_replayable
 
 from lockstep.checkers import Verdict, check
-from lockstep.checkers.symmetry import Canonicalizer, SymmetryError
+from lockstep.checkers.symmetry import Canonicalizer, SymmetryError, argument_permuters
 from lockstep.models import get_protocol
 from lockstep.spec.machine import IN_BOUNDS, Machine, Step
 from lockstep.spec.semantics import InterpretedSystem, State
@@ -237,3 +237,42 @@ def test_the_lazy_least_image_is_the_least_of_the_whole_images(ranks: int, choic
         if not transitions:
             break
         state = transitions[choice % len(transitions)].target
+
+
+@settings(max_examples=30, deadline=None)
+@given(ranks=st.sampled_from([3, 4]), choices=st.lists(st.integers(0, 10**6), min_size=1, max_size=40))
+def test_permuted_arguments_from_a_permuted_state_reach_the_permuted_target(ranks: int, choices: list[int]) -> None:
+    """What the symmetric witness paths rely on (``PathBuilder._followed``): from every state of
+    random walks through dp-pause, each permutation applied to the state and to a step's arguments
+    (``argument_permuters``) gives a step of evaluate to the permuted target."""
+    system, canonical = _walked(ranks)
+    moves = [argument_permuters(system.machine, combination) for combination in canonical.combinations]
+    state = system.initial()
+    for choice in choices:
+        transitions = system.transitions(state)
+        for permute, move in zip(canonical.permutations, moves):
+            image = permute(state)
+            for transition in transitions:
+                arguments = move[transition.action](transition.arguments)
+                targets = [t.target for t in system.transitions(image, transition.action, arguments)]
+                assert permute(transition.target) in targets
+        in_bounds = [t for t in transitions if t.out_of_bounds is None]
+        if not in_bounds:
+            break
+        state = in_bounds[choice % len(in_bounds)].target
+
+
+def test_argument_permuters_move_every_symmetric_sort_of_a_combination() -> None:
+    machine = Machine("two-sorts-arguments")
+    Stage = IndexSort("Stage", 2)
+    Pair = IndexSort("Pair", 3)
+    stages = machine.variable("stages", MapSort(Stage, integers(0, 1)), (0, 0))
+    machine.add_action(
+        "both", lambda s, p: Step(stages[s] < 1, {stages: stages.set(s, 1)}), actor="stage:{s}", s=Stage, p=Pair
+    )
+    machine.declare_symmetric(Stage)
+    machine.declare_symmetric(Pair)
+    canonical = Canonicalizer(machine)
+    moved = {argument_permuters(machine, c)[0]((0, 2)) for c in canonical.combinations}
+    assert moved == {(s, p) for s in range(2) for p in range(3)}
+    assert argument_permuters(machine, canonical.combinations[0])[0]((1, 2)) == (1, 2), "the identity first"

@@ -208,7 +208,10 @@ class Canonicalizer:
                 mappings.append((sort, tuple(images)))
             groups.append(mappings)
         by_permutation: list[list[Permute | None]] = []  # per permutation, each variable's function
+        # per permutation, the mapping of each symmetric sort (the identity first)
+        self.combinations: list[tuple[tuple[IndexSort, tuple[int, ...]], ...]] = []
         for combination in itertools.product(*groups):
+            self.combinations.append(combination)
             functions: list[Permute | None] = [None] * len(sorts)
             by_permutation.append(functions)
             if all(mapping == tuple(range(len(mapping))) for _, mapping in combination):
@@ -255,6 +258,31 @@ class Canonicalizer:
             if len(alive) == 1:
                 break
         return self.permutations[alive[0]](state)
+
+
+def argument_permuters(machine: Machine, combination: tuple[tuple[IndexSort, tuple[int, ...]], ...]) -> list[Permute]:
+    """Per action of ``machine``, the function that applies permutation ``combination`` (one of
+    ``Canonicalizer.combinations``) to a tuple of that action's arguments: by symmetry, the image of
+    a step's target is the target of the step with the permuted arguments from the permuted state."""
+    functions: list[Permute] = []
+    for action in machine.actions:
+        parts: list[Permute | None] = []
+        for parameter in action.parameters:
+            part: Permute | None = None
+            for symmetric_sort, mapping in combination:
+                permute = _permuter(parameter.sort, symmetric_sort, mapping)
+                if permute is not None:
+                    part = permute if part is None else _compose(part, permute)
+            parts.append(part)
+        functions.append(_arguments_permuter(parts))
+    return functions
+
+
+def _arguments_permuter(parts: list[Permute | None]) -> Permute:
+    def permute(arguments: Any) -> Any:
+        return tuple(value if part is None else part(value) for part, value in zip(parts, arguments))
+
+    return permute
 
 
 def _identity(state: State) -> State:

@@ -120,6 +120,14 @@ class Layout:
         self._rebuilders = tuple(_rebuilder(sort) for sort in self.sorts)
         self._placements = tuple((leaf.low, leaf.high, leaf.word, leaf.shift) for leaf in self.leaves)
         self._fields = tuple((leaf.word, leaf.shift, leaf.mask, leaf.low) for leaf in self.leaves)
+        # per word: each variable with leaves there, and those leaves' (offset in the variable, low, shift)
+        self._word_parts: list[list[tuple[int, list[tuple[int, int, int]]]]] = [[] for _ in range(self.words)]
+        for position, (first, end) in enumerate(self.spans):
+            for leaf in self.leaves[first:end]:
+                parts = self._word_parts[leaf.word]
+                if not parts or parts[-1][0] != position:
+                    parts.append((position, []))
+                parts[-1][1].append((leaf.position - first, leaf.low, leaf.shift))
 
     def _add(self, path: str, scalar: Sort) -> None:
         low, high = scalar_range(scalar)
@@ -182,6 +190,17 @@ class Layout:
                 raise LayoutError(f"{self.leaves[position].path} = {value} is outside {low}..{high}")
             words[word] |= (value - low) << shift
         return tuple(words)
+
+    def word(self, state: Sequence[Value], index: int) -> int:
+        """Word ``index`` of ``encode(state)`` alone, flattening only the variables with leaves in it
+        (no range check: for ordering states known to be in their sorts word by word)."""
+        total = 0
+        for position, fields in self._word_parts[index]:
+            values: list[int] = []
+            self._flatteners[position](state[position], values)
+            for offset, low, shift in fields:
+                total |= (values[offset] - low) << shift
+        return total
 
     def decode(self, words: Sequence[int]) -> tuple[Value, ...]:
         """The tuple state packed in ``words``."""

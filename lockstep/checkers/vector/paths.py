@@ -18,7 +18,7 @@ import numpy as np
 
 from lockstep.checkers.explicit import transition_step
 from lockstep.checkers.result import Path, Step
-from lockstep.checkers.symmetry import Canonicalizer
+from lockstep.checkers.symmetry import Canonicalizer, argument_permuters
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.kernels import Kernels, canonical_for
 from lockstep.spec.layout import Layout
@@ -77,45 +77,47 @@ class PathBuilder:
         self.tuples: Sequence[tuple[int, tuple[Value, ...]]] = kernels.tuples
         self.symmetric = kernels.canonical is not None
         self.permutations: list[Callable[[State], State]] = []
+        self.moves: list[list[Callable[[Any], Any]]] = []  # per permutation, per action: its arguments' images
         self.canonical: Canonical | None = None
         if self.symmetric:
-            permutations = Canonicalizer(machine, validated=True).permutations
+            canonicalizer = Canonicalizer(machine, validated=True)
+            permutations = canonicalizer.permutations
             if len(permutations) <= TUPLE_PERMUTATIONS:
                 self.permutations = permutations
+                self.moves = [argument_permuters(machine, combination) for combination in canonicalizer.combinations]
             else:  # one state at a time
                 self.canonical = host_canonical(canonical_for(kernels, NumpyBackend().namespace()))
         self.system = InterpretedSystem(machine)
 
-    def _representative(self, state: State) -> tuple[tuple[int, ...], State]:
-        """The packed representative of ``state`` and the representative itself."""
-        if self.permutations:
-            image = self._least(state)
-            return self.layout.encode(image), image
-        words = self.layout.encode(state)
+    def _representative(self, state: State) -> State:
+        """The representative of ``state``: its least image by ``canonical`` (which is set when
+        there are more than ``TUPLE_PERMUTATIONS`` permutations; the state itself without symmetry)."""
         if self.canonical is None:
-            return words, state
+            return state
+        words = self.layout.encode(state)
         wanted = self.canonical([words])[0]
-        return wanted, state if wanted == words else self.layout.decode(wanted)
+        return state if wanted == words else self.layout.decode(wanted)
 
     def _least(self, state: State) -> State:
-        """The representative of ``state``: with ``permutations``, its least image, packed (a state
-        that every permutation leaves as it is is its own, and its images are not encoded)."""
-        if not self.permutations:
-            return self._representative(state)[1]
-        images = [permute(state) for permute in self.permutations]
-        if all(image == state for image in images):
-            return state
-        encode = self.layout.encode
-        return min((encode(image), image) for image in images)[1]
+        """The least image of ``state`` in packed order, from ``permutations``' distinct images
+        compared word by word (most differ in the first word, so the rest is never packed; a state
+        that every permutation leaves as it is is its own)."""
+        images = list({permute(state): None for permute in self.permutations})  # an image is often repeated
+        word = self.layout.word
+        for index in range(self.layout.words):
+            if len(images) == 1:
+                break
+            keys = [word(image, index) for image in images]
+            least = min(keys)
+            images = [image for image, key in zip(images, keys) if key == least]
+        return images[0]
 
-    def _keys(self, states: list[State]) -> list[tuple[int, ...]]:
-        """The packed representatives of ``states`` (in one call of ``canonical``, where it is used)."""
-        if self.canonical is None:
-            return [self._representative(state)[0] for state in states]
-        return self.canonical([self.layout.encode(state) for state in states])
-
-    def _fire(self, state: State, tuple_id: int, in_bounds: bool = True) -> Transition:
+    def _fire(self, state: State, tuple_id: int, in_bounds: bool = True, moved: int = 0) -> Transition:
+        """The step of tuple ``tuple_id`` from ``state``, its arguments moved by permutation ``moved``
+        (an index into ``permutations``; 0, the identity, leaves them as they are)."""
         action, arguments = self.tuples[tuple_id]
+        if moved:
+            arguments = self.moves[moved][action](arguments)
         for transition in self.system.transitions(state, action, arguments):
             if (
                 transition.action == action
@@ -131,26 +133,17 @@ class PathBuilder:
     def _concrete(self, concrete: State, action: int, representative: State, steps: list[Step]) -> State:
         """The step from ``concrete`` to a state whose representative is ``representative`` (appended
         to ``steps``), and its target: among the same action's steps first (a permutation of the
-        representative's arguments takes it where symmetry says), then among all. With
-        ``permutations`` a target matches when it is one of the representative's images (its orbit),
-        which needs no encoding."""
-        if self.permutations:
-            images = [permute(representative) for permute in self.permutations]
-
-            def matches(targets: list[State]) -> list[bool]:
-                return [target in images for target in targets]
-        else:
-            wanted = self.layout.encode(representative)
-
-            def matches(targets: list[State]) -> list[bool]:
-                return [key == wanted for key in self._keys(targets)]
-
+        representative's arguments takes it where symmetry says), then among all, their targets'
+        representatives taken in one call of ``canonical``."""
+        assert self.canonical is not None
+        wanted = self.layout.encode(representative)
         for only in (action, None):
             candidates = [
                 transition for transition in self.system.transitions(concrete, only) if transition.out_of_bounds is None
             ]
-            for transition, found in zip(candidates, matches([transition.target for transition in candidates])):
-                if found:
+            keys = self.canonical([self.layout.encode(transition.target) for transition in candidates])
+            for transition, key in zip(candidates, keys):
+                if key == wanted:
                     steps.append(transition_step(self.machine, transition))
                     return transition.target
         raise ModelError("internal error: no concrete step reaches the representative the vectorised engine stored")
@@ -159,11 +152,14 @@ class PathBuilder:
         """The path along ``chain`` (tuple ids from the initial state), then ``extra`` (a step that
         leaves a sort), as a concrete execution.
 
-        With symmetry, while the concrete execution is at the representative itself (as it mostly
-        is), the representative's step is the concrete step: only the target's representative is
-        taken, no successor of the concrete state searched."""
+        With symmetry, up to ``TUPLE_PERMUTATIONS`` permutations, see ``_followed``. Beyond, while
+        the concrete execution is at the representative itself (as it mostly is), the
+        representative's step is the concrete step: only the target's representative is taken, no
+        successor of the concrete state searched."""
         initial = self.system.initial()
-        representative, concrete = self._least(initial), initial
+        if self.permutations:
+            return self._followed(initial, chain, extra)
+        representative, concrete = self._representative(initial), initial
         steps: list[Step] = []
         for tuple_id in chain:
             taken = self._fire(representative, tuple_id)
@@ -171,7 +167,7 @@ class PathBuilder:
                 steps.append(transition_step(self.machine, taken))
                 representative = concrete = taken.target
                 continue
-            image = self._least(taken.target)
+            image = self._representative(taken.target)
             if concrete == representative:
                 steps.append(transition_step(self.machine, taken))
                 concrete = taken.target
@@ -187,6 +183,31 @@ class PathBuilder:
                     if transition.action == leaving.action and transition.out_of_bounds == leaving.out_of_bounds
                 )
             steps.append(transition_step(self.machine, leaving))
+        return Path(initial, tuple(steps))
+
+    def _followed(self, initial: State, chain: Sequence[int], extra: int | None) -> Path:
+        """``path`` with ``permutations``: the concrete execution alone is run. Where it stands at
+        the image of the representative under permutation ``moved``, the representative's tuple with
+        its arguments moved the same way is the concrete step (by symmetry it reaches the image of
+        the representative's target), so each step costs one ``evaluate`` of one tuple, as without
+        symmetry; the next representative is the least image of the step's target, and the
+        permutation taking it there the first in ``permutations``' order."""
+        concrete = initial  # symmetric (validated), so its own representative
+        moved = 0
+        steps: list[Step] = []
+        for tuple_id in chain:
+            taken = self._fire(concrete, tuple_id, moved=moved)
+            steps.append(transition_step(self.machine, taken))
+            concrete = taken.target
+            representative = self._least(concrete)
+            moved = 0
+            if representative != concrete:
+                images = (permute(representative) for permute in self.permutations)
+                moved = next((index for index, image in enumerate(images) if image == concrete), -1)
+                if moved < 0:
+                    raise ModelError("internal error: a state is no image of its representative")
+        if extra is not None:
+            steps.append(transition_step(self.machine, self._fire(concrete, extra, in_bounds=False, moved=moved)))
         return Path(initial, tuple(steps))
 
     def confirm(self, position: int, path: Path, deadlock: bool) -> None:
