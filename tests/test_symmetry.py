@@ -276,3 +276,26 @@ def test_argument_permuters_move_every_symmetric_sort_of_a_combination() -> None
     moved = {argument_permuters(machine, c)[0]((0, 2)) for c in canonical.combinations}
     assert moved == {(s, p) for s in range(2) for p in range(3)}
     assert argument_permuters(machine, canonical.combinations[0])[0]((1, 2)) == (1, 2), "the identity first"
+
+
+def test_vectorised_paths_leave_the_representatives_and_step_out_of_bounds_where_the_concrete_run_does() -> None:
+    """Counters counting down from 2: the vectorised engines' representative puts the lowest counter
+    last (least packed words), while the first rank decremented is rank 0, so the concrete run
+    stands at a permuted image of the representatives and the step that leaves the sort is the
+    representative's with its argument moved; the path is the reference engine's, replayable."""
+    machine = Machine("down")
+    counters = machine.variable("counters", MapSort(Rank, integers(0, 2)), (2, 2, 2))
+    machine.add_action(
+        "dec",
+        lambda rank: Step(True, {counters: counters.set(rank, counters[rank] - 1)}),
+        actor="rank:{rank}",
+        rank=Rank,
+    )
+    machine.declare_symmetric(Rank)
+    reference = check(machine, "bfs", symmetry=True).property_result(IN_BOUNDS)
+    assert reference.path is not None and reference.path.length == 3
+    for engine, options in (("bfs-vec", {}), ("bfs-gpu", {"device": "cpu"})):
+        found = check(machine, engine, symmetry=True, **options).property_result(IN_BOUNDS)
+        assert found.verdict is Verdict.VIOLATED and found.path == reference.path, engine
+        assert found.detail == "counters[0] would become -1, outside Int[0..2]"
+        assert_replayable(machine, found.path)
