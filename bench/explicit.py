@@ -20,6 +20,9 @@ search alone): the comparison a drifting machine distorts least. ``--warm`` (wit
 runs a configuration's pairs in one process after one untimed check of each: what is compared is
 then the checks alone, without the start-up that every fresh process pays alike (importing torch,
 loading Triton's kernels, CUDA's first launches), as in ``check --all`` or a test suite.
+``--control`` (with ``--interleave``) adds a second run without symmetry to each pair and prints its
+ratio to the first beside the others (with their medians and quartiles): two identical runs' spread,
+against which the ratio with/without symmetry can be read on a noisy machine.
 ``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
 or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
@@ -138,7 +141,15 @@ def main() -> None:
         action="store_true",
         help="--interleave: all pairs in one process, after one untimed check of each configuration",
     )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="--interleave: a second run without symmetry in each pair (triples, the order rotating), and "
+        "the ratios of the two runs without symmetry printed beside the others: how far two identical runs differ",
+    )
     options = parser.parse_args()
+    if options.control and not options.interleave:
+        parser.error("--control adds a run to each pair: add --interleave (and --symmetry both)")
     if options.warm and not options.interleave:
         parser.error("--warm compares pairs: add --interleave (and --symmetry both)")
     print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()})", flush=True)
@@ -184,9 +195,18 @@ def interleaved(ranks: int, engine: str, native: str | None, options: argparse.N
             return isolated.submit(warm_pairs, ranks, engine, native, options).result()
     rows = []
     for pair in range(options.repeat):
-        for symmetry in (False, True) if pair % 2 == 0 else (True, False):
-            rows.append(run(ranks, engine, symmetry, options, native))
+        for symmetry, control in group_order(pair, options.control):
+            rows.append({**run(ranks, engine, symmetry, options, native), "control": control})
     return rows
+
+
+def group_order(pair: int, control: bool) -> list[tuple[bool, bool]]:
+    """The (symmetry, control) runs of pair number ``pair``: without and with symmetry, which goes
+    first alternating; with ``control`` a second run without symmetry too, the order rotating."""
+    if not control:
+        return [(False, False), (True, False)] if pair % 2 == 0 else [(True, False), (False, False)]
+    runs = [(False, False), (True, False), (False, True)]
+    return runs[pair % 3 :] + runs[: pair % 3]
 
 
 def warm_pairs(ranks: int, engine: str, native: str | None, options: argparse.Namespace) -> list[dict[str, object]]:
@@ -194,30 +214,39 @@ def warm_pairs(ranks: int, engine: str, native: str | None, options: argparse.Na
     for symmetry in (False, True):
         measure(ranks, engine, symmetry, options, native)
     return [
-        measure(ranks, engine, symmetry, options, native)
+        {**measure(ranks, engine, symmetry, options, native), "control": control}
         for pair in range(options.repeat)
-        for symmetry in ((False, True) if pair % 2 == 0 else (True, False))
+        for symmetry, control in group_order(pair, options.control)
     ]
 
 
 def print_pairs(rows: list[dict[str, object]]) -> None:
     """Per pair (consecutive runs), seconds with symmetry over seconds without, and their median; for
-    the vectorised engines the same ratios of the search alone (the seconds after the set-up)."""
-    pairs = [
-        (first, second) if not first["symmetry"] else (second, first) for first, second in zip(rows[::2], rows[1::2])
-    ]
+    the vectorised engines the same ratios of the search alone (the seconds after the set-up). With
+    ``--control`` also the second run without symmetry over the first: the spread of identical runs."""
+    size = 3 if any(row["control"] for row in rows) else 2
+    groups = [rows[start : start + size] for start in range(0, len(rows), size)]
+
+    def pick(group: list[dict[str, object]], symmetry: bool, control: bool) -> dict[str, object]:
+        return next(row for row in group if row["symmetry"] == symmetry and row["control"] == control)
+
     phases = [("seconds", lambda row: float(row["seconds"]))]  # type: ignore[arg-type]
     if all(row["setup"] is not None for row in rows):
         phases.append(("search seconds", lambda row: float(row["seconds"]) - float(row["setup"])))  # type: ignore[arg-type]
+    comparisons = [("with symmetry / without", True, False)]
+    if size == 3:
+        comparisons.append(("of the second run without symmetry / the first (control)", False, True))
     for label, value in phases:
-        ratios = [value(on) / value(off) for off, on in pairs]
-        faster = sum(ratio <= 1.0 for ratio in ratios)
-        listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
-        print(
-            f"      pairs, {label} with symmetry / without: {listed}; median {statistics.median(ratios):.2f}, "
-            f"symmetry not slower in {faster} of {len(ratios)}",
-            flush=True,
-        )
+        for name, symmetry, control in comparisons:
+            ratios = [value(pick(group, symmetry, control)) / value(pick(group, False, False)) for group in groups]
+            faster = sum(ratio <= 1.0 for ratio in ratios)
+            listed = ", ".join(f"{ratio:.2f}" for ratio in ratios)
+            quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+            print(
+                f"      pairs, {label} {name}: {listed}; median {statistics.median(ratios):.2f}, quartiles "
+                f"{quartiles[0]:.2f}-{quartiles[2]:.2f}, not slower in {faster} of {len(ratios)}",
+                flush=True,
+            )
 
 
 def print_row(ranks: int, symmetry: bool, rows: list[dict[str, object]]) -> None:
