@@ -212,17 +212,12 @@ class Canonicalizer:
         self.combinations: list[tuple[tuple[IndexSort, tuple[int, ...]], ...]] = []
         for combination in itertools.product(*groups):
             self.combinations.append(combination)
-            functions: list[Permute | None] = [None] * len(sorts)
-            by_permutation.append(functions)
             if all(mapping == tuple(range(len(mapping))) for _, mapping in combination):
+                by_permutation.append([None] * len(sorts))
                 self.permutations.append(_identity)  # the state itself: no copy
                 continue
-            for symmetric_sort, mapping in combination:
-                for position, variable_sort in enumerate(sorts):
-                    permute = _permuter(variable_sort, symmetric_sort, mapping)
-                    if permute is not None:
-                        previous = functions[position]
-                        functions[position] = permute if previous is None else _compose(previous, permute)
+            functions = [_combined(variable_sort, combination) for variable_sort in sorts]
+            by_permutation.append(functions)
             self.permutations.append(_state_permuter(functions))
         # the variables some permutation moves, in order, each with every permutation's function
         self._columns = [
@@ -264,18 +259,21 @@ def argument_permuters(machine: Machine, combination: tuple[tuple[IndexSort, tup
     """Per action of ``machine``, the function that applies permutation ``combination`` (one of
     ``Canonicalizer.combinations``) to a tuple of that action's arguments: by symmetry, the image of
     a step's target is the target of the step with the permuted arguments from the permuted state."""
-    functions: list[Permute] = []
-    for action in machine.actions:
-        parts: list[Permute | None] = []
-        for parameter in action.parameters:
-            part: Permute | None = None
-            for symmetric_sort, mapping in combination:
-                permute = _permuter(parameter.sort, symmetric_sort, mapping)
-                if permute is not None:
-                    part = permute if part is None else _compose(part, permute)
-            parts.append(part)
-        functions.append(_arguments_permuter(parts))
-    return functions
+    return [
+        _arguments_permuter([_combined(parameter.sort, combination) for parameter in action.parameters])
+        for action in machine.actions
+    ]
+
+
+def _combined(sort: Sort, combination: tuple[tuple[IndexSort, tuple[int, ...]], ...]) -> Permute | None:
+    """A function applying every symmetric sort's mapping of ``combination`` to values of ``sort``
+    (composed in order); None where the sort contains none of them."""
+    combined: Permute | None = None
+    for symmetric_sort, mapping in combination:
+        permute = _permuter(sort, symmetric_sort, mapping)
+        if permute is not None:
+            combined = permute if combined is None else _compose(combined, permute)
+    return combined
 
 
 def _arguments_permuter(parts: list[Permute | None]) -> Permute:
