@@ -148,7 +148,7 @@ def main() -> None:
         "the ratios of the two runs without symmetry printed beside the others: how far two identical runs differ",
     )
     options = parser.parse_args()
-    if options.control and not options.interleave:
+    if options.control and (not options.interleave or options.symmetry != "both"):
         parser.error("--control adds a run to each pair: add --interleave (and --symmetry both)")
     if options.warm and not options.interleave:
         parser.error("--warm compares pairs: add --interleave (and --symmetry both)")
