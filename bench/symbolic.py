@@ -8,6 +8,8 @@ The partial-order reduction's pair analysis runs cold (a fresh cache folder per 
 ``--warm-cache``: then it is read from the user's cache (``analysis_cache``) when there.
 ``--per-goal-from D`` asks each property's goal in a query of its own from depth D on and prints
 the CPU seconds of every query from there (which property a depth's time goes to).
+``--split-no-hang`` asks ``no_hang`` as one property per communicator (which counter's queries
+cost), and ``--skip P ...`` leaves properties out of the BMC runs.
 
 ``--pdr MODEL [MODEL ...]`` instead runs the pdr engine on each model's post-fix seed (dp-pause at
 ``--ranks``): per property its verdict, seconds, which prover settled it (Houdini, ABC's pdr on the
@@ -33,7 +35,11 @@ from lockstep.checkers.symbolic.analysis_cache import default_cache_directory
 from lockstep.checkers.symbolic.bmc import REDUCTIONS
 from lockstep.checkers.symbolic.pdr import STAGES, PropertyDirectedReachability
 from lockstep.models import get_protocol
-from lockstep.spec.machine import Machine
+from lockstep.spec.definitions import Property
+from lockstep.spec.expressions import Variable
+from lockstep.spec.machine import NO_HANG, Machine, PropertyKind
+from lockstep.spec.sorts import IntSort
+from lockstep.spec.terms import Term
 
 
 def main() -> None:
@@ -54,6 +60,12 @@ def main() -> None:
     )
     parser.add_argument("--per-goal-from", type=int, default=None, help="one query per goal from this depth on")
     parser.add_argument("--warm-cache", action="store_true", help="read the pair analysis from the user's cache")
+    parser.add_argument(
+        "--split-no-hang",
+        action="store_true",
+        help="ask no_hang as one property per communicator (its monitor counter below the bound): which one costs",
+    )
+    parser.add_argument("--skip", nargs="+", default=[], metavar="PROPERTY", help="BMC: leave these properties out")
     parser.add_argument("--k", type=int, default=2, help="k of the induction runs (0: no induction run)")
     parser.add_argument("--induction-timeout", type=float, default=60.0, help="seconds per induction query")
     parser.add_argument("--pdr", nargs="+", metavar="MODEL", help="run pdr on these models' post-fix seeds instead")
@@ -66,6 +78,8 @@ def main() -> None:
             bench_pdr(name, arguments)
         return
     machine = get_protocol("dp-pause").instance("post-fix", ranks=arguments.ranks).machine()
+    if arguments.split_no_hang:
+        split_no_hang(machine)
     print(f"python {platform.python_version()}, z3 {z3.get_version_string()}, {platform.machine()} ({platform.node()})")
     print(f"dp-pause post-fix seed, {arguments.ranks} ranks")
     print_sizes(machine)
@@ -94,6 +108,27 @@ def main() -> None:
             print(
                 f"  {item.name:<28} {item.verdict.value:<14} {induction.step_seconds[item.name]:7.2f} s  {item.detail}"
             )
+
+
+def split_no_hang(machine: Machine) -> None:
+    """Replace ``no_hang`` (every communicator's monitor counter below ``hang_bound``) by one ``always``
+    property per communicator, ``no_hang[name]`` (and, as ``no_hang``'s, a deadlock with its op
+    pending): the same states violate one of them as violate ``no_hang``, and each is asked as a
+    goal of its own (a diagnostic; the built machine is changed in place, so this is for the bench
+    alone)."""
+    position = next(index for index, prop in enumerate(machine.properties) if prop.name == NO_HANG)
+    bound = machine.hang_bound
+    assert bound is not None
+    parts = []
+    for communicator in machine.communicators:
+        name = getattr(communicator, "name", None)
+        if name is None:
+            continue
+        counter = Term(Variable(f"monitor.{NO_HANG}.{name}", IntSort(-1, bound)))
+        at_deadlock = (~communicator.any_pending()).expression  # as no_hang's: nothing pending at a deadlock
+        predicate = (counter < bound).expression
+        parts.append(Property(f"{NO_HANG}[{name}]", PropertyKind.ALWAYS, predicate, name, at_deadlock))
+    machine.properties[position : position + 1] = parts
 
 
 def print_sizes(machine: Machine) -> None:
@@ -140,6 +175,11 @@ def bench_bmc(
     def progress(_: Statistics) -> None:
         marks.append(clock())
 
+    names = [prop.name for prop in machine.properties]
+    unknown = sorted(set(arguments.skip) - set(names))
+    if unknown:
+        raise SystemExit(f"--skip: no property {', '.join(unknown)}; properties: {', '.join(names)}")
+    only = frozenset(position for position, name in enumerate(names) if name not in arguments.skip)
     with tempfile.TemporaryDirectory() as scratch:
         cache = default_cache_directory() if arguments.warm_cache else Path(scratch)
         checker = BoundedModelChecker(
@@ -152,6 +192,7 @@ def bench_bmc(
             cache_directory=cache,
             sat_options=sat_options,
             separate_from=arguments.per_goal_from,
+            only=only,
         )
         result = checker.run()
     marks.append(clock())  # the last depth (its queries, not followed by an unrolling step)
