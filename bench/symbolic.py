@@ -29,7 +29,7 @@ from pathlib import Path
 
 import z3
 
-from lockstep.checkers.result import Statistics
+from lockstep.checkers.result import CheckResult, Statistics
 from lockstep.checkers.symbolic import BoundedModelChecker, Induction
 from lockstep.checkers.symbolic.analysis_cache import default_cache_directory
 from lockstep.checkers.symbolic.bmc import REDUCTIONS
@@ -217,6 +217,8 @@ def bench_bmc(
         f"{arguments.clock} (setup {setup:.1f} s wall; {'; '.join(notes) or 'no reduction'}; stopped at depth "
         f"{result.stats.depth} after {result.stats.seconds:.1f} s wall)"
     )
+    steps = _steps_checked(checker, result)
+    print(f"  steps checked per property when the run stopped: {', '.join(f'{n} {v}' for n, v in steps.items())}")
     if arguments.per_goal_from is not None:
         print(f"  CPU seconds per query from depth {arguments.per_goal_from} (queries under 0.1 s left out):")
         for query in checker.queries:
@@ -246,14 +248,17 @@ def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
         )
     print(f"  BMC phase to depth {prover.bmc_depth}; Houdini {prover.houdini_seconds:.1f} s; ", end="")
     print(f"total {result.stats.seconds:.1f} s")
+    bmc_steps: dict[str, str] = {}  # per property: the steps BMC checked it for in the budget, or its violation
     if not arguments.no_bmc_depth:
-        deep = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget).run()
+        checker = BoundedModelChecker(machine, arguments.max_depth, timeout=arguments.budget)
+        deep = checker.run()
         print(f"  BMC (Z3, bit-vectors): depth {deep.stats.depth} fully checked in {arguments.budget:.0f} s")
+        bmc_steps = _steps_checked(checker, deep)
     induction = Induction(machine, max_k=arguments.k, solver_timeout=arguments.induction_timeout).run()
     by_induction = {item.name: item.verdict.value for item in induction.properties}
     print(
         f"  {'property':<30} {'pdr':<20} {'seconds':>8} {'prover':<9} {'ABC s':>6} {'atoms':>6}  {'how':<44} "
-        f"k-induction (k<={arguments.k})"
+        f"{'k-induction (k<=' + str(arguments.k) + ')':<18} BMC steps"
     )
     for item in result.properties:
         attempt = prover.attempts.get(item.name)
@@ -267,8 +272,23 @@ def bench_pdr(name: str, arguments: argparse.Namespace) -> None:
         abc_seconds = f"{attempt.abc_seconds:6.1f}" if attempt is not None and attempt.abc_seconds else f"{'-':>6}"
         print(
             f"  {item.name:<30} {item.verdict.value:<20} {seconds} {who:<9} {abc_seconds} {atoms}  {how[:44]:<44} "
-            f"{induction}"
+            f"{induction:<18} {bmc_steps.get(item.name, '-')}"
         )
+
+
+def _steps_checked(checker: BoundedModelChecker, result: CheckResult) -> dict[str, str]:
+    """Per property of a BMC run: the steps it was checked for, or where its violation (witness) is."""
+    names = [prop.name for prop in checker.machine.properties]
+    found = {}
+    for item in result.properties:
+        if item.path is not None:
+            found[item.name] = (
+                f"{'witness' if item.kind is PropertyKind.SOMETIMES else 'violated'} at {item.path.length}"
+            )
+        else:
+            steps = checker.steps_checked(names.index(item.name))
+            found[item.name] = "-" if steps is None else f"{steps}"
+    return found
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from test_compiler import DECLARED, OPERATOR_SAMPLES, QUANTIFIER_SAMPLES, STATE, expressions, states
 
 from lockstep.checkers import Verdict, check
+from lockstep.checkers.result import Statistics
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
 from lockstep.checkers.symbolic import values as values_module
@@ -293,6 +294,65 @@ def test_bmc_checks_only_the_selected_properties() -> None:
     assert [item.name for item in result.properties] == ["no_collective_mismatch"]
     assert result.properties[0].verdict is Verdict.VIOLATED and result.properties[0].path is not None
     assert result.properties[0].path.length == 2
+
+
+@pytest.mark.parametrize("solver", ["z3", "cadical"])
+def test_a_stopped_bmc_run_says_how_many_steps_each_property_was_checked(solver: str) -> None:
+    """A run stopped between depths (here by an interrupt once depth 3 is done) leaves its open
+    properties inconclusive, each saying how far it was checked: depth 3 for the state goals, one
+    step more for ``in_bounds`` (its goal at depth 3 is an out-of-sort step from frame 3)."""
+
+    def interrupt(statistics: Statistics) -> None:
+        if statistics.depth == 4:
+            raise KeyboardInterrupt
+
+    checker = BoundedModelChecker(small_machine(True), 10, progress=interrupt, solver=solver)
+    result = checker.run()
+    assert result.stopped == "interrupted" and result.stats.depth == 3
+    details = {item.name: (item.verdict, item.detail) for item in result.properties}
+    assert details["small_total"] == (Verdict.INCONCLUSIVE, "no violation within 3 steps; stopped (interrupted)")
+    assert details["both_finished"] == (Verdict.INCONCLUSIVE, "no witness within 3 steps; stopped (interrupted)")
+    assert details["in_bounds"] == (Verdict.INCONCLUSIVE, "no violation within 4 steps; stopped (interrupted)")
+    names = [prop.name for prop in checker.machine.properties]
+    assert checker.steps_checked(names.index("small_total")) == 3
+    assert checker.steps_checked(names.index("in_bounds")) == 4
+
+
+def test_a_finished_bmc_run_checked_every_property_to_its_depth() -> None:
+    checker = BoundedModelChecker(small_machine(True), 5)
+    result = checker.run()
+    held = [position for position, item in enumerate(result.properties) if item.verdict is Verdict.HOLDS_WITHIN_BOUND]
+    assert held and all(checker.steps_checked(position) == 5 for position in held)
+    assert all(result.properties[position].detail == "no violation within 5 steps" for position in held)
+
+
+def test_an_unknown_answer_ends_a_propertys_checked_depths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past an unknown answer the checked depths are not contiguous: the count stays where it was,
+    though the property's deeper queries answer unsat. (CaDiCaL never answers unknown, so its answer
+    for ``small_total`` at depth 2 is replaced by one; every other answer is the solver's.)"""
+    original = BoundedModelChecker._backend
+
+    def backend_with_one_unknown(self: BoundedModelChecker, started: float) -> tuple[object, object]:
+        template, backend = original(self, started)
+        query = backend.query
+        target = [prop.name for prop in self.machine.properties].index("small_total")
+
+        def answer(goals: list, depth: int, seconds: float | None) -> tuple[str, object]:  # type: ignore[type-arg]
+            if depth == 2 and any(goal.position == target for goal in goals):
+                return "unknown", None
+            return query(goals, depth, seconds)
+
+        backend.query = answer
+        return template, backend
+
+    monkeypatch.setattr(BoundedModelChecker, "_backend", backend_with_one_unknown)
+    checker = BoundedModelChecker(small_machine(True), 5, solver="cadical")
+    result = checker.run()
+    later = [query for query in checker.queries if query.depth > 2 and "small_total" in query.properties]
+    assert later and all(query.answer == "unsat" for query in later)
+    assert result.property_result("small_total").verdict is Verdict.INCONCLUSIVE
+    assert result.property_result("small_total").detail == "no violation within 1 step; the solver answered unknown"
+    assert result.property_result("in_bounds").detail == "no violation within 5 steps"
 
 
 def test_bmc_names_bool_action_parameters() -> None:

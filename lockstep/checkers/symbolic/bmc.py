@@ -117,6 +117,17 @@ class BoundedModelChecker:
         self.depth_seconds: list[float] = []  # time spent at each depth (queries + unrolling)
         self.separate_from = separate_from  # from this depth on, one query per goal
         self.queries: list[QueryRecord] = []
+        self.checked: dict[int, int] = {}  # per property: the deepest depth its goal was unsat at
+
+    def steps_checked(self, position: int) -> int | None:
+        """How many steps property ``position`` is known to hold for (no violation or witness on any
+        path of at most that many steps): the deepest depth its goal was unsat at, one more for
+        ``in_bounds`` (its goal at depth k is a step out of its sort from frame k); None where no
+        query for it answered unsat."""
+        depth = self.checked.get(position)
+        if depth is None:
+            return None
+        return depth + 1 if self.machine.properties[position].name == IN_BOUNDS else depth
 
     def run(self) -> CheckResult:
         with bit_vectors(self.width):
@@ -183,9 +194,7 @@ class BoundedModelChecker:
             outcome = outcomes.get(position)
             if outcome is None:
                 if position in unknown or stopped is not None:
-                    outcome = _Outcome(
-                        Verdict.INCONCLUSIVE, None, "the solver answered unknown" if position in unknown else ""
-                    )
+                    outcome = _Outcome(Verdict.INCONCLUSIVE, None, self._partial(position, unknown, stopped))
                 elif prop.kind is PropertyKind.SOMETIMES:
                     outcome = _Outcome(Verdict.INCONCLUSIVE, None, f"no witness within {self.depth} steps")
                 else:
@@ -235,6 +244,10 @@ class BoundedModelChecker:
                 decided = {goal.position for goal in hits}
                 pending = [goal for goal in pending if goal.position not in decided]
                 continue
+            if answer == "unsat":  # (past an unknown answer a property's depths are no longer contiguous)
+                for goal in pending:
+                    if goal.position not in unknown:
+                        self.checked[goal.position] = depth
             if answer == "unknown":
                 if self.timeout is not None and time.monotonic() - started >= self.timeout:
                     return "timeout"
@@ -247,6 +260,15 @@ class BoundedModelChecker:
                             return stop
             return None
         return None
+
+    def _partial(self, position: int, unknown: set[int], stopped: str | None) -> str:
+        """Why an undecided property is inconclusive, and how far it was checked."""
+        reason = "the solver answered unknown" if position in unknown else f"stopped ({stopped})"
+        steps = self.steps_checked(position)
+        if steps is None:
+            return reason
+        kind = "witness" if self.machine.properties[position].kind is PropertyKind.SOMETIMES else "violation"
+        return f"no {kind} within {steps} step{'' if steps == 1 else 's'}; {reason}"
 
     def _decide(self, goal: Goal, path: Path, outcomes: dict[int, _Outcome]) -> None:
         prop = self.machine.properties[goal.position]
