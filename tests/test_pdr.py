@@ -376,3 +376,17 @@ def test_proofs_applies_to_check_all_and_list_shows_what_is_proved() -> None:
     listing = subprocess.run([sys.executable, "-m", "lockstep", "list"], capture_output=True, text=True)
     assert listing.returncode == 0
     assert "proved for all depths" in listing.stdout and "checked exhaustively at the pinned sizes" in listing.stdout
+
+
+def test_a_property_no_prover_settles_says_how_far_bmc_checked_it() -> None:
+    """Spacer given a millisecond (computed-tokens' no_deadlock needs far more): unknown, and the
+    detail keeps what the BMC phase showed, the steps it checked the property for."""
+    machine = get_protocol("computed-tokens").instance("post-fix").machine()
+    position = [prop.name for prop in machine.properties].index("no_deadlock")
+    prover = PropertyDirectedReachability(
+        machine, depth=3, stages=(("integers", 1.0),), houdini=False, property_timeout=0.001, only=frozenset({position})
+    )
+    item = prover.run().properties[0]
+    assert prover.bmc_steps == {position: 3}
+    assert item.verdict is Verdict.HOLDS_WITHIN_BOUND
+    assert item.detail.startswith("no violation within 3 steps (BMC); Spacer answered unknown"), item.detail

@@ -139,6 +139,7 @@ class PropertyDirectedReachability:
         self.progress = progress
         self.attempts: dict[str, Attempt] = {}  # per property Spacer was asked about
         self.bmc_depth = 0  # the depth the BMC phase checked fully
+        self.bmc_steps: dict[int, int] = {}  # per property: the steps the BMC phase checked it for
         self.width = self.encoding.integer_width()
         self._lemmas: dict[str, list[z3.BoolRef]] = {"bits": [], "integers": []}
         self._certificates: dict[int, Certificate] = {}
@@ -158,8 +159,12 @@ class PropertyDirectedReachability:
         started = time.monotonic()
         machine = self.machine
         bmc_budget = self.bmc_seconds if self.timeout is None else min(self.bmc_seconds, self.timeout)
-        first = BoundedModelChecker(machine, self.depth, timeout=bmc_budget, only=self.only).run()
+        bounded = BoundedModelChecker(machine, self.depth, timeout=bmc_budget, only=self.only)
+        first = bounded.run()
         self.bmc_depth = first.stats.depth
+        self.bmc_steps = {
+            position: steps for position in self.only if (steps := bounded.steps_checked(position)) is not None
+        }
         results = {item.name: item for item in first.properties}
         pending = [
             position
@@ -266,15 +271,18 @@ class PropertyDirectedReachability:
             result = self._abc_counterexample(position, circuit, answer.frames, limit)
         else:
             attempt.abc_answer = f"ABC's pdr answered unknown ({answer.reason})"
-            bounded = (
-                f"no violation within {self.bmc_depth} steps (BMC); "
-                if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND
-                else ""
-            )
-            shallow.detail = bounded + attempt.abc_answer
+            shallow.detail = self._bounded(position) + attempt.abc_answer
         attempt.abc_seconds += time.monotonic() - started
         attempt.seconds += time.monotonic() - started
         return result
+
+    def _bounded(self, position: int) -> str:
+        """What the BMC phase showed of a property no prover settled, as the start of its detail."""
+        steps = self.bmc_steps.get(position)
+        if steps is None:
+            return ""
+        kind = "witness" if self.machine.properties[position].kind is PropertyKind.SOMETIMES else "violation"
+        return f"no {kind} within {steps} steps (BMC); "
 
     def _abc_counterexample(
         self, position: int, circuit: Circuit, frames: list[str], limit: float, engine: str = "pdr"
@@ -394,13 +402,8 @@ class PropertyDirectedReachability:
         elif answer == "reachable":
             result = self._counterexample(position, limit)
         else:
-            bounded = (
-                f"no violation within {self.bmc_depth} steps (BMC); "
-                if shallow.verdict is Verdict.HOLDS_WITHIN_BOUND
-                else ""
-            )
             shallow.detail = (
-                f"{bounded}Spacer answered unknown"
+                f"{self._bounded(position)}Spacer answered unknown"
                 + ("" if attempt.rejected is None else f"; {attempt.rejected}")
                 + (f"; {attempt.abc_answer}" if attempt.abc_answer else "")
             )
