@@ -37,8 +37,15 @@ from lockstep.checkers.symbolic.reduction import Reduction, commuting_pairs
 from lockstep.checkers.symbolic.symmetry_breaking import LexLeader, lex_leader
 from lockstep.checkers.symbolic.unrolling import Goal, Template
 from lockstep.checkers.symbolic.values import bit_vectors
+from lockstep.spec.definitions import Property
 from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, State
+
+
+def checked_within(prop: Property, steps: int) -> str:
+    """What a bounded check of ``steps`` steps that found nothing says of ``prop``."""
+    found = "witness" if prop.kind is PropertyKind.SOMETIMES else "violation"
+    return f"no {found} within {steps} step{'' if steps == 1 else 's'}"
 
 
 class TranslationBug(RuntimeError):
@@ -265,10 +272,7 @@ class BoundedModelChecker:
         """Why an undecided property is inconclusive, and how far it was checked."""
         reason = "the solver answered unknown" if position in unknown else f"stopped ({stopped})"
         steps = self.steps_checked(position)
-        if steps is None:
-            return reason
-        kind = "witness" if self.machine.properties[position].kind is PropertyKind.SOMETIMES else "violation"
-        return f"no {kind} within {steps} step{'' if steps == 1 else 's'}; {reason}"
+        return reason if steps is None else f"{checked_within(self.machine.properties[position], steps)}; {reason}"
 
     def _decide(self, goal: Goal, path: Path, outcomes: dict[int, _Outcome]) -> None:
         prop = self.machine.properties[goal.position]

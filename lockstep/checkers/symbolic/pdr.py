@@ -55,7 +55,7 @@ import z3
 
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Verdict
 from lockstep.checkers.symbolic import abc
-from lockstep.checkers.symbolic.bmc import BoundedModelChecker, TranslationBug
+from lockstep.checkers.symbolic.bmc import BoundedModelChecker, TranslationBug, checked_within
 from lockstep.checkers.symbolic.circuit import Circuit, CircuitError
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
 from lockstep.checkers.symbolic.houdini import candidates, inductive_subset
@@ -279,10 +279,7 @@ class PropertyDirectedReachability:
     def _bounded(self, position: int) -> str:
         """What the BMC phase showed of a property no prover settled, as the start of its detail."""
         steps = self.bmc_steps.get(position)
-        if steps is None:
-            return ""
-        kind = "witness" if self.machine.properties[position].kind is PropertyKind.SOMETIMES else "violation"
-        return f"no {kind} within {steps} steps (BMC); "
+        return "" if steps is None else f"{checked_within(self.machine.properties[position], steps)} (BMC); "
 
     def _abc_counterexample(
         self, position: int, circuit: Circuit, frames: list[str], limit: float, engine: str = "pdr"
