@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from test_symbolic import small_machine
 
+from lockstep.cache import CacheEntryRejected
 from lockstep.checkers import CheckResult, Verdict, check
 from lockstep.checkers.symbolic import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic import translate as translate_module
@@ -253,12 +254,14 @@ def test_the_commuting_pairs_are_cached_and_mapped_by_symmetry(tmp_path: Path) -
     assert mapped.mapped > 0 and mapped.pairs_checked < plain.pairs_checked and not mapped.cached
     assert cached.cached and cached.pairs_checked == 0
     (entry,) = (tmp_path / "bmc-commuting-pairs").iterdir()
-    entry.write_text("{not json")  # a damaged entry is ignored and rewritten
-    assert read_pairs(tmp_path, entry.stem) is None
+    key = entry.name.partition(".")[0]  # signed: KEY.MAC.json
+    entry.write_text("{not json")  # a damaged entry is removed and rewritten
+    with pytest.warns(CacheEntryRejected):
+        assert read_pairs(tmp_path, key) is None
     with bit_vectors(encoding.integer_width()):
         recomputed = commuting_pairs(encoding, cache_directory=tmp_path)
     assert recomputed.pairs == plain.pairs and not recomputed.cached
-    assert read_pairs(tmp_path, entry.stem) == sorted(plain.pairs)
+    assert read_pairs(tmp_path, key) == sorted(plain.pairs)
 
 
 @pytest.mark.parametrize("solver", ["z3", "cadical"])

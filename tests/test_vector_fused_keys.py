@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.cache import Store
+
 pytest.importorskip("triton")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +101,7 @@ print(json.dumps({"known": known, "first": first, "after": after}))
 
 
 def _keys_file(path: Path) -> Path:
-    files = list(path.parent.glob(path.stem + ".keys-*.json"))
+    files = list(path.parent.glob(path.name.partition(".")[0] + ".*.keys-*.json"))  # signed: STEM.MAC.keys-...
     assert len(files) == 1, files
     return files[0]
 
@@ -140,7 +142,11 @@ def test_a_key_triton_computed_is_not_replaced(tmp_path: Path) -> None:
     assert isinstance(keys, dict)
     _child(SAVE, tmp_path)
     keys_file = _keys_file(Path(str(reference["path"])))
-    keys_file.write_text(json.dumps({name: "0" * 64 for name in keys}))
+    stem, _, signed_suffix = keys_file.name.partition(".")
+    keys_file.unlink()  # signed with other keys: the entry verifies, the keys are wrong
+    Store("fused", tmp_path).write(
+        stem, "." + signed_suffix.partition(".")[2], json.dumps({name: "0" * 64 for name in keys}).encode()
+    )
     kept = _child(COMPUTED_FIRST, tmp_path)
     assert kept["known"] is True
     assert kept["first"] == keys

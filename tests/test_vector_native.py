@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from test_compiler import one_action_machine
 from test_vector import INSTANCES, RANDOM_MODELS, paths, recorded_states, summary
 
+from lockstep.cache import Store
 from lockstep.checkers import CheckResult, check
 from lockstep.checkers.vector import native
 from lockstep.checkers.vector.backend import NumpyBackend
@@ -121,7 +122,7 @@ def _evaluate(expression: str, **values: int) -> int:
         spelling.boolean[name] = name.startswith("flag")
     body = spelling.expression(ast.parse(expression, mode="eval").body)
     parameters = ", ".join(f"i64 {name}" for name in values) or "void"
-    stem = native._folder() / f"expression_{abs(hash((expression, tuple(values))))}"
+    stem = Store("native").folder() / f"expression_{abs(hash((expression, tuple(values))))}"
     stem.with_suffix(".c").write_text(f"{native._HEADER}\ni64 value({parameters}) {{ return (i64)({body}); }}\n")
     command = [str(native.compiler()), *native._FLAGS, "-o", str(stem.with_suffix(".so")), str(stem.with_suffix(".c"))]
     subprocess.run(command, check=True)  # noqa: S603 - the test's own source

@@ -2,7 +2,7 @@
 
 A second compilation of an unchanged machine reads the entry (the generator is not called) and
 gives the same source, tuples and results; a changed machine, parameter or symmetry flag gets
-another key; a corrupt entry is ignored and written again; ``LOCKSTEP_KERNEL_CACHE=0`` turns it off.
+another key; a corrupt entry is removed with a note and written again; ``LOCKSTEP_KERNEL_CACHE=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.cache import CacheEntryRejected
 from lockstep.checkers import check
 from lockstep.checkers.vector import kernels, source_cache
 from lockstep.checkers.vector.backend import NumpyBackend
@@ -66,18 +67,20 @@ def test_a_changed_machine_parameter_or_symmetry_gets_another_key() -> None:
     assert source_cache.key(machine(2), False) == source_cache.key(machine(2), False)
 
 
-def test_a_corrupt_entry_is_ignored_and_written_again(tmp_path: Path) -> None:
+def test_a_corrupt_entry_is_removed_with_a_note_and_written_again(tmp_path: Path) -> None:
     built = machine()
     expected = compiled(built).source
-    entry = tmp_path / "kernels" / f"{source_cache.key(built, False)}.json"
-    assert entry.exists()
+    name = source_cache.key(built, False)
+    (entry,) = (tmp_path / "kernels").glob(f"{name}.*.json")  # signed: NAME.MAC.json
     entry.write_text('{"key": "truncated", "source": ')
-    assert source_cache.read(entry.stem) is None
+    with pytest.warns(CacheEntryRejected, match="signature does not verify"):
+        assert source_cache.read(name) is None
+    assert not entry.exists()
     assert compiled(built).source == expected
-    assert source_cache.read(entry.stem) is not None
+    assert source_cache.read(name) is not None
 
 
 def test_the_cache_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKSTEP_KERNEL_CACHE", "0")
     compiled(machine())
-    assert not (tmp_path / "kernels").exists()
+    assert not (tmp_path / "kernels").exists()  # nothing kept in the cache folder between runs

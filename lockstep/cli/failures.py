@@ -6,9 +6,14 @@
   the model file and line where they are known (``input_error``, ``definition_error``).
 - Ctrl-C (``KeyboardInterrupt`` reaching the command): one message, exit 3 (inconclusive), as
   ``check`` and ``fuzz`` report an interrupted search.
+- ``--timeout`` running out where a command has no partial result to show (``TimeoutReached``
+  from ``lockstep.clock``: a model's ``build()``; ``ModelLoadTimeout``: a model file's import):
+  one message, "stopped: timeout ...", exit 3.
 - SIGTERM: ``install_termination_handler`` turns it into ``Terminated``, so every ``finally``
   runs (the runtime kills its processes and removes its run directory); one message, exit 143
   (128 + SIGTERM, as a shell reports it).
+- A process the command started died without a result (``check --workers``: a search process
+  killed by a signal, ``WorkerLost``): one message naming it, exit 4 (``EXIT_CRASHED``).
 - An exception no command turned into a message, or ``SystemExit`` raised by a model's code
   while it runs: a **model error** when the deepest frame in a user's model file (``--model-file``)
   is where it happened, else an **internal error**. Both are exit 5 (``EXIT_ERROR``, a code no
@@ -26,6 +31,7 @@ import os
 import signal
 import sys
 import traceback
+import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,7 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_ERROR, EXIT_TERMINATED = 2, 3, 5, 128 + signal.SIGTERM
+EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_CRASHED, EXIT_ERROR, EXIT_TERMINATED = 2, 3, 4, 5, 128 + signal.SIGTERM
 EXIT_BROKEN_PIPE = (
     128 + signal.SIGPIPE
 )  # the reader of stdout went away (`lockstep show T | head`), as shells report it
@@ -152,6 +158,14 @@ def terminated(console: Console, arguments: Any = None) -> int:
     return EXIT_TERMINATED
 
 
+def crashed(console: Console, message: str, arguments: Any = None) -> int:
+    """A process the command started died, so there is no result (exit 4)."""
+    console.print(f"[bold red]lockstep: process crashed:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
+    if wants_json(arguments):
+        print_json(error_json(message, "crashed", EXIT_CRASHED))
+    return EXIT_CRASHED
+
+
 def closed_output() -> int:
     """stdout's reader closed it (rich turns that into ``SystemExit(1)``): stop quietly, as ``cat`` would,
     with stdout pointed at /dev/null so that the interpreter's final flush does not fail again."""
@@ -183,15 +197,36 @@ def handle(error: BaseException, arguments: Any, console: Console) -> int:
         return closed_output()
     if isinstance(error, Terminated):
         return terminated(console, arguments)
-    if _is(error, ("lockstep.spec.protocol", "UsageError"), ("lockstep.checkers.symmetry", "SymmetryError")):
+    if _is(error, ("lockstep.checkers.vector.distributed", "WorkerLost")):
+        return crashed(console, str(error), arguments)
+    if _is(
+        error,
+        ("lockstep.spec.protocol", "UsageError"),
+        ("lockstep.checkers.symmetry", "SymmetryError"),
+        ("lockstep.cache", "CacheError"),  # a cache folder that cannot be trusted
+    ):
         return input_error(console, error, arguments)
     if _is(error, ("lockstep.spec.semantics", "ModelError"), ("lockstep.spec.terms", "DefinitionError")):
         return definition_error(console, error, arguments)
-    if _is(error, ("lockstep.models.external", "ModelLoadTimeout")):  # --timeout covers importing the model file
-        return inconclusive(console, str(error), arguments)
+    if _is(error, ("lockstep.models.external", "ModelLoadTimeout"), ("lockstep.clock", "TimeoutReached")):
+        return inconclusive(console, str(error), arguments)  # --timeout ran out: a model file's import, a build
     if isinstance(error, OSError):
         return usage_error(console, f"{error.strerror or error}: {error.filename or ''}", arguments)
     return failed(error, arguments, console)
+
+
+def notes(console: Console) -> Any:
+    """A ``warnings.showwarning`` that prints lockstep's own warnings (``lockstep.cache``'s
+    ``CacheEntryRejected``) as one ``lockstep: note:`` line and others as Python would."""
+    original = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *rest: Any, **named: Any) -> None:
+        if category.__module__.startswith("lockstep"):
+            console.print(f"lockstep: note: {message}", markup=False, highlight=False, soft_wrap=True)
+        else:
+            original(message, category, *rest, **named)
+
+    return show
 
 
 def where(error: BaseException, model_file: Path | None) -> tuple[str, str | None, int | None]:

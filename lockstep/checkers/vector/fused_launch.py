@@ -1,8 +1,8 @@
 """Launching the fused Triton kernels of ``fused`` over a search's chunks, and when to use them.
 
 ``FusedKernels`` imports the generated source (Triton reads a kernel's source from its file, so it
-is written once under ``$LOCKSTEP_CACHE`` or the temporary directory, named by its hash, and the
-generation's result is kept beside it, named by a hash of its inputs), launches
+is kept as a signed entry of ``lockstep.cache``, kind ``fused``, named by its hash, and verified
+before it is imported; the generation's result is kept beside it, named by a hash of its inputs), launches
 the successor kernels over a chunk (one read-back per chunk: the successor count, the flag, the
 count per tuple) and the predicates kernel over new states. A chunk or a batch of states that a
 kernel flags goes back to the array kernels, which report it exactly. ``fused_kernels`` decides
@@ -22,75 +22,73 @@ import json
 import multiprocessing
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lockstep.cache import Store
 from lockstep.checkers.vector import fused as fused_module
 from lockstep.checkers.vector import fused_symmetry
 from lockstep.checkers.vector.fused import FusedSource, fused_source
 from lockstep.checkers.vector.kernels import Kernels
 from lockstep.checkers.vector.values import Unsupported
 
-
-def _folder() -> Path:
-    folder = Path(os.environ.get("LOCKSTEP_CACHE", Path(tempfile.gettempdir()) / "lockstep-fused"))
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+_STORE = Store("fused")
 
 
 def written(arrays_source: str, words: int, groups: list[list[int]]) -> FusedSource:
-    """``fused_source`` for these array kernels, kept on disk beside the kernels (named by a hash of
+    """``fused_source`` for these array kernels, kept in the cache beside the kernels (named by a hash of
     its inputs and of ``fused.py`` and ``fused_symmetry.py`` themselves, so that a change to any of
     them writes it again): reading back the generated code takes ~0.5-0.9 s on a large model."""
     generator = b"".join(Path(str(module.__file__)).read_bytes() for module in (fused_module, fused_symmetry))
     digest = hashlib.sha256(
         generator + repr((arrays_source, words, groups, fused_module.SKIP_IDLE_TUPLES)).encode()
     ).hexdigest()
-    path = _folder() / f"source_{digest[:20]}.json"
-    if path.exists():
+    stem = f"source_{digest[:20]}"
+    entry = _STORE.read(stem, ".json")
+    if entry is not None:
         try:
-            return FusedSource(**json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError):
-            pass  # unreadable (a run killed while writing it, say): written again
+            return FusedSource(**json.loads(entry.data))
+        except (ValueError, TypeError) as error:
+            _STORE.reject(entry.path, f"it does not parse ({type(error).__name__})")
     fused = fused_source(arrays_source, words, groups, arrays_source)
-    _write_whole(path, json.dumps(dataclasses.asdict(fused)))
+    _STORE.write(stem, ".json", json.dumps(dataclasses.asdict(fused)).encode())
     return fused
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """Write a cache file all at once (a temporary file of this process renamed over it): a process
-    killed part-way, or another writing the same file, never leaves a half-written one."""
-    temporary = path.with_suffix(f".{os.getpid()}.tmp")
-    temporary.write_text(text)
-    temporary.replace(path)
-
-
-_LOADED: dict[Path, Any] = {}  # this process's imported kernels, by their file
+_LOADED: dict[str, Any] = {}  # this process's imported kernels, by their source's hash
 
 
 def load(fused: FusedSource) -> Any:
     """Import the generated kernels (Triton reads a kernel's source from its file), once per
     process: Triton's kernel objects then keep their compiled kernels, so a later check of the same
-    model (``check --all``, a benchmark's repeats) neither parses nor hashes their source again."""
+    model (``check --all``, a benchmark's repeats) neither parses nor hashes their source again. The
+    module's file is a signed cache entry whose bytes must be ``fused.source`` itself; the verified
+    bytes are what is executed."""
     digest = hashlib.sha256(fused.source.encode()).hexdigest()[:20]
-    path = _folder() / f"fused_{digest}.py"
-    if path in _LOADED and path.exists():
-        return _LOADED[path]
-    if not path.exists():
-        _write_whole(path, fused.source)
-    module = _LOADED[path] = _import(path)
+    if digest in _LOADED:
+        return _LOADED[digest]
+    stem, wanted = f"fused_{digest}", fused.source.encode()
+    entry = _STORE.read(stem, ".py")
+    if entry is not None and entry.data != wanted:
+        _STORE.reject(entry.path, "it is not the generated source it is named after")
+        entry = None
+    path = entry.path if entry is not None else _STORE.write(stem, ".py", wanted)
+    if path is None:
+        raise Unsupported(f"fused kernels: the cache folder {_STORE.folder()} cannot be written")
+    module = _LOADED[digest] = _import(path, wanted)
     return module
 
 
-def _import(path: Path) -> Any:
-    digest = path.stem.removeprefix("fused_")
-    specification = importlib.util.spec_from_file_location(f"lockstep_fused_{digest}", path)
-    if specification is None or specification.loader is None:
+def _import(path: Path, source: bytes) -> Any:
+    """The module at ``path`` (whose file Triton reads), executed from ``source``, its verified bytes."""
+    name = f"lockstep_fused_{path.stem.partition('.')[0].removeprefix('fused_')}"
+    specification = importlib.util.spec_from_file_location(name, path)
+    if specification is None:
         raise Unsupported(f"fused kernels: cannot import {path}")
     module = importlib.util.module_from_spec(specification)
-    specification.loader.exec_module(module)
+    sys.modules[name] = module  # Triton's source inspection finds the module by name
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - our own signed entry
     return module
 
 
@@ -104,16 +102,16 @@ def _arguments(torch: Any, words: int, tuples: int, device: str, name: str) -> t
     return (words_array, 1, 1, out, pointer, pointer, control, byte, pointer, 1, 256)
 
 
-def _compile_one(path: str, name: str, words: int, tuples: int) -> str:
+def _compile_one(path: str, source: bytes, name: str, words: int, tuples: int) -> str:
     """Compile one kernel in a worker process; Triton's disk cache keeps it for the search."""
     import torch
 
-    kernel = getattr(_import(Path(path)), name)
+    kernel = getattr(_import(Path(path), source), name)
     kernel.warmup(*_arguments(torch, words, tuples, "cuda", name), grid=(1,))
     return name
 
 
-def compile_ahead(path: Path, names: list[str], words: int, tuples: int) -> None:
+def compile_ahead(path: Path, source: bytes, names: list[str], words: int, tuples: int) -> None:
     """Compile the kernels in parallel processes (Triton compiles one kernel at a time per process,
     holding the interpreter lock); a kernel a worker fails on is compiled again at its first launch."""
     workers = min(len(names), os.cpu_count() or 1)
@@ -121,17 +119,17 @@ def compile_ahead(path: Path, names: list[str], words: int, tuples: int) -> None
         return
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = [pool.submit(_compile_one, str(path), name, words, tuples) for name in names]
+        futures = [pool.submit(_compile_one, str(path), source, name, words, tuples) for name in names]
         concurrent.futures.wait(futures)
 
 
-def _keys_path(path: Path) -> Path:
-    """Where the source keys of the kernels in ``path`` are kept: they depend on Triton's version and
-    Python's (the parse that makes them), so both name the file."""
+def _keys_name(path: Path) -> tuple[str, str]:
+    """The cache name (stem, suffix) of the source keys of the kernels in ``path``: they depend on
+    Triton's version and Python's (the parse that makes them), so both name the entry."""
     import triton
 
     python = "".join(str(part) for part in sys.version_info[:2])
-    return path.with_suffix(f".keys-triton{triton.__version__}-py{python}.json")
+    return path.name.partition(".")[0], f".keys-triton{triton.__version__}-py{python}.json"
 
 
 def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
@@ -143,10 +141,11 @@ def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
     source again in every process: ~16 ms a kernel of dp-pause at 3 ranks (0.4-0.8 s for 28 kernels).
     The generated module's file is named by a hash of its whole source, so the keys saved beside it
     are the keys of that very source; a key Triton has already computed is left as it is."""
+    entry = _STORE.read(*_keys_name(path))
     try:
-        saved = json.loads(_keys_path(path).read_text())
-    except (OSError, ValueError):
-        return False
+        saved = json.loads(entry.data) if entry is not None else None
+    except ValueError:
+        saved = None
     if not isinstance(saved, dict) or set(saved) != set(kernels) or not all(isinstance(v, str) for v in saved.values()):
         return False
     for name, kernel in kernels.items():
@@ -157,7 +156,7 @@ def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
 
 def save_source_keys(path: Path, kernels: dict[str, Any]) -> None:
     """Keep the kernels' source keys beside their module, for ``source_keys`` in later processes."""
-    _write_whole(_keys_path(path), json.dumps({name: kernel.cache_key for name, kernel in kernels.items()}))
+    _STORE.write(*_keys_name(path), json.dumps({name: kernel.cache_key for name, kernel in kernels.items()}).encode())
 
 
 @dataclass
@@ -197,7 +196,7 @@ class FusedKernels:
             names = [*self.fused.kernels, "predicates", *(["canonical"] if self.fused.canonical else [])]
             compiled = Path(self.module.__file__).with_suffix(".compiled")  # Triton's cache has them
             if not compiled.exists():
-                compile_ahead(Path(self.module.__file__), names, words, self.tuples)
+                compile_ahead(Path(self.module.__file__), self.fused.source.encode(), names, words, self.tuples)
                 compiled.touch()
             kernels = {name: getattr(self.module, name) for name in names}
             known = source_keys(Path(self.module.__file__), kernels)

@@ -75,14 +75,34 @@ def _compiled(source: str, filename: str) -> CodeType:
     return compile(source, filename, "exec")
 
 
+def _read_back(name: str, title: str, backend_namespace: Mapping[str, Any]) -> tuple[Any, dict[str, Any]] | None:
+    """The cached (verified) kernels under ``name`` and the namespace their source defines, or None;
+    an entry whose source does not compile, run or define the kernels is removed, to be made again."""
+    cached = source_cache.read(name)
+    if cached is None:
+        return None
+    generated, entry = cached
+    namespace: dict[str, Any] = dict(backend_namespace)
+    try:
+        exec(_compiled(generated[0], title), namespace)  # noqa: S102 - our own signed entry
+    except Exception as error:  # noqa: BLE001 - any failure of a cached entry: it is made again
+        source_cache.reject(entry, f"it does not compile or run ({type(error).__name__})")
+        return None
+    if not all(kernel in namespace for kernel in ("expand", "predicates", "deadlocked")):
+        source_cache.reject(entry, "it does not define the kernels")
+        return None
+    return generated, namespace
+
+
 def compile_kernels(
     machine: Machine, layout: Layout, backend_namespace: Mapping[str, Any], symmetry: bool = False
 ) -> Kernels:
     """Generate (or read back from ``source_cache``) and compile the kernels; ``Unsupported`` names
     a construct that cannot be vectorised."""
     name = source_cache.key(machine, symmetry)
-    generated = source_cache.read(name)
-    if generated is None:
+    title = f"<lockstep-vector {machine.name}>"
+    found = _read_back(name, title, backend_namespace)
+    if found is None:
         builder = _Builder(machine, layout)
         sources = [builder.expand_source(), builder.predicates_source(), builder.deadlocked_source()]
         permutations = 1
@@ -91,9 +111,11 @@ def compile_kernels(
             sources.append(text)
         generated = (tidy("\n\n".join(sources)), builder.tuples, builder.skipped, permutations)
         source_cache.write(name, generated)
+        namespace: dict[str, Any] = dict(backend_namespace)
+        exec(_compiled(generated[0], title), namespace)  # noqa: S102 - our own generated code
+    else:
+        generated, namespace = found
     source, tuples, skipped, permutations = generated
-    namespace: dict[str, Any] = dict(backend_namespace)
-    exec(_compiled(source, f"<lockstep-vector {machine.name}>"), namespace)  # noqa: S102 - our own generated code
     return Kernels(
         layout,
         tuples,

@@ -15,9 +15,11 @@ chunk in which any row steps out of a sort or fails to evaluate is flagged and h
 array kernels, which report it exactly (as with the GPU's fused kernels).
 
 The C source is compiled by the system's C compiler (``$CC``, else ``cc``/``gcc``; SPIN compiles
-its verifiers the same way) into a shared library under ``$LOCKSTEP_CACHE`` or the temporary
-directory, named by a hash of the source and the command, and loaded with ``ctypes``; a later run
-of the same model loads it at once. Where it is not cached, compiling (~0.3-1 s) costs more than a
+its verifiers the same way) into a shared library kept as a signed entry of ``lockstep.cache``
+(kind ``native``, named by a hash of the source and the command): a later run of the same model
+verifies it and loads it at once (a private copy of the verified bytes, so the file that is
+loaded is the one that was verified); one that fails to verify or load is removed and compiled
+again. Where it is not cached, compiling (~0.3-1 s) costs more than a
 small model's whole search, so it starts in the background once a search has stored
 ``THRESHOLD`` states and the array kernels go on until the library is there. ``LOCKSTEP_NATIVE=0``
 turns the native kernels off, ``=1`` compiles them before the first level (what the tests use).
@@ -33,18 +35,20 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lockstep.cache import Entry, Store, root
 from lockstep.checkers.vector import native_sets, native_symmetry
 from lockstep.checkers.vector.backend import _MULTIPLY_1, _MULTIPLY_2, _SEED
 from lockstep.checkers.vector.fused import _local_blocks, _number, parse
 from lockstep.checkers.vector.fused_launch import Expansion
 from lockstep.checkers.vector.kernels import Kernels
 from lockstep.checkers.vector.native_sets import SETS_SOURCE, NativeSets
-from lockstep.checkers.vector.source_cache import folder
 from lockstep.checkers.vector.values import Unsupported
 
 THRESHOLD = 1 << 15  # stored states after which an uncached library is compiled (in the background)
@@ -293,10 +297,21 @@ def compiler() -> str | None:
     return shutil.which("cc") or shutil.which("gcc")
 
 
-def _folder() -> Path:
-    created = folder("native")
-    created.mkdir(parents=True, exist_ok=True)
-    return created
+_OPENED: dict[Path, Any] = {}  # this process's loaded libraries, by their verified entry's file
+
+
+def _opened(entry: Entry) -> Any:
+    """The library of a verified entry, loaded from a private copy of the bytes that were verified
+    (the entry's own file could be changed between the check and the load)."""
+    if entry.path not in _OPENED:
+        descriptor, copy = tempfile.mkstemp(prefix=".load-", suffix=".so", dir=entry.path.parent)
+        try:
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(entry.data)
+            _OPENED[entry.path] = ctypes.CDLL(copy)
+        finally:
+            os.unlink(copy)
+    return _OPENED[entry.path]
 
 
 class NativeKernels:
@@ -312,16 +327,20 @@ class NativeKernels:
             Path(module).read_bytes() for module in (__file__, native_sets.__file__, native_symmetry.__file__)
         )
         digest = hashlib.sha256(generator + repr((arrays.source, self.words, self.command)).encode()).hexdigest()
-        self.library = _folder() / f"successors_{digest[:24]}.so"
+        self.store = Store("native", root())
+        self.stem = f"successors_{digest[:24]}"
+        self.store.folder()  # a cache folder that cannot be made: OSError, no native kernels
         self.building: subprocess.Popen[bytes] | None = None
         self.function: Any = None
         self.canonical_function: Any = None  # with symmetry, once the library is loaded
         self.sets: NativeSets | None = None  # the set loops, once the library is loaded
         self.failed = False  # generation or compilation failed: the array kernels stay in charge
         self.capacity = 0
-        if self.library.exists():
-            self._load()
-        elif eager:
+        self.rebuilt = False  # a cached library failed to load and was compiled again
+        entry = self.store.read(self.stem, ".so")
+        if entry is not None:
+            self._load(entry)
+        if self.function is None and eager:
             self.ready(THRESHOLD, wait=True)
 
     def ready(self, stored: int, wait: bool = False) -> bool:
@@ -338,42 +357,47 @@ class NativeKernels:
         if not wait and self.building.poll() is None:
             return False
         self.building.wait()
-        if self.building.returncode != 0 or not self.library.exists():
+        entry = self.store.read(self.stem, ".so") if self.building.returncode == 0 else None
+        if entry is None:
             self.failed = True
             return False
-        self._load()
+        self._load(entry)
         return self.function is not None
 
     def _build(self) -> None:
-        """Generate the source and start the compiler on it. The compiler installs the library
-        itself (a rename once it is written, then the source removed), so a compile that outlives
-        the search, whose small model finished first, still serves the next run."""
+        """Generate the source and start the compiler on it in a private build folder. The
+        compiler's library is signed and installed by ``python -m lockstep.cache install`` at the
+        end of the same shell command, so a compile that outlives the search, whose small model
+        finished first, still serves the next run."""
         try:
             native = native_source(self.arrays.source, self.words)
-        except Unsupported:
+            build = Path(tempfile.mkdtemp(prefix=f".{self.stem}.", dir=self.store.folder()))
+        except (Unsupported, OSError):
             self.failed = True
             return
-        stem = self.library.with_suffix("")
-        source = stem.with_name(f"{stem.name}.{os.getpid()}.c")
-        output = stem.with_name(f"{stem.name}.{os.getpid()}.tmp")
+        source, output = build / "successors.c", build / "successors.so"
         source.write_text(native)
-        compile_command = " ".join(shlex.quote(part) for part in [*self.command, "-o", str(output), str(source)])
-        installed = f"mv -f {shlex.quote(str(output))} {shlex.quote(str(self.library))}"
-        cleaned = f"rm -f {shlex.quote(str(source))} {shlex.quote(str(output))}"
+        compile_command = [*self.command, "-o", str(output), str(source)]
+        install = [sys.executable, "-m", "lockstep.cache", "install", str(self.store.base), "native", self.stem]
+        install += [".so", str(output)]
+        quoted = " ".join(shlex.quote(part) for part in compile_command)
+        installed = " ".join(shlex.quote(part) for part in install)
         self.building = subprocess.Popen(  # noqa: S603 - the configured compiler on our own generated source
-            ["/bin/sh", "-c", f"{compile_command} && {installed}; status=$?; {cleaned}; exit $status"],
+            ["/bin/sh", "-c", f"{quoted} && {installed}; status=$?; rm -rf {shlex.quote(str(build))}; exit $status"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
-    def _load(self) -> None:
+    def _load(self, entry: Entry) -> None:
         try:
-            library = ctypes.CDLL(str(self.library))
+            library = _opened(entry)
             function, predicates, kinds = library.successors, library.predicates, library.kinds
             sets = NativeSets(library)
-        except (OSError, AttributeError):  # a truncated or foreign file: compiled again by the next run
-            self.library.unlink(missing_ok=True)
-            self.failed = True
+        except (OSError, AttributeError) as error:  # a library that does not load: compiled again
+            self.store.reject(entry.path, f"it does not load ({type(error).__name__})")
+            if not self.rebuilt:
+                self.rebuilt = True
+                self._build()
             return
         pointer, integer = ctypes.c_void_p, ctypes.c_int64
         function.argtypes = [pointer, integer, integer, *[pointer] * 6, integer, pointer]

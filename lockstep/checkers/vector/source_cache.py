@@ -7,10 +7,9 @@ final predicate and symmetry declarations, all frozen dataclasses whose ``repr``
 bound variables renamed in order of appearance, as a machine built twice names them differently)
 with the symmetry flag and the text of every module of ``lockstep.spec`` and
 ``lockstep.checkers.vector`` (so a change to the generator or the layout writes a new entry). Entries
-live under ``$LOCKSTEP_CACHE`` (default: the temporary directory's ``lockstep-fused``) in
-``kernels/``; an unreadable or malformed one is ignored and written again, writes go to a temporary
-file renamed into place, and a folder that cannot be written is skipped. ``LOCKSTEP_KERNEL_CACHE=0``
-turns it off.
+are signed entries of ``lockstep.cache`` (kind ``kernels``: the user's private cache, each verified
+before its source is executed); one that does not verify, parse or compile is removed, with a
+note, and made again.
 """
 
 from __future__ import annotations
@@ -18,24 +17,18 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
-import os
 import re
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from lockstep.cache import Store
 from lockstep.spec.machine import Machine
 from lockstep.spec.sorts import Value
 
 _BOUND = re.compile(r"Bound\(name='([^']*)'")
+_STORE = Store("kernels")
 Generated = tuple[str, list[tuple[int, tuple[Value, ...]]], int, int]  # source, tuples, skipped, permutations
-
-
-def folder(name: str) -> Path:
-    """A cache folder under ``$LOCKSTEP_CACHE`` (default: the temporary directory's ``lockstep-fused``)."""
-    root = Path(os.environ.get("LOCKSTEP_CACHE", str(Path(tempfile.gettempdir()) / "lockstep-fused")))
-    return root / name
 
 
 @cache
@@ -66,21 +59,29 @@ def key(machine: Machine, symmetry: bool) -> str:
     return hashlib.sha256(_generator() + described.encode()).hexdigest()[:32]
 
 
-def read(name: str) -> Generated | None:
-    """The entry under ``name``, or None when there is none (or it cannot be read back)."""
-    if os.environ.get("LOCKSTEP_KERNEL_CACHE") == "0":
+def read(name: str) -> tuple[Generated, Path] | None:
+    """The verified entry under ``name`` and its file, or None when there is none; an entry that
+    verifies but does not parse as one is removed (``Store.reject``) and made again."""
+    entry = _STORE.read(name, ".json")
+    if entry is None:
         return None
     try:
-        payload = json.loads((folder("kernels") / f"{name}.json").read_text())
+        payload = json.loads(entry.data)
         tuples = ast.literal_eval(payload["tuples"])
         source, skipped, permutations = payload["source"], payload["skipped"], payload["permutations"]
-    except (OSError, ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError):
+        if not (isinstance(source, str) and isinstance(tuples, list) and isinstance(skipped, int)):
+            raise TypeError("a field of the wrong type")
+        if not isinstance(permutations, int) or payload.get("key") != name:
+            raise TypeError("a field of the wrong type or another key")
+    except (ValueError, KeyError, TypeError, SyntaxError, MemoryError, RecursionError) as error:
+        _STORE.reject(entry.path, f"it does not parse ({type(error).__name__})")
         return None
-    if not (isinstance(source, str) and isinstance(tuples, list) and isinstance(skipped, int)):
-        return None
-    if not isinstance(permutations, int) or payload.get("key") != name:
-        return None
-    return source, tuples, skipped, permutations
+    return (source, tuples, skipped, permutations), entry.path
+
+
+def reject(path: Path, why: str) -> None:
+    """Remove the entry at ``path`` (its code did not compile or load), to be made again."""
+    _STORE.reject(path, why)
 
 
 def write(name: str, generated: Generated) -> None:
@@ -88,7 +89,7 @@ def write(name: str, generated: Generated) -> None:
     source, tuples, skipped, permutations = generated
     spelled = repr(tuples)
     try:
-        if os.environ.get("LOCKSTEP_KERNEL_CACHE") == "0" or ast.literal_eval(spelled) != tuples:
+        if ast.literal_eval(spelled) != tuples:
             return
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return  # an argument that is not a literal: not cached
@@ -99,14 +100,7 @@ def write(name: str, generated: Generated) -> None:
         "skipped": skipped,
         "permutations": permutations,
     }
-    target = folder("kernels")
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=target, suffix=".tmp", delete=False) as handle:
-            json.dump(payload, handle)
-        os.replace(handle.name, target / f"{name}.json")
-    except OSError:
-        return
+    _STORE.write(name, ".json", json.dumps(payload).encode())
 
 
-__all__ = ["folder", "key", "read", "write"]
+__all__ = ["key", "read", "reject", "write"]
