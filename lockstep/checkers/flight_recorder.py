@@ -11,16 +11,21 @@ that posted on the group (gloo records none).
 What a dump can say about completion depends on the backend: NCCL entries move from "scheduled"
 to "completed", so an op not completed is pending; gloo entries stay "scheduled" (torch 2.11 to 2.13),
 so only order and sequence ids are usable, and a gloo rank's last entry is taken as where it waits.
+Gloo records no members either: a gloo group only one rank posted on has nothing to be compared
+with, so it is ``inconclusive`` (exit 3), never ``consistent``, and so is a diagnosis whose groups
+agree only where nothing could be compared.
 Send/recv ops are paired per channel (``flight_recorder_transfers``): a send without its recv, a
 recv without its send, or a pair of different sizes or dtypes is reported, and a pending NCCL
-send or recv is a wait like a pending collective. Values only: ``render`` in
+send or recv is a wait like a pending collective. Every step is linear in the entries (or n log n),
+whatever the dumps hold: the entries are bucketed by group and rank once, and sequence ids are
+walked as the ones present, never as a range. Values only: ``render`` in
 ``flight_recorder_report`` makes text.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,7 +39,8 @@ from lockstep.traces.flight_recorder import (
     read_directory,
 )
 
-Verdict = Literal["consistent", "hang", "desync"]
+Verdict = Literal["consistent", "inconclusive", "hang", "desync"]
+EXIT_CODES: dict[str, int] = {"consistent": 0, "inconclusive": 3, "hang": 1, "desync": 1}
 # Ops whose members must all pass equal input sizes (output sizes for the reduce-scatters).
 EQUAL_INPUT_OPERATIONS = frozenset(
     {
@@ -54,6 +60,7 @@ EQUAL_INPUT_OPERATIONS = frozenset(
     }
 )
 EQUAL_OUTPUT_OPERATIONS = frozenset({"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"})
+Reason = Literal["different operations", "different sizes", "different dtypes", "missing operation"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class Disagreement:
     """The first position of a group where its members' posted ops differ."""
 
     sequence: int
-    reason: Literal["different operations", "different sizes", "different dtypes", "missing operation"]
+    reason: Reason
     posted: tuple[PostedOperation, ...]
     absent: tuple[int, ...]  # members with a dump that posted nothing at this position
 
@@ -158,10 +165,11 @@ class Diagnosis:
     verdict: Verdict
     summary: str  # "ranks 0,2 in all_reduce#3 of ...; rank 1 in barrier#3 of ..."
     warnings: tuple[str, ...]
+    folders: tuple[Path, ...] = ()  # read besides ``directory`` (a run's nccl/)
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "consistent" else 1
+        return EXIT_CODES[self.verdict]
 
 
 def diagnose_directory(path: str | Path) -> Diagnosis:
@@ -169,21 +177,49 @@ def diagnose_directory(path: str | Path) -> Diagnosis:
     return diagnose(read_directory(path))
 
 
+@dataclass(frozen=True)
+class _Ranks:
+    """What every group's diagnosis asks of the directory, computed once."""
+
+    dumped: frozenset[int]  # ranks with a dump
+    wrapped: frozenset[int]  # ranks whose ring buffer lost entries
+    configured: dict[str, tuple[int, ...]]  # group name -> pg_config ranks (the first dump that names any)
+
+
 def diagnose(directory: FlightRecorderDirectory) -> Diagnosis:
     """Line up every group's ops across the ranks and say who waits where."""
-    keyed: dict[str, list[FlightRecorderEntry]] = {}
+    keyed: dict[str, dict[int, list[FlightRecorderEntry]]] = {}  # group key -> rank -> its entries there
+    first_seen: dict[str, int] = {}
+    configured: dict[str, tuple[int, ...]] = {}
     for dump in directory.dumps:
         for entry in dump.entries:
-            keyed.setdefault(group_key(entry), []).append(entry)
-    groups = tuple(_diagnose_group(key, directory.dumps) for key in sorted(keyed, key=_group_order(directory)))
-    positions = tuple(_position(dump, groups) for dump in directory.dumps)
-    verdict: Verdict = (
-        "desync"
-        if any(group.verdict == "desync" for group in groups)
-        else "hang"
-        if any(group.verdict == "hang" for group in groups)
-        else "consistent"
+            key = group_key(entry)
+            keyed.setdefault(key, {}).setdefault(dump.rank, []).append(entry)
+            first_seen.setdefault(key, entry.group_index)
+        for config in dump.groups:
+            if config.name and config.ranks:
+                configured.setdefault(config.name, config.ranks)
+    ranks = _Ranks(
+        frozenset(directory.ranks), frozenset(dump.rank for dump in directory.dumps if dump.wrapped), configured
     )
+    ordered = sorted(keyed, key=lambda key: (first_seen[key], key))
+    groups = tuple(_diagnose_group(key, keyed[key], ranks) for key in ordered)
+    waits: dict[int, list[Wait]] = {}
+    for group in groups:
+        for wait in group.waits:
+            waits.setdefault(wait.rank, []).append(wait)
+    by_key = {group.key: group for group in groups}
+    positions = tuple(_position(dump, by_key, waits.get(dump.rank, [])) for dump in directory.dumps)
+    verdicts = {group.verdict for group in groups}
+    ranked: tuple[Verdict, ...] = ("desync", "hang", "inconclusive")  # the first a group has decides
+    verdict: Verdict = next((each for each in ranked if each in verdicts), "consistent")
+    summary = _summary(positions) if verdict != "consistent" else ""
+    if verdict == "inconclusive":
+        uncompared = [group.label for group in groups if group.verdict == "inconclusive"]
+        summary = (
+            f"nothing to compare on {', '.join(uncompared)} (one rank posted on each, and its backend records "
+            f"neither members nor completion), and no group shows a disagreement; {summary}"
+        )
     return Diagnosis(
         directory.path,
         directory.ranks,
@@ -192,8 +228,9 @@ def diagnose(directory: FlightRecorderDirectory) -> Diagnosis:
         groups,
         positions,
         verdict,
-        _summary(positions) if verdict != "consistent" else "",
+        summary,
         directory.warnings,
+        directory.folders,
     )
 
 
@@ -201,24 +238,15 @@ def group_key(entry: FlightRecorderEntry) -> str:
     return entry.group_name if entry.group_name else f"pg_id {entry.group_index}"
 
 
-def _group_order(directory: FlightRecorderDirectory) -> Callable[[str], tuple[int, str]]:
-    first_seen: dict[str, int] = {}
-    for dump in directory.dumps:
-        for entry in dump.entries:
-            first_seen.setdefault(group_key(entry), entry.group_index)
-    return lambda key: (first_seen[key], key)
-
-
 def ranks_text(ranks: Iterable[int]) -> str:
     ranks = sorted(ranks)
     return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(str(rank) for rank in ranks)
 
 
-def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
-    entries = {dump.rank: [entry for entry in dump.entries if group_key(entry) == key] for dump in dumps}
-    entries = {rank: found for rank, found in entries.items() if found}
+def _diagnose_group(key: str, entries: dict[int, list[FlightRecorderEntry]], ranks: _Ranks) -> GroupDiagnosis:
+    """One group; ``entries``: per rank that posted on it (in rank order), its entries there."""
     first = next(iter(entries.values()))[0]
-    configured = next((dump.members_of(first.group_name) for dump in dumps if dump.members_of(first.group_name)), ())
+    configured = ranks.configured.get(first.group_name, ()) if first.group_name else ()
     members = configured or tuple(sorted(entries))
     backend = first.backend or "unknown"
     counts: Counter[str] = Counter()
@@ -233,7 +261,7 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
     notes = []
     if not configured:
         notes.append(f"{backend} records no members: taken from the dumps that posted on it ({ranks_text(members)})")
-    without_dump = sorted(set(members) - {dump.rank for dump in dumps})
+    without_dump = sorted(set(members) - ranks.dumped)
     if without_dump:
         notes.append(f"no dump for {ranks_text(without_dump)}: where they are is unknown")
     silent = sorted(set(members) - set(entries) - set(without_dump))
@@ -250,16 +278,14 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
         operations[rank] = tuple(posted)
         collectives[rank] = {item.sequence: item for item in posted if not item.is_p2p}
         notes.extend(_losses(rank, sorted(collectives[rank])))
-    dumped = {dump.rank for dump in dumps}
-    wrapped = {dump.rank for dump in dumps if dump.entries and dump.entries[0].record_id > 0}
-    transfers, transfer_notes = match_transfers(operations, members, dumped, wrapped)
+    transfers, transfer_notes = match_transfers(operations, members, ranks.dumped, ranks.wrapped)
     if transfers:
         notes.append(f"point-to-point: {summarise(transfers)}")
     notes.extend(transfer_notes)
     tracks_completion = backend != "gloo"
     if not tracks_completion:
         notes.append('gloo records no completion (entries stay "scheduled"): only order and sequence ids are used')
-    disagreement = _first_disagreement(collectives, [rank for rank in members if rank in {d.rank for d in dumps}])
+    disagreement = _first_disagreement(collectives, [rank for rank in members if rank in ranks.dumped])
     waits: list[Wait] = []
     if disagreement is not None:
         waits = [Wait(item.rank, key, label, item) for item in disagreement.posted]
@@ -286,6 +312,13 @@ def _diagnose_group(key: str, dumps: tuple[RankDump, ...]) -> GroupDiagnosis:
     elif waits:
         verdict = "hang"
         notes.append("every member posted the pending op; it did not complete")
+    elif not tracks_completion and len(entries) < 2 and (not configured or len(configured) > 1):
+        verdict = "inconclusive"  # one poster, and nothing says whether the others posted the same
+        whom = "which ranks belong to it and " if not configured else ""
+        notes.append(
+            f"nothing to compare: only {ranks_text(entries)} posted on it, and {backend} records neither "
+            f"members nor completion: {whom}whether its other members posted these ops is unknown"
+        )
     return GroupDiagnosis(
         key,
         label,
@@ -329,40 +362,53 @@ def _signature(item: PostedOperation) -> tuple[tuple[str, tuple[object, ...], tu
 
 
 def _first_disagreement(collectives: dict[int, dict[int, PostedOperation]], members: list[int]) -> Disagreement | None:
+    """The first sequence id, from where every member's entries start, whose posted ops differ or
+    that a member's entries end before (a member with none is absent from the first). Walks the ids
+    present, in order: linear in the ops however far apart the ids are."""
     known = {rank: collectives.get(rank, {}) for rank in members}
     starts = [min(by_sequence) for by_sequence in known.values() if by_sequence]
     if not starts:
         return None
-    last = max(max(by_sequence) for by_sequence in known.values() if by_sequence)
-    for sequence in range(max(starts), last + 1):
-        posted = tuple(known[rank][sequence] for rank in members if sequence in known[rank])
+    start = max(starts)
+    ends = {rank: max(by_sequence) for rank, by_sequence in known.items() if by_sequence}
+    earliest_end = min(ends.values()) if len(ends) == len(known) else None  # None: a member posted nothing
+    at: dict[int, list[PostedOperation]] = {}
+    for rank in members:
+        for sequence, item in known[rank].items():
+            if sequence >= start:
+                at.setdefault(sequence, []).append(item)
+
+    def found(sequence: int, reason: Reason) -> Disagreement:
         absent = tuple(
-            rank for rank in members if sequence not in known[rank] and (not known[rank] or sequence > max(known[rank]))
+            rank for rank in members if sequence not in known[rank] and (rank not in ends or sequence > ends[rank])
         )
-        if not posted:
-            continue
-        signatures = [_signature(item) for item in posted]
+        return Disagreement(sequence, reason, tuple(at[sequence]), absent)
+
+    for sequence in sorted(at):
+        signatures = [_signature(item) for item in at[sequence]]
         if len({tuple(name for name, _, _ in signature) for signature in signatures}) > 1:
-            return Disagreement(sequence, "different operations", posted, absent)
+            return found(sequence, "different operations")
         if len({tuple(sizes for _, sizes, _ in signature) for signature in signatures}) > 1:
-            return Disagreement(sequence, "different sizes", posted, absent)
+            return found(sequence, "different sizes")
         if len({tuple(dtypes for _, _, dtypes in signature) for signature in signatures}) > 1:
-            return Disagreement(sequence, "different dtypes", posted, absent)
-        if absent:
-            return Disagreement(sequence, "missing operation", posted, absent)
+            return found(sequence, "different dtypes")
+        if earliest_end is None or sequence > earliest_end:
+            return found(sequence, "missing operation")
     return None
 
 
-def _position(dump: RankDump, groups: tuple[GroupDiagnosis, ...]) -> RankPosition:
-    waits = [wait for group in groups for wait in group.waits if wait.rank == dump.rank]
+def _position(dump: RankDump, groups: dict[str, GroupDiagnosis], waits: list[Wait]) -> RankPosition:
+    """Where ``dump``'s rank is: the first of its ``waits`` in the order it posted them, else (gloo)
+    its last entry's op."""
     if waits:
-        return RankPosition(dump.rank, min(waits, key=lambda wait: wait.posted.entries[0].record_id), True)
+        order = {id(entry): index for index, entry in enumerate(dump.entries)}
+        return RankPosition(dump.rank, min(waits, key=lambda wait: order[id(wait.posted.entries[0])]), True)
     if not dump.entries:
         return RankPosition(dump.rank, None, True)
     last = dump.entries[-1]
     if last.backend == "gloo":  # completion unknown: the last op posted is where a blocked rank sits
-        group = next(group for group in groups if group.key == group_key(last))
-        posted = next(item for item in group.operations[dump.rank] if last in item.entries)
+        group = groups[group_key(last)]
+        posted = next(item for item in group.operations[dump.rank] if any(entry is last for entry in item.entries))
         return RankPosition(dump.rank, Wait(dump.rank, group.key, group.label, posted), False)
     return RankPosition(dump.rank, None, True)
 

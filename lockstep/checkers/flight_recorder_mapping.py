@@ -3,7 +3,8 @@ model execution must project onto (``lockstep.checkers.flight_recorder_model`` s
 
 A mapping file is JSON: ``{"groups": {"<group name or pg_id N>": "<communicator>" or null},
 "acknowledged": ["<communicator>", ...], "runtime_only": ["<name>", ...]}`` (``lockstep run
---flight-recorder`` writes one as ``flight-recorder-mapping.json``; other keys are ignored). A
+--flight-recorder`` writes one as ``flight-recorder-mapping.json`` beside the dumps, with the
+``"protocol"`` it ran: ``find_mapping`` finds it there; other keys are ignored). A
 group mapped to null is left out (with a note). A group mapped to a name that is no communicator
 of the model is refused (``FlightRecorderError`` naming the file and the entry: exit 2) unless
 ``runtime_only`` declares the name: a group the runtime keeps for its own plumbing (the
@@ -16,24 +17,38 @@ Without a file the mapping is guessed: a group may be a communicator whose membe
 ranks (``pg_config`` ranks for NCCL; gloo records none) and which offers every kind of op the
 group shows; the default group (``default_pg``) is left out. Guesses are ordered best first: more
 groups mapped, then groups whose creation order (``pg_id``) is the communicators' declaration
-order, then any other; at most ``MAX_GUESSES`` are tried. Member m of a communicator is the
-group's rank m (the global rank when the dump names no ranks).
+order, then any other; at most ``MAX_GUESSES`` are tried, chosen among at most
+``MAX_COMBINATIONS`` assignments (a note says when there were more). Member m of a communicator is
+the group's rank m (the global rank when the dump names no ranks). Ops lost from a wrapped ring
+buffer are counted, not stored (``ProjectedSequence``): a sequence id of 2**62 costs nothing.
 """
 
 from __future__ import annotations
 
 import itertools
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 from lockstep.checkers.flight_recorder import group_key
 from lockstep.spec.collectives import Communicator, Kind
 from lockstep.spec.machine import Machine
-from lockstep.traces.flight_recorder import FlightRecorderDirectory, FlightRecorderEntry, FlightRecorderError
+from lockstep.traces.flight_recorder import (
+    MAPPING_FILE,
+    NCCL_FOLDER,
+    FlightRecorderDirectory,
+    FlightRecorderEntry,
+    FlightRecorderError,
+    decimal,
+    load_json,
+    read_bounded,
+)
 
 MAX_GUESSES = 24
+MAX_COMBINATIONS = 100_000  # assignments of groups to communicators looked at by the automatic mapping
+MAX_MAPPING_BYTES = 16 * 1024 * 1024
 FAMILIES = {
     Kind.ALL_REDUCE_SUM: "all_reduce",
     Kind.ALL_REDUCE_MAX: "all_reduce",
@@ -82,6 +97,36 @@ class ObservedOperation:
         return self.text
 
 
+class ProjectedSequence:
+    """One rank's ops on one communicator as a model execution must post them: ``lost`` ops that a
+    wrapped ring buffer lost (any op each, not stored), then the observed ``operations``."""
+
+    def __init__(self, lost: int, operations: tuple[ObservedOperation, ...]) -> None:
+        self.lost, self.operations = lost, operations
+
+    def __len__(self) -> int:
+        return self.lost + len(self.operations)
+
+    @overload
+    def __getitem__(self, index: int) -> ObservedOperation: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[ObservedOperation, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> ObservedOperation | tuple[ObservedOperation, ...]:
+        if isinstance(index, slice):
+            return tuple(self[position] for position in range(*index.indices(len(self))))
+        if index < 0:
+            index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(index)
+        return (
+            ObservedOperation(index + 1, None, None, "(lost)")
+            if index < self.lost
+            else self.operations[index - self.lost]
+        )
+
+
 @dataclass
 class ProjectionPlan:
     """One mapping, and the dump sequences a model execution must project onto."""
@@ -89,7 +134,7 @@ class ProjectionPlan:
     mapping: dict[str, str]  # group key -> communicator name
     communicators: tuple[Communicator, ...]  # mapped, in index order
     all_communicators: tuple[Communicator, ...]
-    sequences: dict[tuple[int, int], tuple[ObservedOperation, ...]]  # (member, communicator index)
+    sequences: dict[tuple[int, int], ProjectedSequence]  # (member, communicator index)
     point_to_point_recorded: tuple[bool, ...]
     notes: list[str] = field(default_factory=list)
 
@@ -131,19 +176,28 @@ class MappingFile:
     groups: dict[str, str | None]
     acknowledged: tuple[str, ...]
     runtime_only: tuple[str, ...]
+    protocol: str | None = None  # the protocol the run that wrote it ran, where it says
+
+
+def find_mapping(dumps: str | Path) -> Path | None:
+    """The mapping file ``lockstep run --flight-recorder`` wrote beside ``dumps`` (a directory, its
+    ``nccl/`` folder, or one dump file), or None."""
+    dumps = Path(dumps)
+    folder = dumps if dumps.is_dir() else dumps.parent
+    for candidate in (folder, folder.parent) if folder.name in (NCCL_FOLDER, "nccl-timeout") else (folder,):
+        if (candidate / MAPPING_FILE).is_file():
+            return candidate / MAPPING_FILE
+    return None
 
 
 def read_mapping(path: str | Path) -> MappingFile:
     """A mapping file's groups, acknowledged communicators and runtime-only group names
     (``FlightRecorderError`` if unreadable)."""
     path = Path(path)
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise FlightRecorderError(path, f"cannot read: {error.strerror or error}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise FlightRecorderError(path, f"not JSON ({error})") from None
-    groups = document.get("groups") if isinstance(document, dict) else None
+    document = load_json(read_bounded(path, MAX_MAPPING_BYTES), path)
+    if not isinstance(document, dict):
+        document = {}
+    groups = document.get("groups")
     if not isinstance(groups, dict) or not all(
         isinstance(key, str) and (value is None or isinstance(value, str)) for key, value in groups.items()
     ):
@@ -154,7 +208,10 @@ def read_mapping(path: str | Path) -> MappingFile:
     runtime_only = document.get("runtime_only", [])
     if not isinstance(runtime_only, list) or not all(isinstance(name, str) for name in runtime_only):
         raise FlightRecorderError(path, '"runtime_only" must be a list of group names')
-    return MappingFile(path, dict(groups), tuple(acknowledged), tuple(runtime_only))
+    protocol = document.get("protocol")
+    return MappingFile(
+        path, dict(groups), tuple(acknowledged), tuple(runtime_only), protocol if isinstance(protocol, str) else None
+    )
 
 
 def plan_projection(
@@ -170,9 +227,11 @@ def plan_projection(
     ``FlightRecorderError`` naming ``mapping_file`` (or "the mapping") and the entry."""
     communicators = tuple(item for item in machine.communicators if isinstance(item, Communicator))
     entries: dict[str, list[FlightRecorderEntry]] = {}
+    own: dict[tuple[int, str], list[FlightRecorderEntry]] = {}  # (rank, group key) -> its entries there
     for dump in directory.dumps:
         for entry in dump.entries:
             entries.setdefault(group_key(entry), []).append(entry)
+            own.setdefault((dump.rank, group_key(entry)), []).append(entry)
     names = {communicator.name: communicator for communicator in communicators}
     if mapping is not None:
         notes = []
@@ -198,7 +257,7 @@ def plan_projection(
         guesses, notes = _guesses(directory, entries, communicators)
     plans = []
     for guess in guesses:
-        plan = _plan(directory, entries, communicators, guess, acknowledged)
+        plan = _plan(directory, entries, own, communicators, guess, acknowledged)
         plan.notes[:0] = notes
         unmapped = sorted(set(entries) - set(guess))
         if unmapped:
@@ -226,6 +285,10 @@ def _guesses(
 ) -> tuple[list[dict[str, str]], list[str]]:
     notes = []
     candidates: dict[str, list[str]] = {}
+    posters: dict[str, set[int]] = {}
+    for dump in directory.dumps:
+        for entry in dump.entries:
+            posters.setdefault(group_key(entry), set()).add(dump.rank)
     order = sorted(entries, key=lambda key: (entries[key][0].group_index, key))
     for key in order:
         found = entries[key]
@@ -233,7 +296,7 @@ def _guesses(
             notes.append(f"group {key} (default_pg) left out of the automatic mapping")
             continue
         members = _members(directory, key, found)
-        ranks = {entry_rank for entry_rank in _posters(directory, key)}
+        ranks = posters[key]
         families = {_family(entry) for entry in found}
         fitting = []
         for communicator in communicators:
@@ -253,7 +316,13 @@ def _guesses(
     declared = [communicator.name for communicator in communicators]
     scored: list[tuple[tuple[int, int, int], dict[str, str]]] = []
     options = [[*candidates[key], None] for key in keys]
-    for choice in itertools.product(*options):
+    combinations = math.prod(len(option) for option in options)
+    if combinations > MAX_COMBINATIONS:
+        notes.append(
+            f"the automatic mapping looked at {MAX_COMBINATIONS} of {combinations} ways to map the groups to "
+            "communicators: give --mapping FILE if its guess is wrong"
+        )
+    for choice in itertools.islice(itertools.product(*options), MAX_COMBINATIONS):
         used = [name for name in choice if name is not None]
         if len(used) != len(set(used)):
             continue
@@ -268,13 +337,10 @@ def _guesses(
     return guesses, notes
 
 
-def _posters(directory: FlightRecorderDirectory, key: str) -> set[int]:
-    return {dump.rank for dump in directory.dumps if any(group_key(entry) == key for entry in dump.entries)}
-
-
 def _plan(
     directory: FlightRecorderDirectory,
     entries: dict[str, list[FlightRecorderEntry]],
+    own: Mapping[tuple[int, str], list[FlightRecorderEntry]],
     communicators: tuple[Communicator, ...],
     guess: Mapping[str, str],
     acknowledged: tuple[str, ...],
@@ -282,7 +348,7 @@ def _plan(
     by_name = {communicator.name: communicator for communicator in communicators}
     mapped = tuple(by_name[name] for name in sorted(set(guess.values()), key=list(by_name).index))
     index_of = {communicator.name: index for index, communicator in enumerate(mapped)}
-    sequences: dict[tuple[int, int], tuple[ObservedOperation, ...]] = {}
+    sequences: dict[tuple[int, int], ProjectedSequence] = {}
     recorded = [True] * len(mapped)
     notes: list[str] = []
     for key, name in guess.items():
@@ -297,16 +363,15 @@ def _plan(
                 continue
             if member >= by_name[name].members.count:
                 continue
-            own = [entry for entry in dump.entries if group_key(entry) == key]
-            sequence = _sequence(own, name in acknowledged, recorded[index])
-            lost = _lost(own)
+            posted = own.get((dump.rank, key), [])
+            sequence = _sequence(posted, name in acknowledged, recorded[index])
+            lost = _lost(posted)
             if lost:
                 notes.append(
                     f"rank {dump.rank}'s first {lost} ops on {key} were lost from the ring buffer: the model "
                     "check starts mid-execution (any ops there)"
                 )
-            wildcards = tuple(ObservedOperation(number, None, None, "(lost)") for number in range(1, lost + 1))
-            sequences[(member, index)] = wildcards + sequence
+            sequences[(member, index)] = ProjectedSequence(lost, sequence)
     gloo = [
         communicator.name for communicator, flag in zip(mapped, recorded) if not flag and "send" in communicator.specs
     ]
@@ -348,8 +413,7 @@ def _peer(entry: FlightRecorderEntry) -> int | None:
     parts = entry.profiling_name.partition(":")[2].split(" ")
     if len(parts) != 2:
         return None
-    if "->" in parts[1]:
-        return int(parts[1].split("->")[1])
-    if "<-" in parts[1]:
-        return int(parts[1].split("<-")[1])
+    for arrow in ("->", "<-"):
+        if arrow in parts[1]:
+            return decimal(parts[1].split(arrow)[1])
     return None

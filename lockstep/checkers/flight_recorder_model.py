@@ -18,7 +18,9 @@ deadlock with ops pending, or the model's own) is reported with the shortest pat
 verdict ``hang`` or ``desync``. Consistent states that violate nothing: ``consistent`` (the
 model completes what was pending). No consistent state, search exhausted: ``diverges``, naming
 the deepest progress reached, the first dump op no model state could post and what the model
-posts there instead. Search bound reached first: ``inconclusive``. Returns values; never prints.
+posts there instead. Search bound reached first: ``inconclusive``; and so is a check that maps
+no group of the dumps to a communicator (nothing was compared with the model, so it cannot say
+``consistent``). Returns values; never prints.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lockstep.checkers.flight_recorder import group_key
 from lockstep.checkers.flight_recorder_mapping import (
     ObservedOperation,
     ProjectionPlan,
@@ -110,6 +113,18 @@ def check_dumps(
     system = system_for(model.machine())
     plans = plan_projection(directory, system.machine, mapping, acknowledged, runtime_only, mapping_file)
     source = f"file {mapping_file}" if mapping_file else "given" if mapping is not None else "automatic"
+    if not any(plan.mapping for plan in plans):
+        unmapped = ModelCheck("inconclusive", model.label, {}, source, 0, False)
+        groups = sorted({group_key(entry) for dump in directory.dumps for entry in dump.entries})
+        unmapped.notes.append(
+            "nothing was checked against the model: no group of the dumps maps to one of its communicators "
+            f"({', '.join(communicator.name for communicator in plans[0].all_communicators) or 'none'}); "
+            f"the dumps' groups: {', '.join(groups[:10]) or 'none'}"
+            + (f" and {len(groups) - 10} more" if len(groups) > 10 else "")
+            + ("" if mapping is not None else "; give --mapping FILE naming each group's communicator")
+        )
+        unmapped.notes.extend(plans[0].notes)
+        return unmapped
     best: ModelCheck | None = None
     for number, plan in enumerate(plans, start=1):
         result = _search(system, plan, model.label, max_states)

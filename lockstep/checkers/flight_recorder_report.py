@@ -5,6 +5,9 @@
 with its first disagreement and the Python frames of its waiting ranks, then where each rank is);
 ``diagnosis_to_json`` returns plain dicts, lists, strings and numbers for ``json.dumps``. Neither prints.
 Frames inside torch and the multiprocessing bootstrap are left out of the text (they are all in the JSON).
+Every name in a dump (frames, groups, ops, dtypes, file names) is untrusted: each line of the text
+has its control characters, escapes and bidi overrides written as Python escapes (``printable``),
+so a dump cannot move the cursor or recolour the terminal; the JSON keeps them, escaped by ``json``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from lockstep.checkers.flight_recorder import (
     ranks_text,
 )
 from lockstep.traces.flight_recorder import Frame
+from lockstep.traces.swimlanes import printable
 
 if TYPE_CHECKING:
     from lockstep.checkers.flight_recorder_model import ModelCheck
@@ -35,8 +39,9 @@ def user_frames(frames: Iterable[Frame], limit: int) -> list[Frame]:
 
 def render(diagnosis: Diagnosis, operations: bool = False, frames: int = 4) -> str:
     """The diagnosis as text; ``operations`` adds every op each rank posted, ``frames`` bounds each stack."""
+    also = "".join(f" (and {folder})" for folder in diagnosis.folders)
     lines = [
-        f"flight-recorder dumps in {diagnosis.directory}: {ranks_text(diagnosis.ranks)} "
+        f"flight-recorder dumps in {diagnosis.directory}{also}: {ranks_text(diagnosis.ranks)} "
         f"({', '.join(diagnosis.encodings)}; format {', '.join(diagnosis.versions)})"
     ]
     lines += [f"warning: {warning}" for warning in diagnosis.warnings]
@@ -47,7 +52,7 @@ def render(diagnosis: Diagnosis, operations: bool = False, frames: int = 4) -> s
         lines += _group_lines(group, operations, frames)
     lines += ["", "where each rank is:"]
     lines += [line for position in diagnosis.positions for line in _position_lines(position, frames)]
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line) + "\n" for line in lines)
 
 
 def _group_lines(group: GroupDiagnosis, operations: bool, frames: int) -> list[str]:
@@ -218,4 +223,4 @@ def render_model_check(check: ModelCheck) -> str:
         lines.append(f"  {title} ({len(check.path)} steps):")
         lines += [f"    {number}. {step}" for number, step in enumerate(check.path, start=1)]
     lines += [f"  note: {note}" for note in check.notes]
-    return "\n".join(lines) + "\n"
+    return "".join(printable(line) + "\n" for line in lines)

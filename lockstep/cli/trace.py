@@ -38,6 +38,7 @@ from lockstep.traces.reader import TraceInputError
 
 if TYPE_CHECKING:
     from lockstep.checkers.flight_recorder_model import ModelCheck
+    from lockstep.traces.flight_recorder import FlightRecorderDirectory
 
 EXIT_OK = 0
 SCHEMA_VERSION = 1  # of replay's --json object
@@ -102,10 +103,13 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
 
 def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> int:
     """Exit 0 when the dumps are consistent, 1 for a hang, desync or divergence, 2 for unreadable
-    input, 3 when the model check's search bound came first."""
-    from lockstep.checkers.flight_recorder import diagnose_directory
+    input (the message names the file; its control characters escaped), 3 when nothing could be
+    compared (gloo groups with one poster; a model check that maps no group) or the model check's
+    search bound came first."""
+    from lockstep.checkers.flight_recorder import diagnose
     from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render, render_model_check
-    from lockstep.traces.flight_recorder import FlightRecorderError
+    from lockstep.traces.flight_recorder import FlightRecorderError, read_directory
+    from lockstep.traces.swimlanes import printable
 
     if (
         arguments.paths
@@ -130,10 +134,13 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
             arguments,
         )
     try:
-        diagnosis = diagnose_directory(arguments.flight_recorder)
-        check = None if arguments.protocol is None else _check_flight_recorder(arguments)
-    except (FlightRecorderError, UsageError) as error:
-        return _error(console, str(error), arguments)
+        directory = read_directory(arguments.flight_recorder)
+        diagnosis = diagnose(directory)
+        check = None if arguments.protocol is None else _check_flight_recorder(arguments, directory)
+    except FlightRecorderError as error:
+        return usage_error(console, printable(str(error)), arguments, file=error.path)
+    except UsageError as error:
+        return _error(console, printable(str(error)), arguments)
     if arguments.json:
         payload = {"schema_version": SCHEMA_VERSION, **diagnosis_to_json(diagnosis)}
         if check is not None:
@@ -147,23 +154,37 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     return code
 
 
-def _check_flight_recorder(arguments: argparse.Namespace) -> ModelCheck:
-    from lockstep.checkers.flight_recorder_mapping import read_mapping
+def _check_flight_recorder(arguments: argparse.Namespace, directory: FlightRecorderDirectory) -> ModelCheck:
+    """The dumps against ``--protocol``'s model, mapped by ``--mapping``, else by the mapping file
+    ``lockstep run --flight-recorder`` wrote beside them (when it ran the same protocol), else guessed."""
+    from lockstep.checkers.flight_recorder_mapping import find_mapping, read_mapping
     from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
-    from lockstep.traces.flight_recorder import read_directory
 
-    directory = read_directory(arguments.flight_recorder)
-    mapping = None if arguments.mapping is None else read_mapping(arguments.mapping)
+    notes = []
+    path = arguments.mapping
+    mapping = None if path is None else read_mapping(path)
+    found = find_mapping(arguments.flight_recorder) if path is None else None
+    if found is not None:
+        beside = read_mapping(found)
+        if beside.protocol in (None, arguments.protocol):
+            mapping, path = beside, str(found)
+            notes.append(
+                f"mapping read from {found}, which lockstep run wrote beside the dumps (--mapping FILE: another)"
+            )
+        else:
+            notes.append(f"{found} maps the groups of a {beside.protocol} run: not used; the mapping is guessed")
     model = model_instance(arguments.protocol, arguments.variant, arguments.instance, len(directory.dumps))
-    return check_dumps(
+    check = check_dumps(
         directory,
         model,
         mapping=None if mapping is None else mapping.groups,
-        mapping_file=arguments.mapping,
+        mapping_file=path,
         acknowledged=() if mapping is None else mapping.acknowledged,
         runtime_only=() if mapping is None else mapping.runtime_only,
         max_states=arguments.max_states,
     )
+    check.notes[:0] = notes
+    return check
 
 
 def _render(console: Console, result: ReplayResult, instance: Instance, trace: TraceInput) -> None:

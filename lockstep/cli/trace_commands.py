@@ -29,8 +29,9 @@ from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER
     "--flight-recorder",
     metavar="DIR",
     type=click.Path(),
-    help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON) instead of traces: "
-    "per process group, where the ranks disagree and who waits where; with --protocol, check them against the model",
+    help="diagnose PyTorch flight-recorder dumps (one per rank, pickle or JSON; DIR, or one dump file) instead of "
+    "traces: per process group, where the ranks disagree and who waits where; with --protocol, check them against "
+    "the model. A directory lockstep run --flight-recorder wrote is read with its nccl/ dumps and its mapping file",
 )
 @click.option("--operations", is_flag=True, help="with --flight-recorder: list every rank's ops per group")
 @click.option(
@@ -38,7 +39,7 @@ from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER
     metavar="FILE",
     type=click.Path(),
     help="with --flight-recorder and --protocol: a JSON file naming each dump group's model communicator "
-    "(lockstep run --flight-recorder writes flight-recorder-mapping.json; default: guessed)",
+    "(default: the flight-recorder-mapping.json lockstep run --flight-recorder wrote beside the dumps, else guessed)",
 )
 @click.option(
     "--max-states",

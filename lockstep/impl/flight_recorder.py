@@ -14,14 +14,15 @@ when it diagnoses a hang) and writes ``<trace dir>/rank-<r>.flight-recorder`` wi
 there) while the rank's main thread still blocks in its collective. A rank whose collective
 raised its group's timeout dumps before it exits. With NCCL the NCCL recorder's dump
 (``_dump_nccl_trace``) goes to ``<trace dir>/nccl/rank-<r>.flight-recorder``. Every file is
-written whole (a temporary file, then a rename); a rank that cannot dump writes
+written whole (``lockstep.traces.output.replacing``: a temporary file, then a rename); a rank that cannot dump writes
 ``rank-<r>.flight-recorder.error`` instead. ``request_dumps`` waits until every rank has written
 all its files (NCCL: both) or its error file, so the launcher kills nothing mid-dump. A
 ``RankPool`` rank starts a dumper for each run with the flight recorder on and stops it after.
 ``lockstep replay --flight-recorder <trace dir>`` reads them; ``flight-recorder-mapping.json``
 beside them names the model communicator of each group and the groups that are the runtime's
-own (``runtime_only``: no model communicator; ``write_mapping``). Imports torch lazily (the
-launcher uses the environment part).
+own (``runtime_only``: no model communicator; ``write_mapping``); it finds both the ``nccl/``
+dumps and the mapping file by the names ``lockstep.traces.flight_recorder`` declares (``NCCL_FOLDER``,
+``MAPPING_FILE``), which this module writes. Imports torch lazily (the launcher uses the environment part).
 """
 
 from __future__ import annotations
@@ -36,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.impl.runtime import RunConfig
+from lockstep.traces.flight_recorder import MAPPING_FILE, NCCL_FOLDER
+from lockstep.traces.output import OutputError, replacing
 
 TRIGGER = "flight-recorder.dump"  # in the run directory
 SUFFIX = ".flight-recorder"
-MAPPING = "flight-recorder-mapping.json"
+MAPPING = MAPPING_FILE
 DEFAULT_BUFFER_SIZE = "2000"
 DUMP_SECONDS = 8.0  # a dump call that has not returned by then is reported as blocked
 
@@ -61,7 +64,7 @@ def flight_recorder_environment(config: RunConfig, environment: Mapping[str, str
 
 
 def dump_path(trace_dir: str | os.PathLike[str], rank: int, nccl: bool = False) -> Path:
-    folder = Path(trace_dir) / "nccl" if nccl else Path(trace_dir)
+    folder = Path(trace_dir) / NCCL_FOLDER if nccl else Path(trace_dir)
     return folder / f"rank-{rank}{SUFFIX}"
 
 
@@ -114,10 +117,10 @@ def dump(config: RunConfig, rank: int) -> None:
 
 
 def _write_whole(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name("." + path.name + ".partial")
-    partial.write_bytes(data)
-    os.replace(partial, path)
+    """``data`` as the whole of ``path`` (``lockstep.traces.output.replacing``: a fresh temporary
+    file renamed into place, so a link planted in the trace directory is never followed)."""
+    with replacing(path) as temporary, open(temporary, "wb") as file:
+        file.write(data)
 
 
 class Dumper(threading.Thread):
@@ -164,7 +167,10 @@ class Dumper(threading.Thread):
             message = f"rank {self.rank}: no flight-recorder dump: {failures[0]}\n"
             sys.stderr.write("lockstep: " + message)
             if self.config.trace_dir is not None:
-                _write_whole(error_path(self.config.trace_dir, self.rank), message.encode("utf-8"))
+                try:
+                    _write_whole(error_path(self.config.trace_dir, self.rank), message.encode("utf-8"))
+                except OutputError:  # the trace directory refuses it too: the message above is all there is
+                    pass
 
 
 def start(config: RunConfig, rank: int, groups: Mapping[str, Any], runtime_only: Collection[str] = ()) -> Dumper | None:

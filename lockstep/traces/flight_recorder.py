@@ -13,26 +13,65 @@ torch 2.11 to 2.13): a top-level dict with ``version``, ``pg_config``, ``pg_stat
 
 This module owns the reading and nothing else: a pickle is first scanned opcode by opcode and
 refused unless it holds only containers and scalars, then loaded by an unpickler whose
-``find_class`` refuses everything, so a dump can never import or call anything. The rank comes
-from the digits that end the file name (as in the stock analyzer). Every problem that makes a
-file unreadable raises ``FlightRecorderError`` naming the file; what is readable but incomplete
-(a wrapped ring buffer, mixed format versions) becomes a warning. Imports only the standard library.
+``find_class`` refuses everything, so a dump can never import or call anything. A dump is data
+with limits, so that a hostile one ends in bounded time and memory: at most ``MAX_DUMP_BYTES``
+read, ``MAX_PICKLE_OPERATIONS`` opcodes, integers within 64 bits, dict keys and set items that are
+scalars (hashing a deep tuple key overflows the C stack), and once loaded at most ``MAX_EXPANDED``
+elements counted as the readers below expand them (a memo reference counts as many elements as
+what it refers to, so a list of 20000 references to one 20000-element list is 400 million; text
+counts a unit per ``TEXT_UNIT`` characters), no deeper than ``MAX_NESTING`` and with no container
+inside itself. Per dump at most ``MAX_ENTRIES`` entries, ``MAX_FRAMES`` frames and
+``MAX_TENSORS`` shapes of ``MAX_DIMENSIONS`` each per entry; per directory at most ``MAX_DUMPS``
+dumps and ``MAX_TOTAL_ENTRIES`` entries. Counters, ids and ranks are integers from 0 to 2**63-1.
+
+The rank comes from the digits that end the file name (as in the stock analyzer). A directory
+that ``lockstep run --flight-recorder`` wrote holds the CPU recorder's dumps and, with NCCL, the
+NCCL recorder's in its ``nccl/`` folder: each rank's two dumps are read as one (``RankDump.paths``).
+Every problem that makes a file unreadable raises ``FlightRecorderError`` naming the file (and the
+entry and field where there is one); what is readable but incomplete (a wrapped ring buffer, mixed
+format versions) becomes a warning. Imports only the standard library.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import itertools
 import json
 import pickle
 import pickletools
 import re
+import reprlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 KNOWN_VERSIONS = ("2.10",)  # what torch 2.11 to 2.13 write (FlightRecorder.hpp's version_val)
 DUMP_SUFFIXES = ("", ".pkl", ".pickle", ".json", ".flight-recorder")  # the last: `lockstep run --flight-recorder`
+NCCL_FOLDER = "nccl"  # `lockstep run --flight-recorder --backend nccl`: the NCCL recorder's dumps
+MAPPING_FILE = "flight-recorder-mapping.json"  # beside the dumps `lockstep run --flight-recorder` wrote
+
+MAX_DUMP_BYTES = 128 * 1024 * 1024  # a 2000-entry dump with its Python frames: a few MB
+MAX_PICKLE_OPERATIONS = 10_000_000
+MAX_EXPANDED = 20_000_000  # elements (and TEXT_UNIT-character units of text) of a dump as expanded
+TEXT_UNIT = 8
+MAX_NESTING = 64  # a dump nests 5 deep
+MAX_ENTRIES = 200_000  # per dump (torch's default ring buffer holds 2000)
+MAX_FRAMES = 10_000  # per entry
+MAX_TENSORS = 10_000  # shapes per entry's input or output sizes
+MAX_DIMENSIONS = 1024  # per shape
+MAX_DUMPS = 65_536  # per directory
+MAX_TOTAL_ENTRIES = 2_000_000  # per directory
+MAX_COUNT = 2**63 - 1  # torch's counters are int64
+MAX_RANK = 2**31 - 1
 _RANK_AT_END = re.compile(r"(\d+)$")
+_DECIMAL = re.compile(r"-?[0-9]{1,19}")
+_SCALAR, _CONTAINER = 0, 1
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = _SHOWN.maxfrozenset = 4
+_SHOWN.maxlevel = 3
 
 # Opcodes that build containers and scalars; everything else (GLOBAL, STACK_GLOBAL, REDUCE, BUILD,
 # INST, OBJ, NEWOBJ, NEWOBJ_EX, EXT1/2/4, PERSID, BINPERSID, buffers) is refused before loading.
@@ -157,7 +196,8 @@ class GroupConfig:
 
 @dataclass(frozen=True)
 class RankDump:
-    """One rank's dump."""
+    """One rank's dump (or, in a directory ``lockstep run --flight-recorder`` wrote with NCCL, its
+    CPU recorder's and its NCCL recorder's dumps read as one: ``paths`` names both)."""
 
     path: Path
     rank: int
@@ -168,6 +208,9 @@ class RankDump:
     group_status: dict[str, dict[str, int]]  # pg_id -> last_enqueued/started/completed_collective
     entries: tuple[FlightRecorderEntry, ...]
     warnings: tuple[str, ...] = ()
+    paths: tuple[Path, ...] = ()  # every file read for this rank, ``path`` first
+    wrapped: bool = False  # a ring buffer lost its oldest entries (the first record id is not 0)
+    expanded: int = 0  # the elements read, as counted against MAX_EXPANDED
 
     def members_of(self, group_name: str) -> tuple[int, ...]:
         for group in self.groups:
@@ -178,16 +221,29 @@ class RankDump:
 
 @dataclass(frozen=True)
 class FlightRecorderDirectory:
-    """Every rank's dump found in one directory, ordered by rank."""
+    """Every rank's dump found in one directory (or one dump file), ordered by rank."""
 
     path: Path
     dumps: tuple[RankDump, ...]
     ignored: tuple[str, ...] = ()  # file names that are not dumps (README.md, ...)
     warnings: tuple[str, ...] = field(default=())
+    folders: tuple[Path, ...] = ()  # folders read besides ``path`` (a run's nccl/)
 
     @property
     def ranks(self) -> tuple[int, ...]:
         return tuple(dump.rank for dump in self.dumps)
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short (a few items, 60 characters of text): for messages about untrusted values."""
+    return _SHOWN.repr(value)
+
+
+def decimal(text: str, negative: bool = False) -> int | None:
+    """The integer an ASCII decimal of at most 19 digits spells (``negative``: a leading ``-`` too), or None."""
+    if not _DECIMAL.fullmatch(text) or (text.startswith("-") and not negative):
+        return None
+    return int(text)
 
 
 class _RefusingUnpickler(pickle.Unpickler):
@@ -198,17 +254,116 @@ class _RefusingUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused a persistent id")
 
 
+class _PickleScan:
+    """The opcode scan: the unpickler's stack replayed with each item only marked scalar or container."""
+
+    def __init__(self, origin: str | Path) -> None:
+        self.origin = origin
+        self.stack: list[int] = []
+        self.marks: list[list[int]] = []
+        self.memo: dict[int, int] = {}
+
+    def refuse(self, problem: str) -> FlightRecorderError:
+        return FlightRecorderError(self.origin, problem)
+
+    def pop_mark(self) -> list[int]:
+        if not self.marks:
+            raise self.refuse("corrupt pickle (no MARK to pop)")
+        items, self.stack = self.stack, self.marks.pop()
+        return items
+
+    def pop(self, count: int) -> None:
+        if len(self.stack) < count:
+            raise self.refuse("corrupt pickle (an opcode takes more items than the stack holds)")
+        del self.stack[len(self.stack) - count :]
+
+    def top(self) -> int:
+        if not self.stack:
+            raise self.refuse("corrupt pickle (an opcode needs an item and the stack is empty)")
+        return self.stack[-1]
+
+    def keys_are_scalars(self, items: list[int], step: int, position: int | None) -> None:
+        if any(kind == _CONTAINER for kind in items[::step]):
+            raise self.refuse(
+                f"refused: a dict key or set item at byte {position} is a container; a flight-recorder dump's "
+                "keys are strings and numbers"
+            )
+
+    def step(self, name: str, argument: object, position: int | None) -> None:
+        """Replay one opcode (``name`` is in ``_SAFE_OPCODES``)."""
+        stack = self.stack
+        if name in ("PROTO", "FRAME", "STOP"):
+            return
+        if name == "MARK":
+            self.marks.append(stack)
+            self.stack = []
+        elif name == "POP" and stack:
+            self.pop(1)
+        elif name == "POP":
+            self.pop_mark()
+        elif name == "POP_MARK":
+            self.pop_mark()
+        elif name == "DUP":
+            stack.append(self.top())
+        elif name in ("EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE"):
+            stack.append(_CONTAINER)
+        elif name == "APPEND":
+            self.pop(1)
+            self.top()
+        elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+            items = self.pop_mark()
+            if name != "APPENDS":
+                self.keys_are_scalars(items, 2 if name == "SETITEMS" else 1, position)
+            self.top()
+        elif name in ("LIST", "TUPLE", "DICT", "FROZENSET"):
+            items = self.pop_mark()
+            if name in ("DICT", "FROZENSET"):
+                self.keys_are_scalars(items, 2 if name == "DICT" else 1, position)
+            self.stack.append(_CONTAINER)
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            self.pop(int(name[-1]))
+            stack.append(_CONTAINER)
+        elif name == "SETITEM":
+            if len(stack) < 3:
+                raise self.refuse("corrupt pickle (SETITEM without a dict, key and value)")
+            self.keys_are_scalars([stack[-2]], 1, position)
+            self.pop(2)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            key = len(self.memo) if name == "MEMOIZE" else argument
+            assert isinstance(key, int)
+            self.memo[key] = self.top()
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            assert isinstance(argument, int)
+            if argument not in self.memo:
+                raise self.refuse(f"corrupt pickle (a reference to memo {argument}, which was never stored)")
+            stack.append(self.memo[argument])
+        else:  # a scalar: numbers, text, bytes, None, True, False
+            if isinstance(argument, int) and not -(2**64) <= argument < 2**64:
+                raise self.refuse(
+                    f"an integer of {argument.bit_length()} bits at byte {position}; a flight-recorder dump's "
+                    "numbers fit 64 bits"
+                )
+            stack.append(_SCALAR)
+
+
 def restricted_loads(data: bytes, origin: str | Path) -> object:
-    """Unpickle ``data`` if it holds only containers and scalars; raise ``FlightRecorderError`` otherwise."""
+    """Unpickle ``data`` if it holds only containers and scalars within the module's bounds; raise
+    ``FlightRecorderError`` otherwise."""
+    scan = _PickleScan(origin)
     try:
-        for opcode, argument, position in pickletools.genops(data):
+        for count, (opcode, argument, position) in enumerate(pickletools.genops(data), start=1):
             if opcode.name not in _SAFE_OPCODES:
-                detail = f" {argument!r}" if argument is not None else ""
+                detail = f" {shown(argument)}" if argument is not None else ""
                 raise FlightRecorderError(
                     origin,
                     f"refused: the pickle asks for {opcode.name}{detail} at byte {position}; a flight-recorder "
                     "dump holds only containers and scalars, so lockstep will not import or call anything",
                 )
+            if count > MAX_PICKLE_OPERATIONS:
+                raise FlightRecorderError(
+                    origin, f"refused: more than {MAX_PICKLE_OPERATIONS} pickle operations (lockstep's bound per dump)"
+                )
+            scan.step(opcode.name, argument, position)
     except FlightRecorderError:
         raise
     except Exception as error:  # pickletools raises ValueError (truncated) and others on garbage
@@ -219,11 +374,105 @@ def restricted_loads(data: bytes, origin: str | Path) -> object:
         raise FlightRecorderError(origin, f"unreadable pickle ({type(error).__name__}: {error})") from None
 
 
+def load_json(data: bytes, origin: str | Path) -> object:
+    """A JSON document (a dump or a mapping file); ``FlightRecorderError`` naming ``origin`` for text
+    that is not JSON, nested too deeply for Python's parser, or holding an integer over 20 digits."""
+
+    def integer(text: str) -> int:
+        if len(text.lstrip("-")) > 20:
+            raise _LongInteger(len(text.lstrip("-")))
+        return int(text)
+
+    try:
+        return json.loads(data.decode("utf-8"), parse_int=integer)
+    except _LongInteger as error:
+        raise FlightRecorderError(origin, f"an integer of {error.digits} digits (at most 20)") from None
+    except RecursionError:
+        raise FlightRecorderError(origin, "JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as error:  # JSONDecodeError is a ValueError
+        raise FlightRecorderError(origin, f"truncated or corrupt JSON ({error})") from None
+
+
+class _LongInteger(Exception):
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def measure(document: object, origin: str | Path) -> int:
+    """The number of elements ``document`` expands to (each reference to a container counts what it
+    holds; text a unit per ``TEXT_UNIT`` characters); ``FlightRecorderError`` past ``MAX_EXPANDED``,
+    deeper than ``MAX_NESTING`` or with a container inside itself. Walks each container once."""
+    containers = (list, tuple, dict, set, frozenset)
+
+    def children(value: Any) -> Iterator[object]:
+        return itertools.chain.from_iterable(value.items()) if isinstance(value, dict) else iter(value)
+
+    def weight(value: object) -> int:
+        return 1 + len(value) // TEXT_UNIT if isinstance(value, (str, bytes)) else 1
+
+    def too_large() -> FlightRecorderError:
+        return FlightRecorderError(
+            origin,
+            f"refused: the dump expands to more than {MAX_EXPANDED} elements (lockstep's bound per dump; "
+            "a dump that refers to one list many times counts it each time)",
+        )
+
+    if not isinstance(document, containers):
+        return weight(document)
+    done: dict[int, int] = {}
+    open_ids = {id(document)}
+    frames: list[list[Any]] = [[id(document), children(document), 1]]
+    while frames:
+        frame = frames[-1]
+        for child in frame[1]:
+            if isinstance(child, containers):
+                key = id(child)
+                if key in done:
+                    frame[2] += done[key]
+                elif key in open_ids:
+                    raise FlightRecorderError(origin, "refused: a container that holds itself")
+                elif len(frames) >= MAX_NESTING:
+                    raise FlightRecorderError(origin, f"refused: nested more than {MAX_NESTING} deep")
+                else:
+                    open_ids.add(key)
+                    frames.append([key, children(child), 1])
+                    break
+            else:
+                frame[2] += weight(child)
+            if frame[2] > MAX_EXPANDED:
+                raise too_large()
+        else:
+            frames.pop()
+            open_ids.discard(frame[0])
+            done[frame[0]] = frame[2]
+            if frames:
+                frames[-1][2] += frame[2]
+                if frames[-1][2] > MAX_EXPANDED:
+                    raise too_large()
+    return int(done[id(document)])
+
+
+def read_bounded(path: Path, limit: int = MAX_DUMP_BYTES) -> bytes:
+    """``path``'s bytes; ``FlightRecorderError`` if it cannot be read or holds more than ``limit``."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(limit + 1)
+    except OSError as error:
+        raise FlightRecorderError(path, f"cannot read: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise FlightRecorderError(path, f"refused: larger than {limit // (1024 * 1024)} MiB (lockstep's bound)")
+    return data
+
+
 def rank_from_name(path: Path) -> int | None:
     """The rank a dump's file name ends with (``nccl_trace_rank_3``, ``rank3.json``), or None."""
     stem = path.name[: -len(path.suffix)] if path.suffix in DUMP_SUFFIXES[1:] else path.name
     found = _RANK_AT_END.search(stem)
-    return int(found.group(1)) if found else None
+    if not found or len(found.group(1)) > 10:
+        return None
+    rank = int(found.group(1))
+    return rank if rank <= MAX_RANK else None
 
 
 def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
@@ -232,11 +481,10 @@ def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
     if rank is None:
         rank = rank_from_name(path)
         if rank is None:
-            raise FlightRecorderError(path, "the file name does not end with a rank number (as nccl_trace_rank_0 does)")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise FlightRecorderError(path, f"cannot read: {error.strerror or error}") from None
+            raise FlightRecorderError(
+                path, f"the file name does not end with a rank number (0 to {MAX_RANK}, as nccl_trace_rank_0 does)"
+            )
+    data = read_bounded(path)
     stripped = data.lstrip()
     if not stripped:
         raise FlightRecorderError(path, "empty file (a dump cut off before anything was written?)")
@@ -244,42 +492,49 @@ def read_dump(path: str | Path, rank: int | None = None) -> RankDump:
     if stripped[:1] == b"\x80":
         encoding, document = "pickle", restricted_loads(data, path)
     elif stripped[:1] == b"{":
-        encoding = "json"
-        try:
-            document = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise FlightRecorderError(path, f"truncated or corrupt JSON ({error})") from None
+        encoding, document = "json", load_json(data, path)
     elif stripped[:1] in (b"(", b"}", b"]", b"c"):  # protocols 0 and 1 have no PROTO: MARK, dict, list or GLOBAL
         encoding, document = "pickle", restricted_loads(data, path)
     else:
         raise FlightRecorderError(path, "neither a pickle nor a JSON flight-recorder dump")
-    return _dump_from_document(path, rank, encoding, document)
+    expanded = measure(document, path)
+    return dataclasses.replace(_dump_from_document(path, rank, encoding, document), expanded=expanded)
 
 
 def read_directory(path: str | Path) -> FlightRecorderDirectory:
-    """Read every rank's dump in ``path``: files whose names end with a rank number; others are ignored."""
+    """Read every rank's dump in ``path``: files whose names end with a rank number; others are
+    ignored. A directory ``lockstep run --flight-recorder`` wrote has its NCCL recorder's dumps in
+    ``nccl/``: each is read with the same rank's dump beside it. ``path`` may also be one dump file."""
     path = Path(path)
+    if path.is_file():
+        dump = read_dump(path)
+        warnings = [*dump.warnings, f"only one rank's dump ({path.name}): other ranks cannot be compared with it"]
+        return FlightRecorderDirectory(path, (dump,), (), tuple(warnings))
     if not path.is_dir():
-        raise FlightRecorderError(path, "not a directory")
-    dumps: dict[int, RankDump] = {}
-    ignored: list[str] = []
-    for file in sorted(path.iterdir()):
-        rank = rank_from_name(file)
-        if not file.is_file() or file.name.startswith(".") or file.suffix not in DUMP_SUFFIXES or rank is None:
-            ignored.append(file.name)
-            continue
-        if rank in dumps:
-            raise FlightRecorderError(path, f"two dumps for rank {rank}: {dumps[rank].path.name} and {file.name}")
-        dumps[rank] = read_dump(file, rank)
+        raise FlightRecorderError(path, "not a directory or a dump file")
+    dumps, ignored = _read_folder(path)
+    folders: list[Path] = []
+    nccl = path / NCCL_FOLDER
+    if nccl.is_dir() and any(rank_from_name(file) is not None for file in _dump_files(nccl)[0]):
+        folders.append(nccl)
+        ignored.remove(NCCL_FOLDER)
+        recorded, _ = _read_folder(nccl)
+        for rank, dump in recorded.items():
+            dumps[rank] = _joined(dumps[rank], dump) if rank in dumps else dump
     if not dumps:
-        folders = [name for name in ignored if (path / name).is_dir()]
-        hint = f"; try one of its folders: {', '.join(folders)}" if folders else ""
+        found = [name for name in ignored if (path / name).is_dir()]
+        hint = f"; try one of its folders: {', '.join(found)}" if found else ""
         raise FlightRecorderError(
             path,
             "no flight-recorder dumps (files named like nccl_trace_rank_0, rank0.json or "
             f"rank-0.flight-recorder){hint}",
         )
     ordered = tuple(dumps[rank] for rank in sorted(dumps))
+    total = sum(len(dump.entries) for dump in ordered)
+    if total > MAX_TOTAL_ENTRIES:
+        raise FlightRecorderError(
+            path, f"refused: {total} entries in all (lockstep's bound per directory is {MAX_TOTAL_ENTRIES})"
+        )
     warnings = [warning for dump in ordered for warning in dump.warnings]
     versions = {dump.version for dump in ordered}
     if len(versions) > 1:
@@ -287,7 +542,94 @@ def read_directory(path: str | Path) -> FlightRecorderDirectory:
         warnings.append(f"dumps of different format versions ({listing}): each is read by its own fields")
     if len(ordered) == 1:
         warnings.append(f"only one rank's dump ({ordered[0].path.name}): other ranks cannot be compared with it")
-    return FlightRecorderDirectory(path, ordered, tuple(ignored), tuple(warnings))
+    if (path / "nccl-timeout").is_dir():
+        warnings.append(
+            "nccl-timeout/ holds the NCCL watchdog's own dumps (taken on a timeout): they are not read here; "
+            f"read them with --flight-recorder {path / 'nccl-timeout'}"
+        )
+    return FlightRecorderDirectory(path, ordered, tuple(ignored), tuple(warnings), tuple(folders))
+
+
+def _dump_files(folder: Path) -> tuple[list[Path], list[str]]:
+    """The files of ``folder`` that may be dumps, and the names of the others."""
+    files: list[Path] = []
+    ignored: list[str] = []
+    for count, file in enumerate(sorted(folder.iterdir()), start=1):
+        if count > MAX_DUMPS + 1000:
+            raise FlightRecorderError(folder, f"refused: more than {MAX_DUMPS} files (lockstep's bound per directory)")
+        if file.name.startswith(".") or file.suffix not in DUMP_SUFFIXES or rank_from_name(file) is None:
+            ignored.append(file.name)
+        elif not file.is_file():
+            ignored.append(file.name)
+        else:
+            files.append(file)
+    if len(files) > MAX_DUMPS:
+        raise FlightRecorderError(
+            folder, f"refused: {len(files)} dumps (lockstep's bound per directory is {MAX_DUMPS})"
+        )
+    return files, ignored
+
+
+def _read_folder(folder: Path) -> tuple[dict[int, RankDump], list[str]]:
+    files, ignored = _dump_files(folder)
+    dumps: dict[int, RankDump] = {}
+    for file in files:
+        rank = rank_from_name(file)
+        assert rank is not None
+        if rank in dumps:
+            raise FlightRecorderError(folder, f"two dumps for rank {rank}: {dumps[rank].path.name} and {file.name}")
+        dumps[rank] = read_dump(file, rank)
+    return dumps, ignored
+
+
+def _joined(cpu: RankDump, nccl: RankDump) -> RankDump:
+    """A rank's CPU-recorder dump and its NCCL-recorder dump as one: entries in order of creation.
+    A group in both (two backends of one group count their sequence ids apart) keeps its CPU entries
+    under its name; the NCCL recorder's are read as group ``NAME/nccl``."""
+    warnings = list(cpu.warnings) + list(nccl.warnings)
+    both = {entry.group_name or f"pg_id {entry.group_index}" for entry in cpu.entries} & {
+        entry.group_name or f"pg_id {entry.group_index}" for entry in nccl.entries
+    }
+    entries = list(nccl.entries)
+    groups = list(nccl.groups)
+    if both:
+        label = ", ".join(sorted(both))
+        warnings.append(
+            f"rank {cpu.rank}: group {label} is in both {cpu.path.name} and {NCCL_FOLDER}/{nccl.path.name}: "
+            f"the NCCL recorder's entries are read as group NAME/{NCCL_FOLDER}"
+        )
+        entries = [
+            dataclasses.replace(entry, group_name=f"{entry.group_name or f'pg_id {entry.group_index}'}/{NCCL_FOLDER}")
+            if (entry.group_name or f"pg_id {entry.group_index}") in both
+            else entry
+            for entry in entries
+        ]
+        groups = [
+            dataclasses.replace(group, name=f"{group.name}/{NCCL_FOLDER}") if group.name in both else group
+            for group in groups
+        ]
+    if cpu.version != nccl.version:
+        warnings.append(
+            f"rank {cpu.rank}: {cpu.path.name} is format {cpu.version}, {NCCL_FOLDER}/{nccl.path.name} "
+            f"{nccl.version}: each is read by its own fields"
+        )
+    merged = list(cpu.entries) + entries
+    if all(entry.time_created_ns is not None for entry in merged):
+        merged.sort(key=lambda entry: entry.time_created_ns or 0)  # stable: each recorder's order is kept
+    return RankDump(
+        cpu.path,
+        cpu.rank,
+        cpu.encoding,
+        cpu.version,
+        cpu.communication_library_version or nccl.communication_library_version,
+        cpu.groups + tuple(groups),
+        {**nccl.group_status, **cpu.group_status},
+        tuple(merged),
+        tuple(warnings),
+        (*cpu.paths, *nccl.paths),
+        cpu.wrapped or nccl.wrapped,
+        cpu.expanded + nccl.expanded,
+    )
 
 
 def _dump_from_document(path: Path, rank: int, encoding: Literal["pickle", "json"], document: object) -> RankDump:
@@ -301,14 +643,19 @@ def _dump_from_document(path: Path, rank: int, encoding: Literal["pickle", "json
     raw_entries = document["entries"]
     if not isinstance(raw_entries, list):
         raise FlightRecorderError(path, "entries is not a list")
+    if len(raw_entries) > MAX_ENTRIES:
+        raise FlightRecorderError(
+            path, f"refused: {len(raw_entries)} entries (lockstep's bound per dump is {MAX_ENTRIES})"
+        )
     warnings = []
     if version not in KNOWN_VERSIONS:
         warnings.append(
-            f"{path.name}: format version {version} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
+            f"{path.name}: format version {version if len(version) <= 40 else shown(version)} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
             "read by the fields it has"
         )
     entries = tuple(_entry(path, index, raw, encoding) for index, raw in enumerate(raw_entries))
-    if entries and entries[0].record_id > 0:
+    wrapped = bool(entries) and entries[0].record_id > 0
+    if wrapped:
         warnings.append(
             f"{path.name}: the ring buffer wrapped; the oldest {entries[0].record_id} entries are lost "
             f"(first record id {entries[0].record_id})"
@@ -319,11 +666,13 @@ def _dump_from_document(path: Path, rank: int, encoding: Literal["pickle", "json
         rank,
         encoding,
         version,
-        library if isinstance(library, str) else str(library),
+        library if isinstance(library, str) else "",
         _groups(path, document.get("pg_config")),
         _status(document.get("pg_status")),
         entries,
         tuple(warnings),
+        (path,),
+        wrapped,
     )
 
 
@@ -332,17 +681,25 @@ def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorder
     if not isinstance(raw, dict):
         raise FlightRecorderError(path, f"{where} is not a dict")
 
-    def integer(key: str, default: int | None = None) -> int:
-        value = raw.get(key, default)
-        if isinstance(value, str) and value.lstrip("-").isdigit():
-            value = int(value)
+    def count(key: str, value: object) -> int:
+        if isinstance(value, str) and decimal(value, negative=True) is not None:
+            value = decimal(value, negative=True)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise FlightRecorderError(path, f"{where}: {key} is missing or not an integer ({value!r})")
+            raise FlightRecorderError(path, f"{where}: {key} is missing or not an integer ({shown(value)})")
+        if value < 0:
+            raise FlightRecorderError(
+                path, f"{where}: {key} is negative ({value}); counters, ids and ranks are 0 or more"
+            )
+        if value > MAX_COUNT:
+            raise FlightRecorderError(path, f"{where}: {key} is out of range ({shown(value)}; at most 2**63-1)")
         return value
+
+    def integer(key: str, default: int | None = None) -> int:
+        return count(key, raw[key]) if key in raw or default is None else default
 
     def optional_integer(key: str) -> int | None:
         value = raw.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return count(key, value) if isinstance(value, int) and not isinstance(value, bool) else None
 
     group = raw.get("process_group")
     if not (isinstance(group, (list, tuple)) and len(group) == 2 and all(isinstance(part, str) for part in group)):
@@ -352,7 +709,7 @@ def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorder
         raise FlightRecorderError(path, f"{where}: profiling_name is missing")
     state = raw.get("state")
     if state not in ("scheduled", "started", "completed"):
-        raise FlightRecorderError(path, f"{where}: state {state!r} is not scheduled, started or completed")
+        raise FlightRecorderError(path, f"{where}: state {shown(state)} is not scheduled, started or completed")
     is_p2p = raw.get("is_p2p")
     if not isinstance(is_p2p, bool):  # older formats: told by the name
         is_p2p = name.partition(":")[2].split(" ")[0] in ("send", "recv")
@@ -366,24 +723,32 @@ def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorder
         p2p_sequence=integer("p2p_seq_id", 0),
         operation_index=integer("op_id", 0),
         profiling_name=name,
-        input_sizes=_sizes(path, where, raw.get("input_sizes", [])),
+        input_sizes=_sizes(path, where, "input_sizes", raw.get("input_sizes", [])),
         input_dtypes=_dtypes(raw.get("input_dtypes")),
-        output_sizes=_sizes(path, where, raw.get("output_sizes", [])),
+        output_sizes=_sizes(path, where, "output_sizes", raw.get("output_sizes", [])),
         output_dtypes=_dtypes(raw.get("output_dtypes")),
         state=state,
         is_p2p=is_p2p,
         retired=retired if isinstance(retired, bool) else None,
         timeout_ms=optional_integer("timeout_ms"),
         time_created_ns=optional_integer("time_created_ns"),
-        frames=_frames(raw.get("frames")),
+        frames=_frames(path, where, raw.get("frames")),
     )
 
 
-def _sizes(path: Path, where: str, value: object) -> tuple[tuple[int, ...], ...]:
+def _sizes(path: Path, where: str, key: str, value: object) -> tuple[tuple[int, ...], ...]:
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(shape, (list, tuple)) and all(isinstance(size, int) for size in shape) for shape in value
     ):
-        raise FlightRecorderError(path, f"{where}: sizes are not lists of integers ({value!r})")
+        raise FlightRecorderError(path, f"{where}: {key} are not lists of integers ({shown(value)})")
+    if len(value) > MAX_TENSORS or any(len(shape) > MAX_DIMENSIONS for shape in value):
+        raise FlightRecorderError(
+            path,
+            f"{where}: refused: {key} holds more than {MAX_TENSORS} shapes or a shape of more than "
+            f"{MAX_DIMENSIONS} dimensions (lockstep's bounds)",
+        )
+    if any(not 0 <= size <= MAX_COUNT for shape in value for size in shape):
+        raise FlightRecorderError(path, f"{where}: {key} holds a size that is negative or over 2**63-1")
     return tuple(tuple(shape) for shape in value)
 
 
@@ -391,17 +756,24 @@ def _dtypes(value: object) -> tuple[str, ...]:
     return tuple(item for item in value if isinstance(item, str)) if isinstance(value, (list, tuple)) else ()
 
 
-def _frames(value: object) -> tuple[Frame, ...]:
+def _frames(path: Path, where: str, value: object) -> tuple[Frame, ...]:
     if not isinstance(value, (list, tuple)):
         return ()
-    return tuple(
-        Frame(
-            str(item.get("name", "?")),
-            str(item.get("filename", "?")),
-            item["line"] if isinstance(item.get("line"), int) else 0,
+    if len(value) > MAX_FRAMES:
+        raise FlightRecorderError(
+            path, f"{where}: refused: {len(value)} frames (lockstep's bound per entry is {MAX_FRAMES})"
         )
-        for item in value
-        if isinstance(item, dict)
+
+    def text(item: dict[Any, Any], key: str) -> str:
+        found = item.get(key, "?")
+        return found if isinstance(found, str) else "?"
+
+    def line(item: dict[Any, Any]) -> int:
+        found = item.get("line")
+        return found if isinstance(found, int) and not isinstance(found, bool) and 0 <= found <= MAX_COUNT else 0
+
+    return tuple(
+        Frame(text(item, "name"), text(item, "filename"), line(item)) for item in value if isinstance(item, dict)
     )
 
 
@@ -412,13 +784,19 @@ def _groups(path: Path, value: object) -> tuple[GroupConfig, ...]:
     for row in value.values():
         if not isinstance(row, dict) or not row.get("name"):
             continue  # gloo dumps hold one empty row {"": {"name": "", "desc": "", "ranks": "[]"}}
-        text = str(row.get("ranks", "[]")).strip()
+        name, description, ranks = row["name"], row.get("desc", ""), row.get("ranks", "[]")
+        if not isinstance(name, str):
+            raise FlightRecorderError(path, f"pg_config: a group name is not text ({shown(name)})")
+        text = ranks.strip() if isinstance(ranks, str) else ""
         if not (text.startswith("[") and text.endswith("]")):
-            raise FlightRecorderError(path, f"pg_config ranks of group {row['name']!r} are not a list: {text!r}")
-        parts = [part.strip() for part in text[1:-1].split(",") if part.strip()]
-        if not all(part.isdigit() for part in parts):
-            raise FlightRecorderError(path, f"pg_config ranks of group {row['name']!r} are not integers: {text!r}")
-        groups.append(GroupConfig(str(row["name"]), str(row.get("desc", "")), tuple(int(part) for part in parts)))
+            raise FlightRecorderError(path, f"pg_config ranks of group {shown(name)} are not a list: {shown(ranks)}")
+        parts = [decimal(part.strip()) for part in text[1:-1].split(",") if part.strip()]
+        if any(part is None or part > MAX_RANK for part in parts):
+            raise FlightRecorderError(
+                path, f"pg_config ranks of group {shown(name)} are not ranks (0 to {MAX_RANK}): {shown(text)}"
+            )
+        members = tuple(part for part in parts if part is not None)
+        groups.append(GroupConfig(name, description if isinstance(description, str) else "", members))
     return tuple(groups)
 
 
@@ -427,10 +805,11 @@ def _status(value: object) -> dict[str, dict[str, int]]:
         return {}
     status: dict[str, dict[str, int]] = {}
     for key, row in value.items():
-        if isinstance(row, dict):  # JSON dumps write the numbers as strings
-            status[str(key)] = {
-                str(name): int(number)
+        if isinstance(row, dict) and isinstance(key, (str, int)):  # JSON dumps write the numbers as strings
+            numbers = {
+                str(name): number if isinstance(number, int) else decimal(number, negative=True)
                 for name, number in row.items()
-                if isinstance(number, int) or (isinstance(number, str) and number.lstrip("-").isdigit())
+                if isinstance(name, str) and isinstance(number, (int, str)) and not isinstance(number, bool)
             }
+            status[str(key)] = {name: number for name, number in numbers.items() if number is not None}
     return status
