@@ -115,15 +115,19 @@ def root() -> Path:
 def _key(folder: Path) -> bytes:
     """The root's signing key, made at random (exclusively, ``0600``) on first use."""
     path = folder / _KEY_FILE
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        pass
-    except OSError as error:
-        raise CacheError(f"cache key {path}: {error.strerror or error}") from None
-    else:
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(secrets.token_bytes(_KEY_BYTES))
+    if not path.exists() and not path.is_symlink():  # made whole, then linked: a reader never sees half a key
+        try:
+            descriptor, temporary = tempfile.mkstemp(prefix=".key.", dir=folder)  # 0600
+            with os.fdopen(descriptor, "wb") as file:
+                file.write(secrets.token_bytes(_KEY_BYTES))
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass  # another process made it first: that one is the key
+            finally:
+                os.unlink(temporary)
+        except OSError as error:
+            raise CacheError(f"cache key {path}: {error.strerror or error}") from None
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(descriptor, "rb") as file:
