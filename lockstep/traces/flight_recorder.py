@@ -649,8 +649,9 @@ def _dump_from_document(path: Path, rank: int, encoding: Literal["pickle", "json
         )
     warnings = []
     if version not in KNOWN_VERSIONS:
+        named = version if len(version) <= 40 else shown(version)
         warnings.append(
-            f"{path.name}: format version {version if len(version) <= 40 else shown(version)} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
+            f"{path.name}: format version {named} (lockstep knows {', '.join(KNOWN_VERSIONS)}); "
             "read by the fields it has"
         )
     entries = tuple(_entry(path, index, raw, encoding) for index, raw in enumerate(raw_entries))
