@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from lockstep.traces.format import encode_line
+from lockstep.traces.output import write_atomically
 from lockstep.traces.reader import Record, TraceInputError, TraceReader, same_run
 
 COLLECTIVE_ACTIONS = ("enter", "complete")
@@ -366,22 +367,20 @@ def open_traces(paths: Sequence[str | os.PathLike[str]]) -> TraceInput:
 def merge_to_file(paths: Sequence[str | os.PathLike[str]], output: str | os.PathLike[str]) -> tuple[int, list[str]]:
     """Merge ``paths`` into one trace file at ``output``; the number of events and any warnings.
 
-    The output is written to a temporary name and renamed into place only when complete."""
+    Written as every output is (``lockstep.traces.output.write_atomically``): a file renamed into
+    place only when complete, a device written in place; a write the system refuses is an
+    ``OutputError`` naming ``output``."""
     trace = open_traces(paths)
-    target = Path(output)
-    if any(Path(file).resolve() == target.resolve() for file in trace.files):
+    if any(Path(file).resolve() == Path(output).resolve() for file in trace.files):
         raise TraceInputError(output, 0, "the output file is one of the inputs")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(target.name + ".partial")
     count = 0
-    try:
-        with open(temporary, "w", encoding="utf-8", newline="\n") as out:
-            out.write(encode_line(trace.header))
-            for record in trace.records():
-                out.write(encode_line(record.event))
-                count += 1
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
+
+    def write(out: IO[str]) -> None:
+        nonlocal count
+        out.write(encode_line(trace.header))
+        for record in trace.records():
+            out.write(encode_line(record.event))
+            count += 1
+
+    write_atomically(output, write)
     return count, trace.warnings

@@ -6,7 +6,8 @@ Both trace producers write through ``EventRecorder``: the reference runtime's pr
 
 - the file's place: ``DIRECTORY/<actor>.jsonl`` through ``trace_file_name`` (the one
   output-name rule, ``lockstep.traces.output.safe_name``: ``rank:0`` becomes ``rank-0.jsonl``);
-- the header, validated and written by ``TraceWriter`` (one write);
+- the header, validated and written by ``TraceWriter`` (one write) into a file it creates (one
+  that exists, or a link planted in its place, is a ``FileExistsError`` naming it);
 - events on the hot path: each line built as one string, the actor/action/args prefix of a
   repeated event encoded once, and handed to the OS in one ``write`` before ``record`` returns,
   so a killed process leaves a prefix of complete lines; validation at first use (the first
@@ -127,8 +128,9 @@ class EventRecorder(MessageClocks):
         self.path: Path | None = None
         if path is not None:
             self.path = Path(path)
-            TraceWriter(self.path, header, fsync=fsync).close()
-            self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            # created here and kept open (never reopened by name): a planted link or an earlier
+            # run's file at the path is refused, not followed or mixed into this trace
+            self._descriptor = TraceWriter(self.path, header, fsync=fsync, exclusive=True).detach()
 
     def record(
         self,
@@ -219,13 +221,18 @@ class EventRecorder(MessageClocks):
             raise TraceFormatError(f"bad trace event {self.events} of {self.actor}: {error}") from None
 
     def _write(self, data: bytes) -> None:
+        """Hand ``data`` to the OS; a refused write (``ENOSPC``, ``EFBIG``, ``EIO``) is an ``OSError``
+        naming the trace file (a write on a descriptor names none)."""
         assert self._descriptor is not None
-        written = os.write(self._descriptor, data)
-        while written < len(data):  # a regular file takes it all at once; be safe anyway
-            data = data[written:]
+        try:
             written = os.write(self._descriptor, data)
-        if self._fsync:
-            os.fsync(self._descriptor)
+            while written < len(data):  # a regular file takes it all at once; be safe anyway
+                data = data[written:]
+                written = os.write(self._descriptor, data)
+            if self._fsync:
+                os.fsync(self._descriptor)
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write the trace: {error.strerror}", str(self.path)) from None
 
     def _key(self, name: str) -> str:
         encoded = self._keys.get(name)

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lockstep.traces.output import write_atomically
 from lockstep.traces.schema import SCHEMA_RESOURCE, schema_text
 
 PUBLISHED_SCHEMA = Path("docs") / "schemas" / "trace.schema.json"  # relative to the repository root
@@ -41,11 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=REPOSITORY_ROOT, help="the repository checkout")
     arguments = parser.parse_args(argv)
     stale = stale_files(arguments.root)
+    text = schema_text()
     for path in stale:
         if arguments.check:
             sys.stderr.write(f"{path}: stale; run python -m lockstep.traces.schema_files\n")
         else:
-            path.write_text(schema_text(), encoding="utf-8")
+            write_atomically(path, lambda file: file.write(text))
             sys.stderr.write(f"wrote {path}\n")
     return 1 if arguments.check and stale else 0
 

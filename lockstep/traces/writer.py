@@ -42,9 +42,14 @@ class TraceWriter:
 
     The header line is written (and flushed) by the constructor. Events must
     carry indices 0, 1, 2, ... in order; ``append`` numbers them for you.
+    ``exclusive=True`` (a live run's trace, written where it will stay) creates the file and
+    refuses one that exists, a link planted in its place included (``FileExistsError`` naming it);
+    otherwise ``path`` is a file made for it (``write_trace``'s temporary file) or a device.
     """
 
-    def __init__(self, path: str | os.PathLike[str], header: TraceHeader, *, fsync: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], header: TraceHeader, *, fsync: bool = False, exclusive: bool = False
+    ) -> None:
         header_json = header.to_json()
         problems = header_problems(header_json)
         if problems:
@@ -56,7 +61,12 @@ class TraceWriter:
         self._events_written = 0
         self._path.parent.mkdir(parents=True, exist_ok=True)
         # Unbuffered, so each line reaches the OS in one write call; open until close().
-        self._file: FileIO | None = open(self._path, "wb", buffering=0)  # noqa: SIM115
+        try:
+            self._file: FileIO | None = open(self._path, "xb" if exclusive else "wb", buffering=0)  # noqa: SIM115
+        except FileExistsError as error:
+            raise FileExistsError(
+                error.errno, "exists: a trace is written only into a new file (remove it or write elsewhere)", str(path)
+            ) from None
         try:
             self._write_line(self._file, header_line)
         except BaseException:
@@ -108,6 +118,16 @@ class TraceWriter:
             )
             self._write_event(event)
         return event
+
+    def detach(self) -> int:
+        """The open file's descriptor, handed to the caller (who closes it; a recorder writing its
+        own lines after this header); the writer is closed."""
+        with self._lock:
+            if self._file is None:
+                raise ValueError(f"trace writer for {self._path} is closed")
+            descriptor = os.dup(self._file.fileno())
+        self.close()
+        return descriptor
 
     def close(self) -> None:
         """Close the file; further writes raise ValueError. Closing twice is harmless."""

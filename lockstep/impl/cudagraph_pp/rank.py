@@ -19,7 +19,7 @@ from lockstep.impl.cudagraph_pp.worker import StageWorker
 from lockstep.impl.distributed import Groups, describe_torch, leave_together, shutdown
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig
-from lockstep.traces.output import safe_name
+from lockstep.traces.output import safe_name, write_atomically
 
 
 def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
@@ -49,4 +49,6 @@ def write_comparisons(config: RunConfig, actor: str, worker: StageWorker) -> Non
         "steps": worker.comparisons,
         "equal_to_eager": all(comparison["equal_to_eager"] for comparison in worker.comparisons),
     }
-    (folder / (safe_name(actor) + ".outputs.json")).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_atomically(
+        folder / (safe_name(actor) + ".outputs.json"), lambda file: file.write(json.dumps(record, indent=1) + "\n")
+    )
