@@ -68,6 +68,7 @@ MAX_RANK = 2**31 - 1
 _RANK_AT_END = re.compile(r"(\d+)$")
 _DECIMAL = re.compile(r"-?[0-9]{1,19}")
 _SCALAR, _CONTAINER = 0, 1
+_CONTAINER_TYPES = frozenset({list, tuple, dict, set, frozenset})
 _SHOWN = reprlib.Repr()
 _SHOWN.maxstring = _SHOWN.maxother = 60
 _SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = _SHOWN.maxfrozenset = 4
@@ -131,6 +132,12 @@ _SAFE_OPCODES = frozenset(
         "MEMOIZE",
     }
 )
+# The opcodes that push one scalar (number, text, bytes, None, True, False): most of a dump.
+_SCALAR_OPCODES = _SAFE_OPCODES - {
+    "PROTO", "FRAME", "STOP", "MARK", "POP", "POP_MARK", "DUP", "EMPTY_LIST", "APPEND", "APPENDS", "LIST",
+    "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET",
+    "ADDITEMS", "FROZENSET", "PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET", "MEMOIZE",
+}  # fmt: skip
 
 
 class FlightRecorderError(ValueError):
@@ -338,12 +345,15 @@ class _PickleScan:
                 raise self.refuse(f"corrupt pickle (a reference to memo {argument}, which was never stored)")
             stack.append(self.memo[argument])
         else:  # a scalar: numbers, text, bytes, None, True, False
-            if isinstance(argument, int) and not -(2**64) <= argument < 2**64:
-                raise self.refuse(
-                    f"an integer of {argument.bit_length()} bits at byte {position}; a flight-recorder dump's "
-                    "numbers fit 64 bits"
-                )
-            stack.append(_SCALAR)
+            self.scalar(argument, position)
+
+    def scalar(self, argument: object, position: int | None) -> None:
+        if type(argument) is int and not -(2**64) <= argument < 2**64:
+            raise self.refuse(
+                f"an integer of {argument.bit_length()} bits at byte {position}; a flight-recorder dump's "
+                "numbers fit 64 bits"
+            )
+        self.stack.append(_SCALAR)
 
 
 def restricted_loads(data: bytes, origin: str | Path) -> object:
@@ -352,18 +362,24 @@ def restricted_loads(data: bytes, origin: str | Path) -> object:
     scan = _PickleScan(origin)
     try:
         for count, (opcode, argument, position) in enumerate(pickletools.genops(data), start=1):
-            if opcode.name not in _SAFE_OPCODES:
-                detail = f" {shown(argument)}" if argument is not None else ""
-                raise FlightRecorderError(
-                    origin,
-                    f"refused: the pickle asks for {opcode.name}{detail} at byte {position}; a flight-recorder "
-                    "dump holds only containers and scalars, so lockstep will not import or call anything",
-                )
             if count > MAX_PICKLE_OPERATIONS:
                 raise FlightRecorderError(
                     origin, f"refused: more than {MAX_PICKLE_OPERATIONS} pickle operations (lockstep's bound per dump)"
                 )
-            scan.step(opcode.name, argument, position)
+            name = opcode.name
+            if name in _SCALAR_OPCODES:  # the common case first
+                scan.scalar(argument, position)
+            elif name == "MEMOIZE":
+                scan.memo[len(scan.memo)] = scan.top()
+            elif name in _SAFE_OPCODES:
+                scan.step(name, argument, position)
+            else:
+                detail = f" {shown(argument)}" if argument is not None else ""
+                raise FlightRecorderError(
+                    origin,
+                    f"refused: the pickle asks for {name}{detail} at byte {position}; a flight-recorder "
+                    "dump holds only containers and scalars, so lockstep will not import or call anything",
+                )
     except FlightRecorderError:
         raise
     except Exception as error:  # pickletools raises ValueError (truncated) and others on garbage
@@ -403,13 +419,9 @@ def measure(document: object, origin: str | Path) -> int:
     """The number of elements ``document`` expands to (each reference to a container counts what it
     holds; text a unit per ``TEXT_UNIT`` characters); ``FlightRecorderError`` past ``MAX_EXPANDED``,
     deeper than ``MAX_NESTING`` or with a container inside itself. Walks each container once."""
-    containers = (list, tuple, dict, set, frozenset)
 
     def children(value: Any) -> Iterator[object]:
-        return itertools.chain.from_iterable(value.items()) if isinstance(value, dict) else iter(value)
-
-    def weight(value: object) -> int:
-        return 1 + len(value) // TEXT_UNIT if isinstance(value, (str, bytes)) else 1
+        return itertools.chain.from_iterable(value.items()) if type(value) is dict else iter(value)
 
     def too_large() -> FlightRecorderError:
         return FlightRecorderError(
@@ -418,39 +430,43 @@ def measure(document: object, origin: str | Path) -> int:
             "a dump that refers to one list many times counts it each time)",
         )
 
-    if not isinstance(document, containers):
-        return weight(document)
-    done: dict[int, int] = {}
-    open_ids = {id(document)}
-    frames: list[list[Any]] = [[id(document), children(document), 1]]
-    while frames:
-        frame = frames[-1]
-        for child in frame[1]:
-            if isinstance(child, containers):
-                key = id(child)
-                if key in done:
-                    frame[2] += done[key]
-                elif key in open_ids:
+    if type(document) not in _CONTAINER_TYPES:
+        return 1 + len(document) // TEXT_UNIT if isinstance(document, (str, bytes)) else 1
+    done: dict[int, int] = {}  # id of a container walked -> what it expands to
+    parents: list[tuple[int, Iterator[object], int]] = []  # the containers being walked, outermost first
+    key, items, size = id(document), children(document), 1
+    open_ids = {key}
+    while True:
+        for child in items:
+            kind = type(child)
+            if kind is str or kind is bytes:
+                size += 1 + len(child) // TEXT_UNIT  # type: ignore[arg-type]
+            elif kind in _CONTAINER_TYPES:
+                inner = id(child)
+                if inner in done:
+                    size += done[inner]
+                elif inner in open_ids:
                     raise FlightRecorderError(origin, "refused: a container that holds itself")
-                elif len(frames) >= MAX_NESTING:
+                elif len(parents) + 1 >= MAX_NESTING:
                     raise FlightRecorderError(origin, f"refused: nested more than {MAX_NESTING} deep")
                 else:
+                    parents.append((key, items, size))
+                    key, items, size = inner, children(child), 1
                     open_ids.add(key)
-                    frames.append([key, children(child), 1])
                     break
             else:
-                frame[2] += weight(child)
-            if frame[2] > MAX_EXPANDED:
+                size += 1
+            if size > MAX_EXPANDED:
                 raise too_large()
         else:
-            frames.pop()
-            open_ids.discard(frame[0])
-            done[frame[0]] = frame[2]
-            if frames:
-                frames[-1][2] += frame[2]
-                if frames[-1][2] > MAX_EXPANDED:
-                    raise too_large()
-    return int(done[id(document)])
+            open_ids.discard(key)
+            done[key] = size
+            if not parents:
+                return size
+            key, items, outer = parents.pop()
+            size += outer
+            if size > MAX_EXPANDED:
+                raise too_large()
 
 
 def read_bounded(path: Path, limit: int = MAX_DUMP_BYTES) -> bytes:
