@@ -45,7 +45,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -61,6 +61,7 @@ EXIT_CODES = {COMPLETED: 0, HANG: 1, ERROR: 3, INCONCLUSIVE: 3, CRASHED: 4}
 BLOCKED = ("collective", "receive", "timed_out")
 STORE_FD_ENVIRONMENT = "LOCKSTEP_STORE_FD"  # rank 0's inherited socket for the rendezvous store
 STORE_ENVIRONMENT = "LOCKSTEP_STORE"  # set: the ranks build their own store (not torchrun's env://)
+LOOPBACK = "127.0.0.1"  # every listener of a run binds this address only
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Outcome:
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
 
 
@@ -237,12 +238,22 @@ def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = Fals
     return outcome
 
 
-def _loopback_store() -> socket.socket:
-    """A listening socket on 127.0.0.1 at a free port, for rank 0's rendezvous store."""
+def loopback_store() -> socket.socket:
+    """A listening socket on 127.0.0.1 at a free port, for rank 0's rendezvous store (a store that
+    binds its own port listens on every interface)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind(("127.0.0.1", 0))
+    listener.bind((LOOPBACK, 0))
     listener.listen(128)
     return listener
+
+
+def loopback_environment(environment: Mapping[str, str]) -> dict[str, str]:
+    """The variables that keep a job's processes on the loopback interface: MASTER_ADDR, and gloo's
+    GLOO_SOCKET_IFNAME=lo unless ``environment`` names an interface (or there is no ``lo``)."""
+    variables = {"MASTER_ADDR": LOOPBACK}
+    if "GLOO_SOCKET_IFNAME" not in environment and Path("/sys/class/net/lo").exists():
+        variables["GLOO_SOCKET_IFNAME"] = "lo"
+    return variables
 
 
 def start_ranks(
@@ -253,14 +264,13 @@ def start_ranks(
     processes, their open log files and the group (on an error, what started is killed)."""
     environment = child_environment()
     environment.update(extra_environment or {})
-    store = _loopback_store()
-    environment.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.getsockname()[1]), WORLD_SIZE=str(ranks))
+    store = loopback_store()
+    environment.update(loopback_environment(environment))
+    environment.update(MASTER_PORT=str(store.getsockname()[1]), WORLD_SIZE=str(ranks))
     environment[STORE_ENVIRONMENT] = "1"
     environment[AUTHKEY_ENVIRONMENT] = secrets.token_hex(16)
     root = str(Path(__file__).resolve().parents[2])
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [root, environment.get("PYTHONPATH")]))
-    if "GLOO_SOCKET_IFNAME" not in environment and Path("/sys/class/net/lo").exists():
-        environment["GLOO_SOCKET_IFNAME"] = "lo"
     processes: list[subprocess.Popen[bytes]] = []
     files: list[IO[bytes]] = []
     group = 0

@@ -3,42 +3,84 @@
 Every process owns the states whose fingerprint is its rank modulo the number of processes. A
 level is expanded where its states live; the distinct successors are sent to their owners with
 one ``all_to_all_single`` (gloo on CPU, NCCL for ``bfs-gpu`` on GPUs, a tensor per level) with
-their discovery keys, and each owner keeps the ones it has not seen: the next level. A state's global id is its local
-index
-times the number of processes plus the owner's rank, so parent links cross processes. After each
+their discovery keys, and each owner keeps the ones it has not seen: the next level. A state's
+global id is its local index times the number of processes plus the owner's rank, so parent
+links cross processes. After each
 level the processes agree (one small ``all_gather_object``) on the totals and on whether to stop:
-a limit on any process, the first violation with ``stop_at_first``, or every property decided.
-At the end the processes share the parent links and the findings, and each rebuilds the shortest
-counterexamples as the one-process engine does; the counts equal the one-process engine's.
+a limit on any process, the first violation with ``stop_at_first``, every property decided, or
+a stop asked of rank 0 (Ctrl-C). At the end the processes share the parent links and the
+findings, and each rebuilds the shortest counterexamples as the one-process engine does; the
+counts equal the one-process engine's.
 
-``check_distributed`` starts the processes itself (rank 0 is the caller) or, under ``torchrun``
-(``WORLD_SIZE``/``RANK`` set), joins the job torchrun started; every process returns the result.
+``check_distributed`` either joins the job ``torchrun`` started (``WORLD_SIZE``/``RANK`` set;
+every process returns the result) or starts ``workers`` search processes itself and supervises
+them from the calling process, which takes no part in the search:
+
+- Only the loopback interface: the supervisor binds the rendezvous store's socket to 127.0.0.1
+  and hands it to rank 0, and gloo is told to use ``lo`` (``GLOO_SOCKET_IFNAME``, unless set),
+  as the runtime's launcher does: the processes exchange pickles, so nothing else may connect.
+- Ctrl-C: the workers ignore it (a terminal sends it to the whole process group); the supervisor
+  asks rank 0 to stop, the processes agree on it at the end of the level, and the result is the
+  one-process engine's for an interrupted search (``stopped`` "interrupted", the states so far).
+  A second Ctrl-C stops them at once, with the figures of the last level.
+- SIGTERM (``Terminated`` under the CLI) and any other exception in the supervisor: every worker
+  is killed and waited for before it propagates.
+- A worker that dies: ``WorkerLost`` names it, its process id and the signal (the CLI's exit 4);
+  an error a worker reports is raised by the supervisor. A worker ends itself when its parent is
+  gone (``_watch_parent``).
 """
 
 from __future__ import annotations
 
+import datetime
+import multiprocessing
 import os
+import pickle
+import signal
 import socket
+import sys
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import resource_tracker
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any, cast
 
 import numpy as np
 
-from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation
+from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
-from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict
+from lockstep.checkers.result import CheckResult, Statistics
 from lockstep.checkers.vector.backend import Backend, make_backend
 from lockstep.checkers.vector.search import VectorSearch, _Found
+from lockstep.impl.launcher import LOOPBACK, loopback_environment, loopback_store
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import UsageError
+
+STORE_SECONDS = 300  # how long a worker waits to reach the rendezvous store
+SUPERVISOR_POLL_SECONDS = 0.2  # how often the supervisor looks at its Ctrl-C count between messages
+SETTLE_SECONDS = 10.0  # how long the other workers get to end once one failed, or after the result
 
 
 class PartitionedSearch(VectorSearch):
     """One process's part of a partitioned search (the process group is already initialised)."""
 
-    def __init__(self, machine: Machine, backend: Backend, *, rank: int, world: int, **options: Any) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        backend: Backend,
+        *,
+        rank: int,
+        world: int,
+        stop_requested: Callable[[], bool] | None = None,
+        **options: Any,
+    ) -> None:
         super().__init__(machine, backend, **options)
+        self.stop_requested = stop_requested  # asked (between levels) whether to stop: "interrupted"
         import torch
         import torch.distributed as distributed
 
@@ -127,6 +169,8 @@ class PartitionedSearch(VectorSearch):
     def _agree(self, watch: LimitWatch) -> str | None:
         """Share totals and findings after a level; every process reaches the same decision."""
         local_stop = watch.exceeded(self.totals[0])
+        if local_stop is None and self.stop_requested is not None and self.stop_requested():
+            local_stop = "interrupted"
         payload = (self.stored, self.stats.transitions or 0, set(self.found), local_stop, sorted(self.fired))
         shared: list[Any] = [None] * self.world
         self.distributed.all_gather_object(shared, payload)
@@ -181,10 +225,63 @@ class PartitionedSearch(VectorSearch):
         return super()._result(complete, bounded, stopped)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class WorkerLost(RuntimeError):
+    """A search process of ``check --workers`` died without reporting an error (killed by a signal,
+    say): the check has no result. The message names the worker, its process id and how it ended."""
+
+
+@dataclass
+class _Worker:
+    """One search process as the supervisor sees it: its rank, process and end of their pipe."""
+
+    rank: int
+    process: BaseProcess
+    channel: Connection
+    open: bool = True  # the pipe has not reached its end
+    error: BaseException | None = None  # what it reported before it exited with status 1
+
+    def __str__(self) -> str:
+        return f"worker {self.rank} (pid {self.process.pid})"
+
+
+class _Interrupts:
+    """Counts Ctrl-C (SIGINT) while installed (the main thread only): the supervisor asks rank 0 to
+    stop at the end of its level on the first, and stops the processes at once on the second."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._previous: Any = None
+        self._installed = False
+
+    def _note(self, number: int, frame: FrameType | None) -> None:
+        self.count += 1
+
+    def __enter__(self) -> _Interrupts:
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._note)
+        except ValueError:  # not the main thread: no Ctrl-C reaches this check
+            return self
+        self._installed = True
+        if self._previous == signal.SIG_IGN:  # Ctrl-C was ignored here (a background job): it stays so
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+@contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back from this thread while it starts workers: a worker starts with
+    them blocked (the mask survives ``exec``) until it has set its own handling (``_worker``), so a
+    terminal's Ctrl-C never interrupts one while it starts. (multiprocessing unblocks them when it
+    starts its resource tracker: ``check_distributed`` has it started first.)"""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _watch_parent(parent: int) -> None:
@@ -195,29 +292,75 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
+def _store(rank: int, world: int, port: int, listener: socket.socket | None) -> Any:
+    """The rendezvous store: rank 0 serves it on ``listener``, the socket the supervisor bound to
+    127.0.0.1 (a store that binds its own port listens on every interface); the others connect."""
+    import torch.distributed as distributed
+
+    wait = datetime.timedelta(seconds=STORE_SECONDS)
+    if listener is None:
+        return distributed.TCPStore(LOOPBACK, port, world, False, wait)
+    store = distributed.TCPStore(LOOPBACK, port, world, True, wait, master_listen_fd=listener.fileno())
+    listener.detach()  # the store owns the socket now
+    return store
+
+
+def _portable(error: BaseException) -> BaseException:
+    """``error`` if it survives pickling (to the supervisor), else a ``RuntimeError`` saying what it was."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - any failure to pickle: the description travels instead
+        return RuntimeError(f"{type(error).__name__}: {error}")
+    return error
+
+
 def _worker(
     rank: int,
     world: int,
-    address: str,
-    machine: Machine,
+    port: int,
+    listener: socket.socket | None,
     engine: str,
     device: str | None,
-    options: dict[str, Any],
+    channel: Connection,
     parent: int,
 ) -> None:
+    """One search process, started by ``check_distributed``. It ignores Ctrl-C (the supervisor decides
+    how the search stops), ends when its parent is gone, keeps gloo on the loopback interface, reads
+    the machine and the options from ``channel``, and sends on it rank 0's progress and result, or
+    its own error before it exits with status 1."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # blocked by _signals_blocked
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-    _run_rank(rank, world, address, machine, engine, device, options)
+    os.environ.update(loopback_environment(os.environ))
+    try:
+        machine, options = channel.recv()
+        store = _store(rank, world, port, listener)
+        if rank != 0:
+            _run_rank(rank, world, store, machine, engine, device, options)
+            return
+        options = {**options, "progress": lambda statistics: channel.send(("progress", statistics))}
+        result = _run_rank(0, world, store, machine, engine, device, options, stop_requested=channel.poll)
+        channel.send(("result", result))
+    except BaseException as error:  # noqa: BLE001 - the supervisor reports it, naming this worker
+        try:
+            channel.send(("error", _portable(error)))
+        except OSError:  # the supervisor is gone
+            pass
+        sys.exit(1)
 
 
 def _run_rank(
     rank: int,
     world: int,
-    address: str | None,
+    store: Any,
     machine: Machine,
     engine: str,
     device: str | None,
     options: dict[str, Any],
+    stop_requested: Callable[[], bool] | None = None,
 ) -> CheckResult:
+    """Join the process group (``store``: lockstep's own rendezvous; None: torchrun's ``env://``) and
+    run this rank's part of the search."""
     import torch.distributed as distributed
 
     gpu = engine == "bfs-gpu" and (device or "cuda").startswith("cuda")
@@ -233,13 +376,19 @@ def _run_rank(
         local_device = f"cuda:{local}"
         torch.cuda.set_device(local)
     backend_name = "cpu:gloo,cuda:nccl" if gpu else "gloo"
-    if address is None:
+    if store is None:
         distributed.init_process_group(backend_name)
     else:
-        distributed.init_process_group(backend_name, init_method=address, rank=rank, world_size=world)
+        distributed.init_process_group(backend_name, store=store, rank=rank, world_size=world)
     try:
         search = PartitionedSearch(
-            machine, make_backend(engine, local_device), rank=rank, world=world, engine=engine, **options
+            machine,
+            make_backend(engine, local_device),
+            rank=rank,
+            world=world,
+            engine=engine,
+            stop_requested=stop_requested,
+            **options,
         )
         return search.run()
     finally:
@@ -259,57 +408,193 @@ def check_distributed(
     device: str | None = None,
     progress: Progress | None = None,
 ) -> CheckResult:
-    """Check ``machine`` with ``workers`` processes; the caller (every process, under torchrun) gets the result."""
+    """Check ``machine`` with ``workers`` processes; the caller (every process, under torchrun) gets the result.
+
+    Started here, the processes are watched by the caller (``_supervise``): Ctrl-C gives a partial
+    result (``stopped`` "interrupted"), SIGTERM (``Terminated`` under the CLI) unwinds after killing
+    them, and a worker that dies raises ``WorkerLost``; no worker outlives this call."""
     options: dict[str, Any] = {
         "symmetry": symmetry,
         "compact": compact,
         "stop_at_first": stop_at_first,
         "watched": watched,
         "limits": limits,
-        "progress": progress,
     }
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
         if world != workers:
             raise UsageError(f"--workers {workers}, but torchrun started {world} processes")
-        return _run_rank(int(os.environ["RANK"]), world, None, machine, engine, device, options)
-    import torch.multiprocessing as multiprocessing
-
-    address = f"tcp://127.0.0.1:{_free_port()}"
+        return _run_rank(
+            int(os.environ["RANK"]), world, None, machine, engine, device, {**options, "progress": progress}
+        )
+    machine = machine.finish()  # as the one-process search does; the result names this machine
     context = multiprocessing.get_context("spawn")
-    child_options = {key: value for key, value in options.items() if key != "progress"}
-    children = [
-        context.Process(
-            target=_worker,
-            args=(rank, workers, address, machine, engine, device, child_options, os.getpid()),
-            daemon=True,
-        )
-        for rank in range(1, workers)
-    ]
-    for child in children:
-        child.start()
+    resource_tracker.ensure_running()  # started now: starting it later unblocks the signals below
+    team: list[_Worker] = []
+    finished = False
+    listener = loopback_store()
+    port = int(listener.getsockname()[1])
+    with _Interrupts() as interrupts:
+        try:
+            with _signals_blocked():
+                for rank in range(workers):
+                    ours, theirs = context.Pipe()
+                    process = context.Process(
+                        target=_worker,
+                        args=(
+                            rank,
+                            workers,
+                            port,
+                            listener if rank == 0 else None,
+                            engine,
+                            device,
+                            theirs,
+                            os.getpid(),
+                        ),
+                        name=f"lockstep-worker-{rank}",
+                        daemon=True,
+                    )
+                    team.append(_Worker(rank, process, ours))
+                    # Small arguments (the machine is sent next): multiprocessing writes them to a pipe
+                    # whose reading end it holds meanwhile, so a worker that died before reading them
+                    # all would block this call for ever.
+                    process.start()
+                    theirs.close()
+            listener.close()  # rank 0 holds its own copy
+            for worker in team:
+                try:
+                    worker.channel.send((machine, options))
+                except OSError:  # the worker is gone: the supervisor reports how it ended
+                    pass
+            result = _supervise(team, machine, engine, interrupts, progress)
+            finished = True
+            return result
+        finally:
+            listener.close()
+            _stop(team, finished)
+
+
+def _supervise(
+    team: list[_Worker], machine: Machine, engine: str, interrupts: _Interrupts, progress: Progress | None
+) -> CheckResult:
+    """Relay rank 0's progress until its result arrives. The first Ctrl-C asks rank 0 to stop (the
+    processes agree on it at the end of the level, and the result says "interrupted"); a second one
+    returns at once, with the states of the last level reported. A worker that ends otherwise: raise."""
+    started = time.monotonic()
+    leader = team[0]
+    last = Statistics(0, 0)
+    asked = False
+    while True:
+        if interrupts.count > 1:
+            last.seconds = time.monotonic() - started
+            return _abandoned(machine, engine, last, "interrupted")
+        if interrupts.count and not asked:
+            asked = True
+            try:
+                leader.channel.send("stop")
+            except OSError:  # rank 0 is gone: its end is reported below
+                pass
+        waiting: list[Connection | int] = [worker.channel for worker in team if worker.open]
+        waiting += [worker.process.sentinel for worker in team if worker.process.exitcode is None]
+        wait(waiting, timeout=SUPERVISOR_POLL_SECONDS)  # a Ctrl-C is counted, not raised: look again
+        for worker in team:
+            for kind, payload in _messages(worker):
+                if kind == "progress":
+                    last = payload
+                    if progress is not None:
+                        progress(payload)
+                elif kind == "result":
+                    payload.machine = machine
+                    return cast(CheckResult, payload)
+        if any(worker.process.exitcode not in (None, 0) for worker in team):
+            raise _failure(team)
+        if all(worker.process.exitcode == 0 and not worker.open for worker in team):
+            raise RuntimeError("the search processes ended without a result")
+
+
+def _messages(worker: _Worker) -> Iterator[tuple[str, Any]]:
+    """What ``worker`` has sent so far (an error is kept on the worker)."""
+    while worker.open and worker.channel.poll():
+        try:
+            kind, payload = worker.channel.recv()
+        except (EOFError, OSError):
+            worker.open = False
+            return
+        if kind == "error":
+            worker.error = payload
+        else:
+            yield kind, payload
+
+
+def _failure(team: list[_Worker]) -> BaseException:
+    """Why the search failed, once a worker ended with a failure: a worker killed by a signal first
+    (the others fail when their peer goes), then one that exited without reporting, then the error a
+    worker reported (lockstep's own errors as they are, so that the CLI reports them as one process would)."""
+    killed = _killed(team)
+    if killed is not None:
+        return killed
+    deadline = time.monotonic() + SETTLE_SECONDS  # the others end too, once a peer is gone
+    for worker in team:
+        worker.process.join(max(0.0, deadline - time.monotonic()))
+    for worker in team:
+        for _ in _messages(worker):
+            pass
+    killed = _killed(team)
+    if killed is not None:
+        return killed
+    for worker in team:
+        code = worker.process.exitcode
+        if code not in (None, 0) and worker.error is None:
+            return WorkerLost(f"{worker} exited with status {code}")
+    for worker in team:
+        error = worker.error
+        if error is not None:
+            if type(error).__module__.startswith("lockstep."):
+                return error
+            return RuntimeError(f"{worker} failed: {type(error).__name__}: {error}")
+    return RuntimeError("a search process failed")
+
+
+def _killed(team: list[_Worker]) -> WorkerLost | None:
+    """The first worker a signal killed, if one was."""
+    for worker in team:
+        code = worker.process.exitcode
+        if code is not None and code < 0:
+            return WorkerLost(f"{worker} was killed by {_signal_name(-code)}")
+    return None
+
+
+def _signal_name(number: int) -> str:
     try:
-        result = _run_rank(0, workers, address, machine, engine, device, options)
-    except KeyboardInterrupt:
-        result = CheckResult(
-            machine,
-            engine,
-            [
-                PropertyResult(prop.name, prop.kind, Verdict.INCONCLUSIVE, None, "interrupted", prop.builtin)
-                for prop in machine.properties
-            ],
-            Statistics(None, None),
-            "interrupted",
-        )
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _stop(team: list[_Worker], finished: bool) -> None:
+    """End every worker: after a result they are leaving on their own (given ``SETTLE_SECONDS``);
+    otherwise, or after that, SIGKILL. Each is waited for, so none is left behind."""
+    try:
+        if finished:
+            deadline = time.monotonic() + SETTLE_SECONDS
+            for worker in team:
+                if worker.process.pid is not None:
+                    worker.process.join(max(0.0, deadline - time.monotonic()))
     finally:
-        for child in children:
-            child.join(timeout=5)
-            if child.is_alive():
-                child.terminate()
-    failed = [child.exitcode for child in children if child.exitcode not in (0, None)]
-    if failed:
-        raise RuntimeError(f"a search process failed (exit codes {failed})")
-    return result
+        for worker in team:
+            if worker.process.pid is not None and worker.process.exitcode is None:
+                worker.process.kill()
+        for worker in team:
+            if worker.process.pid is not None:
+                worker.process.join()
+            worker.channel.close()
 
 
-__all__ = ["PartitionedSearch", "check_distributed"]
+def _abandoned(machine: Machine, engine: str, statistics: Statistics, stopped: str) -> CheckResult:
+    """The result of a search stopped before its processes shared their findings: every property
+    inconclusive, the figures those of the last level rank 0 reported."""
+    properties = [property_verdict(prop, None, "", False, False) for prop in machine.properties]
+    return CheckResult(machine, engine, properties, statistics, stopped)
+
+
+__all__ = ["PartitionedSearch", "WorkerLost", "check_distributed"]
