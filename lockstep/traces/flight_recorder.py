@@ -712,7 +712,7 @@ def _entry(path: Path, index: int, raw: object, encoding: str) -> FlightRecorder
         return value
 
     def integer(key: str, default: int | None = None) -> int:
-        return count(key, raw[key]) if key in raw or default is None else default
+        return default if key not in raw and default is not None else count(key, raw.get(key))
 
     def optional_integer(key: str) -> int | None:
         value = raw.get(key)

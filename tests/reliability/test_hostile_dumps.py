@@ -260,6 +260,15 @@ def test_a_negative_counter_is_bad_input_naming_the_file_and_field(
     assert code == 2 and f"{tmp_path / 'nccl_trace_rank_1'}: entry 0: {field} is negative (-5)" in err, err
 
 
+def test_a_missing_sequence_id_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    missing = entry()
+    del missing["collective_seq_id"]
+    write_pickles(tmp_path, {0: document([missing])})
+    code, _, err = replay(capsys, str(tmp_path))
+    expected = f"{tmp_path / 'nccl_trace_rank_0'}: entry 0: collective_seq_id is missing or not an integer (None)"
+    assert code == 2 and expected in err, err
+
+
 def test_a_negative_rank_in_pg_config_is_bad_input(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pg_config = {"1": {"name": "1", "desc": "tp", "ranks": "[-1, 0]"}}
     write_pickles(tmp_path, {0: document([entry()], pg_config=pg_config)})
