@@ -122,7 +122,7 @@ def test_completion_names_protocols_variants_and_instances(shell: str) -> None:
     instances = complete(shell, "lockstep check dp-pause --instance")
     assert instances[0] == "seed" and "stale-wave-after-resume" in instances and "decode-gap" not in instances
     assert complete(shell, "lockstep check dp-pause --instance", "double") == ["double-resume"]
-    assert complete(shell, "lockstep", "ch") == ["check"]
+    assert complete(shell, "lockstep", "che") == ["check"]
     assert complete(shell, "lockstep fuzz pp-broadcast --variant", "skip") == ["skip-disagree", "skip-whole-receive"]
     assert complete(shell, "lockstep run dp-pause --scenario") == ["issue-36594", "random", "counterexample"]
     assert "no_hang" in complete(shell, "lockstep check dp-pause --property")

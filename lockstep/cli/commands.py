@@ -367,3 +367,25 @@ def completion_command(**options: Any) -> Invocation:
     """Print the completion script of SHELL (bash, zsh or fish); source it from the shell's startup file:
     `eval "$(lockstep completion bash)"`."""
     return call("lockstep.cli.completion:print_script", "completion", options)
+
+
+@click.command("changes")
+@click.argument("change", metavar="DIFF|TREE", type=click.Path())
+@click.option(
+    "--release",
+    metavar="X.Y.Z",
+    help="the vLLM release the change is made on (default: the installed vllm's version)",
+)
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    metavar="TREE",
+    help="the vLLM tree after the change, for exact function names and the calls of mirrored functions "
+    "(default: TREE when the change is a tree)",
+)
+@click.option("--run", is_flag=True, help="run the model checks it lists, each against its pinned verdict")
+@json_option
+def changes(**options: Any) -> Invocation:
+    """Which model actions a change to vLLM touches, and the checks to run. DIFF is a unified diff (a file, or
+    - for standard input); TREE is a vLLM git checkout, whose uncommitted change (`git diff HEAD`) is read."""
+    return call("lockstep.cli.changes:command_changes", "changes", options)

@@ -70,6 +70,9 @@ COMMANDS = {
         "lockstep.cli.trace_commands:export", "write a trace as Perfetto trace events, ITF, DOT or GraphML"
     ),
     "graph": Entry("lockstep.cli.trace_commands:graph", "export an instance's reachable state graph (DOT or GraphML)"),
+    "changes": Entry(
+        "lockstep.cli.commands:changes", "which model actions a vLLM diff touches, and the checks to run (--run)"
+    ),
     "completion": Entry(
         "lockstep.cli.commands:completion_command",
         "print the shell completion script (bash, zsh, fish) of protocol, variant and instance names",

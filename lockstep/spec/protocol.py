@@ -18,6 +18,7 @@ return a ``Machine`` (``Protocol.machine`` says so, naming the ``build`` functio
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -130,6 +131,9 @@ class Protocol:
     rank_parameter: str | None = None
     default_instance: str = "seed"
     default_variant: str = POST_FIX
+    # (vLLM release, variant) pairs the model's author diffed release by release; where a model has
+    # them they decide ``release_variant``, else the variants' ``release`` texts do
+    release_table: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         _require_name(self.name, "a protocol")  # as a trace header's protocol field must be
@@ -147,6 +151,10 @@ class Protocol:
         if not callable(self.build):
             raise DefinitionError(f"{what}: build must be a function (variant, parameters) -> Machine")
         variants = [variant.name for variant in self.variants]
+        for release, variant_name in self.release_table:
+            _version(release)
+            if variant_name not in variants:
+                raise DefinitionError(f"{what}: release_table maps {release} to {variant_name!r}, not a variant")
         for instance in self.instances:
             self._check_instance(instance, variants)
         for label, name, names in (
@@ -198,6 +206,46 @@ class Protocol:
         choices = ", ".join(variant.name for variant in self.variants)
         raise UsageError(f"protocol {self.name} has no variant {name!r}; variants: {choices}")
 
+    def releases(self) -> list[tuple[tuple[int, ...], tuple[int, ...], VariantSpec]]:
+        """The vLLM releases the variants model, as (first, end, variant) with ``end`` excluded, in
+        order. A variant whose ``release`` reads ``vLLM vA-vB`` models A to B; one that reads ``vLLM
+        vA`` models A up to the next such variant's first release (the newest: A's minor series).
+        Mutants and scratch variants name no release and are left out."""
+        named = []
+        for variant in self.variants:
+            matched = _RELEASE_RANGE.fullmatch(variant.release.strip())
+            if matched is not None:
+                last = _version(matched[2]) if matched[2] else None
+                named.append((_version(matched[1]), last, variant))
+        named.sort(key=lambda item: item[0])
+        found = []
+        for first, last, variant in named:
+            if last is not None:
+                end = (*last[:-1], last[-1] + 1)
+            else:
+                later = [other for other, _, _ in named if other > first]
+                end = min(later) if later else (first[0], first[1] + 1, 0)
+            found.append((first, end, variant))
+        return found
+
+    def release_variant(self, version: str) -> VariantSpec | None:
+        """The variant that models vLLM ``version`` (``0.32.0``, ``v0.32.0``; a local or dev suffix
+        is ignored), or None when no variant models it: the model's ``release_table`` where it has one
+        (a release missing from it is as the newest listed before it), else the variants' ranges
+        (``releases``; where they overlap the release-by-release variant wins, then the narrowest)."""
+        wanted = _version(version)
+        if self.release_table:
+            table = sorted((_version(release), name) for release, name in self.release_table)
+            newest = table[-1][0]
+            below = [name for release, name in table if release <= wanted]
+            if below and wanted < (newest[0], newest[1] + 1, 0):  # a patch release is as its minor's last
+                return self.variant(below[-1])
+            return None
+        holding = [(first, end, variant) for first, end, variant in self.releases() if first <= wanted < end]
+        if not holding:
+            return None
+        return min(holding, key=lambda item: (not item[2].later_release, item[1], tuple(-part for part in item[0])))[2]
+
     def instance_spec(self, name: str) -> InstanceSpec:
         for instance in self.instances:
             if instance.name == name:
@@ -241,6 +289,17 @@ class Protocol:
                 values[spec.name] = spec.derived(values)
         expected = None if changed else instance_spec.expected.get(variant_spec.name)
         return Instance(self, variant_spec.name, instance_spec.name, values, expected)
+
+
+_RELEASE_RANGE = re.compile(r"vLLM v(\d+\.\d+\.\d+)(?:-v(\d+\.\d+\.\d+))?")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``0.32.0`` (``v0.32.0``, ``0.32.0+cpu``, ``0.32.0.dev3``) as (0, 32, 0); a ``UsageError`` otherwise."""
+    matched = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
+    if matched is None:
+        raise UsageError(f"{text!r} is not a vLLM release (say 0.32.0)")
+    return tuple(int(part or 0) for part in matched.groups())
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,7 @@ from lockstep.models.dp_pause.release_model import (
     build_release,
 )
 from lockstep.models.dp_pause.release_verdicts import with_release_verdicts
+from lockstep.models.dp_pause.releases import BISECTION
 from lockstep.models.dp_pause.sources import variant_sources
 from lockstep.models.dp_pause.state import (
     IGNORE_WHILE_PAUSED,
@@ -202,6 +203,7 @@ PROTOCOL = Protocol(
     name="dp-pause",
     title="DP engine waves and the two-phase pause",
     change="vLLM PR #39366 (issue #36594)",
+    release_table=(("0.20.0", PRE_FIX), *((release, variant) for release, variant, _ in BISECTION)),
     variants=(
         VariantSpec(PRE_FIX, "single-phase pause: an idle engine returns from pause at once", "vLLM v0.20.0"),
         VariantSpec(POST_FIX, "two-phase pause with the SUM all-reduce vote and ignore_start_dp_wave", "vLLM v0.21.0"),
