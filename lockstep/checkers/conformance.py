@@ -51,7 +51,7 @@ from lockstep.checkers.replay_model import (
 )
 from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
-from lockstep.spec.protocol import Instance, UsageError
+from lockstep.spec.protocol import Instance, Protocol, UsageError
 from lockstep.traces.merge import TraceInput, open_traces
 from lockstep.traces.reader import Record, TraceInputError
 
@@ -124,7 +124,7 @@ class ReplayVerdict:
 def replay_traces(
     source: PathLike | Sequence[PathLike] | TraceInput,
     *,
-    protocol: str | None = None,
+    protocol: str | Protocol | None = None,
     variant: str | None = None,
     instance: str | None = None,
     parameters: Mapping[str, int] | None = None,

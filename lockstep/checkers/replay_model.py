@@ -93,18 +93,22 @@ class ResolvedModel:
 def resolve_model(
     trace: TraceInput,
     *,
-    protocol: str | None = None,
+    protocol: str | Protocol | None = None,
     variant: str | None = None,
     instance: str | None = None,
     parameters: Mapping[str, int] | None = None,
     profile: RecorderProfile | str | None = None,
     trust_header: bool = False,
 ) -> ResolvedModel:
-    """The caller's model for ``trace`` (see the module doc): protocol and variant from the caller,
-    else the header's; ``HeaderMismatch`` for a header value that would widen the check unless
-    ``trust_header``; ``TraceInputError`` or ``UsageError`` for other bad input."""
+    """The caller's model for ``trace`` (see the module doc): protocol (a name, or a ``Protocol``
+    such as a model file's) and variant from the caller, else the header's; ``HeaderMismatch`` for a
+    header value that would widen the check unless ``trust_header``; ``TraceInputError`` or
+    ``UsageError`` for other bad input."""
     header, file = trace.header, trace.files[0]
-    chosen = _protocol(protocol or header["protocol"], file, explicit=protocol is not None)
+    if isinstance(protocol, Protocol):
+        chosen = protocol
+    else:
+        chosen = _protocol(protocol or header["protocol"], file, explicit=protocol is not None)
     variant_name = _variant(chosen, variant or header["variant"], file, explicit=variant is not None)
     recorder = recorder_profile(profile, chosen.name)
     model, origins = _instance(
@@ -230,13 +234,20 @@ def _exemptions(
     found: dict[str, str] = {
         name: f"collective completion (a {kind} recording)" for name in sorted(default_unrecorded(system, kind))
     }
-    if profile is not None:
-        found.update({name: f"profile {profile.name}" for name in profile.unrecorded if name not in found})
+    if profile is not None:  # a profile covers a recorder's every release: what this model lacks exempts nothing
+        found.update(
+            {
+                name: f"profile {profile.name}"
+                for name in profile.unrecorded
+                if name not in found and _names_something(system, name)
+            }
+        )
     found.update({name: "caller" for name in unrecorded if name not in found})
     listed = header["parameters"].get("unrecorded", [])
     if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
         raise TraceInputError(file, 1, f"header: parameter unrecorded must be a list of names, got {listed!r}")
-    widening = [name for name in listed if name not in found]
+    # a name the judged model does not have (another release's action) exempts nothing, so it cannot widen
+    widening = [name for name in listed if name not in found and (_names_something(system, name) or ":" in name)]
     if widening and not trust_header:
         raise HeaderMismatch(
             file,
@@ -246,6 +257,13 @@ def _exemptions(
         )
     found.update({name: TRUSTED for name in widening})
     return [Exemption(name, origin) for name, origin in found.items()]
+
+
+def _names_something(system: Any, name: str) -> bool:
+    """Whether ``name`` is an action, an actor or an actor kind (``rank:*``) of ``system``'s model."""
+    return any(
+        name in (action.name, action.actor, action.actor.split(":")[0] + ":*") for action in system.machine.actions
+    )
 
 
 PROFILES = {"vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause"}  # name -> module defining PROFILE

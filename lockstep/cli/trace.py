@@ -30,8 +30,8 @@ from rich.markup import escape
 
 from lockstep.checkers.conformance import ReplayVerdict, replay_traces
 from lockstep.checkers.replay import ReplayResult
-from lockstep.cli.failures import usage_error
-from lockstep.spec.protocol import Instance, UsageError, parse_assignments
+from lockstep.cli.failures import io_file, usage_error
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
 from lockstep.traces.output import write_stdout
 from lockstep.traces.reader import TraceInputError
@@ -66,10 +66,11 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.operations or arguments.mapping or arguments.max_states != 200_000:
         return _error(console, "--operations, --mapping and --max-states apply to --flight-recorder", arguments)
     try:
+        protocol = _replayed_protocol(arguments)
         trace = open_traces(arguments.paths)
         verdict = replay_traces(
             trace,
-            protocol=arguments.protocol,
+            protocol=protocol,
             variant=arguments.variant,
             instance=arguments.instance,
             parameters=parse_assignments(arguments.set),
@@ -87,8 +88,8 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
     except UsageError as error:
         return _error(console, str(error), arguments)
     except OSError as error:
-        message = f"{error.filename or ''}:0: cannot read: {error.strerror or error}"
-        return usage_error(console, message, arguments, file=error.filename and str(error.filename))
+        file = io_file(error, ", ".join(map(str, arguments.paths)))
+        return usage_error(console, f"{file}:0: cannot read: {error.strerror or error}", arguments, file=file)
     result, instance = verdict.result, verdict.instance
     _warn(console, trace.warnings)
     if arguments.json:
@@ -99,6 +100,15 @@ def command_replay(arguments: argparse.Namespace, console: Console) -> int:
         _render_evidence(console, verdict)
     code: int = result.exit_code
     return code
+
+
+def _replayed_protocol(arguments: argparse.Namespace) -> str | Protocol | None:
+    """``--protocol``'s name, or the protocol ``--model-file`` defines (the two must agree)."""
+    if getattr(arguments, "model_file", None) is None:
+        return str(arguments.protocol) if arguments.protocol else None
+    from lockstep.cli.listing import one_protocol
+
+    return one_protocol(arguments)
 
 
 def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> int:
@@ -252,7 +262,7 @@ def command_trace(arguments: argparse.Namespace, console: Console) -> int:
     except TraceInputError as error:
         return _trace_error(console, error, arguments)
     except OSError as error:
-        return _error(console, f"{error.filename or ''}:0: cannot read or write: {error.strerror or error}", arguments)
+        return _error(console, f"{io_file(error)}:0: cannot read or write: {error.strerror or error}", arguments)
     _warn(console, warnings)
     console.print(f"merged {count} events into {escape(str(arguments.output))}")
     return EXIT_OK

@@ -7,6 +7,7 @@ the completion functions, and each callback returns the ``Invocation`` of the co
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -54,6 +55,12 @@ from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER
     metavar="NAME",
     shell_complete=completion.protocols,
     help="replay against this protocol instead of the header's",
+)
+@click.option(
+    "--model-file",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="replay against the model a Python file defines (its PROTOCOL; an overlay's counterexample, say)",
 )
 @click.option(
     "--variant",

@@ -16,9 +16,10 @@ run one action on its own.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, ParamSpec
+from typing import TYPE_CHECKING, Generic, ParamSpec, Protocol
 
 if TYPE_CHECKING:
     from lockstep.spec.machine import Step
@@ -53,3 +54,16 @@ def action(
         )
 
     return define
+
+
+class Rebinding(Protocol):
+    """What ``Machine.add`` asks while a model is built under an overlay (``lockstep.spec.overlay``):
+    the definition to bind in place of one, and the overlay's actions bound with the same context."""
+
+    def replacement(self, definition: ActionDefinition[...], context: Sequence[object]) -> ActionDefinition[...]: ...
+
+    def companions(self, name: str) -> list[ActionDefinition[...]]: ...
+
+
+# set only while ``Overlay`` builds its base model (a context variable: other builds never see it)
+REBINDING: ContextVar[Rebinding | None] = ContextVar("lockstep_rebinding", default=None)

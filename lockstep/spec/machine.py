@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from lockstep.spec.actions import ActionDefinition
+from lockstep.spec.actions import REBINDING, ActionDefinition
 from lockstep.spec.definitions import (
     IN_BOUNDS,
     NO_COLLECTIVE_MISMATCH,
@@ -116,9 +116,14 @@ class Machine:
         """Bind a module-level action (``lockstep.spec.actions.action``): ``context`` fills the
         function's leading arguments (the model's state, its variant), ``parameters`` give the sort of
         each remaining one (``sorts`` too, for names computed at build time, which a function taking
-        ``**keywords`` receives in order). ``name`` and ``actor`` override the definition's."""
+        ``**keywords`` receives in order). ``name`` and ``actor`` override the definition's. While an
+        overlay builds the model (``REBINDING``), it may bind its own definition in place of this one,
+        and its actions declared ``like`` this one after it, with the same context and sorts."""
+        rebinding = REBINDING.get()
+        if rebinding is not None:
+            definition = rebinding.replacement(definition, context)
         function = functools.partial(definition.function, *context) if context else definition.function
-        return self.add_action(
+        bound = self.add_action(
             name or definition.name,
             function,
             actor=actor or definition.actor,
@@ -126,6 +131,9 @@ class Machine:
             mirrors=definition.mirrors,
             **{**(sorts or {}), **parameters},
         )
+        for companion in rebinding.companions(name or definition.name) if rebinding is not None else ():
+            self.add(companion, *context, sorts={**(sorts or {}), **parameters})
+        return bound
 
     def add_action(
         self,
