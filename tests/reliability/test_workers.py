@@ -69,9 +69,11 @@ def running(tmp_path: Path) -> Iterator[Starter]:
 
     yield begin
     for check in started:
-        if check.process.poll() is None:
-            os.killpg(check.process.pid, signal.SIGKILL)
-            check.process.wait()
+        try:
+            os.killpg(check.process.pid, signal.SIGKILL)  # the group outlives its leader if a worker does
+        except ProcessLookupError:
+            pass
+        check.process.wait()
 
 
 def parent_of(pid: int) -> int | None:
