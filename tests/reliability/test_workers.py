@@ -4,7 +4,7 @@ process left behind.
 
 Each test starts the real command (``check dp-pause --workers 2 --ranks 4``, the default engine, gloo
 on the CPU: millions of states, so it is still searching when the test acts) in a session of its
-own, waits for a condition (the worker processes exist, the listening sockets are there), acts on it
+own, waits for a condition (a worker process exists, or every rank listens), acts on it
 with a real signal, and reads the exit code, stdout, stderr and /proc.
 """
 
@@ -76,31 +76,33 @@ def running(tmp_path: Path) -> Iterator[Starter]:
         check.process.wait()
 
 
-def parent_of(pid: int) -> int | None:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name: state, parent, group, session..."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
     except OSError:
         return None
-    return int(text.rsplit(")", 1)[-1].split()[1])
+    return text.rsplit(")", 1)[-1].split()
+
+
+def processes() -> dict[int, list[str]]:
+    """Every process's stat fields (``_stat``), by id."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            found[int(entry.name)] = fields
+    return found
 
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a process that has not exited (a zombie has)."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return text.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def descendants(root: int) -> list[int]:
     """The processes below ``root`` (children, their children...)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            parent = parent_of(int(entry.name))
-            if parent is not None:
-                parents[int(entry.name)] = parent
+    parents = {pid: int(fields[1]) for pid, fields in processes().items()}
     found, frontier = [], [root]
     while frontier:
         children = [pid for pid, parent in parents.items() if parent in frontier]
@@ -135,24 +137,6 @@ def wait_for(check: Check, condition: Callable[[], Any], what: str) -> Any:
     pytest.fail(f"no {what} within {CEILING_SECONDS:.0f} s")
 
 
-def two_workers(check: Check) -> list[int]:
-    """The two search processes' ids, once both exist."""
-
-    def both() -> list[int] | None:
-        found = workers(check.process.pid)
-        return found if len(found) == 2 else None
-
-    return list(wait_for(check, both, "two workers"))
-
-
-def assert_gone(pids: list[int]) -> None:
-    """Every process of ``pids`` has ended (they were reaped, or are about to be)."""
-    deadline = time.monotonic() + CEILING_SECONDS
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in pids if alive(pid)], "processes left behind"
-
-
 def listening(pids: list[int]) -> list[str]:
     """The local addresses (hex, as /proc/net/tcp* writes them) of the TCP sockets ``pids`` listen on."""
     inodes = set()
@@ -171,6 +155,30 @@ def listening(pids: list[int]) -> list[str]:
     return addresses
 
 
+def searching(check: Check) -> list[int]:
+    """Once every rank has joined the process group (the rendezvous store and each rank's gloo
+    listener are listening: 3 sockets), the addresses they listen on."""
+
+    def listeners() -> list[str] | None:
+        found = listening([check.process.pid, *descendants(check.process.pid)])
+        return found if len(found) >= 3 else None
+
+    return list(wait_for(check, listeners, "the store's and gloo's listening sockets"))
+
+
+def assert_nothing_left(check: Check) -> None:
+    """No process of the check's session remains (workers, their children, multiprocessing's tracker)."""
+    session = str(check.process.pid)
+
+    def members() -> list[int]:
+        return [pid for pid, fields in processes().items() if fields[3] == session and fields[0] not in ("Z", "X")]
+
+    deadline = time.monotonic() + CEILING_SECONDS
+    while members() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not members(), "processes left behind"
+
+
 def loopback(address: str) -> bool:
     """127.0.0.0/8, ::1 or ::ffff:127.x.y.z, from /proc/net/tcp's hex (little-endian words)."""
     if len(address) == 8:
@@ -183,14 +191,8 @@ def loopback(address: str) -> bool:
 
 def test_the_processes_listen_on_the_loopback_interface_only(running: Starter) -> None:
     check = running()
-    two_workers(check)
-
-    def listeners() -> list[str] | None:  # the store's and each rank's gloo listener
-        found = listening([check.process.pid, *descendants(check.process.pid)])
-        return found if len(found) >= 3 else None
-
-    addresses = wait_for(check, listeners, "the store's and gloo's listening sockets")
-    assert addresses and all(loopback(address) for address in addresses), addresses
+    addresses = searching(check)
+    assert all(loopback(address) for address in addresses), addresses
 
 
 def interrupted_result(code: int, out: str, err: str) -> None:
@@ -201,29 +203,31 @@ def interrupted_result(code: int, out: str, err: str) -> None:
     assert "Traceback" not in err, err
 
 
-def test_ctrl_c_in_a_terminal_gives_the_partial_result(running: Starter) -> None:
-    """A terminal's Ctrl-C reaches the whole process group: the parent and every worker."""
+def test_ctrl_c_in_a_terminal_while_the_workers_start_gives_the_partial_result(running: Starter) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: the parent and every worker, here as
+    soon as the first worker exists (it may still be starting)."""
     check = running("--json")
-    pids = two_workers(check)
+    wait_for(check, lambda: workers(check.process.pid), "a worker")
     os.killpg(check.process.pid, signal.SIGINT)
     interrupted_result(*check.finish())
-    assert_gone(pids)
+    assert_nothing_left(check)
 
 
 def test_ctrl_c_to_the_parent_alone_gives_the_partial_result(running: Starter) -> None:
     check = running("--json")
-    pids = two_workers(check)
+    searching(check)
     check.process.send_signal(signal.SIGINT)
     interrupted_result(*check.finish())
-    assert_gone(pids)
+    assert_nothing_left(check)
 
 
 def test_a_second_ctrl_c_stops_at_once_with_a_partial_result(running: Starter) -> None:
     """The first Ctrl-C stops the search at the end of its level; with a worker that cannot finish
     it (stopped with SIGSTOP), another Ctrl-C ends the check anyway, and the stopped worker too."""
     check = running("--json")
-    pids = two_workers(check)
-    os.kill(pids[-1], signal.SIGSTOP)
+    searching(check)
+    stopped = workers(check.process.pid)[-1]
+    os.kill(stopped, signal.SIGSTOP)
     try:
         deadline = time.monotonic() + CEILING_SECONDS
         while check.process.poll() is None and time.monotonic() < deadline:  # Ctrl-C until it gives up
@@ -231,31 +235,32 @@ def test_a_second_ctrl_c_stops_at_once_with_a_partial_result(running: Starter) -
             time.sleep(0.5)
         code, out, err = check.finish()
     finally:
-        if alive(pids[-1]):
-            os.kill(pids[-1], signal.SIGCONT)
+        if alive(stopped):
+            os.kill(stopped, signal.SIGCONT)
     assert code == 3 and "Traceback" not in err, err
     payload = json.loads(out)
     assert payload["stopped"] == "interrupted" and payload["verdict"] == "inconclusive", payload
-    assert_gone(pids)
+    assert_nothing_left(check)
 
 
 def test_sigterm_ends_the_check_with_143(running: Starter) -> None:
     check = running()
-    pids = two_workers(check)
+    searching(check)
     check.process.send_signal(signal.SIGTERM)
     code, _, err = check.finish()
     assert code == 143 and "terminated (SIGTERM)" in err, err
     assert "Traceback" not in err, err
-    assert_gone(pids)
+    assert_nothing_left(check)
 
 
 def test_a_lost_worker_ends_the_check_with_4_naming_it(running: Starter) -> None:
     check = running("--json")
-    pids = two_workers(check)
-    os.kill(pids[-1], signal.SIGKILL)
+    searching(check)
+    lost = workers(check.process.pid)[-1]
+    os.kill(lost, signal.SIGKILL)
     code, out, err = check.finish()
     assert code == 4, err
-    assert f"(pid {pids[-1]}) was killed by SIGKILL" in err and "Traceback" not in err, err
+    assert f"(pid {lost}) was killed by SIGKILL" in err and "Traceback" not in err, err
     payload = json.loads(out)
     assert payload["kind"] == "crashed" and payload["exit_code"] == 4 and "worker" in payload["error"], payload
-    assert_gone([check.process.pid, *pids])
+    assert_nothing_left(check)
