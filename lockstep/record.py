@@ -22,8 +22,11 @@ the model, see ``lockstep.spec.vocabulary``) and
 message clocks (``send``/``receive`` give the entries for a channel). ``collective`` writes the
 ``enter``/``complete`` pair of one member with the communicator's per-member sequence number.
 ``recording_enabled()`` / ``from_environment`` let instrumented code record only when
-``LOCKSTEP_TRACE_DIR`` is set. ``instrument`` wraps a method of a class so that each call
-records an event after it returns (a building block for monkeypatching an engine's methods).
+``LOCKSTEP_TRACE_DIR`` is set. ``write_failure`` is what instrumented code does when recording fails
+inside the instrumented program (which must never see the error): it writes ``<actor>.error.json``
+beside the trace (``failure_path``), and ``read_failures`` gives a run's such files. ``instrument``
+wraps a method of a class so that each call records an event after it returns (a building block
+for monkeypatching an engine's methods).
 The events each protocol expects, and the vLLM functions that should emit them, are in
 ``docs/recording-vllm.md``; ``lockstep replay DIRECTORY`` checks what was recorded.
 """
@@ -31,8 +34,10 @@ The events each protocol expects, and the vLLM functions that should emit them, 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from lockstep.spec.vocabulary import Vocabulary
 
 TRACE_DIRECTORY_ENVIRONMENT = "LOCKSTEP_TRACE_DIR"
+FAILURE_SUFFIX = ".error.json"  # rank-0.error.json beside rank-0.jsonl: why that actor's recording stopped
 
 
 def parameters(protocol: str, **values: JSONValue) -> dict[str, JSONValue]:
@@ -147,6 +153,47 @@ def from_environment(
     """A recorder into ``$LOCKSTEP_TRACE_DIR``, or None when it is not set (recording off)."""
     directory = os.environ.get(TRACE_DIRECTORY_ENVIRONMENT)
     return open_trace(directory, actor, protocol, variant, parameters, **options) if directory else None
+
+
+def failure_path(actor: str, directory: str | os.PathLike[str] | None = None) -> Path | None:
+    """Where ``actor``'s recording failure goes: ``<directory>/<actor's file name>.error.json``
+    (default directory: ``$LOCKSTEP_TRACE_DIR``; None when that is unset)."""
+    folder = directory if directory is not None else os.environ.get(TRACE_DIRECTORY_ENVIRONMENT)
+    if not folder:
+        return None
+    return Path(folder) / (trace_file_name(actor).removesuffix(".jsonl") + FAILURE_SUFFIX)
+
+
+def write_failure(actor: str, error: BaseException, **details: JSONValue) -> None:
+    """Write why ``actor``'s recording stopped (the error, its traceback, ``details``) beside its trace.
+    Never raises: it is called inside the instrumented program, which must run on."""
+    try:
+        path = failure_path(actor)
+        if path is None:
+            return
+        payload = {
+            "actor": actor,
+            "error": f"{type(error).__name__}: {error}",
+            **details,
+            "traceback": "".join(traceback.format_exception(error)),
+        }
+        path.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    except Exception:  # nothing may reach the instrumented program
+        return
+
+
+def read_failures(directory: str | os.PathLike[str]) -> list[dict[str, JSONValue]]:
+    """The recording failures written into ``directory`` (``write_failure``), by file name; a file
+    that does not parse is reported as its text."""
+    found: list[dict[str, JSONValue]] = []
+    for path in sorted(Path(directory).glob("*" + FAILURE_SUFFIX)):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            payload = {"error": text}
+        found.append({"file": str(path), **(payload if isinstance(payload, dict) else {"error": text})})
+    return found
 
 
 EventOf = Callable[..., tuple[str, Mapping[str, JSONValue], Mapping[str, JSONValue] | None] | None]

@@ -5,8 +5,10 @@ The runtime runs without ``--trace-dir`` (its own recording off), so every trace
 the patch, installed in each process through ``LOCKSTEP_INSTRUMENT``. Post-fix ``issue-36594`` and
 the fuzz scenario (``random``) conform to the post-fix model; pre-fix ``issue-36594`` hangs and
 its recorded prefix breaks ``quiescent_during_rpc``, as the model predicts. A patch that leaves
-``handle_start_wave`` out, or misreports ``current_wave``, is caught as a divergence. The patch
-module imports no torch, z3 or numpy.
+``handle_start_wave`` out, or misreports ``current_wave``, is caught as a divergence. A recorder
+that fails inside an engine (an observed value beyond the header's bounds) writes its error file
+and stops while the engines run the scenario to its end. The patch module imports no torch, z3 or
+numpy.
 """
 
 from __future__ import annotations
@@ -34,14 +36,16 @@ def run_patched(
     requests: int = 1,
     hook: str = HOOK,
     mutant: str | None = None,
+    bounds: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    """``lockstep run dp-pause`` (no --trace-dir) with the patch recording into ``folder``."""
+    """``lockstep run dp-pause`` (no --trace-dir) with the patch recording into ``folder`` (the header's
+    model bounds: ``bounds``, default the run's)."""
     environment = dict(
         os.environ,
         LOCKSTEP_TRACE_DIR=str(folder),
         LOCKSTEP_INSTRUMENT=hook,
         LOCKSTEP_TRACE_VARIANT=variant,
-        LOCKSTEP_TRACE_PARAMETERS=json.dumps({"requests": requests, "max_wave": requests + 3}),
+        LOCKSTEP_TRACE_PARAMETERS=json.dumps(bounds or {"requests": requests, "max_wave": requests + 3}),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "tests"), os.environ.get("PYTHONPATH")])),
     )
     if mutant is not None:
@@ -137,6 +141,18 @@ def test_a_patch_that_leaves_out_or_misreports_an_event_diverges(
     assert result["verdict"] == "diverges", result
     if action is not None:
         assert result["explanation"]["event"]["action"] == action
+
+
+def test_a_recorder_failure_stops_the_recording_and_the_engines_run_on(tmp_path: Path) -> None:
+    # the header says no request will come: the engine that takes the run's request observes a count beyond
+    # the model's bounds, its recorder fails inside the engine, writes why beside the trace and stops
+    payload = run_patched(tmp_path, "--scenario", "issue-36594", "--seed", "7", bounds={"requests": 0, "max_wave": 3})
+    assert payload["outcome"] == "completed", payload  # the engines ran the whole scenario
+    failures = sorted(tmp_path.glob("*.error.json"))
+    assert failures, sorted(path.name for path in tmp_path.iterdir())
+    failure = json.loads(failures[0].read_text())
+    assert failure["actor"].startswith("rank:") and "is beyond its bounds" in failure["error"], failure
+    assert "TraceFormatError" in failure["traceback"]
 
 
 def test_the_patch_module_imports_no_torch_z3_or_numpy() -> None:

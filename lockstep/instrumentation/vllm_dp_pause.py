@@ -1,13 +1,23 @@
-"""Record dp-pause traces from vLLM v0.21.0 by monkeypatching it (no vLLM source edited).
+"""Record dp-pause traces from vLLM by monkeypatching it (no vLLM source edited), for the installed release.
 
-``install_vllm()`` patches vLLM's own classes and functions; ``install(targets)`` patches the ones
-``targets`` names, which is how the test applies this same code to lockstep's runtime
+``install_vllm()`` patches vLLM's own classes and functions, recording the events of the model variant
+the installed release stands for (``vllm.__version__`` → ``vllm_releases.recording_for``: which events,
+the real ``dp_sync_interval``, the header's variant and unrecorded names); every patch target is checked
+first and a missing one refused with ``MissingPatchTarget`` naming it. ``install(targets)`` patches the
+ones ``targets`` names, which is how the test applies this same code to lockstep's runtime
 (``install_runtime``, with ``LOCKSTEP_INSTRUMENT=lockstep.instrumentation.vllm_dp_pause:install_runtime``).
 Each returns a function that undoes the patch. Recording happens only while ``LOCKSTEP_TRACE_DIR``
 is set; ``LOCKSTEP_TRACE_PARAMETERS`` (JSON) gives the model bounds vLLM cannot know (``requests``,
-``max_wave``), and ``LOCKSTEP_TRACE_VARIANT`` the variant (default: ``post-fix``, vLLM v0.21.0; an
-engine core without ``pending_pause``, v0.20.0, records ``pre-fix``). Imports only the standard library and
-``lockstep.record``.
+``max_wave``, ...), and ``LOCKSTEP_TRACE_VARIANT`` may override the variant (an engine core without
+``pending_pause``, v0.20.0 or the runtime's pre-fix, records ``pre-fix``). Imports only the standard
+library and ``lockstep.record``.
+
+**A recorder failure never reaches vLLM.** Every write (an event, a collective's ``enter`` /
+``complete``, opening the trace) is guarded: the first error (an observed value beyond the model's
+bounds, an attribute a release renamed, a full disk) writes ``<actor>.error.json`` beside the trace
+(``record.write_failure``: the error and its traceback), stops this process's recording, hands every held
+output on, gives the engine its own queues back, and lets the engine run on unrecorded. The
+recording up to the failure stays a valid trace prefix; ``lockstep vllm check`` reports the file.
 
 Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process; run vLLM with
 ``--distributed-executor-backend uni`` so the worker's DP all-reduce is in that process):
@@ -22,32 +32,37 @@ Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process
 - ``handle_*``, ``finish_collective_rpc``, ``finish_resume``: after ``_handle_client_request``
   returns (``handle_collective_rpc`` as ``collective_rpc`` starts, ``handle_resume`` of a resume
   that reaches its barrier as ``ParallelConfig.has_unfinished_dp`` starts).
-- ``notify_idle``: around ``_notify_idle_state_callbacks`` when a callback is pending.
+- ``notify_idle``: around ``_notify_idle_state_callbacks`` when a callback is pending; from v0.29.0
+  (``Recording.device_sync``) ``fire_idle_callbacks`` before it (the callback's ``_finish_pause`` runs
+  ``collective_rpc("synchronize_device")``) and ``synchronize_device`` after it (the reply goes out).
 - ``step``: at the worker's DP all-reduce of a real forward (``dp_utils._run_ar``, after
   ``schedule``), else after ``_process_engine_step`` when the loop goes on to a dummy forward or
   to nothing; the all-reduce itself is ``enter``/``complete`` on ``worker_dp``.
 - ``finish_forward``: after ``_has_global_unfinished_reqs`` off the sync boundary, or before
   ``ParallelConfig.sync_dp_state`` (pre-fix ``has_unfinished_dp``) on it; ``finish_sync`` when the
   loop comes back to ``_handle_shutdown``, because ``run_busy_loop`` sets ``engines_running``,
-  queues ``wave_complete`` and bumps ``current_wave`` inline after the call.
-- client (actor ``client``, patched by ``vllm_dp_pause_client``): ``client_add_request`` before ``_send_input(ADD)``
-(FIRST_REQ follows it
-  when ``engines_running`` is false), ``client_<call>`` before ``_call_utility_async`` sends,
-  ``client_<call>_returned`` after ``call_utility_async`` has every engine's reply.
+  queues ``wave_complete`` and bumps ``current_wave`` (from v0.30.0 also resets ``step_counter``)
+  inline after the call.
+- client (actor ``client``, patched by ``vllm_dp_pause_client``): ``client_add_request`` before
+  ``_send_input(ADD)`` (FIRST_REQ follows it when ``engines_running`` is false), ``client_<call>``
+  before ``_call_utility_async`` sends, ``client_<call>_returned`` after ``call_utility_async`` has
+  every engine's reply.
 
 **Sends are on file before the message leaves.** While the core thread is inside a patched
 function, ``output_queue.put_nowait`` items are held and handed on only after the event that sends
 them is written with its ``send:`` clock (replies: ``rank:N>client``; ``start_wave`` and
 ``wave_complete``: ``rank:N>coordinator``); the output thread then sends them as usual.
 
-**What vLLM v0.21.0 does not let a patch see**, named in the header's ``unrecorded``:
+**What vLLM does not let a patch see**, named in the header's ``unrecorded`` (``Recording.unrecorded``):
 - the coordinator (``DPCoordinatorProc.process_input_socket`` is one function whose wave state is
   local variables and whose receives are inline socket reads; only ``_send_start_wave`` is a
   function). Its actions are left to replay, and START_DP_WAVE arrivals carry no receive clock;
-- ``client_read_publication``: the client's stats task applies a publication inline in a closure
-  (``run_engine_stats_update_task``: ``self.current_wave = wave``).
+- the client's stats task applying a publication (``client_read_publication``; ``client_read_view`` in
+  the later-release variants), inline in a closure (``run_engine_stats_update_task``);
+- later releases: ``device_idle``, the device finishing a forward's kernels.
 Assumptions: one DP all-reduce per forward (no micro-batching, no speculative decoding), the
-worker in the engine-core process, ``step_counter`` counted modulo 32 as the model's.
+worker in the engine-core process, ``step_counter`` read as the release's model keeps it
+(``Recording.step_counter``).
 """
 
 from __future__ import annotations
@@ -58,33 +73,59 @@ import inspect
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep import record
 from lockstep.instrumentation.vllm_queues import HeldOutputs, TakenInputs
+from lockstep.instrumentation.vllm_releases import (
+    EARLY_UNRECORDED,
+    ENGINE_METHODS,
+    LATER_UNRECORDED,
+    LEGACY_SYNC_INTERVAL,
+    RUNTIME_RECORDING,
+    MissingPatchTarget,
+    Recording,
+    check_targets,
+    find_target,
+    installed_recording,
+)
 from lockstep.spec.profile import RecorderProfile
 
-SYNC_INTERVAL = 32  # DPEngineCoreProc._has_global_unfinished_reqs: every 32nd step
+SYNC_INTERVAL = LEGACY_SYNC_INTERVAL  # DPEngineCoreProc._has_global_unfinished_reqs before 0.30.0: every 32nd step
 PARAMETERS_ENVIRONMENT = "LOCKSTEP_TRACE_PARAMETERS"
-VARIANT_ENVIRONMENT = "LOCKSTEP_TRACE_VARIANT"  # the model variant the release stands for (the client cannot tell)
-UNRECORDED = ["coordinator", "client_read_publication"]
+VARIANT_ENVIRONMENT = "LOCKSTEP_TRACE_VARIANT"  # overrides the variant the release stands for
+UNRECORDED = list(EARLY_UNRECORDED)  # the v0.21.0 recording's (the runtime's); later releases: Recording.unrecorded
 
 
 def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
-    """Waves bounded by the requests (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set), the response bound
-    as ``record.parameters`` writes it (the declared default)."""
+    """Waves bounded by the requests (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set: the requests added
+    before and after the pause, and 3 more), the response bound as ``record.parameters`` writes it
+    (the declared default)."""
     from lockstep.models import get_protocol
 
     return {
-        "max_wave": sizing["requests"] + 3,
+        "max_wave": max_wave(sizing["requests"], sizing.get("late_requests", 0)),
         "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
     }
 
 
-# What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``): the actions
-# above are left out, and the client resumes without waiting for control messages to settle.
-PROFILE = RecorderProfile("vllm-dp-pause", "dp-pause", tuple(UNRECORDED), {"settle_before_resume": 0}, _profile_values)
+def max_wave(requests: int, late_requests: int = 0) -> int:
+    """The largest wave a recorded run is judged with: one per request, and 3 more (a pause's kick-start
+    wave, a resumed one, the one after)."""
+    return requests + late_requests + 3
+
+
+# What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``), every release's:
+# the actions above are left out (a name the judged variant lacks exempts nothing), and the client
+# resumes without waiting for control messages to settle.
+PROFILE = RecorderProfile(
+    "vllm-dp-pause",
+    "dp-pause",
+    tuple(dict.fromkeys((*EARLY_UNRECORDED, *LATER_UNRECORDED))),
+    {"settle_before_resume": 0},
+    _profile_values,
+)
 CALLS = {
     "pause_scheduler": "client_pause",
     "collective_rpc": "client_collective_rpc",
@@ -96,23 +137,24 @@ CALLS = {
 class Targets:
     """What to patch: the engine-core class (``DPEngineCoreProc``), the class with the engine-level
     all-reduces (``ParallelConfig``), the module holding the worker's DP all-reduce ``_run_ar``, and
-    the client class (``DPLBAsyncMPClient``). Any may be None (not patched)."""
+    the client class (``DPLBAsyncMPClient``). Any may be None (not patched). ``recording``: what the
+    release records (lockstep's runtime: v0.21.0's)."""
 
     engine: type | None = None
     parallel_config: type | None = None
     worker_dp: Any = None
     client: type | None = None
-    sync_interval: int = SYNC_INTERVAL
+    recording: Recording = field(default=RUNTIME_RECORDING)
 
 
-def header_parameters(ranks: int, sync_interval: int) -> dict[str, Any]:
+def header_parameters(ranks: int, sync_interval: int, unrecorded: tuple[str, ...] = EARLY_UNRECORDED) -> dict[str, Any]:
     """The model's parameters for the trace header: the run's ranks and sync interval, the
     client's no-settling resume, the unrecorded actions, then ``$LOCKSTEP_TRACE_PARAMETERS``."""
     values: dict[str, Any] = {
         "ranks": ranks,
         "sync_interval": sync_interval,
         "settle_before_resume": 0,
-        "unrecorded": list(UNRECORDED),
+        "unrecorded": list(unrecorded),
     }
     values.update(json.loads(os.environ.get(PARAMETERS_ENVIRONMENT) or "{}"))
     return record.parameters("dp-pause", **values)
@@ -135,16 +177,21 @@ def modelled(request_type: Any, request: Any) -> str | None:
 
 class EngineTrace:
     """The recording of one engine core: its recorder, the model's position of its core thread
-    (``mode``), and what the patched functions tell each other."""
+    (``mode``), and what the patched functions tell each other. Every write is guarded (``guarded``):
+    the first failure stops the recording (``fail``) and never reaches the engine."""
 
-    def __init__(self, engine: Any, recorder: record.TraceRecorder, post_fix: bool, sync_interval: int) -> None:
+    def __init__(
+        self, engine: Any, recorder: record.TraceRecorder, post_fix: bool, sync_interval: int, recording: Recording
+    ) -> None:
         self.engine, self.recorder, self.post_fix, self.sync_interval = engine, recorder, post_fix, sync_interval
+        self.recording = recording
         self.rank = int(engine.dp_rank)
         self.actor = f"rank:{self.rank}"
         self.mode = "TOP"
+        self.failed = False
         self.outputs = HeldOutputs(engine.output_queue)
-        engine.output_queue = self.outputs
-        engine.input_queue = TakenInputs(engine.input_queue, self)
+        self.inputs = TakenInputs(engine.input_queue, self)
+        engine.output_queue, engine.input_queue = self.outputs, self.inputs
         self.utility: str | None = None  # the modelled utility being handled
         self.stepping = self.forwarded = self.checking = self.synced = self.resume_barrier = False
         self.dummy = self.finish_sync_pending = False
@@ -156,7 +203,7 @@ class EngineTrace:
             "mode": self.mode,
             "engines_running": bool(engine.engines_running),
             "current_wave": int(engine.current_wave),
-            "step_counter": int(engine.step_counter) % self.sync_interval,
+            "step_counter": self.recording.step_counter(int(engine.step_counter), self.sync_interval),
             "pause_state": scheduler.pause_state.name,
             "requests": len(scheduler.waiting) + len(scheduler.running),
             "finished_pending": bool(scheduler.finished_req_ids),
@@ -170,27 +217,54 @@ class EngineTrace:
         return {f"{name}[{r}]": value for name, value in values.items()}
 
     def event(self, action: str, **overrides: Any) -> None:
-        """Write ``action`` with the send clocks of the held outputs, then hand those on."""
+        """Write ``action`` with the send clocks of the held outputs, then hand those on (also when the write fails)."""
         items = self.outputs.take_held()
-        clock: dict[str, int] = {}
-        for client_index, outputs in items:
-            if client_index == -1 and (
-                _field(outputs, "start_wave") is not None or _field(outputs, "wave_complete") is not None
-            ):
-                clock.update(self.recorder.send(f"{self.actor}>coordinator"))
-            elif client_index != -1 and _field(outputs, "utility_output") is not None:
-                clock.update(self.recorder.send(f"{self.actor}>client"))
-        self.recorder.event(action, {"rank": self.rank}, self.observed(**overrides), clock or None)
-        self.outputs.release_held(items)
+        try:
+            if self.failed:
+                return
+            clock: dict[str, int] = {}
+            for client_index, outputs in items:
+                if client_index == -1 and (
+                    _field(outputs, "start_wave") is not None or _field(outputs, "wave_complete") is not None
+                ):
+                    clock.update(self.recorder.send(f"{self.actor}>coordinator"))
+                elif client_index != -1 and _field(outputs, "utility_output") is not None:
+                    clock.update(self.recorder.send(f"{self.actor}>client"))
+            self.recorder.event(action, {"rank": self.rank}, self.observed(**overrides), clock or None)
+        except Exception as error:
+            self.fail(error)
+        finally:
+            self.outputs.release_held(items)
 
     def arrived(self, item: Any) -> None:
-        kind = modelled(*item)
-        if kind == "START_DP_WAVE":  # the coordinator is unrecorded: no receive clock
-            self.recorder.event("arrive_from_coordinator", {"rank": self.rank})
-        elif kind is not None:
-            self.recorder.event(
-                "arrive_from_client", {"rank": self.rank}, clock=self.recorder.receive(f"client>{self.actor}")
-            )
+        if self.failed:
+            return
+        try:
+            kind = modelled(*item)
+            if kind == "START_DP_WAVE":  # the coordinator is unrecorded: no receive clock
+                self.recorder.event("arrive_from_coordinator", {"rank": self.rank})
+            elif kind is not None:
+                self.recorder.event(
+                    "arrive_from_client", {"rank": self.rank}, clock=self.recorder.receive(f"client>{self.actor}")
+                )
+        except Exception as error:
+            self.fail(error)
+
+    @contextlib.contextmanager
+    def collective(self, communicator: str, op: str) -> Iterator[None]:
+        """This rank's ``enter`` before the block and ``complete`` after it (not if it raises), each guarded."""
+        number = None
+        if not self.failed:
+            try:
+                number = self.recorder.enter(communicator, op)
+            except Exception as error:
+                self.fail(error)
+        yield
+        if number is not None and not self.failed:
+            try:
+                self.recorder.complete(communicator, op, number)
+            except Exception as error:
+                self.fail(error)
 
     @contextlib.contextmanager
     def holding(self) -> Iterator[None]:
@@ -199,6 +273,21 @@ class EngineTrace:
             yield
         finally:
             self.outputs.unhold()
+
+    def fail(self, error: BaseException) -> None:
+        """Stop recording after ``error``: the error file, every held output handed on, the engine's own
+        queues back; the engine runs on unrecorded."""
+        global _active
+        if self.failed:
+            return
+        self.failed = True
+        if _active is self:
+            _active = None
+        record.write_failure(self.actor, error, release=self.recording.release, events_written=self.recorder.events)
+        with contextlib.suppress(Exception):
+            self.recorder.close()
+        self.engine.output_queue, self.engine.input_queue = self.outputs.queue, self.inputs.queue
+        self.outputs.release_held(self.outputs.take_held())
 
 
 _active: EngineTrace | None = None  # one engine core per process
@@ -220,21 +309,38 @@ def _trace(engine: Any) -> EngineTrace | None:
     return _active if _active is not None and _active.engine is engine else None
 
 
-def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[], None]]) -> None:
+def _open_engine_trace(engine: Any, recording: Recording) -> EngineTrace | None:
+    """The engine core's recording (None: recording off, or it could not start: then the error file)."""
+    actor = f"rank:{getattr(engine, 'dp_rank', '?')}"
+    if not record.recording_enabled():
+        return None
+    try:
+        sync_interval = recording.sync_interval(getattr(engine, "vllm_config", None))
+        parameters = header_parameters(int(engine.dp_size), sync_interval, recording.unrecorded)
+        post_fix = hasattr(engine, "pending_pause")  # v0.21.0's two-phase pause state; v0.20.0 has none
+        variant = os.environ.get(VARIANT_ENVIRONMENT) or (recording.variant if post_fix else "pre-fix")
+        recorder = record.from_environment(actor, "dp-pause", variant, parameters)
+        if recorder is None:
+            return None
+        return EngineTrace(engine, recorder, post_fix, sync_interval, recording)
+    except Exception as error:
+        record.write_failure(actor, error, release=recording.release)
+        return None
+
+
+def _patch_engine(engine_class: type, recording: Recording, undo: list[Callable[[], None]]) -> None:
     def run_busy_loop(original: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(self: Any) -> Any:
             global _active
-            parameters = header_parameters(int(self.dp_size), sync_interval)
-            post_fix = hasattr(self, "pending_pause")  # v0.21.0's two-phase pause state; v0.20.0 has none
-            variant = os.environ.get(VARIANT_ENVIRONMENT) or ("post-fix" if post_fix else "pre-fix")
-            recorder = record.from_environment(f"rank:{self.dp_rank}", "dp-pause", variant, parameters)
-            if recorder is None:
+            trace = _open_engine_trace(self, recording)
+            if trace is None:
                 return original(self)
-            _active = EngineTrace(self, recorder, post_fix, sync_interval)
+            _active = trace
             try:
                 return original(self)
             finally:
-                recorder.close()
+                with contextlib.suppress(Exception):
+                    trace.recorder.close()
 
         return wrapper
 
@@ -268,7 +374,7 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
                 return original(self, *args, **kwargs)
             trace.mode = "RPC"
             trace.event("handle_collective_rpc")
-            with trace.recorder.collective("worker_world", "rpc"):  # the body's collective spans every rank
+            with trace.collective("worker_world", "rpc"):  # the body's collective spans every rank
                 return original(self, *args, **kwargs)
 
         return wrapper
@@ -279,9 +385,12 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
             if trace is None or not self._idle_state_callbacks:
                 return original(self)
             with trace.holding():
+                if trace.recording.device_sync:  # _finish_pause → collective_rpc("synchronize_device")
+                    trace.mode = "DEVICE_SYNC"
+                    trace.event("fire_idle_callbacks", pause_future=False)
                 result = original(self)
                 trace.mode = "TOP"
-                trace.event("notify_idle")
+                trace.event("synchronize_device" if trace.recording.device_sync else "notify_idle")
             return result
 
         return wrapper
@@ -341,16 +450,17 @@ def _patch_engine(engine_class: type, sync_interval: int, undo: list[Callable[[]
 
         return wrapper
 
-    for name, make in (
-        ("run_busy_loop", run_busy_loop),
-        ("_handle_client_request", handle_client_request),
-        ("collective_rpc", collective_rpc),
-        ("_notify_idle_state_callbacks", notify_idle_state_callbacks),
-        ("_process_engine_step", process_engine_step),
-        ("_has_global_unfinished_reqs", has_global_unfinished_reqs),
-        ("_handle_shutdown", handle_shutdown),
-        ("resume_scheduler", resume_scheduler),
-    ):
+    wrappers = (
+        run_busy_loop,
+        handle_client_request,
+        collective_rpc,
+        notify_idle_state_callbacks,
+        process_engine_step,
+        has_global_unfinished_reqs,
+        handle_shutdown,
+        resume_scheduler,
+    )
+    for name, make in zip(ENGINE_METHODS, wrappers, strict=True):
         _patch(engine_class, name, make, undo)
 
 
@@ -361,7 +471,7 @@ def _engine_sync(trace: EngineTrace, op: str, call: Callable[[], Any]) -> Any:
     trace.event("finish_forward")
     trace.outputs.hold()
     trace.finish_sync_pending = trace.synced = True
-    with trace.recorder.collective("engine_dp", op):
+    with trace.collective("engine_dp", op):
         return call()
 
 
@@ -384,14 +494,15 @@ def _patch_parallel_config(parallel_config: type, undo: list[Callable[[], None]]
                 return original(*args, **kwargs)
             trace.mode, trace.resume_barrier = "RESUME_BARRIER", True  # post-fix resume's barrier
             trace.event("handle_resume")
-            with trace.recorder.collective("engine_dp", "resume_max"):
+            with trace.collective("engine_dp", "resume_max"):
                 result = original(*args, **kwargs)
             trace.mode = "TOP"
             return result
 
         return wrapper
 
-    _patch(parallel_config, "sync_dp_state", sync_dp_state, undo)
+    if hasattr(parallel_config, "sync_dp_state"):  # post-fix; v0.20.0 syncs with has_unfinished_dp alone
+        _patch(parallel_config, "sync_dp_state", sync_dp_state, undo)
     _patch(parallel_config, "has_unfinished_dp", has_unfinished_dp, undo)
 
 
@@ -405,7 +516,7 @@ def _patch_worker_dp(module: Any, undo: list[Callable[[], None]]) -> None:
                 trace.forwarded, trace.mode = True, "FORWARD_REAL"
                 trace.event("step")
             trace.dummy = False
-            with trace.recorder.collective("worker_dp", "forward"):
+            with trace.collective("worker_dp", "forward"):
                 return original(*args, **kwargs)
 
         return wrapper
@@ -417,7 +528,7 @@ def install(targets: Targets) -> Callable[[], None]:
     """Patch what ``targets`` names; returns the function that undoes every patch."""
     undo: list[Callable[[], None]] = []
     if targets.engine is not None:
-        _patch_engine(targets.engine, targets.sync_interval, undo)
+        _patch_engine(targets.engine, targets.recording, undo)
     if targets.parallel_config is not None:
         _patch_parallel_config(targets.parallel_config, undo)
     if targets.worker_dp is not None:
@@ -425,7 +536,7 @@ def install(targets: Targets) -> Callable[[], None]:
     if targets.client is not None:
         from lockstep.instrumentation.vllm_dp_pause_client import patch_client
 
-        patch_client(targets.client, targets.sync_interval, undo)
+        patch_client(targets.client, targets.recording, undo)
 
     def uninstall() -> None:
         while undo:
@@ -434,15 +545,23 @@ def install(targets: Targets) -> Callable[[], None]:
     return uninstall
 
 
-def install_vllm() -> Callable[[], None]:
-    """Patch vLLM v0.21.0 (``DPEngineCoreProc``, ``ParallelConfig``, ``dp_utils._run_ar``,
-    ``DPLBAsyncMPClient``); call it in every process before the engine core or client starts."""
-    from vllm.config import ParallelConfig  # type: ignore[import-not-found]
-    from vllm.v1.engine.core import DPEngineCoreProc  # type: ignore[import-not-found]
-    from vllm.v1.engine.core_client import DPLBAsyncMPClient  # type: ignore[import-not-found]
-    from vllm.v1.worker import dp_utils  # type: ignore[import-not-found]
-
-    return install(Targets(DPEngineCoreProc, ParallelConfig, dp_utils, DPLBAsyncMPClient))
+def install_vllm(recording: Recording | None = None) -> Callable[[], None]:
+    """Patch the installed vLLM (``DPEngineCoreProc``, ``ParallelConfig``, ``dp_utils._run_ar``,
+    ``DPLBAsyncMPClient``) to record its release's events (``recording``, default: from
+    ``vllm.__version__``); call it in every process before the engine core or client starts.
+    ``UnsupportedRelease`` for a release no recording covers, ``MissingPatchTarget`` for a target the
+    installed vLLM lacks (nothing is patched then)."""
+    recording = recording or installed_recording()
+    check_targets(recording)
+    return install(
+        Targets(
+            find_target("vllm.v1.engine.core", "DPEngineCoreProc"),
+            find_target("vllm.config", "ParallelConfig"),
+            find_target("vllm.v1.worker.dp_utils", ""),
+            find_target("vllm.v1.engine.core_client", "DPLBAsyncMPClient"),
+            recording,
+        )
+    )
 
 
 def install_runtime(role: str) -> Callable[[], None]:
@@ -462,12 +581,16 @@ def install_runtime(role: str) -> Callable[[], None]:
 __all__ = [
     "PARAMETERS_ENVIRONMENT",
     "PROFILE",
-    "VARIANT_ENVIRONMENT",
     "SYNC_INTERVAL",
     "UNRECORDED",
+    "VARIANT_ENVIRONMENT",
+    "MissingPatchTarget",
     "Targets",
+    "check_targets",
     "header_parameters",
     "install",
     "install_runtime",
     "install_vllm",
+    "installed_recording",
+    "max_wave",
 ]

@@ -5,11 +5,15 @@ the FIRST_REQ that ``add_request_async`` sends right after it when ``engines_run
 ``client_<call>`` before ``_call_utility_async`` sends one utility call to one engine, and
 ``client_<call>_returned`` after ``call_utility_async`` has every engine's reply (one ``recv:``
 clock per engine). vLLM's are coroutine functions and lockstep's runtime's plain ones; the
-wrappers follow the original. Imports only the standard library and ``lockstep.record``.
+wrappers follow the original. The header's variant, sync interval and unrecorded names are the
+release's (``Recording``). As on the engine side, a failing write stops the client's recording
+(``client.error.json`` beside the trace) and never reaches vLLM. Imports only the standard library
+and ``lockstep.record``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import threading
@@ -17,25 +21,56 @@ from collections.abc import Callable
 from typing import Any
 
 from lockstep import record
-from lockstep.instrumentation.vllm_dp_pause import CALLS, VARIANT_ENVIRONMENT, _patch, header_parameters
+from lockstep.instrumentation.vllm_dp_pause import (
+    CALLS,
+    VARIANT_ENVIRONMENT,
+    _patch,
+    header_parameters,
+)
+from lockstep.instrumentation.vllm_releases import Recording
+
+ACTOR = "client"
 
 
 class ClientTrace:
-    """The recording of the front-end client (actor ``client``)."""
+    """The recording of the front-end client (actor ``client``); ``failed`` once a write failed."""
 
-    def __init__(self, recorder: record.TraceRecorder, ranks: int) -> None:
-        self.recorder, self.ranks, self.lock = recorder, ranks, threading.Lock()
+    def __init__(self, recorder: record.TraceRecorder, ranks: int, recording: Recording) -> None:
+        self.recorder, self.ranks, self.recording, self.lock = recorder, ranks, recording, threading.Lock()
+        self.failed = False
+
+    def write(self, write: Callable[[], None]) -> None:
+        """Run one guarded write: the first failure writes the error file and stops this recording."""
+        with self.lock:
+            if self.failed:
+                return
+            try:
+                write()
+            except Exception as error:
+                self.failed = True
+                record.write_failure(ACTOR, error, release=self.recording.release, events_written=self.recorder.events)
+                with contextlib.suppress(Exception):  # the engine runs on whatever the recorder does
+                    self.recorder.close()
 
 
 _clients: dict[int, ClientTrace | None] = {}
 
 
-def _client_trace(client: Any, sync_interval: int) -> ClientTrace | None:
+def _client_trace(client: Any, recording: Recording) -> ClientTrace | None:
     if id(client) not in _clients:
-        ranks = len(client.core_engines)
-        variant = os.environ.get(VARIANT_ENVIRONMENT) or "post-fix"
-        recorder = record.from_environment("client", "dp-pause", variant, header_parameters(ranks, sync_interval))
-        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks)
+        _clients[id(client)] = None
+        if not record.recording_enabled():
+            return None
+        try:
+            ranks = len(client.core_engines)
+            sync_interval = recording.sync_interval(getattr(client, "vllm_config", None))
+            variant = os.environ.get(VARIANT_ENVIRONMENT) or recording.variant
+            parameters = header_parameters(ranks, sync_interval, recording.unrecorded)
+            recorder = record.from_environment(ACTOR, "dp-pause", variant, parameters)
+        except Exception as error:
+            record.write_failure(ACTOR, error, release=recording.release)
+            return None
+        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks, recording)
     return _clients[id(client)]
 
 
@@ -62,16 +97,17 @@ def _either(
     return synchronous
 
 
-def patch_client(client_class: type, sync_interval: int, undo: list[Callable[[], None]]) -> None:
+def patch_client(client_class: type, recording: Recording, undo: list[Callable[[], None]]) -> None:
     def nothing(self: Any, *args: Any, **kwargs: Any) -> None:
         return None
 
     def adding(self: Any, request_type: Any, request: Any, engine: Any = None, *rest: Any, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
+        trace = _client_trace(self, recording)
         if trace is None or getattr(request_type, "name", None) != "ADD":
             return
-        rank = int.from_bytes(engine if engine is not None else self.core_engine, "little")
-        with trace.lock:
+
+        def write() -> None:
+            rank = int.from_bytes(engine if engine is not None else self.core_engine, "little")
             clock = trace.recorder.send(f"client>rank:{rank}")
             if not self.engines_running:  # add_request_async sends FIRST_REQ right after this
                 clock.update(trace.recorder.send("client>coordinator"))
@@ -82,23 +118,31 @@ def patch_client(client_class: type, sync_interval: int, undo: list[Callable[[],
                 clock,
             )
 
+        trace.write(write)
+
     def calling(self: Any, method: str, *args: Any, engine: Any = None, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
+        trace = _client_trace(self, recording)
         if trace is None or method not in CALLS:
             return
-        rank = int.from_bytes(engine, "little")
-        with trace.lock:
+
+        def write() -> None:
+            rank = int.from_bytes(engine, "little")
             trace.recorder.event(CALLS[method], {"rank": rank}, None, trace.recorder.send(f"client>rank:{rank}"))
 
+        trace.write(write)
+
     def returned(self: Any, method: str, *args: Any, **kwargs: Any) -> None:
-        trace = _client_trace(self, sync_interval)
+        trace = _client_trace(self, recording)
         if trace is None or method not in CALLS:
             return
-        with trace.lock:
+
+        def write() -> None:
             clock: dict[str, int] = {}
             for rank in range(trace.ranks):  # every engine's reply is in
                 clock.update(trace.recorder.receive(f"rank:{rank}>client"))
             trace.recorder.event(CALLS[method] + "_returned", {}, None, clock)
+
+        trace.write(write)
 
     _patch(client_class, "_send_input", lambda original: _either(original, adding, nothing), undo)
     _patch(client_class, "_call_utility_async", lambda original: _either(original, calling, nothing), undo)

@@ -1,8 +1,9 @@
 """The JSON Schemas of every ``--json`` output of the ``lockstep`` command, shipped in the wheel.
 
 One file per command (``check``, ``list``, ``prove-lemmas``, ``fuzz``, ``replay``, ``run``,
-``reproduce``) and ``error.schema.json`` for the object a ``--json`` command prints when it ends
-without a result (a usage error, a model or internal error, a limit, Ctrl-C, SIGTERM). Every
+``reproduce``, ``test-runtime``, ``vllm check``: ``vllm-check``) and ``error.schema.json`` for the
+object a ``--json`` command prints when it ends without a result (a usage error, a model or
+internal error, a limit, Ctrl-C, SIGTERM). Every
 object carries a ``schema_version``. These files are the one source: the docs point here, and
 ``tests/test_schemas.py`` validates real outputs against them. The trace format's schema is
 ``lockstep.traces.format.schema()``.
@@ -14,7 +15,7 @@ import json
 from importlib.resources import files
 from typing import Any
 
-NAMES = ("check", "list", "prove-lemmas", "fuzz", "replay", "run", "reproduce", "test-runtime", "error")
+NAMES = ("check", "list", "prove-lemmas", "fuzz", "replay", "run", "reproduce", "test-runtime", "vllm-check", "error")
 
 
 def schema(name: str) -> dict[str, Any]:

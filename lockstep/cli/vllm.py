@@ -1,0 +1,141 @@
+"""The ``vllm check`` command of ``lockstep``: a real vLLM checked against its release's model.
+
+``lockstep vllm check PROTOCOL [--scenario S] [--seed N] [--variant V] [--trace-dir D] [--timeout S]
+[--json]`` detects the installed vLLM (``lockstep.real_vllm.releases``), runs the scenario on it with
+every actor recorded and replays the recording (``lockstep.real_vllm.check.run_check``); this module
+parses, holds the trace folder, prints progress and the verdict on stderr, and with ``--json`` one
+object on stdout (``lockstep/schemas/vllm-check.schema.json``). Exit codes: 0 conforms; 1 diverges or
+violated; 2 usage (an unknown protocol, scenario or variant, no vLLM, a release no recording covers, a
+trace folder in use or not empty); 3 inconclusive (the real run failed, hung past ``--timeout`` or its
+recorder stopped; the replay lacks evidence); 4 the driver was killed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from lockstep.cli.failures import usage_error
+from lockstep.cli.invocation import clock
+from lockstep.traces.output import DirectoryClaim, claim_directory, claim_new_directory, safe_name, write_stdout
+
+SCHEMA_VERSION = 1  # of vllm check's --json object
+CANDIDATES_SHOWN = 3
+
+
+def _not_empty(folder: Path) -> str | None:
+    return "is not empty; give an empty or new directory" if any(folder.iterdir()) else None
+
+
+def _trace_dir(arguments: argparse.Namespace, label: str) -> DirectoryClaim:
+    """``--trace-dir``, or the first free ``lockstep-out/vllm-check-<label>[-N]``, held by this process."""
+    from lockstep.traces.output import OutputError
+
+    if arguments.trace_dir is not None:
+        try:
+            return claim_directory(arguments.trace_dir, _not_empty)
+        except OutputError as error:
+            raise OutputError(f"--trace-dir {error}") from None
+    return claim_new_directory(Path("lockstep-out") / f"vllm-check-{label}", _not_empty)
+
+
+def _say(console: Any, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
+    """Check the installed vLLM (see the module doc); the exit code."""
+    from lockstep.models import get_protocol
+    from lockstep.real_vllm.check import DEFAULT_TIMEOUT, check_protocol, run_check
+    from lockstep.real_vllm.releases import detect
+    from lockstep.real_vllm.scenarios import scenario
+
+    timer = clock(arguments)
+    try:
+        check_protocol(arguments.protocol)
+        chosen = scenario(arguments.scenario, arguments.seed)
+        release = detect()
+        variant = (
+            release.variant
+            if arguments.variant is None
+            else get_protocol(arguments.protocol).variant(arguments.variant).name
+        )
+        claim = _trace_dir(arguments, safe_name(arguments.protocol, release.version))
+    except ValueError as error:  # UsageError, UnsupportedRelease, NotInstalled, OutputError, unknown names
+        return usage_error(console, str(error), arguments)
+    with claim as folder:
+        _say(
+            console,
+            f"vllm check {arguments.protocol}: vLLM {release.version} is modelled by {release.variant}"
+            + (f" (judged by {variant})" if variant != release.variant else "")
+            + f"; scenario {chosen.name} (seed {chosen.seed}): {_describe(chosen)}; recording into {folder.resolve()}",
+        )
+        result = run_check(
+            arguments.protocol, release, chosen, folder, variant=variant, timeout=timer.within(DEFAULT_TIMEOUT)
+        )
+    _render(console, result)
+    if arguments.json:
+        write_stdout(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
+    code: int = result.exit_code
+    return code
+
+
+def _describe(chosen: Any) -> str:
+    late = f", {chosen.late_requests} more while {chosen.late_phase}" if chosen.late_requests else ""
+    timing = " after the first token" if chosen.pause_after_first_token else ""
+    return (
+        f"{chosen.requests} requests of {chosen.max_tokens} tokens (DP ranks {list(chosen.ranks)}), "
+        f"pause ({chosen.pause_mode}){timing}, collective_rpc, resume{late}"
+    )
+
+
+def _render(console: Any, result: Any) -> None:
+    """The run, the replay's verdict (the event, its reason and candidates on a divergence), the goals."""
+    run = result.run
+    _say(console, f"run: {run.outcome} in {run.seconds:.1f} s" + (f" ({run.message})" if run.message else ""))
+    for failure in result.recorder_failures:
+        _say(
+            console, f"recorder of {failure.get('actor', '?')} stopped: {failure.get('error', '?')} ({failure['file']})"
+        )
+    replay = result.replay or {}
+    if replay:
+        coverage = replay.get("coverage", {})
+        actors = ", ".join(f"{actor} {count}" for actor, count in coverage.get("events_per_actor", {}).items())
+        _say(console, f"replay against {replay.get('model')}: {replay.get('verdict')}; events per actor: {actors}")
+        explanation = replay.get("explanation") or {}
+        if replay.get("verdict") in ("diverges", "violated"):
+            _render_divergence(console, replay, explanation)
+    elif result.replay_error:
+        _say(console, f"replay: not possible ({result.replay_error})")
+    goals = result.to_json()["goals"]
+    kinds = ", ".join(f"{kind} {entry['reached']}/{entry['total']}" for kind, entry in goals["by_kind"].items())
+    _say(console, f"model goals the real run reached: {goals['reached']} of {goals['total']} ({kinds})")
+    colour = {"conforms": "green", "inconclusive": "yellow", "refused": "yellow"}.get(result.verdict, "red")
+    reason = f": {result.reason}" if result.reason else ""
+    console.print(f"[bold {colour}]{result.verdict}[/bold {colour}]", end="", highlight=False)
+    _say(console, reason)
+    _say(console, f"traces: {result.trace_dir.resolve()} (vLLM's output: {Path(run.log).name})")
+
+
+def _render_divergence(console: Any, replay: dict[str, Any], explanation: dict[str, Any]) -> None:
+    event = explanation.get("event") or {}
+    if replay.get("verdict") == "violated":
+        _say(console, f"  {replay.get('property')} fails after event {replay.get('event')}")
+        return
+    where = f"{explanation.get('file')}:{explanation.get('line')}"
+    _say(
+        console,
+        f"  event {replay.get('event')} ({where}): {event.get('actor')} {event.get('action')} "
+        f"{json.dumps(event.get('args', {}))}",
+    )
+    _say(console, f"  {explanation.get('reason', '')}")
+    candidates = explanation.get("candidates", [])
+    for number, candidate in enumerate(candidates[:CANDIDATES_SHOWN], start=1):
+        _say(console, f"  candidate {number} of {explanation.get('candidate_count')}:")
+        for why in candidate.get("why", []):
+            _say(console, f"    - {why}")
+        state = ", ".join(f"{name}={value}" for name, value in candidate.get("state", {}).items())
+        _say(console, f"    state: {state}")
+    _say(console, f"  longest conforming prefix: {replay.get('longest_conforming_prefix')} events")

@@ -1,0 +1,106 @@
+"""The process that runs real vLLM for ``lockstep vllm check``: ``python -P -m lockstep.real_vllm.driver SPEC``.
+
+**Every vLLM process gets lockstep's settings and recorder.** vLLM starts its engine cores and the DP
+coordinator with ``multiprocessing``'s ``spawn`` (the CPU platform forces it), and a spawned process
+imports the parent's main module before it unpickles its target: this module, as ``__mp_main__``. Its
+import therefore calls ``prepare_process()`` in the driver and in every process vLLM spawns:
+``settings.apply_in_process()`` (the environment, the ``uni`` executor kept) and, while
+``LOCKSTEP_TRACE_DIR`` is set, ``vllm_dp_pause.install_vllm()`` (the release's recording, patch
+targets checked). Nothing is asked of the user's environment (no ``sitecustomize``, no ``PYTHONPATH``).
+
+SPEC is a JSON file written by ``lockstep.real_vllm.check``: the scenario, the model directory, the
+version the check detected and where to write the status. The status file (JSON, rewritten at each
+phase) says how far the run got (``phase``), the vLLM version the driver imported, and at the end the
+``outcome`` with the client's timeline, or the error. Exit codes: 0 the scenario completed, 2 refused
+(a release no recording covers, a missing patch target, another vLLM than the check detected), 3 the
+scenario failed in vLLM (an exception: in the status file and on stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+EXIT_COMPLETED, EXIT_REFUSED, EXIT_FAILED = 0, 2, 3
+_prepared = False
+
+
+def prepare_process() -> None:
+    """lockstep's settings and, when recording, the release's recorder, in this process (once)."""
+    global _prepared
+    if _prepared:
+        return
+    from lockstep import record
+    from lockstep.real_vllm import settings
+
+    settings.apply_in_process()
+    if record.recording_enabled():
+        from lockstep.instrumentation.vllm_dp_pause import install_vllm
+
+        install_vllm()
+    _prepared = True
+
+
+class Status:
+    """The status file: rewritten whole (write, then rename) at every change, so a reader never sees half."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.started = path, time.monotonic()
+        self.values: dict[str, Any] = {"phase": "importing vLLM", "pid": os.getpid()}
+        self.write()
+
+    def update(self, **values: Any) -> None:
+        self.values.update(values, seconds=round(time.monotonic() - self.started, 3))
+        self.write()
+
+    def write(self) -> None:
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text(json.dumps(self.values) + "\n", encoding="utf-8")
+        partial.replace(self.path)
+
+
+def main(arguments: list[str]) -> int:
+    from lockstep.instrumentation.vllm_releases import MissingPatchTarget, UnsupportedRelease
+    from lockstep.real_vllm.scenarios import Scenario
+    from lockstep.real_vllm.workload import drive
+
+    spec = json.loads(Path(arguments[0]).read_text(encoding="utf-8"))
+    status = Status(Path(spec["status"]))
+    try:
+        import vllm  # type: ignore[import-not-found]
+
+        version = str(vllm.__version__)
+        status.update(phase="installing lockstep's settings and recorder", version=version)
+        if version != spec["version"]:
+            raise UnsupportedRelease(f"the driver imported vLLM {version}, but the check detected {spec['version']}")
+        prepare_process()
+    except (UnsupportedRelease, MissingPatchTarget) as error:
+        status.update(phase="refused", outcome="refused", error=str(error))
+        sys.stderr.write(f"lockstep: {error}\n")
+        return EXIT_REFUSED
+    scenario = Scenario.from_json(spec["scenario"])
+    try:
+        timeline = asyncio.run(drive(Path(spec["model"]), scenario, lambda phase: status.update(phase=phase)))
+    except BaseException as error:  # vLLM's own failure (EngineDeadError, a timeout): the check reports it
+        status.update(
+            phase="failed",
+            outcome="failed",
+            error=f"{type(error).__name__}: {error}",
+            traceback="".join(traceback.format_exception(error)),
+        )
+        traceback.print_exc()
+        return EXIT_FAILED
+    status.update(phase="done", outcome="completed", timeline=timeline.to_json())
+    return EXIT_COMPLETED
+
+
+if __name__ == "__mp_main__":  # a process vLLM spawned: lockstep's settings and recorder before its target runs
+    prepare_process()
+elif __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,83 @@
+"""The settings lockstep applies to every vLLM process of a check, so a real engine runs on a CPU machine as
+the recorder needs it, with nothing asked of the user (no ``sitecustomize``, no exported variables).
+
+- ``ENVIRONMENT``: variables every process of the run gets (``environment`` puts them over the caller's):
+  ``VLLM_HOST_IP`` / ``VLLM_LOOPBACK_IP`` = 127.0.0.1 (else the engines' message queues bind the machine's
+  external address); ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (else every DP engine binds its OpenMP threads
+  to core 0); ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (``collective_rpc`` with a Python function, the
+  workload's RPC body, is pickled); no usage statistics and no hub access (``HF_HUB_OFFLINE``: the model
+  is a local ``config.json`` with dummy weights, nothing is downloaded).
+- ``keep_uniprocess_executor``: ``CpuPlatform.check_and_update_config`` silently turns
+  ``distributed_executor_backend="uni"`` into ``"mp"``; with ``mp`` the worker, and with it the DP
+  all-reduce of every forward (``dp_utils._run_ar``), runs in a process of its own that the recorder's
+  actor ``rank:N`` does not cover. The patch restores ``uni`` after the platform hook when the engine
+  arguments asked for it, so the engine core and its worker are one process.
+
+``apply_in_process()`` does both in the process that calls it (the variables for what it starts, the
+patch for what it configures); ``lockstep.real_vllm.driver`` calls it at import, which is how every
+process vLLM spawns gets it (see there). Nothing here imports vLLM before it is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+ENVIRONMENT: Mapping[str, str] = {
+    "VLLM_HOST_IP": "127.0.0.1",
+    "VLLM_LOOPBACK_IP": "127.0.0.1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+UNIPROCESS = "uni"
+
+
+def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with ``ENVIRONMENT`` over it."""
+    result = dict(os.environ if base is None else base)
+    result.update(ENVIRONMENT)
+    return result
+
+
+def keep_uniprocess_executor(platform_class: Any) -> Callable[[], None]:
+    """Wrap ``platform_class.check_and_update_config`` (a classmethod taking a ``VllmConfig``) so that a
+    config that asked for the ``uni`` executor still has it afterwards; returns the function undoing it."""
+    saved = vars(platform_class).get("check_and_update_config")
+    original = platform_class.check_and_update_config  # bound to the class
+
+    @functools.wraps(original)
+    def check_and_update_config(cls: Any, vllm_config: Any) -> Any:
+        parallel_config = vllm_config.parallel_config
+        asked = parallel_config.distributed_executor_backend
+        result = original(vllm_config)
+        if asked == UNIPROCESS and parallel_config.distributed_executor_backend != UNIPROCESS:
+            parallel_config.distributed_executor_backend = UNIPROCESS
+        return result
+
+    platform_class.check_and_update_config = classmethod(check_and_update_config)
+
+    def undo() -> None:
+        if saved is None:
+            delattr(platform_class, "check_and_update_config")
+        else:
+            platform_class.check_and_update_config = saved
+
+    return undo
+
+
+def apply_in_process() -> Callable[[], None]:
+    """Apply ``ENVIRONMENT`` and ``keep_uniprocess_executor`` to this process (imports vLLM's CPU
+    platform); returns the function undoing the patch (the variables stay)."""
+    os.environ.update(ENVIRONMENT)
+    from vllm.platforms.cpu import CpuPlatform  # type: ignore[import-not-found]
+
+    return keep_uniprocess_executor(CpuPlatform)
+
+
+__all__ = ["ENVIRONMENT", "UNIPROCESS", "apply_in_process", "environment", "keep_uniprocess_executor"]

@@ -1,0 +1,176 @@
+"""Drive a real ``AsyncLLM`` through a dp-pause ``Scenario`` (runs in the driver process, vLLM imported).
+
+``engine_arguments(model_directory)`` are the engine's settings: the tiny model (``config.json`` only,
+``load_format="dummy"``, no tokenizer: prompts are token ids), ``data_parallel_size`` 2 with the ``uni``
+executor (the worker in the engine-core process: ``settings.keep_uniprocess_executor``), eager mode,
+float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, pauses
+(``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the protocol), runs
+``collective_rpc(all_reduce_over_data_parallel)``, resumes, adds the late requests and waits for every
+request to finish; it returns the ``Timeline`` of what the client saw, in order. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lockstep.real_vllm.scenarios import RANKS, Scenario
+
+KV_CACHE_BYTES = 32 << 20
+PROMPT_LENGTH = 8
+REQUEST_TIMEOUT = 300.0  # seconds a request may take to finish once everything is sent (a hang: the check's deadline)
+
+
+def engine_arguments(model_directory: Path, seed: int = 0) -> dict[str, Any]:
+    """``AsyncEngineArgs`` keywords of a check's engine (see the module doc)."""
+    return {
+        "model": str(model_directory),
+        "skip_tokenizer_init": True,
+        "load_format": "dummy",
+        "dtype": "float32",
+        "max_model_len": 128,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 128,
+        "enforce_eager": True,
+        "data_parallel_size": RANKS,
+        "distributed_executor_backend": "uni",
+        "kv_cache_memory_bytes": KV_CACHE_BYTES,
+        "seed": seed,
+        "disable_log_stats": True,
+    }
+
+
+def all_reduce_over_data_parallel(worker: Any) -> int:
+    """The RPC body: a SUM all-reduce of 1 over the workers of every DP rank (``get_dp_group``), the
+    collective the model's ``collective_rpc`` spans; returns the sum (the number of ranks that joined)."""
+    import torch
+    from vllm.distributed.parallel_state import get_dp_group  # type: ignore[import-not-found]
+
+    group = get_dp_group()
+    total = torch.ones(1, dtype=torch.int64)
+    torch.distributed.all_reduce(total, group=group.cpu_group)
+    return int(total.item())
+
+
+@dataclass
+class Timeline:
+    """What the client did and saw, in order: ``(seconds since the start, what)``, and each request's end."""
+
+    started: float = field(default_factory=time.monotonic)
+    entries: list[tuple[float, str]] = field(default_factory=list)
+    finished: dict[str, str] = field(default_factory=dict)  # request id -> finish reason
+    rpc_results: list[int] = field(default_factory=list)
+
+    def note(self, what: str) -> None:
+        self.entries.append((round(time.monotonic() - self.started, 3), what))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "entries": [list(entry) for entry in self.entries],
+            "finished": self.finished,
+            "rpc_results": self.rpc_results,
+        }
+
+
+def prompt(index: int) -> list[int]:
+    """The token ids of request ``index`` (distinct per request, no prefix shared)."""
+    return [(index * PROMPT_LENGTH + position) % 1000 + 3 for position in range(PROMPT_LENGTH)]
+
+
+async def run_scenario(engine: Any, scenario: Scenario, timeline: Timeline | None = None) -> Timeline:
+    """Drive ``engine`` (an ``AsyncLLM`` with DP 2) through ``scenario``; the client's ``Timeline``."""
+    from vllm import SamplingParams  # type: ignore[import-not-found]
+    from vllm.inputs import TokensPrompt  # type: ignore[import-not-found]
+
+    timeline = timeline or Timeline()
+    parameters = SamplingParams(max_tokens=scenario.max_tokens, detokenize=False, ignore_eos=True)
+    outputs: dict[str, Any] = {}
+
+    async def add(index: int) -> None:
+        request_id = f"request-{index}"
+        outputs[request_id] = await engine.add_request(
+            request_id,
+            TokensPrompt(prompt_token_ids=prompt(index)),
+            parameters,
+            data_parallel_rank=scenario.ranks[index],
+        )
+        timeline.note(f"added {request_id} to rank {scenario.ranks[index]}")
+
+    async def until_finished(request_id: str, first_only: bool = False) -> None:
+        while True:
+            output = await outputs[request_id].get()
+            if output.finished:
+                reason = output.outputs[0].finish_reason if output.outputs else None
+                timeline.finished[request_id] = str(reason)
+                timeline.note(f"{request_id} finished ({reason})")
+                return
+            if first_only:
+                timeline.note(f"{request_id} has its first token")
+                return
+
+    for index in range(scenario.requests):
+        await add(index)
+    if scenario.pause_after_first_token and scenario.requests:
+        await until_finished("request-0", first_only=True)
+    await step(timeline, "pause_generation", engine.pause_generation(mode=scenario.pause_mode, clear_cache=False))
+    late = range(scenario.requests, scenario.requests + scenario.late_requests)
+    if scenario.late_phase == "paused":
+        for index in late:
+            await add(index)
+    results = await step(timeline, "collective_rpc", engine.collective_rpc(all_reduce_over_data_parallel))
+    timeline.rpc_results = [int(result) for result in results] if isinstance(results, list) else [int(results)]
+    await step(timeline, "resume_generation", engine.resume_generation())
+    if scenario.late_phase == "resumed":
+        for index in late:
+            await add(index)
+    waiting = [request_id for request_id in outputs if request_id not in timeline.finished]
+    await asyncio.wait_for(asyncio.gather(*(until_finished(request_id) for request_id in waiting)), REQUEST_TIMEOUT)
+    return timeline
+
+
+async def step(timeline: Timeline, name: str, call: Any) -> Any:
+    """Await one client call, noting when it began and returned."""
+    timeline.note(f"{name} called")
+    result = await call
+    timeline.note(f"{name} returned")
+    return result
+
+
+def start_engine(model_directory: Path, seed: int) -> Any:
+    """An ``AsyncLLM`` on the tiny model with DP 2 (``engine_arguments``)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
+    from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
+
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_arguments(model_directory, seed)))
+
+
+async def drive(model_directory: Path, scenario: Scenario, noted: Callable[[str], None]) -> Timeline:
+    """Start the engine, run ``scenario`` on it, shut it down; ``noted`` hears each phase as it begins."""
+    timeline = Timeline()
+    noted("starting the engines")
+    engine = start_engine(model_directory, scenario.seed)
+    timeline.note("engines ready")
+    try:
+        noted("running the scenario")
+        await run_scenario(engine, scenario, timeline)
+    finally:
+        noted("shutting the engines down")
+        engine.shutdown()
+    timeline.note("engines shut down")
+    return timeline
+
+
+__all__ = [
+    "KV_CACHE_BYTES",
+    "Timeline",
+    "all_reduce_over_data_parallel",
+    "drive",
+    "engine_arguments",
+    "prompt",
+    "run_scenario",
+    "start_engine",
+]

