@@ -183,11 +183,13 @@ def write_counterexample(
     variant: str,
     instance: str,
     parameters: Mapping[str, int],
-    property_name: str,
+    property_name: str | None,
     backend: str = "lockstep-explicit",
 ) -> FilePath:
     """Write ``path`` as a trace file (header + one event per step) and return its path;
-    ``backend`` names the engine that found it (``lockstep-explicit``, ``lockstep-fuzz``)."""
+    ``backend`` names the engine that found it (``lockstep-explicit``, ``lockstep-fuzz``,
+    ``lockstep-explore``); ``property_name`` the property it violates (None: a path that violates
+    none, such as one taken in ``lockstep explore``)."""
     header = TraceHeader(
         protocol=protocol,
         variant=variant,
@@ -195,7 +197,7 @@ def write_counterexample(
         # a lasso's cycle start travels with the trace, so a replay knows the steps from it on repeat
         parameters={
             **parameters,
-            "property": property_name,
+            **({} if property_name is None else {"property": property_name}),
             **({} if path.loop_start is None else {"loop_start": path.loop_start}),
         },
         source=TraceSource(kind="model", backend=backend, host=platform.node() or None),

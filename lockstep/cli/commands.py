@@ -303,6 +303,36 @@ def fuzz(**options: Any) -> Invocation:
     return call("lockstep.cli.fuzz:command_fuzz", "fuzz", options)
 
 
+@click.command("explore")
+@click.argument("target", required=False, metavar="PROTOCOL|TRACE", shell_complete=completion.protocols)
+@click.option(
+    "--model-file",
+    type=FILE,
+    metavar="PATH",
+    help="the model a Python file defines (its PROTOCOL): the instance to explore, or the model to replay a trace by",
+)
+@variant_option
+@instance_option
+@ranks_option
+@set_option
+@click.option(
+    "--profile",
+    metavar="NAME",
+    help="a trace: the recorder profile it was written under (runtime for a `lockstep run` recording)",
+)
+@click.option(
+    "--trust-header", is_flag=True, help="a trace: take the header's parameters even where they widen the check"
+)
+@click.option(
+    "--export-dir", type=FILE, metavar="DIR", help="where the page's 'export trace' writes (default: lockstep-out)"
+)
+def explore(**options: Any) -> Invocation:
+    """Explore a protocol instance (PROTOCOL, from its initial state) or a trace (TRACE: a counterexample or a
+    recording, replayed against the model as `lockstep replay` does) in the browser: a page on 127.0.0.1 (the URL
+    is printed on stderr) with per-actor swimlanes, the state, the properties, and the enabled actions to take."""
+    return call("lockstep.cli.explore:command_explore", "explore", options)
+
+
 @click.command("reproduce")
 @click.argument("counterexample", metavar="COUNTEREXAMPLE.jsonl", type=click.Path())
 @backend_option

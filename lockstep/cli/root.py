@@ -70,6 +70,10 @@ COMMANDS = {
         "lockstep.cli.trace_commands:export", "write a trace as Perfetto trace events, ITF, DOT or GraphML"
     ),
     "graph": Entry("lockstep.cli.trace_commands:graph", "export an instance's reachable state graph (DOT or GraphML)"),
+    "explore": Entry(
+        "lockstep.cli.commands:explore",
+        "step through a model instance or a trace in the browser: swimlanes, state, properties, enabled actions",
+    ),
     "changes": Entry(
         "lockstep.cli.commands:changes", "which model actions a vLLM diff touches, and the checks to run (--run)"
     ),

@@ -148,13 +148,22 @@ def merge(**options: Any) -> Invocation:
 @click.command("show")
 @click.argument("paths", nargs=-1, required=True, metavar="TRACE...", type=click.Path())
 @click.option("--no-replay", is_flag=True, help="do not replay a recording to find its failing event")
+@click.option(
+    "--html",
+    is_flag=True,
+    help="write one self-contained HTML page instead (the explorer's view: step through the trace, no server)",
+)
+@click.option("-o", "--output", type=FILE, metavar="FILE", help="with --html: where to write (default: stdout)")
 @judge_options
 def show(**options: Any) -> Invocation:
     """Draw a trace (TRACE: trace files or a trace directory) as per-actor swimlanes on stdout, the event where
     replay against the caller's model (as `lockstep replay` chooses it) finds the failure highlighted. A recording of
     `lockstep run` replays with --profile runtime; where replay refuses, the picture has no highlight and stderr says
-    why."""
-    return call("lockstep.cli.export:run_export_command", "show", options)
+    why. With --html, the same view as `lockstep explore` in one HTML file (-o, else stdout)."""
+    html = options["html"] or options["output"] is not None
+    return call(
+        "lockstep.cli.explore:command_show_html" if html else "lockstep.cli.export:run_export_command", "show", options
+    )
 
 
 @click.command("export")
