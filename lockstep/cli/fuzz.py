@@ -117,6 +117,8 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
             )
     except (ValueError, UsageError) as error:
         return usage_error(console, str(error), arguments)
+    if result.keep_error is not None:
+        console.print(f"[bold red]lockstep: error:[/bold red] cannot keep the traces: {escape(result.keep_error)}")
     if arguments.json:
         write_stdout(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
         return result.exit_code

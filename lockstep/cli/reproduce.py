@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
-from lockstep.traces.output import write_stdout
+from lockstep.traces.output import (
+    DirectoryClaim,
+    OutputError,
+    claim_directory,
+    claim_new_directory,
+    holding_traces,
+    make_directory,
+    write_atomically,
+    write_stdout,
+)
 
 EXIT_REPRODUCED, EXIT_CLEAN, EXIT_OTHER = 1, 0, 3
 SCHEMA_VERSION = 1  # of reproduce's --json object
@@ -83,29 +92,25 @@ def _check_path(path: str) -> None:
         )
 
 
-def _trace_dir(arguments: argparse.Namespace) -> Path:
+def _trace_dir(arguments: argparse.Namespace) -> DirectoryClaim:
+    """The run's trace folder, held by this process (``claim_directory``): ``--trace-dir``, or the
+    first of ``lockstep-out/<counterexample>-reproduced``, ``...-2``, ... that no other run holds or
+    filled; an ``OutputError`` (a ``ValueError``) naming a folder that cannot be used."""
     if arguments.trace_dir is not None:
-        folder = Path(arguments.trace_dir)
-        if folder.is_dir() and any(folder.glob("*.jsonl")):
-            raise ReproduceError(f"--trace-dir {folder} already holds *.jsonl files; give an empty or new directory")
-        return folder
-    base = Path("lockstep-out") / (Path(arguments.counterexample).stem + "-reproduced")
-    folder, number = base, 1
-    while folder.is_dir() and any(folder.glob("*.jsonl")):
-        number += 1
-        folder = base.with_name(f"{base.name}-{number}")
-    return folder
+        try:
+            return claim_directory(arguments.trace_dir, holding_traces)
+        except OutputError as error:
+            raise ReproduceError(f"--trace-dir {error}") from None
+    return claim_new_directory(
+        Path("lockstep-out") / (Path(arguments.counterexample).stem + "-reproduced"), holding_traces
+    )
 
 
-def reproduction_config(
-    arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], trace_dir: Path
-) -> Any:
-    """The ``RunConfig`` that runs the counterexample (``header``, ``events``) as the protocol's plan
-    says, its choices written to ``trace_dir/choices.json`` (``lockstep test-runtime`` uses it too).
-    ``arguments`` gives ``counterexample`` (the file named in messages), ``backend``, ``seed`` and
-    ``hang_timeout``."""
+def reproduction_plan(arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]]) -> Any:
+    """The runtime protocol of the counterexample (``header``, ``events``) and its plan to run it,
+    every check of the counterexample against its model passed (``ReproduceError`` otherwise); nothing
+    is written. ``arguments`` gives ``counterexample`` (the file named in messages)."""
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
-    from lockstep.impl.runtime import RunConfig
 
     protocol = RUNTIME_PROTOCOLS.get(str(header["protocol"]))
     file = arguments.counterexample
@@ -125,9 +130,28 @@ def reproduction_config(
     except (ValueError, KeyError, TypeError) as error:
         raise ReproduceError(f"{file}: {error}") from None
     _check_plan(file, protocol, plan)
-    trace_dir.mkdir(parents=True, exist_ok=True)
+    return protocol, plan
+
+
+def reproduction_config(
+    arguments: argparse.Namespace,
+    header: dict[str, Any],
+    events: list[dict[str, Any]],
+    trace_dir: Path,
+    planned: Any = None,
+) -> Any:
+    """The ``RunConfig`` that runs the counterexample (``header``, ``events``) as the protocol's plan
+    says (``planned``: ``reproduction_plan``'s answer, else asked here), its choices written to
+    ``trace_dir/choices.json`` (``lockstep test-runtime`` uses it too). ``arguments`` gives
+    ``counterexample`` (the file named in messages), ``backend``, ``seed`` and ``hang_timeout``."""
+    from lockstep.impl.runtime import RunConfig
+
+    protocol, plan = planned or reproduction_plan(arguments, header, events)
+    make_directory(trace_dir)  # an OutputError (a ValueError) names it
     choices = trace_dir / "choices.json"  # not *.jsonl: the trace directory holds only trace files
-    choices.write_text("".join(json.dumps(choice.to_json()) + "\n" for choice in plan.choices), encoding="utf-8")
+    write_atomically(
+        choices, lambda file: file.writelines(json.dumps(choice.to_json()) + "\n" for choice in plan.choices)
+    )
     return RunConfig(
         protocol=protocol.name,
         variant=str(header["variant"]),
@@ -184,16 +208,30 @@ def _check_plan(file: str, protocol: Any, plan: Any) -> None:
 
 def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     """Reproduce the counterexample; the exit code (see the module doc)."""
-    from lockstep.cli.runtime import check_devices, deadline, replay_run
-    from lockstep.impl.launcher import launch
+    from lockstep.cli.runtime import check_devices
 
     try:
         header, events = read_counterexample(arguments.counterexample)
-        trace_dir = _trace_dir(arguments)
-        config = reproduction_config(arguments, header, events, trace_dir)
-        check_devices(config.backend, config.ranks)
-    except ValueError as error:  # ReproduceError, RunUsageError
+        planned = reproduction_plan(arguments, header, events)
+        check_devices(arguments.backend, planned[1].ranks)
+        claim = _trace_dir(arguments)  # only now: a counterexample refused leaves no folder behind
+    except ValueError as error:  # ReproduceError, RunUsageError, OutputError
         return usage_error(console, str(error), arguments)
+    with claim as trace_dir:  # held until the run is over: no other run writes into it meanwhile
+        try:
+            config = reproduction_config(arguments, header, events, trace_dir, planned)
+        except ValueError as error:  # OutputError: the choices file cannot be written
+            return usage_error(console, str(error), arguments)
+        return _reproduce(arguments, header, events, config, console)
+
+
+def _reproduce(
+    arguments: argparse.Namespace, header: dict[str, Any], events: list[dict[str, Any]], config: Any, console: Any
+) -> int:
+    """The run of ``command_reproduce``, its report and its exit code."""
+    from lockstep.cli.runtime import deadline, replay_run
+    from lockstep.impl.launcher import launch
+
     wanted = header["parameters"].get("property")
     console.print(
         f"reproducing {arguments.counterexample} ({header['protocol']} {header['variant']} "

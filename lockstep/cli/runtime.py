@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from lockstep.cli.failures import usage_error
 from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import POSITIVE_NUMBER, ParamType
 from lockstep.impl.arguments import RunUsageError, add_run_arguments, config_from_arguments
-from lockstep.traces.output import write_stdout
+from lockstep.traces.output import OutputError, claim_directory, holding_traces, write_stdout
 
 SCHEMA_VERSION = 1  # of run's --json object: 1 added hang_timeout (was timeout) and the whole run's timeout
 COMPLETIONS = {
@@ -201,7 +202,6 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
     """Run the protocol; the exit code of the outcome (2 for a usage error, a bad ``--choices``
     file or choices that do not fit the run)."""
     from lockstep.impl.choices import ChoicesInputError
-    from lockstep.impl.launcher import launch
 
     try:
         config = config_from_arguments(arguments)
@@ -212,8 +212,20 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
         return usage_error(console, str(error), arguments)
     except ChoicesInputError as error:
         return usage_error(console, str(error), arguments, file=error.path, line=error.line)
+    claim: AbstractContextManager[object] = nullcontext()
     if config.trace_dir is not None:
-        Path(config.trace_dir).mkdir(parents=True, exist_ok=True)
+        try:  # held until the run is over: a second run into the folder is refused, not mixed in
+            claim = claim_directory(arguments.trace_dir, holding_traces)
+        except OutputError as error:
+            return usage_error(console, f"--trace-dir {error}", arguments)
+    with claim:
+        return _run(config, arguments, console)
+
+
+def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
+    """The run of ``command_run``, its report and its exit code."""
+    from lockstep.impl.launcher import launch
+
     limit = deadline(arguments.timeout, config)
     outcome = launch(config, deadline=limit)
     if outcome.diverged is not None:

@@ -31,24 +31,26 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
-from lockstep.traces.output import write_stdout
+from lockstep.traces.output import DirectoryClaim, OutputError, claim_directory, claim_new_directory, write_stdout
 
 SCHEMA_VERSION = 1  # of test-runtime's --json object
 EXIT_CONSISTENT, EXIT_DIVERGENCE, EXIT_TROUBLE = 0, 1, 3
 
 
-def _trace_dir(arguments: argparse.Namespace, label: str) -> Path:
+def _not_empty(folder: Path) -> str | None:
+    return "is not empty; give an empty or new directory" if any(folder.iterdir()) else None
+
+
+def _trace_dir(arguments: argparse.Namespace, label: str) -> DirectoryClaim:
+    """The command's folder, held by this process (``claim_directory``): ``--trace-dir``, or the first
+    of ``lockstep-out/test-runtime-<label>``, ``...-2``, ... that no other command holds or filled; an
+    ``OutputError`` (a ``ValueError``) naming a folder that cannot be used."""
     if arguments.trace_dir is not None:
-        folder = Path(arguments.trace_dir)
-        if folder.is_dir() and any(folder.iterdir()):
-            raise ValueError(f"--trace-dir {folder} is not empty; give an empty or new directory")
-        return folder
-    base = Path("lockstep-out") / f"test-runtime-{label}"
-    folder, number = base, 1
-    while folder.is_dir() and any(folder.iterdir()):
-        number += 1
-        folder = base.with_name(f"{base.name}-{number}")
-    return folder
+        try:
+            return claim_directory(arguments.trace_dir, _not_empty)
+        except OutputError as error:
+            raise OutputError(f"--trace-dir {error}") from None
+    return claim_new_directory(Path("lockstep-out") / f"test-runtime-{label}", _not_empty)
 
 
 def _model(arguments: argparse.Namespace) -> tuple[Any, Any]:
@@ -115,6 +117,21 @@ def _say(console: Any, text: str) -> None:
 
 def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     """Run the model's goal paths in the runtime; the exit code (see the module doc)."""
+    from lockstep.cli.runtime import check_devices
+
+    started = time.monotonic()
+    try:
+        instance, runtime = _model(arguments)
+        check_devices(arguments.backend, runtime.ranks[0])  # no CUDA at all: refused before the search
+        claim = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
+    except ValueError as error:  # OutputError too: a file in the way, a folder that cannot be made or is taken
+        return usage_error(console, str(error), arguments)
+    with claim as folder:  # held until the command ends: no other command writes into it meanwhile
+        return _test_paths(arguments, console, started, instance, folder)
+
+
+def _test_paths(arguments: argparse.Namespace, console: Any, started: float, instance: Any, folder: Path) -> int:
+    """The model's goal search and the runs of ``command_test_runtime`` in ``folder``; the exit code."""
     from lockstep.checkers import system_for
     from lockstep.checkers.counterexample import write_counterexample
     from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
@@ -122,13 +139,6 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.cli.runtime import check_devices, deadline
     from lockstep.impl.launcher import launch
 
-    started = time.monotonic()
-    try:
-        instance, runtime = _model(arguments)
-        folder = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
-        check_devices(arguments.backend, runtime.ranks[0])  # no CUDA at all: refused before the search
-    except ValueError as error:
-        return usage_error(console, str(error), arguments)
     machine = instance.machine()
     _say(console, f"test-runtime {instance.label}: searching the model for coverage goals")
     search = find_goals(system_for(machine))
@@ -138,7 +148,6 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
         f"model: {search.states:,} states, {len(search.goals)} goals, {len(search.reached)} reached; "
         f"{len(chosen)} paths cover {sum(len(goals) for _, goals in chosen)} of them",
     )
-    folder.mkdir(parents=True, exist_ok=True)
     timed_out = False
     reached_in_runtime = RuntimeGoals()
     runs: list[dict[str, Any]] = []
@@ -148,17 +157,20 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
             path_of.setdefault(goal, number)
         path = search.path(label)
         file = folder / f"path-{number}.jsonl"
-        write_counterexample(
-            file,
-            machine,
-            path,
-            protocol=instance.protocol.name,
-            variant=instance.variant,
-            instance=instance.name,
-            parameters=instance.parameters,
-            property_name=label,
-            backend="lockstep-goals",
-        )
+        try:
+            write_counterexample(
+                file,
+                machine,
+                path,
+                protocol=instance.protocol.name,
+                variant=instance.variant,
+                instance=instance.name,
+                parameters=instance.parameters,
+                property_name=label,
+                backend="lockstep-goals",
+            )
+        except OutputError as error:  # the system refused the write (a full disk): no run can use the path
+            return usage_error(console, str(error), arguments)
         run_dir = folder / f"path-{number}"
         record: dict[str, Any] = {"index": number, "goal": label, "steps": path.length, "file": str(file)}
         record["trace_dir"] = str(run_dir.resolve())

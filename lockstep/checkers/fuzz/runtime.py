@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockstep.traces.output import OutputError, make_directory, replacing
+
 INDEX_LIMIT = 7  # indices 0..7: options are few at every choice point
 MAX_CHOICES = 48  # indexed choices per actor; the seed decides the rest
 
@@ -106,6 +108,7 @@ class RuntimeFuzzResult:
     seconds: float = 0.0
     stopped: str | None = None
     pool_starts: int = 0  # rank pools started (again after each run that did not complete)
+    keep_error: str | None = None  # why the failing run's traces could not be kept (``keep_traces``)
 
     @property
     def outcome(self) -> str:
@@ -162,7 +165,9 @@ def fuzz_runtime(
 ) -> RuntimeFuzzResult:
     """Fuzz the runtime of ``protocol``/``variant`` against its model (see the module doc).
 
-    ``keep_traces`` names a folder for the failing example's traces (else they are removed).
+    ``keep_traces`` names a folder for the failing example's traces (else they are removed), each
+    copied whole (``lockstep.traces.output.replacing``); a folder that cannot take them leaves
+    ``keep_error`` saying why.
     ``pooled`` runs the examples on a ``RankPool`` (else fresh processes per example).
     ``UsageError``-worthy input raises ``ValueError`` with the reason."""
     from hypothesis import HealthCheck, Phase, given, strategies
@@ -199,6 +204,8 @@ def fuzz_runtime(
                 f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})"
             )
         values[name] = int(value)
+    if keep_traces is not None and Path(keep_traces).exists() and not Path(keep_traces).is_dir():
+        raise ValueError(f"--trace-out {keep_traces} is not a directory (with --impl it names a folder for the traces)")
     actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
     seed = chosen_seed(seed)
     result = RuntimeFuzzResult(protocol, variant, chosen_scenario, rank_count, examples, seed)
@@ -279,12 +286,10 @@ def fuzz_runtime(
     finally:
         result.seconds = time.monotonic() - started
         if result.failing is not None and keep_traces is not None:
-            target = Path(keep_traces)
-            target.mkdir(parents=True, exist_ok=True)
-            source = Path(str(result.failing.trace_dir))
-            for file in source.glob("*.jsonl"):
-                shutil.copy(file, target / file.name)
-            result.failing.trace_dir = str(target)
+            try:
+                result.failing.trace_dir = str(_keep(Path(str(result.failing.trace_dir)), Path(keep_traces)))
+            except OutputError as error:
+                result.failing.trace_dir, result.keep_error = None, str(error)
         elif result.failing is not None:
             result.failing.trace_dir = None
         shutil.rmtree(work, ignore_errors=True)
@@ -293,6 +298,15 @@ def fuzz_runtime(
             pool.close()
             result.pool_starts = pool.started
     return result
+
+
+def _keep(source: Path, target: Path) -> Path:
+    """Copy the trace files of ``source`` into the folder ``target`` (made if missing), each whole."""
+    make_directory(target)
+    for file in sorted(source.glob("*.jsonl")):
+        with replacing(target / file.name) as temporary:
+            shutil.copyfile(file, temporary)
+    return target
 
 
 def replay_example(trace_dir: str | Path, expected: Mapping[str, Any]) -> dict[str, Any]:
