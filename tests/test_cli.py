@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -232,7 +233,15 @@ def test_ctrl_c_stops_cleanly_with_a_partial_result(tmp_path: Path, arguments: l
         text=True,
         cwd=tmp_path,
     )
-    time.sleep(4)
+    # Ctrl-C once the command has spent 3 s of CPU (imports and the model's build take ~1.5 s): in
+    # its search whatever the machine's load, which a fixed sleep is not
+    ticks = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        fields = Path(f"/proc/{process.pid}/stat").read_text().rpartition(")")[2].split()
+        if (int(fields[11]) + int(fields[12])) / ticks >= 3.0:  # utime + stime
+            break
+        time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 3, err

@@ -26,7 +26,7 @@ EXAMPLES = 6  # per protocol in CI (the issue allows up to 20)
 
 @pytest.mark.parametrize("protocol", sorted(RUNTIME_PROTOCOLS))
 def test_post_fix_runs_conform_to_the_model(protocol: str) -> None:
-    result = fuzz_runtime(protocol, "post-fix", examples=EXAMPLES, seed=11, hang_timeout=5)
+    result = fuzz_runtime(protocol, "post-fix", examples=EXAMPLES, seed=11, hang_timeout=60)  # no hang is expected: a generous timeout, whatever the load
     assert [run.failure for run in result.runs] == [None] * EXAMPLES, result.failing and result.failing.to_json()
     assert result.outcome == "nothing-found" and result.exit_code == 0
     assert all(run.replay is not None and run.replay["verdict"] == "conforms" for run in result.runs)
@@ -35,7 +35,7 @@ def test_post_fix_runs_conform_to_the_model(protocol: str) -> None:
 
 
 def test_pre_fix_hangs_are_what_the_model_predicts_and_restart_the_pool() -> None:
-    result = fuzz_runtime("dp-pause", "pre-fix", scenario="issue-36594", examples=2, seed=5, hang_timeout=2)
+    result = fuzz_runtime("dp-pause", "pre-fix", scenario="issue-36594", examples=2, seed=5, hang_timeout=10)
     assert result.outcome == "nothing-found" and len(result.runs) == 2
     assert all(run.outcome == "hang diagnosed" and run.observed_violation is not None for run in result.runs)
     assert result.pool_starts == 2  # a hung run leaves ranks in a collective: the pool starts afresh

@@ -59,7 +59,7 @@ def assert_follows(path: Path, run: Path) -> None:
 )
 def test_skip_disagree_hangs_for_real_and_names_the_waits(tmp_path: Path, instance: str, rank_0: str) -> None:
     path = counterexample(tmp_path, "pp-broadcast", "--variant", "skip-disagree", "--instance", instance)
-    code, result, _ = reproduce(tmp_path, path, timeout=2)
+    code, result, _ = reproduce(tmp_path, path, timeout=10)
     assert code == 1 and result["verdict"] == "reproduced" and result["outcome"] == "hang diagnosed", result
     assert result["waits"]["rank:1"] == "broadcast(pp)#1"  # the last rank broadcasts alone
     assert result["waits"]["rank:0"].startswith(rank_0), result["waits"]
@@ -72,7 +72,7 @@ def test_skip_disagree_hangs_for_real_and_names_the_waits(tmp_path: Path, instan
 
 def test_pre_fix_seed_violates_no_false_dependency_for_real(tmp_path: Path) -> None:
     path = counterexample(tmp_path, "pp-broadcast", "--variant", "pre-fix")
-    code, result, _ = reproduce(tmp_path, path, timeout=2)
+    code, result, _ = reproduce(tmp_path, path, timeout=10)
     assert code == 1 and result["verdict"] == "reproduced" and result["outcome"] == "completed", result
     assert result["replay"]["verdict"] == "violated"
     assert result["replay"]["property"] == result["property"] == "no_false_dependency"
@@ -87,7 +87,7 @@ def test_a_leave_out_choice_is_taken_and_the_stale_read_happens(tmp_path: Path) 
         for event in (record.event for record in trace.records())
         if event["action"] == "schedule"
     ] == [-1, 1, -1]
-    code, result, _ = reproduce(tmp_path, path, timeout=2)
+    code, result, _ = reproduce(tmp_path, path, timeout=10)
     assert code == 1 and result["outcome"] == "completed", result
     assert result["replay"]["property"] == result["property"] == "S3_no_stale_read"
     assert_follows(path, tmp_path / "run")  # the engine's schedule events carry leave_out
@@ -103,7 +103,7 @@ def test_the_run_takes_the_header_workload_and_the_plan_refuses_an_impossible_le
     assert planned.scenario == "seed" and planned.ranks == 2
     assert planned.extra == {"chunks": 3, "decodes": 0, "requests": 2, "gaps": 0}
     assert [choice.point for choice in planned.choices] == ["chunk_tokens"] * 4  # no gaps: leave_out is never asked
-    code, result, _ = reproduce(tmp_path, path, timeout=2)  # the runtime runs the header's two requests
+    code, result, _ = reproduce(tmp_path, path, timeout=10)  # the runtime runs the header's two requests
     assert code == 1 and result["outcome"] == "hang diagnosed", result
     header = json.loads((tmp_path / "run" / "engine.jsonl").read_text().splitlines()[0])
     assert {name: header["parameters"][name] for name in planned.extra} == planned.extra

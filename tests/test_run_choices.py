@@ -123,7 +123,7 @@ def test_choices_that_do_not_fit_the_run_stop_it_with_their_line(
 ) -> None:
     lines = [choice, ORDER] if line == 1 else [PLACEMENT, choice]
     path = script(tmp_path, f"{name}.jsonl", *lines)
-    code, out, err = run(capsys, "dp-pause", "--choices", str(path), "--hang-timeout", "5", "--json")
+    code, out, err = run(capsys, "dp-pause", "--choices", str(path), "--hang-timeout", "60", "--json")
     assert code == 2, err
     assert f"lockstep: error: {path}:{line}: " in err and problem in err and "does not fit --choices" in err, err
     assert "Traceback" not in err and "died" not in err
@@ -149,7 +149,7 @@ def test_recorded_choices_pass_the_actor_check(tmp_path: Path, capsys: pytest.Ca
     """``actors_that_choose`` names every actor a run's choices come from: cudagraph-pp's engine here
     (the other protocols' recorded choices go back through ``--choices`` in their own tests)."""
     protocol = "cudagraph-pp"
-    code, out, err = run(capsys, protocol, "--json", "--hang-timeout", "5")
+    code, out, err = run(capsys, protocol, "--json", "--hang-timeout", "60")
     assert code == 0, err
     choices = json.loads(out)["choices"]
     path = script(tmp_path, "recorded.jsonl", *choices)

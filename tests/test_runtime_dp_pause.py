@@ -315,7 +315,7 @@ def test_a_client_that_reads_publications_between_requests_conforms(tmp_path: Pa
             scenario="counterexample",
             ranks=2,
             seed=seed,
-            timeout=5,
+            timeout=60,
             trace_dir=str(folder),
             extra={"schedule": schedule, "client_program": program, "requests": 2, "sync_interval": 2},
         )

@@ -171,7 +171,7 @@ def test_reproduce_output_follows_the_schema(capsys: pytest.CaptureFixture[str],
 
 def test_test_runtime_output_follows_the_schema(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     test_runtime = validator("test-runtime.schema.json")
-    arguments = ["computed-tokens", "--max-paths", "1", "--hang-timeout", "3", "--trace-dir", str(tmp_path / "runs")]
+    arguments = ["computed-tokens", "--max-paths", "1", "--hang-timeout", "60", "--trace-dir", str(tmp_path / "runs")]
     result = output(capsys, "test-runtime", *arguments, "--json")
     test_runtime.validate(result)
     assert isinstance(result, dict) and result["verdict"] == "consistent" and len(result["runs"]) == 1

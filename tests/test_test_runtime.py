@@ -15,7 +15,7 @@ from lockstep.cli import main
 def test_goal_paths_run_for_real_and_the_runtime_reaches_their_goals(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    code = main(["test-runtime", "async-placeholders", "--hang-timeout", "3", "--trace-dir", str(tmp_path), "--json"])
+    code = main(["test-runtime", "async-placeholders", "--hang-timeout", "60", "--trace-dir", str(tmp_path), "--json"])
     captured = capsys.readouterr()
     result = json.loads(captured.out)
     assert code == 0 and result["verdict"] == "consistent", captured.err
