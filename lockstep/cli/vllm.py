@@ -111,7 +111,8 @@ def _render(console: Any, result: Any) -> None:
         _say(console, f"replay: not possible ({result.replay_error})")
     goals = result.to_json()["goals"]
     kinds = ", ".join(f"{kind} {entry['reached']}/{entry['total']}" for kind, entry in goals["by_kind"].items())
-    _say(console, f"model goals the real run reached: {goals['reached']} of {goals['total']} ({kinds})")
+    if goals["total"]:
+        _say(console, f"model goals the real run reached: {goals['reached']} of {goals['total']} ({kinds})")
     colour = {"conforms": "green", "inconclusive": "yellow", "refused": "yellow"}.get(result.verdict, "red")
     reason = f": {result.reason}" if result.reason else ""
     console.print(f"[bold {colour}]{result.verdict}[/bold {colour}]", end="", highlight=False)

@@ -152,19 +152,29 @@ def _read_status(path: Path) -> dict[str, Any]:
     return found if isinstance(found, dict) else {}
 
 
-def _kill_group(group: int) -> None:
-    """Kill the driver's process group (vLLM's engines and coordinator with it) and wait until it is gone."""
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill the driver's process group (vLLM's engines and coordinator with it), reap the driver, and wait
+    until no process of the group is left running (a killed one may stay a zombie of another parent)."""
     try:
-        os.killpg(group, signal.SIGKILL)
+        os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        return
+        pass
+    process.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except (ProcessLookupError, PermissionError):
-            return
+    while _group_running(process.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
+
+
+def _group_running(group: int) -> bool:
+    """Whether a process of ``group`` is alive and not a zombie (read from /proc; False where there is none)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[-1].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def run_driver(
@@ -206,15 +216,14 @@ def run_driver(
         try:
             exit_status = _wait(process, started + timeout)
         finally:
-            _kill_group(group)  # what vLLM left running (a hung engine, an orphaned coordinator)
-            process.wait()
+            _kill_group(process)  # what vLLM left running (a hung engine, an orphaned coordinator)
             guardian().release(group=group)
     seconds = time.monotonic() - started
     status = _read_status(status_path)
     phase = str(status.get("phase", "starting the driver"))
     if exit_status is None:
         return Run(
-            TIMEOUT, None, seconds, phase, f"no end within {timeout:g} s (stopped while {phase})", log=str(log_path)
+            TIMEOUT, None, seconds, phase, f"no end within {timeout:.0f} s (stopped while {phase})", log=str(log_path)
         )
     if exit_status < 0:
         name = signal.Signals(-exit_status).name if -exit_status in signal.valid_signals() else str(-exit_status)
