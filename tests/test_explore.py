@@ -29,7 +29,7 @@ import pytest
 from lockstep.explore.page import static_page
 from lockstep.explore.recorded import recorded_session
 from lockstep.explore.server import ExplorerServer
-from lockstep.explore.session import Session
+from lockstep.explore.session import Session, SessionError
 from lockstep.models import get_protocol
 from lockstep.traces.merge import open_traces
 
@@ -275,6 +275,74 @@ def test_a_model_instance_starts_at_its_initial_state(tmp_path: Path) -> None:
     assert json.loads(completed.stdout)["longest_conforming_prefix"] == 1, completed.stderr
 
 
+@pytest.fixture(scope="module")
+def divergent(counterexample: Path) -> Path:
+    """The counterexample with its third event changed to one the model cannot take (rank 1's queue is empty)."""
+    lines = counterexample.read_text().splitlines()
+    event = json.loads(lines[3])
+    assert event["action"] == "handle_add" and event["args"] == {"rank": 0}
+    event.update(actor="rank:1", args={"rank": 1})
+    lines[3] = json.dumps(event)
+    target = counterexample.with_name("diverges.jsonl")
+    target.write_text("\n".join(lines) + "\n")
+    return target
+
+
+def test_a_divergence_is_explained_at_its_event(divergent: Path, tmp_path: Path) -> None:
+    session = recorded_session(open_traces([divergent]))
+    document = session.document()
+    assert document["source"]["verdict"] == "diverges" and "diverges" in document["source"]["summary"]
+    divergence = document["divergence"]
+    assert divergence["step"] == 3 and divergence["event"] == 2 and divergence["line"] == 4
+    assert "handle_add" in divergence["reason"]
+    assert any("is false" in why for candidate in divergence["candidates"] for why in candidate["why"])
+    assert [step["facts"] is not None for step in document["steps"]] == [True, True] + [False] * (STEPS - 2)
+    session.jump(3)
+    assert session.document()["enabled"] == []
+    with pytest.raises(SessionError, match="no model state"):
+        session.take(3, "handle_add", {"rank": 0})
+    with pytest.raises(SessionError, match="step 3 .* is an event of the recording"):
+        session.export(tmp_path)
+    session.jump(2)  # the state the divergent event was taken from: the model goes on from there
+    session.take(2, "handle_add", {"rank": 0})
+    assert session.document()["steps"][2]["facts"]["failing"] == []
+
+
+def test_a_runtime_recording_is_stepped_with_its_model_states(tmp_path: Path) -> None:
+    """``lockstep run``'s recording: collective enter/complete events are not model steps, the others are."""
+    recording = ROOT / "tests" / "fixtures" / "traces" / "runtime" / "dp-pause-post-fix"
+    session = recorded_session(open_traces([recording]), profile="runtime")
+    document = session.document()
+    steps = document["steps"]
+    assert document["source"]["verdict"] == "conforms" and len(steps) == 89
+    assert {step["action"] for step in steps if not step["model_step"]} == {"enter", "complete"}
+    assert all(step["facts"] is not None for step in steps)
+    assert steps[-1]["facts"]["final"] and "resumed" in steps[-1]["facts"]["witnessed"]
+    session.jump(len(steps))
+    with pytest.raises(SessionError, match="is an event of the recording"):
+        session.export(tmp_path)
+    completed = lockstep("explore", str(recording), cwd=tmp_path)  # the model's own seed: replay refuses the header
+    assert completed.returncode == 2 and "--profile runtime" in completed.stderr, completed.stderr
+
+
+def test_the_explorer_imports_no_terminal_or_runtime_code() -> None:
+    """The explorer sits on spec, traces and checkers (and the standard library's HTTP server)."""
+    import ast
+
+    for file in (ROOT / "lockstep" / "explore").glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                root = name.split(".")[0]
+                assert root in sys.stdlib_module_names or name.split(".")[:2] in (
+                    ["lockstep", "spec"],
+                    ["lockstep", "traces"],
+                    ["lockstep", "checkers"],
+                    ["lockstep", "explore"],
+                ), f"{file.name} imports {name}"
+
+
 def test_the_static_page_cannot_be_broken_out_of_by_trace_text() -> None:
     hostile = "</script><script>alert(1)</script><!--"
     page = static_page({"title": hostile, "steps": [{"label": hostile}]})
@@ -513,3 +581,19 @@ def test_show_html_in_a_browser(page: Any, counterexample: Path, tmp_path: Path)
     check_state_panel(page, trace, STEPS - 1)
     assert page.locator("#properties tr.violated").count() == 0
     screenshot(page, tmp_path, "show-html")
+
+
+def test_show_html_of_a_divergent_trace_in_a_browser(page: Any, divergent: Path, tmp_path: Path) -> None:
+    target = tmp_path / "diverges.html"
+    completed = lockstep("show", "--html", str(divergent), "-o", str(target))
+    assert completed.returncode == 0, completed.stderr
+    page.goto(target.as_uri())
+    assert page.is_visible("#divergence-panel")
+    text = page.text_content("#divergence")
+    assert "At step 3, event 2" in text and "handle_add(rank=1) is not enabled" in text and "is false" in text
+    page.click('#swimlanes tr[data-step="3"] td.number')
+    page.wait_for_selector('body[data-cursor="3"]')
+    assert "divergence" in (page.get_attribute('#swimlanes tr[data-step="3"]', "class") or "")
+    assert "No model state at this step" in page.text_content("#state-note")
+    assert page.text_content('#state tr[data-entry="requests"] td.value') == "[1,0]"  # what the event observed (JSON)
+    screenshot(page, tmp_path, "show-html-divergence")

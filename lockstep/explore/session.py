@@ -23,7 +23,8 @@ action mirrors (``mirrors=``), and the facts of the state after it: the ``always
 there (in a state where nothing is enabled, also those whose deadlock condition fails), the
 ``sometimes`` properties true there, and the ops each member of each communicator has posted and
 not yet completed (``all_reduce_sum#2``: the op's number on its communicator, as the terminal
-swimlanes number them). ``leads-to`` properties are listed but not evaluated: a finite path says
+swimlanes number them; a path with an event that is not a model step, a recording's ``complete``,
+counts no completions, so from there on ops are named without numbers). ``leads-to`` properties are listed but not evaluated: a finite path says
 nothing about them.
 
 **The document** (``document()``; ``lockstep.explore.page`` inlines it for ``show --html``):
@@ -145,7 +146,8 @@ class Session:
         self.divergence = dict(divergence) if divergence is not None else None
         self._groups = communicators(self.machine)
         self._views: list[JSONObject] = []  # the views of path[:len(_views)]
-        self._completed: list[dict[str, int]] = [{group.name: 0 for group in self._groups}]  # per position
+        # per position: ops completed per communicator (None once a step that is not a model step hides them)
+        self._completed: list[dict[str, int] | None] = [{group.name: 0 for group in self._groups}]
         self._initial_facts = self._facts(self.initial, self._completed[0])
         self._model_lanes = self._declared_lanes()
         self._lock = threading.Lock()
@@ -340,7 +342,7 @@ class Session:
         mapped = {f"group:{group.name}" for group in self._groups if self._mapped(group, lanes)}
         return sorted(lanes - mapped, key=lane_order)
 
-    def _posted(self, state: State, completed: Mapping[str, int]) -> dict[str, list[list[str]]]:
+    def _posted(self, state: State, completed: Mapping[str, int] | None) -> dict[str, list[list[str]]]:
         """Per communicator, per member, the ops posted and not yet complete (front first)."""
         values = dict(zip(self.machine.variables, state))
         result: dict[str, list[list[str]]] = {}
@@ -354,18 +356,18 @@ class Session:
                         continue
                     name = group.op_sort.members[entry[0]]
                     kind = group.specs[name].kind
-                    number = completed.get(group.name, 0) + 1 + position
+                    number = "" if completed is None else f"#{completed.get(group.name, 0) + 1 + position}"
                     if kind is Kind.SEND:
-                        labels.append(f"send→{entry[1]}#{number}")
+                        labels.append(f"send→{entry[1]}{number}")
                     elif kind is Kind.RECV:
-                        labels.append(f"recv←{entry[1]}#{number}")
+                        labels.append(f"recv←{entry[1]}{number}")
                     else:
-                        labels.append(f"{name}#{number}")
+                        labels.append(f"{name}{number}")
                 members.append(labels)
             result[group.name] = members
         return result
 
-    def _facts(self, state: State | None, completed: Mapping[str, int]) -> JSONObject | None:
+    def _facts(self, state: State | None, completed: Mapping[str, int] | None) -> JSONObject | None:
         """What holds in ``state`` (see the module doc); None where there is no model state."""
         if state is None:
             return None
@@ -387,7 +389,9 @@ class Session:
             facts["error"] = str(error)
         return facts
 
-    def _view(self, number: int, step: ExploredStep, before: State | None, completed: dict[str, int]) -> JSONObject:
+    def _view(
+        self, number: int, step: ExploredStep, before: State | None, completed: dict[str, int] | None
+    ) -> JSONObject:
         try:
             action: Action | None = self.machine.action_named(step.action)
         except KeyError:
@@ -425,10 +429,11 @@ class Session:
         while len(self._views) < len(self.path):
             number = len(self._views) + 1
             step = self.path[number - 1]
-            completed = dict(self._completed[number - 1])
-            completes = [group.name for group in self._groups if step.action in group.completion_actions]
-            for name in completes:
-                completed[name] += 1
+            previous = self._completed[number - 1]
+            completed = dict(previous) if previous is not None and step.model_step else None
+            for group in self._groups:
+                if completed is not None and step.action in group.completion_actions:
+                    completed[group.name] += 1
             self._completed.append(completed)
             self._views.append(self._view(number, step, self.state_at(number - 1), completed))
 
