@@ -142,6 +142,21 @@ def test_a_counterexample_opens_at_its_initial_state_with_its_steps(client: Clie
     assert document["enabled"], "the initial state has enabled actions"
 
 
+def test_a_deadlock_marks_no_deadlock_at_the_state_where_nothing_is_enabled(tmp_path: Path) -> None:
+    target = tmp_path / "deadlock.jsonl"
+    completed = lockstep(
+        "check", "dp-pause", "--variant", "pre-fix", "--property", "no_deadlock", "--trace-out", str(target)
+    )
+    assert completed.returncode == 1, completed.stderr
+    session = recorded_session(open_traces([target]))
+    steps = session.document()["steps"]
+    last = steps[-1]["facts"]
+    assert last["enabled"] == 0 and not last["final"] and "no_deadlock" in last["failing"]
+    assert all("no_deadlock" not in step["facts"]["failing"] for step in steps[:-1])
+    session.jump(len(steps))
+    assert session.document()["enabled"] == []
+
+
 def test_back_forward_jump_and_reset_move_the_cursor(client: Client) -> None:
     assert client.document("forward")["cursor"] == 1
     assert client.document("forward")["cursor"] == 2
@@ -401,6 +416,29 @@ def test_the_command_prints_a_loopback_url_and_ctrl_c_stops_it_cleanly(counterex
     finally:
         code, errors = explorer.stop()
     assert code == 0 and "explorer stopped (Ctrl-C)" in errors and "Traceback" not in errors, errors
+
+
+def test_a_model_files_counterexample_is_explored_with_model_file(tmp_path: Path) -> None:
+    """The example model of docs/adding-a-protocol.md: its counterexample opens against the file's model."""
+    source = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "adding-a-protocol.md").read_text(), re.S)[0]
+    model = tmp_path / "early_stop.py"
+    model.write_text(source)
+    trace = tmp_path / "early-stop.jsonl"
+    completed = lockstep("check", "--model-file", str(model), "--variant", "pre-fix", "--trace-out", str(trace))
+    assert completed.returncode == 1, completed.stderr
+    assert lockstep("explore", str(trace), cwd=tmp_path).returncode == 2  # no built-in protocol of that name
+    explorer = Explorer(str(trace), "--model-file", str(model), cwd=tmp_path)
+    try:
+        address = urlsplit(explorer.url)
+        connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=CEILING)
+        connection.request("GET", address.path + "api/state")
+        document = json.loads(connection.getresponse().read())["document"]
+        connection.close()
+    finally:
+        code, errors = explorer.stop()
+    assert code == 0, errors
+    assert document["model"]["protocol"] == "early-stop" and len(document["steps"]) == len(events(trace))
+    assert document["source"]["verdict"] == "violated"
 
 
 @pytest.mark.parametrize(
