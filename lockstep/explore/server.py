@@ -9,7 +9,8 @@ page that resolved its own name to 127.0.0.1) is refused with 403 before anythin
 POST whose ``Origin`` is another site. Answers carry a Content-Security-Policy that lets the page
 load only its own files and talk only to this server, and ``no-store``.
 
-The API (JSON in, JSON out; an error is ``{"error": message}`` with 400, 403, 404, 405, 409 or 413):
+The API (JSON in, JSON out; an error is ``{"error": message}`` with 400, 403, 404, 405, 409 or 413, and
+500 for lockstep's own failure, which never prints a traceback on the terminal):
 
 - ``GET api/state``: ``{"document": ...}`` (``lockstep.explore.session``).
 - ``POST api/take`` ``{"at": cursor, "action": name, "arguments": {name: value}}``, ``api/back``,
@@ -73,6 +74,9 @@ class ExplorerServer(ThreadingHTTPServer):
 
     def allowed_hosts(self) -> tuple[str, ...]:
         return (f"{LOOPBACK}:{self.port}", f"localhost:{self.port}")
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection the browser dropped mid-answer: nothing to report (socketserver would print a traceback)."""
 
 
 class ExplorerHandler(BaseHTTPRequestHandler):
@@ -160,6 +164,8 @@ class ExplorerHandler(BaseHTTPRequestHandler):
                 raise RequestRefused(HTTPStatus.NOT_FOUND, "no such page")
         except RequestRefused as refused:
             self._refuse(refused.status, str(refused))
+        except Exception as error:  # lockstep's own bug: an answer, not a traceback on the user's terminal
+            self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(error).__name__}: {error}")
 
     def do_HEAD(self) -> None:  # noqa: N802
         self.do_GET()
@@ -173,6 +179,8 @@ class ExplorerHandler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.OK, self._call(parts[1], body))
         except RequestRefused as refused:
             self._refuse(refused.status, str(refused))
+        except Exception as error:  # lockstep's own bug: an answer, not a traceback on the user's terminal
+            self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error: {type(error).__name__}: {error}")
 
     def _call(self, verb: str, body: dict[str, Any]) -> dict[str, Any]:
         session = self.server.session

@@ -24,8 +24,8 @@ there (in a state where nothing is enabled, also those whose deadlock condition 
 ``sometimes`` properties true there, and the ops each member of each communicator has posted and
 not yet completed (``all_reduce_sum#2``: the op's number on its communicator, as the terminal
 swimlanes number them; a path with an event that is not a model step, a recording's ``complete``,
-counts no completions, so from there on ops are named without numbers). ``leads-to`` properties are listed but not evaluated: a finite path says
-nothing about them.
+counts no completions, so from there on ops are named without numbers). ``leads-to`` properties are
+listed but not evaluated: a finite path says nothing about them.
 
 **The document** (``document()``; ``lockstep.explore.page`` inlines it for ``show --html``):
 ``title``, ``model`` (protocol, variant, instance, parameters), ``source`` (what was opened: an
@@ -200,10 +200,14 @@ class Session:
                 )
             except ValueMismatch as error:
                 raise SessionError(str(error)) from None
+            try:
+                transitions = self.system.transitions(state)
+            except ModelError as error:
+                raise SessionError(f"the model cannot step from step {self.cursor}: {error}") from None
             found = next(
                 (
                     transition
-                    for transition in self.system.transitions(state)
+                    for transition in transitions
                     if transition.action == position and transition.arguments == values
                 ),
                 None,
