@@ -42,6 +42,7 @@ from lockstep import record
 from lockstep.real_vllm import settings
 from lockstep.real_vllm.releases import Release
 from lockstep.real_vllm.scenarios import RANKS, Scenario
+from lockstep.traces.output import write_atomically
 
 PROTOCOLS = ("dp-pause",)  # the protocols a real vLLM is checked for
 DEFAULT_TIMEOUT = 900.0  # seconds the real run may take (start-up included: 1-3 min on 2 cores)
@@ -197,12 +198,12 @@ def run_driver(
         "version": release.version,
         "status": str(status_path),
     }
-    spec_path.write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
+    write_atomically(spec_path, lambda file: file.write(json.dumps(spec, indent=1) + "\n"))
     environment = settings.environment(child_environment())
     environment[record.TRACE_DIRECTORY_ENVIRONMENT] = str(trace_dir.resolve())
     environment[PARAMETERS_ENVIRONMENT] = json.dumps(scenario.model_parameters() if parameters is None else parameters)
     started = time.monotonic()
-    with open(log_path, "wb") as log:
+    with open(log_path, "xb") as log:  # a new file in the claimed folder: a link planted there is refused
         process = subprocess.Popen(
             python_command("lockstep.real_vllm.driver", str(spec_path)),
             stdin=subprocess.DEVNULL,

@@ -48,7 +48,8 @@ def prepare_process() -> None:
 
 
 class Status:
-    """The status file: rewritten whole (write, then rename) at every change, so a reader never sees half."""
+    """The status file: rewritten whole at every change (``lockstep.traces.output.write_atomically``: a
+    fresh temporary file, then a rename), so a reader never sees half."""
 
     def __init__(self, path: Path) -> None:
         self.path, self.started = path, time.monotonic()
@@ -60,9 +61,10 @@ class Status:
         self.write()
 
     def write(self) -> None:
-        partial = self.path.with_name(self.path.name + ".partial")
-        partial.write_text(json.dumps(self.values) + "\n", encoding="utf-8")
-        partial.replace(self.path)
+        from lockstep.traces.output import write_atomically
+
+        text = json.dumps(self.values) + "\n"
+        write_atomically(self.path, lambda file: file.write(text))
 
 
 def main(arguments: list[str]) -> int:

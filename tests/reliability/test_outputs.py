@@ -15,7 +15,10 @@ each is run for real, as a subprocess, against:
   and no temporary file is left.
 
 Besides: the live recorder (``lockstep.record``) never follows a link planted at its trace file, and
-``fuzz --impl --trace-out`` keeps the failing run's traces without following one either.
+neither do ``fuzz --impl --trace-out`` (the failing run's traces) nor ``explore``'s export (tested
+through the library: one needs a failing runtime, the other a page's request); ``vllm check``
+needs a real vLLM (its folder is claimed as ``run``'s). The device nodes are made in the test's
+folder where the user may (root), so a writer that wrongly renames over one harms only that copy.
 """
 
 from __future__ import annotations
@@ -44,7 +47,12 @@ FULL, NULL = Path("/dev/full"), Path(os.devnull)
 VICTIM_TEXT = "the victim's own text\n"
 INPUTS = {"model_file", "choices", "counterexample", "paths", "flight_recorder", "mapping", "change", "source"}  # read
 TAKEN = ("is being written by another lockstep", "already holds *.jsonl files", "is not empty")
-NO_DEFAULT_OUTPUT = {("run",), ("export",), ("graph",), ("trace", "merge")}  # without the option: nothing, or stdout
+NO_DEFAULT_OUTPUT = {("run",), ("export",), ("graph",), ("trace", "merge"), ("show",)}  # without it: none, or stdout
+# outputs not run here as a command, and why; each is written by the helpers the commands above exercise
+ELSEWHERE = {
+    (("explore",), "export_dir"): "a page's request (Session.export, tested below) over a local server",
+    (("vllm", "check"), "trace_dir"): "needs a real vLLM; its folder is claimed as run's (claim_directory)",
+}
 
 
 @dataclass(frozen=True)
@@ -57,7 +65,7 @@ class Writer:
     option: str | None = None
     flag: str = ""
     default: str = ""
-    kind: str = "trace"  # trace | dot | folder (of traces)
+    kind: str = "trace"  # trace | dot | html | folder (of traces)
     codes: frozenset[int] = frozenset({0})  # the exits of a run that wrote its output
     refused: int = 2  # the exit when the output cannot be written
     plants: tuple[str, ...] = ()  # names planted inside a folder output
@@ -93,6 +101,7 @@ WRITERS = [
     Writer(("export",), ("{big}", "--format", "dot"), "output", "-o", kind="dot"),
     Writer(("graph",), ("pp-broadcast", "--format", "dot"), "output", "-o", kind="dot"),
     Writer(("trace", "merge"), ("{big}",), "output", "-o"),
+    Writer(("show",), ("{trace}", "--html"), "output", "-o", kind="html"),
     Writer(("run",), HANG, "trace_dir", "--trace-dir", kind="folder", codes=frozenset({1}), plants=DUMPS),
     Writer(
         ("reproduce",), ("{trace}",), "trace_dir", "--trace-dir", kind="folder", codes=frozenset({1}), plants=CHOICES
@@ -141,8 +150,9 @@ def test_every_command_that_writes_is_covered() -> None:
         for parameter in command.params:
             if isinstance(parameter.type, click.Path) and parameter.name not in INPUTS:
                 outputs.add((words, parameter.name))
-    assert outputs == {(writer.command, writer.option) for writer in WRITERS if writer.option is not None}
-    with_default = {words for words, _ in outputs} - NO_DEFAULT_OUTPUT
+    covered = {(writer.command, writer.option) for writer in WRITERS if writer.option is not None}
+    assert outputs == covered | set(ELSEWHERE)
+    with_default = {words for words, _ in outputs - set(ELSEWHERE)} - NO_DEFAULT_OUTPUT
     assert with_default == {writer.command for writer in WRITERS if writer.option is None}
 
 
@@ -188,15 +198,18 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def target_of(writer: Writer, folder: Path) -> Path:
     if writer.option is None:
         return folder / writer.default
-    return folder / ("out" if writer.kind == "folder" else f"out.{'dot' if writer.kind == 'dot' else 'jsonl'}")
+    return folder / ("out" if writer.kind == "folder" else "out." + {"trace": "jsonl"}.get(writer.kind, writer.kind))
 
 
 def assert_whole(writer: Writer, path: Path) -> None:
     """``path`` is one whole output of ``writer``: a trace that reads back, a DOT file to its last
     line, or a folder whose every trace folder reads in causal order."""
-    if writer.kind == "dot":
+    if writer.kind in ("dot", "html"):
         text = path.read_text()
-        assert text.startswith(("digraph", "strict digraph")) and text.endswith("}\n"), text[-200:]
+        first, last = (
+            (("digraph", "strict digraph"), "}\n") if writer.kind == "dot" else (("<!doctype html",), "</html>\n")
+        )
+        assert text.startswith(first) and text.endswith(last), text[-200:]
         return
     folders = [path] if writer.kind == "trace" else sorted({file.parent for file in path.rglob("*.jsonl")})
     assert folders, f"{path} holds no traces"
@@ -319,19 +332,25 @@ def test_two_writers_of_one_output_leave_it_whole_or_say_they_failed(
 
 
 # --------------------------------------------------------------------------------- a write refused part-way
+FILE_SIZE_LIMIT = 16 << 10  # bytes: less than each of these writers' output
+PART_WAY = [writer for writer in FILE_WRITERS if writer.arguments[0] == "{big}" or writer.kind == "html"]
+
+
 def limit_file_size() -> None:
-    """In the child: files may not grow past 64 KiB (a write past it fails with EFBIG, the way a full
-    disk fails with ENOSPC; Python ignores the SIGXFSZ that comes with it)."""
-    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+    """In the child: files may not grow past ``FILE_SIZE_LIMIT`` (a write past it fails with EFBIG,
+    the way a full disk fails with ENOSPC; the SIGXFSZ that comes with it is ignored)."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
-@pytest.mark.parametrize("writer", [writer for writer in FILE_WRITERS if writer.arguments[0] == "{big}"], ids=labels)
+@pytest.mark.parametrize("writer", PART_WAY, ids=labels)
 def test_a_write_refused_part_way_leaves_the_old_output_and_no_temporary_file(
     writer: Writer, inputs: dict[str, Path], tmp_path: Path
 ) -> None:
     target = target_of(writer, tmp_path)
-    old = "digraph old {\n}\n" if writer.kind == "dot" else inputs["trace"].read_text()
+    old = {"dot": "digraph old {\n}\n", "html": "<!doctype html>\n<html></html>\n"}.get(writer.kind) or inputs[
+        "trace"
+    ].read_text()
     target.write_text(old)
     code, err = run_lockstep(writer.argv(inputs, target), tmp_path, preexec_fn=limit_file_size)
     assert code == writer.refused, err
@@ -357,6 +376,23 @@ def test_the_live_recorder_refuses_a_link_planted_at_its_trace_file(tmp_path: Pa
     recorder.close()
     with pytest.raises(FileExistsError, match="rank-1.jsonl"):  # an earlier run's file is not mixed into
         record.open_trace(folder, actor="rank:1", protocol="dp-pause", variant="post-fix", parameters=parameters)
+
+
+def test_an_exploration_exported_into_a_folder_does_not_follow_a_planted_link(tmp_path: Path) -> None:
+    """``lockstep explore``'s 'export trace' (``--export-dir``): ``Session.export`` writes whole."""
+    from lockstep.explore.session import Session
+    from lockstep.models import get_protocol
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text(VICTIM_TEXT)
+    session = Session(get_protocol("pp-broadcast").instance("pre-fix", "seed"))
+    name = "explore-pp-broadcast-pre-fix-seed-0-steps.jsonl"
+    for link in (f"{name}.partial", f".{name}.partial"):
+        (tmp_path / link).symlink_to(victim)
+    written = session.export(tmp_path)
+    assert written == tmp_path / name and victim.read_text() == VICTIM_TEXT
+    assert json.loads(written.read_text().splitlines()[0])["format"] == "lockstep-trace"
+    assert not temporary_files(tmp_path, {tmp_path / f"{name}.partial", tmp_path / f".{name}.partial"})
 
 
 @dataclass
