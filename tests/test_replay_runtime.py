@@ -275,3 +275,21 @@ def test_a_fresh_run_conforms(
         assert code == 0 and result["verdict"] == "conforms", result
         assert result["events"] == sum(len(read(path)[1]) for path in folder.glob("*.jsonl")) > 0
         assert witness in result["witnessed"]
+
+
+@pytest.mark.parametrize("name", ["dp-pause-post-fix", "pp-broadcast-post-fix"])
+def test_a_runtime_recording_without_its_profile_is_told_to_use_profile_runtime(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its header holds the runtime's values (``settle_before_resume`` 0, ``hang_bound`` 64), not the
+    default instance's: the refusal names the profile that gives them, which then replays it."""
+    code = main(["replay", str(RECORDINGS / name), "--json"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and "header: parameters." in error and "--profile runtime" in error, error
+    code, result = replay_json(capsys, RECORDINGS / name)
+    assert code == 0 and result["verdict"] == "conforms", result
+    # a model counterexample is no recording: no profile gives its values, and the message names none
+    counterexample = ROOT / "tests" / "fixtures" / "traces" / "dp-pause-pre-fix-seed.jsonl"
+    code = main(["replay", str(counterexample), "--json", "--set", "hang_bound=3"])
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert code == 2 and "--trust-header" in error and "--profile" not in error, error

@@ -9,7 +9,10 @@ and who exempted them. The header informs, it never decides:
   fix is taken from the header (a wrong one makes the trace diverge, it cannot make it pass);
 - any other header parameter that differs from the caller's value, and any
   ``parameters.unrecorded`` entry the caller did not exempt, would widen the check:
-  ``HeaderMismatch`` (bad input, exit 2) naming the header field, unless ``trust_header``.
+  ``HeaderMismatch`` (bad input, exit 2) naming the header field, unless ``trust_header``. For a
+  runtime recording (``source.kind`` runtime) judged without a recorder profile, the message says
+  which profile gives its recorder's values (``--profile runtime`` for ``lockstep run``'s), the
+  usual answer; for other traces, how to trust the header or give the value.
 
 Recorder profiles (``RecorderProfile``) are defined in code by the recorders: ``runtime`` for
 ``lockstep run``'s recordings (``RUNTIME_PROFILES``) and the vLLM instrumentation's (``PROFILES``).
@@ -210,7 +213,8 @@ def _instance(
             raise HeaderMismatch(
                 file,
                 1,
-                f"header: parameters.{name} is {value}, but {origin} gives {model.parameters.get(name)}; {TRUST_HINT}",
+                f"header: parameters.{name} is {value}, but {origin} gives {model.parameters.get(name)}; "
+                + mismatch_hint(header, profile),
             )
         trusted[name] = value
     if trusted:
@@ -253,10 +257,31 @@ def _exemptions(
             file,
             1,
             f"header: parameters.unrecorded exempts {', '.join(map(repr, widening))}, "
-            f"which the caller did not exempt; {TRUST_HINT}",
+            f"which the caller did not exempt; {mismatch_hint(header, profile)}",
         )
     found.update({name: TRUSTED for name in widening})
     return [Exemption(name, origin) for name, origin in found.items()]
+
+
+def mismatch_hint(header: Mapping[str, Any], profile: RecorderProfile | None) -> str:
+    """What to do about a header value that would widen the check: for a runtime recording judged
+    without a recorder profile, the profile that gives its recorder's values (``lockstep run``'s:
+    ``--profile runtime``); otherwise trust the header or give the value."""
+    if header["source"]["kind"] != "runtime" or profile is not None:
+        return TRUST_HINT
+    import importlib
+
+    recorders = [
+        name
+        for name, module in PROFILES.items()
+        if importlib.import_module(module).PROFILE.protocol == header["protocol"]
+    ]
+    others = f" (a vLLM recording: --profile {' or '.join(recorders)})" if recorders else ""
+    return (
+        "the trace is a runtime recording: replay a `lockstep run` recording with --profile runtime "
+        f"(profile='runtime'), which gives the values the runtime ran with{others}; "
+        "--trust-header takes the header's values as they are"
+    )
 
 
 def _names_something(system: Any, name: str) -> bool:
@@ -311,6 +336,7 @@ __all__ = [
     "Exemption",
     "HeaderMismatch",
     "ResolvedModel",
+    "mismatch_hint",
     "recorder_profile",
     "resolve_exemptions",
     "resolve_model",
