@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockstep.traces import JSONValue, TraceHeader, TraceSource
-from lockstep.traces.recorder import EventRecorder, trace_file_name
+from lockstep.traces.clocks import timestamp
+from lockstep.traces.recorder import EventRecorder, RawObject, trace_file_name
 
 if TYPE_CHECKING:
     from lockstep.spec.vocabulary import Vocabulary
@@ -80,7 +81,9 @@ def vocabulary(protocol: str, variant: str, parameters: Mapping[str, JSONValue])
 
 
 class TraceRecorder(EventRecorder):
-    """The trace file of one actor (one process); safe to share between threads.
+    """The trace file of one actor (one process); safe to share between threads. ``timestamps``: every
+    event's clock also says when it happened (``time_ns``: the merge then orders the events it is free
+    to order as they happened, see ``lockstep.traces.clocks``).
 
     The one recorder core (``lockstep.traces.recorder.EventRecorder``) with every event checked
     against the format (instrumented code's events may vary in shape from call to call) and
@@ -100,7 +103,9 @@ class TraceRecorder(EventRecorder):
         instance: str = "recorded",
         source: TraceSource | None = None,
         fsync: bool = False,
+        timestamps: bool = False,
     ) -> None:
+        self.timestamps = timestamps
         header = TraceHeader(
             protocol, variant, instance, dict(parameters), source or TraceSource("runtime", host=platform.node())
         )
@@ -113,6 +118,20 @@ class TraceRecorder(EventRecorder):
             check_every_event=True,
             vocabulary=self.vocabulary,
         )
+
+    def record(
+        self,
+        action: str,
+        args: Mapping[str, JSONValue] | None = None,
+        observed: Mapping[str, JSONValue] | RawObject | None = None,
+        clock: Mapping[str, int] | None = None,
+        actor: str | None = None,
+        flush: bool = True,
+    ) -> None:
+        """``EventRecorder.record``, with the event's ``time_ns`` in its clock when ``timestamps`` is on."""
+        if self.timestamps:
+            clock = {**(clock or {}), **timestamp()}
+        super().record(action, args, observed, clock, actor, flush)
 
     def event(
         self,

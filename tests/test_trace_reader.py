@@ -224,3 +224,34 @@ def test_reader_memory_is_flat(tmp_path: Path) -> None:
 def test_trace_input_error_message_shape() -> None:
     error = TraceInputError("a.jsonl", 7, "broken")
     assert str(error) == "a.jsonl:7: broken" and error.line == 7
+
+
+@pytest.mark.parametrize("timestamps", [True, False])
+def test_merge_orders_what_causality_leaves_open_as_it_happened(tmp_path: Path, timestamps: bool) -> None:
+    # rank 1 takes a START_DP_WAVE before rank 0 does; nothing recorded orders the two (the coordinator that
+    # sent both is not recorded): with times the merge follows them, without it takes the first file's event
+    from lockstep import record
+
+    parameters = record.parameters("dp-pause", ranks=2)
+    recorders = {
+        rank: record.open_trace(tmp_path, f"rank:{rank}", "dp-pause", "post-fix", parameters, timestamps=timestamps)
+        for rank in (0, 1)
+    }
+    recorders[1].event("arrive_from_coordinator", {"rank": 1})
+    recorders[0].event("arrive_from_coordinator", {"rank": 0})
+    recorders[0].event("handle_start_wave", {"rank": 0})  # carries its time
+    with recorders[1].collective("worker_dp", "forward"):  # enter and complete carry theirs too
+        pass
+    for recorder in recorders.values():
+        recorder.close()
+    merged = [(record.event["actor"], record.event["action"]) for record in open_traces([tmp_path]).records()]
+    if timestamps:
+        assert merged == [
+            ("rank:1", "arrive_from_coordinator"),
+            ("rank:0", "arrive_from_coordinator"),
+            ("rank:0", "handle_start_wave"),
+            ("rank:1", "enter"),
+            ("rank:1", "complete"),
+        ]
+    else:
+        assert merged[0] == ("rank:0", "arrive_from_coordinator")  # the first file (rank-0.jsonl) goes first

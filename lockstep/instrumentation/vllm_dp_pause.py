@@ -319,7 +319,7 @@ def _open_engine_trace(engine: Any, recording: Recording) -> EngineTrace | None:
         parameters = header_parameters(int(engine.dp_size), sync_interval, recording.unrecorded)
         post_fix = hasattr(engine, "pending_pause")  # v0.21.0's two-phase pause state; v0.20.0 has none
         variant = os.environ.get(VARIANT_ENVIRONMENT) or (recording.variant if post_fix else "pre-fix")
-        recorder = record.from_environment(actor, "dp-pause", variant, parameters)
+        recorder = record.from_environment(actor, "dp-pause", variant, parameters, timestamps=True)
         if recorder is None:
             return None
         return EngineTrace(engine, recorder, post_fix, sync_interval, recording)

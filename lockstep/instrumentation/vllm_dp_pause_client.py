@@ -66,7 +66,7 @@ def _client_trace(client: Any, recording: Recording) -> ClientTrace | None:
             sync_interval = recording.sync_interval(getattr(client, "vllm_config", None))
             variant = os.environ.get(VARIANT_ENVIRONMENT) or recording.variant
             parameters = header_parameters(ranks, sync_interval, recording.unrecorded)
-            recorder = record.from_environment(ACTOR, "dp-pause", variant, parameters)
+            recorder = record.from_environment(ACTOR, "dp-pause", variant, parameters, timestamps=True)
         except Exception as error:
             record.write_failure(ACTOR, error, release=recording.release)
             return None

@@ -16,9 +16,12 @@ The causal order (the rule ``lockstep trace merge`` and ``lockstep replay`` appl
    receives run 1, 2, 3, ... too.
 
 Other clock keys (a model counterexample's completed-op counts, timestamps) are carried along and
-not interpreted. Merging takes, at each step, the first file (in the order given; a directory's
-``*.jsonl`` files sorted by name) whose next event the rule allows, so the output is
-deterministic; when no file's next event is allowed the input is out of causal order, and the
+not interpreted, but for one: ``time_ns`` (``lockstep.traces.clocks.TIME_KEY``), when an event
+happened on the recording machine's monotonic clock. Merging takes, at each step, the first file
+(in the order given; a directory's ``*.jsonl`` files sorted by name) whose next event the rule
+allows; once the files carry times, the allowed event that happened first (an event without a
+time has its file's time so far), so an unrecorded actor's effects follow their causes. The
+output is deterministic; when no file's next event is allowed the input is out of causal order, and the
 error names each file's blocked line and what it waits for.
 
 A merge first reads every file once (memory: a set of actors and communicators per file), so
@@ -42,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from lockstep.traces.clocks import TIME_KEY
 from lockstep.traces.format import encode_line
 from lockstep.traces.output import write_atomically
 from lockstep.traces.reader import Record, TraceInputError, TraceReader, same_run
@@ -276,6 +280,8 @@ class TraceInput:
             streams = [reader.events() for reader in readers]
             heads: list[Record | None] = [next(stream, None) for stream in streams]
             index = 0
+            timed = False  # some event carried a time: the allowed event that happened first goes next
+            times: list[int] = [-1] * len(heads)  # each file's time so far (-1: none yet)
             while True:
                 live = [position for position, head in enumerate(heads) if head is not None]
                 if not live:
@@ -285,10 +291,15 @@ class TraceInput:
                 for position in live:
                     head = heads[position]
                     assert head is not None
+                    at = _time(head, times[position])
+                    timed = timed or at >= 0
                     found = order.problem(head)
                     if found is None:
-                        chosen = position
-                        break
+                        if chosen is None or at < _time(heads[chosen], times[chosen]):
+                            chosen = position
+                        if not timed:
+                            break
+                        continue
                     reason, waiting = found
                     if not waiting:
                         raise TraceInputError(head.path, head.line, f"event out of causal order: {reason}")
@@ -305,6 +316,7 @@ class TraceInput:
                     )
                 head = heads[chosen]
                 assert head is not None
+                times[chosen] = _time(head, times[chosen])
                 order.accept(head)
                 event = dict(head.event)
                 event["index"] = index
@@ -315,6 +327,13 @@ class TraceInput:
             for reader in readers:
                 self._warn(reader.warnings)
                 reader.close()
+
+
+def _time(record: Record | None, so_far: int) -> int:
+    """When ``record`` happened (its ``time_ns``), else its file's time so far."""
+    clock = record.event.get("clock") if record is not None else None
+    found = clock.get(TIME_KEY) if clock else None
+    return found if isinstance(found, int) else so_far
 
 
 def open_traces(paths: Sequence[str | os.PathLike[str]]) -> TraceInput:
