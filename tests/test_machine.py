@@ -71,12 +71,12 @@ DefinitionMistake = Callable[[Machine, Term, Term], object]
         (lambda m, x, flag: m.sometimes(IN_BOUNDS, flag), "property name 'in_bounds' is reserved"),
         (
             lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a"),
-            r"action 'inc': the function takes \['rank'\] but the parameters declared are \[\]; declare one sort per "
-            r"function argument",
+            r"action 'inc': the function's parameters are \['rank'\] but sorts were given for \[\]; give one sort per "
+            r"parameter after the context arguments, as in machine.add\(inc, state, rank=<its sort>\)",
         ),
         (
             lambda m, x, flag: m.add_action("inc", lambda: Step(True), actor="a", rank=Rank),
-            r"the function takes \[\] but the parameters declared are \['rank'\]",
+            r"the function's parameters are \[\] but sorts were given for \['rank'\]",
         ),
         (
             lambda m, x, flag: m.add_action("inc", lambda rank: Step(True), actor="a", rank=INTEGER),
@@ -108,7 +108,7 @@ DefinitionMistake = Callable[[Machine, Term, Term], object]
         ),
         (
             lambda m, x, flag: m.add_action("inc", lambda: Step(True, {x: 1, Term(x.expression): 2}), actor="a"),
-            "action 'inc' updates 'x' twice; merge the two updates into one",
+            "action 'inc': variable 'x' is written twice in one step: x := 1 and x := 2",
         ),
         (
             lambda m, x, flag: m.add_action("inc", lambda: Step(x + 1), actor="a"),
@@ -146,7 +146,7 @@ DefinitionMistake = Callable[[Machine, Term, Term], object]
         (lambda m, x, flag: m.variable("y", Counter, True), "initial value True is not a value"),
         (
             lambda m, x, flag: m.variable("y", MapSort(Rank, BOOL), (True,)),
-            r"initial value \(True,\) is not a value of Map\[Rank -> Bool\]",
+            r"initial value \(True,\) has 1 entries, not one per key of Map\[Rank -> Bool\] \(2\); write a tuple",
         ),
         (lambda m, x, flag: m.variable("y", Color, "PURPLE"), "'PURPLE' is not a member of Color"),
         (lambda m, x, flag: m.variable("y", INTEGER, 0), "variable 'y': state variables need a finite sort, not Int"),
@@ -310,7 +310,7 @@ def test_a_module_level_action_binds_with_its_context_and_stays_callable() -> No
     assert (renamed.name, renamed.actor) == ("bump_first", "rank:0")
     step = bump(model, lift(1, Rank))  # the definition runs on its own, as a plain function
     assert evaluate(lift(step.guard).expression, Environment({"count": (3, 2)})) is True
-    with pytest.raises(DefinitionError, match="parameters declared"):
+    with pytest.raises(DefinitionError, match="but sorts were given for"):
         machine.add(bump, model, name="bump_without_sorts")
 
 

@@ -325,7 +325,7 @@ def test_schema_and_problems_reject_and_name_the_field(kind: str, obj: dict[str,
 def test_problem_messages_are_readable() -> None:
     assert event_problems(changed(GOOD_EVENT, actor=3)) == [
         (
-            "field 'actor' must be a string like 'rank:1', 'coordinator' or 'group:dp'"
+            "field 'actor' must be a string like 'rank:1', 'coordinator' or 'd-worker'"
             " (a kind word, optionally ':' and an id), got 3"
         )
     ]

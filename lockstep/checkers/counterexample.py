@@ -20,7 +20,8 @@ from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State, TransitionSystem
 from lockstep.spec.sorts import MapSort, Value
-from lockstep.traces import JSONValue, TraceEvent, TraceHeader, TraceSource, write_trace
+from lockstep.traces import JSONValue, TraceEvent, TraceFormatError, TraceHeader, TraceSource, write_trace
+from lockstep.traces.output import OutputError
 
 JSONObject = Mapping[str, JSONValue]
 
@@ -189,7 +190,9 @@ def write_counterexample(
     """Write ``path`` as a trace file (header + one event per step) and return its path;
     ``backend`` names the engine that found it (``lockstep-explicit``, ``lockstep-fuzz``,
     ``lockstep-explore``); ``property_name`` the property it violates (None: a path that violates
-    none, such as one taken in ``lockstep explore``)."""
+    none, such as one taken in ``lockstep explore``). A path the trace format cannot hold is an
+    ``OutputError`` (what a command reports beside its verdict, never instead of it), and an existing
+    file is left as it was."""
     header = TraceHeader(
         protocol=protocol,
         variant=variant,
@@ -202,4 +205,7 @@ def write_counterexample(
         },
         source=TraceSource(kind="model", backend=backend, host=platform.node() or None),
     )
-    return write_trace(file, header, trace_events(machine, path))
+    try:
+        return write_trace(file, header, trace_events(machine, path))
+    except TraceFormatError as error:
+        raise OutputError(f"{file}: the counterexample does not fit the trace format: {error}") from error

@@ -8,12 +8,12 @@ returns. ``lockstep.spec.machine`` builds them and re-exports every name here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from lockstep.spec.expressions import Expression, Parameter
+from lockstep.spec.expressions import Expression, Parameter, Variable, render
 from lockstep.spec.sorts import Sort, Value
-from lockstep.spec.terms import Term, TermLike
+from lockstep.spec.terms import DefinitionError, Term, TermLike, lift
 
 IN_BOUNDS = "in_bounds"
 NO_DEADLOCK = "no_deadlock"
@@ -63,9 +63,73 @@ class Property:
     fair: tuple[str, ...] | None = None  # leads-to: the weakly fair actions (None: every action)
 
 
-@dataclass(frozen=True)
+class DoubleWrite(DefinitionError):
+    """A variable written twice in one step (``Machine.add`` names the action it happened in)."""
+
+
+Updates = Mapping[Term, TermLike] | Iterable[tuple[Term, TermLike]]
+"""One group of an action's writes: a mapping ``{variable: value}``, or ``(variable, value)`` pairs."""
+
+
+@dataclass(frozen=True, init=False)
 class Step:
-    """What an action function returns: a guard and the updates it makes when the guard holds."""
+    """What an action function returns: a guard and the updates it makes when the guard holds.
+
+    ``Step(guard, {phase: ...}, group.post(rank, "step", vote))``: the updates may come in several
+    groups (mappings or ``(variable, value)`` pairs), typically one per helper that returns some;
+    a variable written twice across them, or twice in one list of pairs, is a ``DefinitionError``
+    naming both writes. (Inside one ``{...}`` literal Python itself keeps only the last of two
+    entries for one key, ``**helper(...)`` included, before lockstep can see them: pass a helper's
+    updates as a group of their own instead.) ``updates`` is the merged mapping."""
 
     guard: TermLike
-    updates: Mapping[Term, TermLike] = field(default_factory=dict)
+    updates: Mapping[Term, TermLike]
+
+    def __init__(self, guard: TermLike, *groups: Updates, updates: Updates | None = None) -> None:
+        object.__setattr__(self, "guard", guard)
+        object.__setattr__(self, "updates", merge_updates(*groups, *(() if updates is None else (updates,))))
+
+
+def merge_updates(*groups: Updates) -> dict[Term, TermLike]:
+    """The writes of ``groups``, in order, as one mapping; a variable written twice is a
+    ``DefinitionError`` naming both writes and what each assigns."""
+    merged: dict[Term, TermLike] = {}
+    written: dict[str, tuple[Term, TermLike]] = {}
+    for group in groups:
+        if isinstance(group, Term) or not isinstance(group, Iterable):
+            raise DefinitionError(
+                f"a step's updates are mappings {{variable: value}} or lists of (variable, value) pairs, not {group!r}"
+            )
+        pairs = group.items() if isinstance(group, Mapping) else group
+        for pair in pairs:
+            if not isinstance(pair, tuple) or len(pair) != 2:
+                raise DefinitionError(
+                    f"a step's updates are {{variable: value}} or (variable, value) pairs, not {pair!r}"
+                )
+            target, value = pair
+            name = (
+                target.expression.name if isinstance(target, Term) and isinstance(target.expression, Variable) else None
+            )
+            if name is not None:
+                if name in written:
+                    raise DoubleWrite(double_write(name, written[name], (target, value)))
+                written[name] = (target, value)
+            merged[target] = value
+    return merged
+
+
+def double_write(name: str, first: tuple[Term, TermLike], second: tuple[Term, TermLike]) -> str:
+    """The message for variable ``name`` written twice in one step: both writes, with their values."""
+    return (
+        f"variable {name!r} is written twice in one step: {name} := {_shown(*first)} and {name} := "
+        f"{_shown(*second)}; a variable takes one value per step: write it once (if_then_else chooses "
+        "between two values)"
+    )
+
+
+def _shown(target: Term, value: TermLike) -> str:
+    try:
+        text = render(lift(value, target.sort).expression)
+    except DefinitionError:
+        text = repr(value)
+    return text if len(text) <= 160 else text[:157] + "..."

@@ -12,27 +12,43 @@ names are re-exported here).
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 
-from lockstep.spec.actions import REBINDING, ActionDefinition
+from lockstep.spec.actions import REBINDING, ActionDefinition, check_actor
 from lockstep.spec.definitions import (
     IN_BOUNDS,
     NO_COLLECTIVE_MISMATCH,
     NO_DEADLOCK,
     NO_HANG,
     Action,
+    DoubleWrite,
     Property,
     PropertyKind,
     StateVariable,
     Step,
+    Updates,
+    double_write,
 )
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.expressions import Constant, Expression, Operation, Operator, Parameter, Variable, walk
 from lockstep.spec.monitors import Response, monitor_update
-from lockstep.spec.sorts import BOOL, BoolSort, IndexSort, IntSort, Sort, Value
+from lockstep.spec.sorts import (
+    BOOL,
+    BoolSort,
+    EnumSort,
+    IndexSort,
+    IntSort,
+    MapSort,
+    RecordSort,
+    SequenceSort,
+    Sort,
+    Value,
+    same_kind,
+)
 from lockstep.spec.terms import DefinitionError, Term, TermLike, lift
 
 
@@ -52,6 +68,7 @@ class Machine:
         self.actions: list[Action] = []
         self.properties: list[Property] = []
         self.final: Expression = Constant(False, BOOL)
+        self.final_declared = False  # set_final was called: without it every state with no enabled action deadlocks
         self.symmetric: list[tuple[IndexSort, frozenset[int]]] = []
         self.communicators: list[object] = []
         self.strengthening: list[Expression] = []  # invariants k-induction assumes (and proves)
@@ -73,14 +90,7 @@ class Machine:
             raise DefinitionError(f"machine {self.name} already has a variable named {name!r}")
         if not sort.is_finite:
             raise DefinitionError(f"variable {name!r}: state variables need a finite sort, not {sort.name}")
-        value = initial
-        if isinstance(initial, Term) and isinstance(initial.expression, Constant):
-            value = initial.expression.value
-        if isinstance(value, str):
-            literal = lift(value, sort).expression
-            value = literal.value if isinstance(literal, Constant) else value
-        if not sort.contains(value):
-            raise DefinitionError(f"variable {name!r}: initial value {value!r} is not a value of {sort.name}")
+        value = initial_value(sort, initial, f"variable {name!r}: initial value")
         self.variables[name] = StateVariable(name, sort, value, description, monitor)
         return Term(Variable(name, sort))
 
@@ -154,21 +164,19 @@ class Machine:
         matches = set(signature) <= set(parameters) if variadic else sorted(signature) == sorted(parameters)
         if not matches:
             raise DefinitionError(
-                f"action {name!r}: the function takes {signature} but the parameters declared are "
-                f"{list(parameters)}; declare one sort per function argument, e.g. @machine.action(actor=..., "
-                f"rank=Rank)"
+                f"action {name!r}: the function's parameters are {signature} but sorts were given for "
+                f"{list(parameters)}; give one sort per parameter after the context arguments, as in "
+                f"machine.add({name}, state, {', '.join(f'{argument}=<its sort>' for argument in signature) or '...'})"
             )
         for parameter_name, sort in parameters.items():
             if not sort.is_finite:
                 raise DefinitionError(f"action {name!r}: parameter {parameter_name!r} needs a finite sort")
         symbols = {parameter_name: Parameter(parameter_name, sort) for parameter_name, sort in parameters.items()}
+        check_actor(actor, parameters, f"action {name!r}")
         try:
-            actor.format(**{parameter_name: "" for parameter_name in parameters})
-        except (KeyError, IndexError) as error:
-            raise DefinitionError(
-                f"action {name!r}: actor template {actor!r} names an unknown parameter {error}"
-            ) from None
-        step = function(**{parameter_name: Term(symbol) for parameter_name, symbol in symbols.items()})
+            step = function(**{parameter_name: Term(symbol) for parameter_name, symbol in symbols.items()})
+        except DoubleWrite as error:  # raised where the step is built: the same place, with the action named
+            raise DoubleWrite(f"action {name!r}: {error}").with_traceback(error.__traceback__) from None
         if not isinstance(step, Step):
             raise DefinitionError(f"action {name!r} must return Step(guard, updates), not {type(step).__name__}")
         guard = lift(step.guard)
@@ -181,16 +189,18 @@ class Machine:
         else:
             conjuncts = (expression,)
         updates: list[tuple[str, Expression]] = []
+        written: dict[str, tuple[Term, TermLike]] = {}
         for target, value in step.updates.items():
             if not isinstance(target, Term) or not isinstance(target.expression, Variable):
                 raise DefinitionError(f"action {name!r}: update targets must be state variables, got {target!r}")
             variable = self.variables.get(target.expression.name)
             if variable is None or variable.sort != target.sort:
                 raise DefinitionError(f"action {name!r}: {target!r} is not a variable of machine {self.name}")
-            if any(updated == variable.name for updated, _ in updates):
-                raise DefinitionError(
-                    f"action {name!r} updates {variable.name!r} twice; merge the two updates into one"
+            if variable.name in written:  # two Terms of one variable, each a key of the mapping
+                raise DoubleWrite(
+                    f"action {name!r}: " + double_write(variable.name, written[variable.name], (target, value))
                 )
+            written[variable.name] = (target, value)
             value_term = lift(value, variable.sort)
             _check_assignable(name, variable, value_term)
             updates.append((variable.name, value_term.expression))
@@ -327,6 +337,7 @@ class Machine:
         """States where the protocol has legitimately ended: no enabled action there is no deadlock."""
         self._open("a final predicate")
         self.final = _boolean(predicate, "final").expression
+        self.final_declared = True
 
     def declare_symmetric(self, sort: IndexSort, members: tuple[int, ...] | None = None) -> None:
         """Declare ``sort`` (or a subset of its values) interchangeable, for symmetry reduction."""
@@ -364,7 +375,12 @@ class Machine:
                 NO_DEADLOCK,
                 PropertyKind.ALWAYS,
                 Constant(True, BOOL),
-                "a state with no enabled action is final",
+                "a state with no enabled action is final"
+                + (
+                    ""
+                    if self.final_declared
+                    else f" ({self.name} declares no final state: declare legitimate ends with machine.set_final(...))"
+                ),
                 self.final,
                 builtin=True,
             )
@@ -417,6 +433,78 @@ class Machine:
         raise KeyError(name)
 
 
+def initial_value(sort: Sort, initial: object, where: str) -> Value:
+    """``initial`` as a value of ``sort``: enum members as ``Phase.READY``, ``"READY"`` or a Python
+    ``enum.Enum`` member of that name; maps and sequences as tuples or lists of such values (a map in
+    key order, or a dict by key), records as tuples in field order or dicts by field name.
+    Anything else is a ``DefinitionError`` that says how to write a value of the sort."""
+    if isinstance(initial, Term):
+        if not isinstance(initial.expression, Constant) or not same_kind(initial.sort, sort):
+            raise DefinitionError(f"{where} {initial!r} is not a constant of {sort.name}; {how_to_write(sort)}")
+        initial = initial.expression.value
+    elif isinstance(initial, enum.Enum) and isinstance(sort, EnumSort):
+        initial = initial.name
+    if isinstance(sort, EnumSort) and isinstance(initial, str):
+        if initial not in sort.members:
+            raise DefinitionError(f"{where} {initial!r} is not a member of {sort.name}; {how_to_write(sort)}")
+        return sort.members.index(initial)
+    if isinstance(sort, MapSort) and isinstance(initial, (tuple, list, dict)):
+        keys = sort.keys
+        if isinstance(initial, dict):
+            by_key = {sort.key.render(key): key for key in keys}
+            items = {by_key.get(str(key), key): item for key, item in initial.items()}
+            if set(items) != set(keys):
+                raise DefinitionError(f"{where} {initial!r} must give every key of {sort.name}; {how_to_write(sort)}")
+            initial = [items[key] for key in keys]
+        if len(initial) != len(keys):
+            raise DefinitionError(
+                f"{where} {initial!r} has {len(initial)} entries, not one per key of {sort.name} ({len(keys)}); "
+                f"{how_to_write(sort)}"
+            )
+        return tuple(
+            initial_value(sort.value, item, f"{where}[{sort.key.render(key)}]") for key, item in zip(keys, initial)
+        )
+    if isinstance(sort, SequenceSort) and isinstance(initial, (tuple, list)):
+        return tuple(initial_value(sort.element, item, f"{where}[{index}]") for index, item in enumerate(initial))
+    if isinstance(sort, RecordSort) and isinstance(initial, (tuple, list, dict)):
+        names = [field for field, _ in sort.fields]
+        if isinstance(initial, dict):
+            if set(initial) != set(names):
+                raise DefinitionError(f"{where} {initial!r} must give every field of {sort.name}; {how_to_write(sort)}")
+            initial = [initial[field] for field in names]
+        if len(initial) == len(names):
+            return tuple(
+                initial_value(field_sort, item, f"{where}.{field}")
+                for (field, field_sort), item in zip(sort.fields, initial)
+            )
+    if not sort.contains(initial):
+        raise DefinitionError(f"{where} {initial!r} is not a value of {sort.name}; {how_to_write(sort)}")
+    return initial
+
+
+def how_to_write(sort: Sort) -> str:
+    """How a model writes a value of ``sort`` (in an initial value), for a message."""
+    if isinstance(sort, EnumSort):
+        member = sort.members[0]
+        return f"write a member as {sort.name}.{member} or {member!r} (members: {', '.join(sort.members)})"
+    if isinstance(sort, BoolSort):
+        return "write True or False"
+    if isinstance(sort, (IntSort, IndexSort)):
+        low, high = (0, sort.count - 1) if isinstance(sort, IndexSort) else (sort.low, sort.high)
+        return f"write an integer from {low} to {high}"
+    if isinstance(sort, MapSort):
+        count = len(sort.keys)
+        return (
+            f"write a tuple of one {sort.value.name} per key of {sort.key.name} in key order ({count} entries, e.g. "
+            f"(value,) * {count}) or a dict by key; each entry: {how_to_write(sort.value)}"
+        )
+    if isinstance(sort, SequenceSort):
+        return f"write a tuple of at most {sort.capacity} elements, front first; each: {how_to_write(sort.element)}"
+    if isinstance(sort, RecordSort):
+        return f"write a tuple in field order ({', '.join(name for name, _ in sort.fields)}) or a dict by field name"
+    return f"write a value of {sort.name}"
+
+
 def _boolean(value: TermLike, where: str) -> Term:
     term = lift(value)
     if not isinstance(term.sort, BoolSort):
@@ -425,8 +513,6 @@ def _boolean(value: TermLike, where: str) -> Term:
 
 
 def _check_assignable(action: str, variable: StateVariable, value: Term) -> None:
-    from lockstep.spec.sorts import same_kind
-
     if not same_kind(value.sort, variable.sort):
         raise DefinitionError(
             f"action {action!r}: cannot assign a value of sort {value.sort.name} to {variable.name!r} of sort "
@@ -445,4 +531,5 @@ __all__ = [
     "PropertyKind",
     "StateVariable",
     "Step",
+    "Updates",
 ]

@@ -32,10 +32,13 @@ TRACE_VERSION = 1
 MAX_NESTING = 64  # arrays and objects inside one another; a trace needs a handful
 SCHEMA_RESOURCE = "trace-schema.json"
 
-# A kind word, optionally followed by ':' and an id ("rank:1", "coordinator", "group:dp",
-# "engine:0"). The end is written as a lookahead rather than '$' because Python's '$' also matches
-# before a trailing newline; '(?![\s\S])' means the true end in Python and ECMA-262 alike.
-ACTOR_PATTERN = r"^[a-z][a-z0-9_]*(:[A-Za-z0-9_.-]+)?(?![\s\S])"
+# The actor grammar, the one models declare their actors in (lockstep.spec.actions.ACTOR_PATTERN,
+# which a test holds equal: traces and spec import nothing of each other): a kind word (a lowercase
+# letter, then lowercase letters, digits, '_' or '-'), optionally followed by ':' and an id
+# ("rank:1", "coordinator", "d-worker", "group:dp", "engine:0"). The end is written as a lookahead
+# rather than '$' because Python's '$' also matches before a trailing newline; '(?![\s\S])' means
+# the true end in Python and ECMA-262 alike.
+ACTOR_PATTERN = r"^[a-z][a-z0-9_-]*(:[A-Za-z0-9_.-]+)?(?![\s\S])"
 
 NonNegative = Annotated[int, Meta(ge=0)]
 NonEmpty = Annotated[str, Meta(min_length=1)]
@@ -45,9 +48,9 @@ Actor = Annotated[
     str,
     Meta(
         pattern=ACTOR_PATTERN,
-        description="Who acted: a kind word, optionally ':' and an id ('rank:1', 'coordinator', 'group:dp').",
+        description="Who acted: a kind word ([a-z][a-z0-9_-]*), optionally ':' and an id ('rank:1', 'd-worker').",
         extra={
-            "expected": "a string like 'rank:1', 'coordinator' or 'group:dp' (a kind word, optionally ':' and an id)"
+            "expected": "a string like 'rank:1', 'coordinator' or 'd-worker' (a kind word, optionally ':' and an id)"
         },
     ),
 ]
