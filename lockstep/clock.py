@@ -4,9 +4,10 @@
 reads what is left from it: a model's ``build()``, a goal search, the engines (``Limits.on``), the
 runtime's runs (their deadline), the replay of their traces. So ``--timeout 5`` bounds the whole
 command, never one phase at a time. A phase that cannot stop itself with a partial result runs
-under ``Clock.alarm``: SIGALRM when the clock runs out raises ``TimeoutReached`` in it, which the
-command reports as "stopped: timeout" (exit 3). Imports nothing beyond the standard library: the
-CLI starts the clock before it imports a command.
+under ``Clock.alarm``: SIGALRM when the clock has run out (and a short grace has passed, which a
+phase that does return uses to end, so that the next one reports the stop with what it has)
+raises ``TimeoutReached`` in it, which the command reports as "stopped: timeout" (exit 3).
+Imports nothing beyond the standard library: the CLI starts the clock before it imports a command.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class Clock:
         return left is not None and left <= 0
 
     def grace(self) -> float:
-        """How long past the deadline a phase that stops itself is given before ``alarm`` stops it."""
+        """How long past the deadline ``alarm`` waits: a short phase (a built-in model's build) ends
+        within it, and the phase after it, which reads this clock itself, reports the stop with
+        what it has (a search's partial result)."""
         return 2.0 + 0.1 * (self.timeout or 0.0)
 
     def within(self, seconds: float) -> float:
@@ -63,19 +66,17 @@ class Clock:
         return seconds if left is None else min(seconds, left)
 
     @contextmanager
-    def alarm(self, phase: str, grace: float = 0.0) -> Iterator[None]:
-        """Run the block with SIGALRM set for what is left (and ``grace`` seconds more: the backstop
-        of a phase that stops itself on this clock, such as an engine's search, and has a partial
-        result to give when it does): ``TimeoutReached(phase)`` is raised in it then (at once if the
-        clock has run out and there is no grace). Only the main thread can take the signal:
-        elsewhere the block runs unbounded. An alarm set outside is put back afterwards."""
+    def alarm(self, phase: str) -> Iterator[None]:
+        """Run the block with SIGALRM set for what is left and ``grace()`` more: ``TimeoutReached(phase)``
+        is raised in it then. For a phase that may never return (a model file's ``build()``) and the
+        backstop of one that stops itself on this clock (an engine's search). Only the main thread
+        can take the signal: elsewhere the block runs unbounded. An alarm set outside is put back
+        afterwards."""
         left = self.left()
         if left is None or threading.current_thread() is not threading.main_thread():
             yield
             return
-        left += grace
-        if left <= 0:
-            raise TimeoutReached(float(self.timeout or 0), phase)
+        left += self.grace()
         timeout = float(self.timeout or 0)
 
         def expire(number: int, frame: FrameType | None) -> None:

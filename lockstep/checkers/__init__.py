@@ -117,7 +117,7 @@ def check(
             prover = PropertyDirectedReachability(
                 machine,
                 depth=10 if depth is None else depth,
-                timeout=None if limits is None else limits.timeout_seconds,
+                timeout=None if limits is None else limits.seconds_left(),
                 only=safety,
                 progress=progress,
                 property_timeout=60.0 if solver_timeout is None else solver_timeout,
@@ -135,7 +135,7 @@ def check(
             raise UsageError(f"--engine {engine} needs --depth K (the number of steps to unroll)")
         from lockstep.checkers.symbolic import BoundedModelChecker
 
-        timeout = None if limits is None else limits.timeout_seconds
+        timeout = None if limits is None else limits.seconds_left()
         if bmc_solver is None:
             bmc_solver = "z3" if solver_timeout is not None else DEFAULT_BMC_SOLVER
         checker = BoundedModelChecker(

@@ -35,6 +35,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from lockstep.checkers.result import Path, Step
+from lockstep.clock import TIMEOUT, Clock
 from lockstep.spec.evaluation import Environment, EvaluationError, evaluate
 from lockstep.spec.expressions import (
     Bound,
@@ -89,6 +90,7 @@ class GoalSearch:
     _initial: State = ()
     _system: TransitionSystem | None = field(repr=False, default=None)
     _catalogue: _Catalogue | None = field(repr=False, default=None)
+    stopped: str | None = None  # "timeout": the command's clock ran out before the search was complete
 
     def state(self, state_id: int) -> State:
         via = self._via[state_id]
@@ -313,8 +315,9 @@ def monitor_label(name: str, level: int) -> str:
     return f"{name} at {level}"
 
 
-def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSearch:
-    """One BFS over the model with every goal as a predicate (see the module doc)."""
+def find_goals(system: TransitionSystem, *, max_states: int = 500_000, clock: Clock | None = None) -> GoalSearch:
+    """One BFS over the model with every goal as a predicate (see the module doc); it stops, not
+    complete and ``stopped`` "timeout", when ``clock`` (the command's) runs out."""
     machine = system.machine
     catalogue = _Catalogue(machine)
     initial = system.initial()
@@ -326,6 +329,8 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
     highest = {name: (0, -1) for name in catalogue.monitors}  # monitor -> (level, state id)
     frontier: deque[int] = deque([0])
     complete = True
+    stopped: str | None = None
+    expanded = 0
 
     def mark(labels: Iterable[str], state_id: int, transition: Transition | None) -> None:
         for label in labels:
@@ -333,6 +338,10 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
                 reached[label] = ReachedGoal(_goal(catalogue, label), state_id, transition, depth[state_id])
 
     while frontier:
+        expanded += 1
+        if clock is not None and expanded % 256 == 0 and clock.expired():
+            complete, stopped = False, TIMEOUT
+            break
         state_id = frontier.popleft()
         state = states[state_id]
         transitions = system.transitions(state)
@@ -374,7 +383,9 @@ def find_goals(system: TransitionSystem, *, max_states: int = 500_000) -> GoalSe
             goal = Goal("monitor", monitor_label(name, level))
             goals.append(goal)
             reached[goal.label] = ReachedGoal(goal, state_id, None, depth[state_id])
-    return GoalSearch(machine, goals, reached, len(states), complete, parent, parent_via, initial, system, catalogue)
+    return GoalSearch(
+        machine, goals, reached, len(states), complete, parent, parent_via, initial, system, catalogue, stopped
+    )
 
 
 def model_goals(machine: Machine) -> list[Goal]:

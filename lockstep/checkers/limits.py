@@ -2,6 +2,14 @@
 
 A limit never turns into "holds": the engine stops cleanly and its result is inconclusive
 (exit 3), unless a violation was already found, which wins.
+
+- ``Limits`` and ``LimitWatch``: what an engine polls. The time limit counts from
+  ``Limits.started``, the command's clock (``lockstep.clock``; ``Limits.on(clock)``), so a model's
+  build and whatever ran before the search count too; None: from the engine's own start.
+- ``MemoryForecast``: the vectorised engines' guard against ``--max-memory``: before each chunk
+  of a level it adds to the resident size what the chunk is expected to allocate (its
+  transitions times the bytes a transition took so far, measured as the peak resident growth of
+  each chunk), so the search stops before the limit is passed rather than after.
 """
 
 from __future__ import annotations
@@ -9,6 +17,8 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+
+from lockstep.clock import Clock
 
 
 def total_memory_bytes() -> int:
@@ -29,15 +39,58 @@ def resident_memory_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def peak_resident_bytes() -> int | None:
+    """This process's peak resident set size since the last ``reset_peak`` (Linux ``VmHWM``), or None."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):  # pragma: no cover - non-Linux
+        pass
+    return None
+
+
+def reset_peak() -> bool:
+    """Start a new peak resident measurement (Linux: ``5`` to ``/proc/self/clear_refs``); whether it could."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
+            clear.write("5")
+        return True
+    except OSError:  # pragma: no cover - an older kernel or a restricted /proc
+        return False
+
+
+# ------------------------------------------------------------------------------------ the limits
 @dataclass(frozen=True)
 class Limits:
     max_states: int | None = None
     max_depth: int | None = None
     max_memory_bytes: int | None = None  # None: 75% of physical memory
     timeout_seconds: float | None = None
+    started: float | None = None  # the command clock's start (monotonic); None: the engine's start
 
     def memory_cap(self) -> int:
         return self.max_memory_bytes if self.max_memory_bytes is not None else int(total_memory_bytes() * 0.75)
+
+    @classmethod
+    def on(
+        cls,
+        clock: Clock,
+        max_states: int | None = None,
+        max_depth: int | None = None,
+        max_memory_bytes: int | None = None,
+    ) -> Limits:
+        """The limits of a search that runs on the command's ``clock``."""
+        return cls(max_states, max_depth, max_memory_bytes, clock.timeout, clock.started)
+
+    def seconds_left(self) -> float | None:
+        """What is left of the timeout now (engines that take a number of seconds), or None."""
+        if self.timeout_seconds is None:
+            return None
+        if self.started is None:
+            return self.timeout_seconds
+        return max(0.0, self.timeout_seconds - (time.monotonic() - self.started))
 
 
 class LimitWatch:
@@ -45,17 +98,65 @@ class LimitWatch:
 
     def __init__(self, limits: Limits, started: float) -> None:
         self.limits = limits
-        self.started = started
+        self.started = started if limits.started is None else limits.started
         self.memory_cap = limits.memory_cap()
         self._checks = 0
 
-    def exceeded(self, states: int) -> str | None:
+    def exceeded(self, states: int, every: int = 8) -> str | None:
+        """The limit passed, if any; resident memory is read on every ``every``-th call (a search
+        that calls this for each chunk of thousands of states passes 1)."""
         limits = self.limits
         if limits.max_states is not None and states >= limits.max_states:
             return "max-states"
         if limits.timeout_seconds is not None and time.monotonic() - self.started >= limits.timeout_seconds:
             return "timeout"
         self._checks += 1
-        if self._checks % 8 == 0 and resident_memory_bytes() >= self.memory_cap:
+        if self._checks % every == 0 and resident_memory_bytes() >= self.memory_cap:
             return "max-memory"
         return None
+
+
+class MemoryForecast:
+    """What the next chunk of a vectorised search will add to the resident size (see the module doc).
+
+    ``rows(wanted, branching)``, before a chunk of ``wanted`` frontier states that take ``branching``
+    transitions each: how many of them fit under ``cap`` (all of them, fewer, or 0: stop). Fewer is
+    refused below ``MINIMUM`` rows (a chunk that small costs more in calls than it explores).
+    ``fits(allocation)`` asks the same of one array about to be made (the level's next frontier).
+    ``after(transitions)`` records what the chunk took: its peak resident growth (Linux's
+    ``VmHWM``, reset before the chunk; elsewhere the growth after it) per transition. The estimate
+    starts at ``prior`` bytes per transition; then it is the rate of the largest chunk so far (at
+    least ``SAMPLE`` transitions: a small chunk's growth is mostly the allocator's first pages),
+    with ``MARGIN`` on top."""
+
+    MARGIN = 1.25
+    SAMPLE = 4096
+    MINIMUM = 1024
+
+    def __init__(self, cap: int, prior: float) -> None:
+        self.cap = cap
+        self.per_transition = prior
+        self._largest = 0  # transitions of the chunk the rate was measured on
+        self._resident = 0
+        self._peaks = False
+
+    def rows(self, wanted: int, branching: float) -> int:
+        self._resident = resident_memory_bytes()
+        per_row = self.MARGIN * self.per_transition * max(1.0, branching)
+        room = self.cap - self._resident
+        fit = wanted if per_row * wanted < room else max(0, int(room / per_row))
+        if fit < min(wanted, self.MINIMUM):
+            return 0
+        self._peaks = reset_peak()
+        return fit
+
+    def fits(self, allocation: int) -> bool:
+        """Whether ``allocation`` more bytes (an array about to be made) stay under ``cap``."""
+        return resident_memory_bytes() + allocation < self.cap
+
+    def after(self, transitions: int) -> None:
+        if transitions < max(self.SAMPLE, self._largest):
+            return
+        peak = peak_resident_bytes() if self._peaks else None
+        grown = (peak if peak is not None else resident_memory_bytes()) - self._resident
+        self.per_transition, self._largest = max(0.0, grown / transitions), transitions

@@ -2,11 +2,12 @@
 
 ``command_check`` runs it and returns the exit code: 0 every property holds (or, with ``--all``,
 every verdict is as pinned), 1 a property is violated (``--all``: a verdict differs from its
-pin), 3 inconclusive (a limit or Ctrl-C stopped the search). Usage errors are raised
-(``UsageError``) for the root to report (exit 2). Human output goes to stderr; with ``--json``
-stdout carries one JSON object (``lockstep/schemas/check.schema.json``). Without a terminal a
-progress line goes to stderr every ``PROGRESS_SECONDS``. ``pinned_instances`` lists every
-instance × variant with a pinned verdict.
+pin), 3 inconclusive (a limit or Ctrl-C stopped the search; ``--timeout`` is the command's
+clock, ``lockstep.clock``: a model's ``build()`` that outlives it stops with "stopped: timeout").
+Usage errors are raised (``UsageError``) for the root to report (exit 2). Human output goes to
+stderr; with ``--json`` stdout carries one JSON object (``lockstep/schemas/check.schema.json``).
+Without a terminal a progress line goes to stderr every ``PROGRESS_SECONDS``.
+``pinned_instances`` lists every instance × variant with a pinned verdict.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from rich.markup import escape
 
 from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
+from lockstep.checkers.explicit import Progress
 from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
+from lockstep.cli.invocation import clock
 from lockstep.cli.listing import selected_protocols
 from lockstep.models import PROTOCOLS
+from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.output import write_stdout
 
@@ -33,8 +37,9 @@ EXIT_OK, EXIT_VIOLATED = 0, 1
 
 
 def _limits(arguments: argparse.Namespace) -> Limits:
+    """The search's limits, its time on the command's clock (what the build took counts)."""
     memory = None if arguments.max_memory is None else int(arguments.max_memory * 1024**3)
-    return Limits(arguments.max_states, arguments.max_depth, memory, arguments.timeout)
+    return Limits.on(clock(arguments), arguments.max_states, arguments.max_depth, memory)
 
 
 PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on stderr this often
@@ -42,6 +47,8 @@ PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on st
 
 def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
     printed = [0.0]  # the engine's seconds at the last progress line (no terminal: no spinner)
+    with clock(arguments).alarm(f"building the model {instance.label}"):  # a build() may never return
+        machine = instance.machine()
     with console.status(f"checking {instance.label}…") as status:
 
         def progress(stats: Statistics) -> None:
@@ -57,25 +64,31 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
                 printed[0] = stats.seconds
                 console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
-        return check(
-            instance,
-            arguments.engine,
-            symmetry=arguments.symmetry,
-            limits=_limits(arguments),
-            compiled=not arguments.interpreted,
-            progress=progress,
-            depth=arguments.depth,
-            solver_timeout=arguments.solver_timeout,
-            induction_k=arguments.induction_k,
-            properties=arguments.properties or None,  # none named: every property
-            device=arguments.device,
-            compact=arguments.compact,
-            stop_at_first=arguments.stop_at_first,
-            workers=arguments.workers,
-            bmc_solver=arguments.bmc_solver,
-            reduction=arguments.reduction,
-            mine_invariants=arguments.mine_invariants,
-        )
+        with clock(arguments).alarm(f"checking {instance.label}"):  # the engine stops itself; a backstop
+            return _check(machine, arguments, progress)
+
+
+def _check(machine: Machine, arguments: argparse.Namespace, progress: Progress) -> CheckResult:
+    """The engine's search of ``machine`` with the command's options."""
+    return check(
+        machine,
+        arguments.engine,
+        symmetry=arguments.symmetry,
+        limits=_limits(arguments),
+        compiled=not arguments.interpreted,
+        progress=progress,
+        depth=arguments.depth,
+        solver_timeout=arguments.solver_timeout,
+        induction_k=arguments.induction_k,
+        properties=arguments.properties or None,  # none named: every property
+        device=arguments.device,
+        compact=arguments.compact,
+        stop_at_first=arguments.stop_at_first,
+        workers=arguments.workers,
+        bmc_solver=arguments.bmc_solver,
+        reduction=arguments.reduction,
+        mine_invariants=arguments.mine_invariants,
+    )
 
 
 def _validate_engine_options(arguments: argparse.Namespace) -> None:

@@ -46,6 +46,7 @@ from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
 from lockstep.checkers.result import Step
 from lockstep.checkers.trace_values import decode
+from lockstep.cli.failures import io_message
 from lockstep.cli.listing import one_protocol
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine
@@ -264,7 +265,6 @@ def run_export_command(arguments: argparse.Namespace, console: Console) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         raise  # the reader of stdout went away: not an input error (lockstep.cli.failures stops quietly)
-    except OSError as error:
-        where, problem = escape(str(error.filename or "")), escape(error.strerror or str(error))
-        console.print(f"[bold red]lockstep: error:[/bold red] {where}: {problem}")
+    except OSError as error:  # its file named: the one the error names, or stdout
+        console.print(f"[bold red]lockstep: error:[/bold red] {escape(io_message(error))}")
         return EXIT_USAGE

@@ -14,6 +14,9 @@
   (128 + SIGTERM, as a shell reports it).
 - A process the command started died without a result (``check --workers``: a search process
   killed by a signal, ``WorkerLost``): one message naming it, exit 4 (``EXIT_CRASHED``).
+- An I/O error no command turned into a message (``ENOSPC``, ``EACCES``, ``EIO``): one message
+  naming the file (``io_message``: the one the error names, ``<stdout>`` when writing standard
+  output failed), exit 2; with ``--json`` the error object, unless stdout is what failed.
 - An exception no command turned into a message, or ``SystemExit`` raised by a model's code
   while it runs: a **model error** when the deepest frame in a user's model file (``--model-file``)
   is where it happened, else an **internal error**. Both are exit 5 (``EXIT_ERROR``, a code no
@@ -91,9 +94,35 @@ def wants_json(arguments: Any) -> bool:
 
 
 def print_json(text: str) -> None:
+    """The error object on stdout; nothing when stdout itself is what failed (the message is on stderr)."""
     from lockstep.traces.output import write_stdout  # noqa: PLC0415 - kept out of every command's start-up
 
-    write_stdout(text)
+    try:
+        write_stdout(text)
+    except OSError:  # a full or broken stdout (ENOSPC on /dev/full): the stderr message stands alone
+        pass
+
+
+STDOUT = "<stdout>"  # the file an I/O error names when writing standard output failed
+
+
+def io_file(error: OSError, default: str | None = None) -> str:
+    """The file an I/O error is about: the one it names, else standard output when writing stdout
+    failed (``write_stdout`` in its traceback), else ``default`` (what the command read or wrote),
+    else the place in lockstep that did the I/O."""
+    if error.filename is not None:
+        return os.fsdecode(error.filename)
+    frames = traceback.extract_tb(error.__traceback__)
+    if any(frame.name == "write_stdout" for frame in frames):
+        return STDOUT
+    if default is not None:
+        return default
+    return f"a file written at {frames[-1].filename}:{frames[-1].lineno}" if frames else "an unnamed file"
+
+
+def io_message(error: OSError, default: str | None = None) -> str:
+    """``FILE: problem`` for an I/O error (``ENOSPC``, ``EACCES``, ``EIO``...): its file always named."""
+    return f"{io_file(error, default)}: {error.strerror or error}"
 
 
 def usage_error(
@@ -210,8 +239,8 @@ def handle(error: BaseException, arguments: Any, console: Console) -> int:
         return definition_error(console, error, arguments)
     if _is(error, ("lockstep.models.external", "ModelLoadTimeout"), ("lockstep.clock", "TimeoutReached")):
         return inconclusive(console, str(error), arguments)  # --timeout ran out: a model file's import, a build
-    if isinstance(error, OSError):
-        return usage_error(console, f"{error.strerror or error}: {error.filename or ''}", arguments)
+    if isinstance(error, OSError):  # a file that cannot be read or written, stdout on a full disk
+        return usage_error(console, io_message(error), arguments, file=io_file(error))
     return failed(error, arguments, console)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from lockstep.cli.invocation import clock
 from lockstep.models import PROTOCOLS, get_protocol
 from lockstep.models.external import load_model_file
 from lockstep.spec.protocol import Protocol, UsageError
@@ -30,7 +31,11 @@ LEMMAS_SCHEMA_VERSION = 1  # of prove-lemmas' --json object
 def selected_protocols(arguments: argparse.Namespace) -> list[Protocol]:
     """The protocols a command works on: the model file's, the named one, or every built-in one."""
     if arguments.model_file is not None:
-        protocol = load_model_file(arguments.model_file, timeout=getattr(arguments, "timeout", None))
+        timer = clock(arguments)  # the command's clock: importing the file counts
+        left = timer.left()
+        protocol = load_model_file(
+            arguments.model_file, timeout=None if left is None else max(0.001, left), stated=timer.timeout
+        )
         named = getattr(arguments, "protocol", None)
         if named and named != protocol.name:
             raise UsageError(f"{arguments.model_file} defines protocol {protocol.name!r}, not {named!r}")

@@ -1,17 +1,21 @@
 """The arguments of a runtime run, shared by ``lockstep run`` and ``python -m lockstep.impl.rank``.
 
 ``add_run_arguments`` declares them on a parser; ``config_from_arguments`` checks them and builds
-the ``RunConfig`` (``RunUsageError`` names what is wrong). Imports no torch.
+the ``RunConfig`` (``RunUsageError`` names what is wrong): the runtime's ranges, and then the
+model's (``check_model_bounds``: a setting the runtime takes but the model of the run's trace
+header does not is refused before any process starts). ``setting_values`` reads ``--set`` texts
+(``lockstep fuzz --impl`` too). Imports no torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 from pathlib import Path
 from typing import Any
 
-from lockstep.impl.protocols import RUNTIME_PROTOCOLS, RuntimeProtocol
+from lockstep.impl.protocols import RUNTIME_PROTOCOLS, RuntimeProtocol, Setting
 from lockstep.impl.runtime import RunConfig
 from lockstep.models import POST_FIX, PRE_FIX
 
@@ -116,7 +120,9 @@ def _shorthands(protocol: RuntimeProtocol, arguments: argparse.Namespace) -> lis
     return texts
 
 
-def _settings(protocol: RuntimeProtocol, texts: list[str]) -> dict[str, int]:
+def setting_values(protocol: RuntimeProtocol, texts: list[str]) -> dict[str, int]:
+    """The protocol's settings with ``NAME=VALUE`` texts over their defaults (``RunUsageError``: an
+    unknown name, a value that is no integer or outside the runtime's range)."""
     values = {name: setting.default for name, setting in protocol.settings.items()}
     for text in texts:
         name, equals, value = text.partition("=")
@@ -165,7 +171,7 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
     if not fewest <= ranks <= most:
         raise RunUsageError(f"{protocol.name} runs {fewest} to {most} ranks, got --ranks {ranks}")
     texts = [*_shorthands(protocol, arguments), *(getattr(arguments, "settings", None) or [])]
-    extra: dict[str, Any] = dict(_settings(protocol, texts))
+    extra: dict[str, Any] = dict(setting_values(protocol, texts))
     trace_dir = None
     if arguments.trace_dir is not None:
         folder = Path(arguments.trace_dir)
@@ -198,4 +204,46 @@ def config_from_arguments(arguments: argparse.Namespace) -> RunConfig:
     problem = protocol.validate(config) if protocol.validate is not None else None
     if problem is not None:
         raise RunUsageError(problem)
+    check_model_bounds(protocol, config)
     return config
+
+
+def check_model_bounds(protocol: RuntimeProtocol, config: RunConfig) -> None:
+    """Refuse (``RunUsageError``) a run whose trace header would carry a model parameter outside the
+    model's bounds: every process of it would fail at its first trace event. The message names the
+    ``--set`` setting that put it there with the setting's range and the model's, or else the
+    parameter, its value and the model's range."""
+    from lockstep.models import get_protocol  # noqa: PLC0415 - the models load with the runtime's registry
+
+    values = importlib.import_module(f"{protocol.package}.parameters").model_parameters(config)
+    model = get_protocol(config.protocol)
+    for spec in model.parameters:
+        value = values.get(spec.name)
+        if not isinstance(value, int) or isinstance(value, bool) or spec.range_problem(value) is None:
+            continue
+        bound = f"{spec.minimum}..{spec.maximum}" if spec.maximum is not None else f"at least {spec.minimum}"
+        setting = protocol.settings.get(spec.name)
+        if setting is not None and spec.name in config.extra:
+            raise RunUsageError(
+                f"--set {spec.name}={config.extra[spec.name]}: allowed {_allowed(setting, spec)} (the {model.name} "
+                f"model bounds {spec.name} to {bound}; the runtime's setting: {setting.low}..{setting.high}, "
+                f"{setting.help})"
+            )
+        given = ", ".join(f"{name}={number}" for name, number in config.extra.items()) or "none"
+        raise RunUsageError(
+            f"this run would record the {model.name} model's parameter {spec.name}={value}, outside its bounds "
+            f"{bound} (scenario {config.scenario}, {config.ranks} ranks, settings: {given})"
+        )
+
+
+def _allowed(setting: Setting, spec: Any) -> str:
+    """The values of ``setting`` within the range of the model parameter ``spec`` (a
+    ``lockstep.spec.protocol.ParameterSpec``); those below the model's minimum may still be the
+    setting's own markers, such as -1 for the scenario's value."""
+
+    def span(low: int, high: int) -> str:
+        return str(low) if low == high else f"{low}..{high}"
+
+    high = setting.high if spec.maximum is None else min(setting.high, spec.maximum)
+    inside = span(max(setting.low, spec.minimum), high)
+    return inside if setting.low >= spec.minimum else f"{span(setting.low, spec.minimum - 1)} or {inside}"

@@ -17,6 +17,10 @@ Three pieces, used by the launcher, the rank pool and every process they start:
   cleaned up itself (``release``). When the pipe reaches end of file (the parent exited, however
   it died: SIGKILL included) the guardian kills every group still registered, waits for them to
   go, removes every directory still registered (unless ``LOCKSTEP_KEEP_RUN_DIR`` is set) and exits.
+- ``temporary_directory(prefix)``: every temporary directory a command makes (a run's, a rank
+  pool's, a fuzzing session's, Hypothesis's storage, each ABC prover's), under the run root
+  (``LOCKSTEP_RUN_ROOT``, else the temporary directory), registered with the guardian while it
+  exists: a command killed with SIGKILL leaves none behind once its guardian notices.
 - The next run cleans up after a guardian that was killed too: ``protect`` writes the owner
   (process id and start time) into ``OWNER_FILE`` of each directory, and starting a guardian
   removes the ``lockstep-*`` directories of the run root (``LOCKSTEP_RUN_ROOT``, else the
@@ -35,7 +39,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -44,7 +49,8 @@ KEEP_ENVIRONMENT = "LOCKSTEP_KEEP_RUN_DIR"
 PR_SET_PDEATHSIG = 1
 GROUP_EXIT_SECONDS = 10.0
 OWNER_FILE = ".lockstep-owner"
-PREFIXES = ("lockstep-run-", "lockstep-pool-", "lockstep-fuzz-runtime-")
+# every temporary directory a lockstep command makes (``temporary_directory``): what ``remove_abandoned`` may take
+PREFIXES = ("lockstep-run-", "lockstep-pool-", "lockstep-fuzz-runtime-", "lockstep-hypothesis-", "lockstep-abc-")
 
 
 def python_command(module: str, *arguments: str) -> list[str]:
@@ -88,7 +94,7 @@ def owner_of_this_process() -> str:
 
 def remove_abandoned(root: str | os.PathLike[str] | None = None) -> list[str]:
     """Remove the ``lockstep-*`` directories under ``root`` whose owner process is gone; their paths."""
-    folder = Path(root if root is not None else os.environ.get("LOCKSTEP_RUN_ROOT") or tempfile.gettempdir())
+    folder = Path(root if root is not None else run_root() or tempfile.gettempdir())
     removed: list[str] = []
     try:
         entries = list(folder.iterdir())
@@ -161,6 +167,29 @@ def guardian() -> Guardian:
     if found is None:
         found = _guardians[os.getpid()] = Guardian()
     return found
+
+
+def run_root() -> str | None:
+    """Where the temporary directories go: ``LOCKSTEP_RUN_ROOT``, else None (the system's temporary directory)."""
+    return os.environ.get("LOCKSTEP_RUN_ROOT") or None
+
+
+@contextmanager
+def temporary_directory(prefix: str, keep: bool = False) -> Iterator[Path]:
+    """A fresh directory (``prefix`` one of ``PREFIXES``) under the run root for the block, removed
+    at its end, and by the guardian if this process dies first; ``keep`` (or ``LOCKSTEP_KEEP_RUN_DIR``)
+    leaves it in place and unregistered."""
+    assert prefix in PREFIXES, prefix  # remove_abandoned must know it
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=run_root()))
+    keep = keep or bool(os.environ.get(KEEP_ENVIRONMENT))
+    if not keep:
+        guardian().protect(directory=folder)
+    try:
+        yield folder
+    finally:
+        if not keep:
+            shutil.rmtree(folder, ignore_errors=True)
+            guardian().release(directory=folder)
 
 
 def _group_alive(group: int) -> bool:

@@ -104,9 +104,10 @@ class RankPool:
             guardian().release(directory=self.directory)
         self.processes, self.logs, self.group, self.directory = [], [], 0, None
 
-    def close(self) -> None:
-        """Stop the ranks; everything the pool started is gone when this returns."""
-        self._stop(kill=False)
+    def close(self, kill: bool = False) -> None:
+        """Stop the ranks (``kill``: at once, not asked to stop first: the session is being stopped);
+        everything the pool started is gone when this returns."""
+        self._stop(kill=kill)
 
     def __enter__(self) -> RankPool:
         return self

@@ -69,7 +69,11 @@ class RunConfig:
         return cls(**dict(value))
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        Path(path).write_text(json.dumps(self.to_json()), encoding="utf-8")
+        """The config as JSON at ``path``; a refused write (``ENOSPC``...) is an ``OSError`` naming it."""
+        try:
+            Path(path).write_text(json.dumps(self.to_json()), encoding="utf-8")
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write the run's config: {error.strerror}", os.fspath(path)) from None
 
     @classmethod
     def read(cls, path: str | os.PathLike[str]) -> Self:
@@ -111,7 +115,10 @@ class StatusBoard:
             **self.counters,
         }
         data = json.dumps(record).encode("utf-8")[: STATUS_SIZE - 1]
-        os.pwrite(self._descriptor, data + b" " * (STATUS_SIZE - len(data)), 0)
+        try:
+            os.pwrite(self._descriptor, data + b" " * (STATUS_SIZE - len(data)), 0)
+        except OSError as error:  # a write on a descriptor names no file: this one does
+            raise OSError(error.errno, f"cannot write the status board: {error.strerror}", str(self.path)) from None
 
     def close(self) -> None:
         with self._lock:

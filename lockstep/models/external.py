@@ -95,13 +95,14 @@ class ModelLoadTimeout(Exception):
 class _Alarm:
     """SIGALRM after ``seconds`` raises ``ModelLoadTimeout`` (a no-op off the main thread or without a limit)."""
 
-    def __init__(self, seconds: float | None, file: Path) -> None:
+    def __init__(self, seconds: float | None, file: Path, stated: float | None = None) -> None:
         self.seconds, self.file = seconds, file
+        self.stated = seconds if stated is None else stated  # the --timeout the message names
         self.armed = False
         self.previous: Any = None
 
     def _expire(self, number: int, frame: object) -> None:
-        raise ModelLoadTimeout(f"{self.file}: importing the model took longer than --timeout {self.seconds:g} s")
+        raise ModelLoadTimeout(f"{self.file}: importing the model took longer than --timeout {self.stated:g} s")
 
     def __enter__(self) -> _Alarm:
         if (
@@ -120,9 +121,10 @@ class _Alarm:
             signal.signal(signal.SIGALRM, self.previous)
 
 
-def load_model_file(path: str | Path, timeout: float | None = None) -> Protocol:
+def load_model_file(path: str | Path, timeout: float | None = None, stated: float | None = None) -> Protocol:
     """Import the model module at ``path`` and return its ``PROTOCOL`` (``ModelLoadTimeout`` if
-    importing takes longer than ``timeout`` seconds)."""
+    importing takes longer than ``timeout`` seconds: what is left of the command's ``--timeout``,
+    ``stated``, which the message names)."""
     file = Path(path)
     if file.is_dir():
         raise UsageError(f"{file}: is a directory, not a Python file (a model file is a module, *.py)")
@@ -137,7 +139,7 @@ def load_model_file(path: str | Path, timeout: float | None = None) -> Protocol:
     module = importlib.util.module_from_spec(specification)
     sys.modules[name] = module
     try:
-        with _Alarm(timeout, file):
+        with _Alarm(timeout, file, stated):
             specification.loader.exec_module(module)
     except (UsageError, ModelLoadTimeout):
         sys.modules.pop(name, None)

@@ -2,16 +2,15 @@
 
 A session without a seed draws one, so that its report always names the seed that re-runs it.
 Hypothesis keeps caches under ``.hypothesis/`` in the current directory even without an example
-database; a session keeps them in a temporary folder, removed afterwards, unless the user names
-one with ``HYPOTHESIS_STORAGE_DIRECTORY`` (Hypothesis's own setting).
+database; a session keeps them in a temporary folder (``lockstep.impl.lifetime.temporary_directory``:
+removed afterwards, and by the guardian if the session is killed), unless the user names one with
+``HYPOTHESIS_STORAGE_DIRECTORY`` (Hypothesis's own setting).
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -29,13 +28,14 @@ def hypothesis_storage() -> Iterator[None]:
         return
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    folder = tempfile.mkdtemp(prefix="lockstep-hypothesis-")
-    set_hypothesis_home_dir(folder)
-    try:
-        yield
-    finally:
-        set_hypothesis_home_dir(None)
-        shutil.rmtree(folder, ignore_errors=True)
+    from lockstep.impl.lifetime import temporary_directory
+
+    with temporary_directory("lockstep-hypothesis-", keep=False) as folder:
+        set_hypothesis_home_dir(str(folder))
+        try:
+            yield
+        finally:
+            set_hypothesis_home_dir(None)
 
 
 __all__ = ["chosen_seed", "hypothesis_storage"]

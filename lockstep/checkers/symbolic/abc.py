@@ -2,7 +2,8 @@
 
 The ``yosys-abc`` binary comes with the ``pyosys`` wheel (``pip install lockstep[proofs]``); it is
 found next to that package (without importing it) or on ``PATH``. Each property is one run, a
-subprocess with its own temporary directory: ``read_aiger``, ``pdr -T`` with the time limit,
+subprocess with its own temporary directory (``lockstep.impl.lifetime.temporary_directory``; it
+and the process are removed by the guardian if lockstep is killed): ``read_aiger``, ``pdr -T`` with the time limit,
 ``-n -c`` (generalisation with ``down`` and counterexamples to generalisation, Hassan, Bradley and
 Somenzi, FMCAD 2013: measured against ABC's default on every post-fix seed, it proved
 computed-tokens ``no_deadlock`` and ``U1_sound``, which the default left unknown in 60 s, and
@@ -22,10 +23,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from lockstep.impl.lifetime import guardian, temporary_directory
 
 GRACE = 5.0  # seconds past ``pdr -T`` before the process is killed
 PROGRESS = re.compile(r"^\s*(\d+) :((?: \d+)+)", re.MULTILINE)  # ``pdr -v``: frame : clauses per frame
@@ -74,25 +76,16 @@ def prove(program: str, aiger: bytes, limit: float, *, engine: str = "pdr") -> A
 def _run(program: str, aiger: bytes, command: str, limit: float, started: float) -> AbcAnswer:
     """One ``yosys-abc`` process: ``read_aiger``, ``command``, ``write_cex``; its answer."""
     seconds = max(1, int(limit))
-    with tempfile.TemporaryDirectory(prefix="lockstep-abc-") as folder:
-        directory = Path(folder)
+    with temporary_directory("lockstep-abc-") as directory:
         (directory / "circuit.aig").write_bytes(aiger)
         script = f"read_aiger circuit.aig; {command}; write_cex -a witness.txt"
         try:
-            completed = subprocess.run(
-                [program, "-c", script],
-                cwd=directory,
-                capture_output=True,
-                text=True,
-                timeout=seconds + GRACE,
-                check=False,
-            )
+            output = _answer(program, script, directory, seconds + GRACE)
         except subprocess.TimeoutExpired:
             return AbcAnswer(
                 "unknown", time.monotonic() - started, reason=f"ABC outlived its {seconds} s and was killed"
             )
         elapsed = time.monotonic() - started
-        output = completed.stdout + completed.stderr
         if "Property proved" in output:
             pla = directory / "invariant.pla"
             if not pla.is_file():
@@ -110,6 +103,30 @@ def _run(program: str, aiger: bytes, command: str, limit: float, started: float)
         marks = ("Assertion", "Reached", "UNDECIDED", "No output")
         last = [line for line in lines if any(mark in line for mark in marks)][:1] or lines[-1:]
         return AbcAnswer("unknown", elapsed, reason=f"ABC: {last[0] if last else 'no answer'}{progress(output)}")
+
+
+def _answer(program: str, script: str, directory: Path, seconds: float) -> str:
+    """ABC's output (stdout, then stderr) for ``script`` run in ``directory``; the process is in its
+    own group, registered with the guardian (``lockstep.impl.lifetime``): it is killed if lockstep
+    is, rather than left computing until its limit."""
+    with subprocess.Popen(
+        [program, "-c", script],
+        cwd=directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    ) as process:
+        guardian().protect(group=process.pid)
+        try:
+            stdout, stderr = process.communicate(timeout=seconds)
+        except BaseException:  # its limit passed, Ctrl-C, SIGTERM: it goes now
+            process.kill()
+            process.communicate()
+            raise
+        finally:
+            guardian().release(group=process.pid)
+    return stdout + stderr
 
 
 def progress(output: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
-from lockstep.checkers.limits import Limits, LimitWatch
+from lockstep.checkers.limits import Limits, LimitWatch, MemoryForecast
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
 from lockstep.checkers.vector.backend import Backend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
@@ -55,6 +55,11 @@ def vectorisable(machine: Machine, positions: frozenset[int] | None = None) -> s
     except LayoutError as error:
         return f"{error}; use --engine bfs"
     return None
+
+
+def _bytes(arrays: list[Any]) -> int:
+    """The bytes the arrays hold (numpy's or torch's ``nbytes``)."""
+    return sum(int(getattr(array, "nbytes", 0)) for array in arrays)
 
 
 class VectorSearch:
@@ -97,6 +102,9 @@ class VectorSearch:
         self.stop_at_first = stop_at_first
         self.watched = watched  # the properties whose first violation stops it (None: all)
         self.limits = limits or Limits()
+        # --max-memory: what a chunk will allocate is counted before it runs (a first guess per
+        # transition: its successor's words twice, as the block and its stored copy, and its keys)
+        self.forecast = MemoryForecast(self.limits.memory_cap(), 16.0 * self.layout.words + 32.0)
         self.progress = progress
         self.chunk = chunk or backend.chunk  # frontier states expanded at once
         self.via_type = np.uint16 if len(self.kernels.tuples) < (1 << 16) else np.uint32
@@ -112,6 +120,7 @@ class VectorSearch:
         self.stats = Statistics()
         self._offsets: np.ndarray | None = None
         self._pending: dict[int, tuple[int, _Found]] = {}  # this chunk's candidate findings, by property
+        self._branching = 1.0  # transitions per state of the last chunk expanded (the next one's estimate)
 
     # ----------------------------------------------------------------------------------- the loop
     def run(self) -> CheckResult:
@@ -171,13 +180,27 @@ class VectorSearch:
         base = self.stored - int(frontier.shape[1])
         following = []
         stopped = None
-        for start in range(0, int(frontier.shape[1]), self.chunk):
-            following.append(self._expand(frontier[:, start : start + self.chunk], base + start))
+        start, total = 0, int(frontier.shape[1])
+        while start < total:
+            # --max-memory: a chunk that would pass it is made smaller, or not expanded (stop before it allocates)
+            rows = self.forecast.rows(min(self.chunk, total - start), self._branching)
+            if rows == 0:
+                stopped = "max-memory"
+                break
+            transitions = self.stats.transitions or 0
+            following.append(self._expand(frontier[:, start : start + rows], base + start))
+            taken = (self.stats.transitions or 0) - transitions
+            self.forecast.after(taken)
+            self._branching = taken / rows
+            start += rows
             stopped = self._should_stop(watch)
             if stopped is not None:
                 break
             if self.progress is not None:
                 self.progress(Statistics(self.stored, self.stats.transitions, self.depth, time.monotonic() - started))
+        if len(following) > 1 and not self.links_on_device and not self.forecast.fits(_bytes(following)):
+            # joining the level's blocks copies them: past --max-memory, what is stored stands, the rest is unknown
+            return self.backend.empty_words(self.layout.words), "max-memory"
         following_frontier = (
             self.backend.concatenate(following, axis=1) if following else self.backend.empty_words(self.layout.words)
         )
@@ -189,7 +212,7 @@ class VectorSearch:
             return FIRST_VIOLATION
         if len(self.found) == len(properties):
             return "all-found"
-        return watch.exceeded(self.stored)
+        return watch.exceeded(self.stored, every=1)  # a chunk is thousands of states: memory read each time
 
     def _expand(self, frontier: Any, base: int) -> Any:
         """Expand one chunk of a level (local indices from ``base``); return its new states."""
