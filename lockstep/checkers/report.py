@@ -5,7 +5,9 @@ The counterexample is shown as per-actor swimlanes: step, what each actor did
 (``action(arguments)``), the source function(s) the action mirrors (when the model names them,
 e.g. ``DPEngineCoreProc.add_request``), the variables that changed (old -> new), and which
 collective each rank blocks in after the step, with its per-communicator sequence number. The JSON
-form lists the same steps (actor, action, arguments, mirrors).
+form lists the same steps (actor, action, arguments, mirrors) and, when asked (``states=True``:
+``check --json-states``), the counterexample's states: ``initial_state`` and each step's ``state``,
+every variable but the monitors' by name, in the trace format's JSON (enum members by name).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lockstep.checkers.counterexample import blocked_summary, rows
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance
+from lockstep.spec.semantics import State
 
 VERDICT_STYLES = {
     Verdict.HOLDS: "green",
@@ -198,8 +201,24 @@ def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]
     }
 
 
-def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | None) -> dict[str, Any]:
+def result_json(
+    result: CheckResult, instance: Instance, trace_file: FilePath | None, *, states: bool = False
+) -> dict[str, Any]:
+    """``check --json``'s object (``lockstep/schemas/check.schema.json``); with ``states`` the
+    counterexample carries its states (see the module doc)."""
     shortest = result.counterexample
+    counterexample: dict[str, Any] | None = None
+    if shortest is not None and shortest.path is not None:
+        counterexample = {
+            "property": shortest.name,
+            "description": described(result.machine, shortest.name),
+            "length": shortest.path.length,
+            "loop_start": shortest.path.loop_start,
+            "trace_file": None if trace_file is None else str(trace_file),
+            "steps": steps_json(result.machine, shortest.path, states=states),
+        }
+        if states:
+            counterexample["initial_state"] = state_json(result.machine, shortest.path.initial)
     return {
         "schema_version": SCHEMA_VERSION,
         "versions": tool_versions(),
@@ -219,23 +238,23 @@ def result_json(result: CheckResult, instance: Instance, trace_file: FilePath | 
         },
         "stopped": result.stopped,
         "warnings": list(result.warnings),
-        "counterexample": None
-        if shortest is None or shortest.path is None
-        else {
-            "property": shortest.name,
-            "description": described(result.machine, shortest.name),
-            "length": shortest.path.length,
-            "loop_start": shortest.path.loop_start,
-            "trace_file": None if trace_file is None else str(trace_file),
-            "steps": steps_json(result.machine, shortest.path),
-        },
+        "counterexample": counterexample,
     }
 
 
-def steps_json(machine: Machine, path: Path) -> list[dict[str, Any]]:
+def state_json(machine: Machine, state: State) -> dict[str, Any]:
+    """A state for programs: every variable but the monitors', by name, in the trace format's JSON."""
+    return {
+        name: variable.sort.to_json(value)
+        for (name, variable), value in zip(machine.variables.items(), state)
+        if not variable.monitor
+    }
+
+
+def steps_json(machine: Machine, path: Path, *, states: bool = False) -> list[dict[str, Any]]:
     """A counterexample's steps for programs: index, actor, action, arguments (an object of JSON
-    values, enum members by name), mirrored functions."""
-    result = []
+    values, enum members by name), mirrored functions; with ``states`` the state after each step."""
+    result: list[dict[str, Any]] = []
     for row, step in zip(rows(machine, path), path.steps, strict=True):
         action = machine.action_named(step.action)
         arguments = {
@@ -248,6 +267,7 @@ def steps_json(machine: Machine, path: Path) -> list[dict[str, Any]]:
                 "action": row.action,
                 "arguments": arguments,
                 "mirrors": row.mirrors,
+                **({"state": state_json(machine, step.state)} if states else {}),
             }
         )
     return result

@@ -73,6 +73,12 @@ def judge_options(function: Any) -> Any:
             "--protocol", metavar="NAME", shell_complete=completion.protocols, help="default: the header's protocol"
         ),
         click.option(
+            "--model-file",
+            type=FILE,
+            metavar="PATH",
+            help="the model a Python file defines (its PROTOCOL), instead of a built-in one",
+        ),
+        click.option(
             "--variant", metavar="NAME", shell_complete=completion.variants, help="default: the header's variant"
         ),
         click.option("--instance", metavar="NAME", help="the model's instance (default: its default)"),
@@ -360,7 +366,14 @@ def reproduce(**options: Any) -> Invocation:
 
 
 @click.command("test-runtime")
-@click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
+@click.argument("protocol", metavar="PROTOCOL", required=False, shell_complete=completion.protocols)
+@click.option(
+    "--model-file",
+    type=FILE,
+    metavar="PATH",
+    help="the model a Python file defines (its PROTOCOL, named as a protocol the runtime runs), instead of the "
+    "built-in one: its goals, paths and judge",
+)
 @click.option(
     "--variant",
     metavar="NAME",

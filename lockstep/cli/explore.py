@@ -52,12 +52,6 @@ def _model_file_protocol(arguments: argparse.Namespace) -> Protocol | None:
     return one_protocol(argparse.Namespace(**{**vars(arguments), "protocol": None}))
 
 
-def _replay_hint(trace: TraceInput, arguments: argparse.Namespace) -> str:
-    if trace.header["source"]["kind"] == "runtime" and getattr(arguments, "profile", None) is None:
-        return " (a `lockstep run` recording replays with --profile runtime)"
-    return ""
-
-
 def _recorded(trace: TraceInput, arguments: argparse.Namespace) -> Session:
     return recorded_session(
         trace,
@@ -76,11 +70,8 @@ def _session(arguments: argparse.Namespace) -> Session:
     if target is not None and _names_a_trace(target):
         if arguments.ranks is not None:
             raise UsageError("--ranks applies to a protocol; replay a trace against other sizes with --set NAME=VALUE")
-        trace = open_traces([target])
-        try:
-            return _recorded(trace, argparse.Namespace(**{**vars(arguments), "protocol": None}))
-        except TraceInputError as error:
-            raise TraceInputError(error.path, error.line, error.problem + _replay_hint(trace, arguments)) from None
+        trace = open_traces([target])  # a runtime recording's refusal names its profile (replay_model)
+        return _recorded(trace, argparse.Namespace(**{**vars(arguments), "protocol": None}))
     if target is None and arguments.model_file is None:
         raise UsageError("name a protocol (see `lockstep list`) or a trace file, or give --model-file PATH")
     if arguments.profile is not None or arguments.trust_header:
@@ -127,7 +118,7 @@ def command_show_html(arguments: argparse.Namespace, console: Console) -> int:
             try:
                 document = _recorded(trace, arguments).document(interactive=False)
             except TraceInputError as error:  # replay refuses the header: the events, no states
-                why = f"replay refuses the trace: {error}{_replay_hint(trace, arguments)}"
+                why = f"replay refuses the trace: {error}"
                 console.print(f"[yellow]lockstep: warning:[/yellow] {escape(why)}", soft_wrap=True)
                 document = events_document(trace, why)
         page = static_page(document)

@@ -10,14 +10,21 @@ The event where the run goes wrong is highlighted: the last event of a model cou
 a divergence. ``export`` writes to ``-o FILE`` or stdout. Bad input exits 2 with a message naming
 the file and line; ITF of a trace without full states exits 2.
 
-**The model is the caller's**, chosen as ``lockstep replay`` chooses it (``--protocol``,
-``--variant``, ``--instance``, ``--set``, ``--profile``, ``--trust-header``; see
+**The model is the caller's**, chosen as ``lockstep replay`` chooses it (``--protocol`` or
+``--model-file``, ``--variant``, ``--instance``, ``--set``, ``--profile``, ``--trust-header``; see
 ``lockstep.checkers.replay_model``), and the highlight comes from the one replay path
 (``lockstep.checkers.conformance.replay_traces``). A recording of ``lockstep run`` replays with
 ``--profile runtime`` (its header's ``settle_before_resume``, ``hang_bound``, ... are the runtime
 profile's, not the default instance's). Where replay refuses the trace (a header that would widen
 the check, without ``--trust-header``), ``show`` still draws the picture, without the highlight,
 and says why on stderr (exit 0); ``export --format itf``, whose states are the model's, exits 2.
+
+``export --format perfetto`` and ``--format dot`` mark where the run goes wrong and what changed
+(``lockstep.checkers.export.trace_annotations``): a model counterexample's violated property (its
+header names it) after its last event, a recording's violation or divergence as replay finds it
+(at most ``REPLAY_LIMIT`` events); where replay refuses the trace they are written unmarked and
+stderr says why. ``graph`` (``--model-file``, ``--variant``, ``--instance``, ``--set``, ``--ranks``)
+fills the states that violate a safety property red and names the properties.
 
 ``show`` and ``export`` stream (see ``lockstep.traces.swimlanes``, ``lockstep.traces.export`` and
 ``checkers.export.write_itf``): memory stays flat in the trace's length. ``show`` reads the input
@@ -40,7 +47,7 @@ from rich.markup import escape
 
 from lockstep.checkers.conformance import replay_traces
 from lockstep.checkers.counterexample import blocked_summary
-from lockstep.checkers.export import ExportError, state_graph, to_dot, write_itf
+from lockstep.checkers.export import ExportError, state_graph, to_dot, trace_annotations, write_itf
 from lockstep.checkers.replay_model import recorder_profile, resolve_model
 from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
@@ -50,9 +57,9 @@ from lockstep.cli.failures import io_message
 from lockstep.cli.listing import one_protocol
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import Instance, UsageError, parse_assignments
+from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.spec.semantics import InterpretedSystem
-from lockstep.traces.export import write_dot, write_graphml, write_perfetto
+from lockstep.traces.export import Annotations, Violation, write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
 from lockstep.traces.output import OutputError, refuse_inputs, write_atomically, write_output, write_stdout
 from lockstep.traces.reader import Record, TraceInputError
@@ -66,8 +73,11 @@ def _judge(arguments: argparse.Namespace, header: dict[str, Any]) -> dict[str, A
     """The caller's choice of model (``replay``'s options), checked before any event is read: a name
     that is not a protocol, variant, instance, parameter or profile of the protocol the caller names
     (or the trace's header names, if the caller names none) is the caller's bad input (exit 2)."""
+    named: str | Protocol | None = arguments.protocol
+    if arguments.model_file is not None:
+        named = one_protocol(arguments)  # the file's protocol; --protocol, if given, must be its name
     judge: dict[str, Any] = {
-        "protocol": arguments.protocol,
+        "protocol": named,
         "variant": arguments.variant,
         "instance": arguments.instance,
         "parameters": parse_assignments(arguments.set),
@@ -75,9 +85,9 @@ def _judge(arguments: argparse.Namespace, header: dict[str, Any]) -> dict[str, A
         "trust_header": arguments.trust_header,
     }
     chosen = arguments.variant or arguments.instance or arguments.set or arguments.profile
-    if arguments.protocol is None and not chosen:
+    if named is None and not chosen:
         return judge  # the header's model: replay says whether it takes the trace
-    protocol = get_protocol(str(arguments.protocol or header.get("protocol")))
+    protocol = named if isinstance(named, Protocol) else get_protocol(str(named or header.get("protocol")))
     if arguments.variant is not None:
         protocol.variant(arguments.variant)
     if arguments.instance is not None:
@@ -94,11 +104,8 @@ def _model(trace: TraceInput, judge: dict[str, Any]) -> tuple[Instance | None, s
     refuses it (a header that would widen the check, a header naming no model)."""
     try:
         return resolve_model(trace, **judge).instance, ""
-    except (TraceInputError, UsageError) as error:
-        hint = ""
-        if trace.header["source"]["kind"] == "runtime" and judge["profile"] is None:
-            hint = " (a `lockstep run` recording replays with --profile runtime)"
-        return None, f"{error}{hint}"
+    except (TraceInputError, UsageError) as error:  # a runtime recording's says to use its profile
+        return None, str(error)
 
 
 def _write(text: str, output: Path | None, inputs: Sequence[str | Path]) -> None:
@@ -209,8 +216,8 @@ def _mirrors(model: Instance | None, trace: TraceInput, judge: dict[str, Any]) -
     trace; the names label the picture, they judge nothing) its protocol's default instance's."""
     try:
         if model is None:
-            header = trace.header
-            protocol = get_protocol(str(judge["protocol"] or header["protocol"]))
+            header, named = trace.header, judge["protocol"]
+            protocol = named if isinstance(named, Protocol) else get_protocol(str(named or header["protocol"]))
             model = protocol.instance(str(judge["variant"] or header["variant"]))
         machine = model.machine()
     except (KeyError, UsageError, ValueError):
@@ -218,16 +225,65 @@ def _mirrors(model: Instance | None, trace: TraceInput, judge: dict[str, Any]) -
     return {action.name: action.mirrors for action in machine.actions if action.mirrors}
 
 
+def _violation(machine: Machine, trace: TraceInput, judge: dict[str, Any]) -> tuple[Violation | None, str]:
+    """Where the run goes wrong, and why it is not known ("" when it is, or the run conforms): a
+    model counterexample's property (its header's) after its last event, else replay's violation
+    or divergence, for a trace of at most ``REPLAY_LIMIT`` events."""
+    header = trace.header
+    prop = header.get("parameters", {}).get("property")
+    if header["source"]["kind"] == "model":
+        if not isinstance(prop, str):
+            return None, ""  # a path that violates nothing (taken in lockstep explore, say)
+        return Violation(f"{prop} is violated", described(machine, prop), prop), ""
+    if sum(1 for _ in trace.records()) > REPLAY_LIMIT:
+        return None, f"no violation marked: the trace has more than {REPLAY_LIMIT:,} events to replay"
+    try:
+        verdict = replay_traces(trace, **judge)
+    except (TraceInputError, UsageError) as error:
+        return None, f"no violation marked: replay refuses the trace: {error}"
+    result = verdict.result
+    if result.verdict == "violated" and result.failed_property is not None:
+        failed = result.failed_property
+        return Violation(f"{failed} is violated", described(machine, failed), failed, result.event), ""
+    if result.verdict == "diverges":
+        reason = str((result.explanation or {}).get("reason", ""))
+        return Violation(f"the run diverges from {verdict.instance.label}", reason, None, result.event), ""
+    return None, ""
+
+
+def _annotations(trace: TraceInput, judge: dict[str, Any]) -> tuple[Annotations | None, str]:
+    """What the caller's model adds to a Perfetto or DOT export (see the module doc), or None and why."""
+    model, refused = _model(trace, judge)
+    if model is None:
+        return None, f"no violation or state changes marked: replay refuses the trace: {refused}"
+    machine = model.machine()
+    violation, why = _violation(machine, trace, judge)
+    return trace_annotations(machine, violation), why
+
+
+def _inputs(arguments: argparse.Namespace, trace: TraceInput) -> list[str | Path]:
+    """What ``-o`` may not overwrite: the traces, and the model file."""
+    return [*trace.files, *([arguments.model_file] if arguments.model_file is not None else [])]
+
+
 def command_export(arguments: argparse.Namespace, console: Console) -> int:
     trace = open_traces(arguments.paths)
     header = trace.header
     judge = _judge(arguments, header)
+    inputs = _inputs(arguments, trace)
     if arguments.format == "itf":  # the states are the caller's model's: a refusal is bad input (exit 2)
         machine = resolve_model(trace, **judge).instance.machine()
-        write_output(arguments.output, lambda file: write_itf(machine, header, trace.records(), file), trace.files)
+        write_output(arguments.output, lambda file: write_itf(machine, header, trace.records(), file), inputs)
+    elif arguments.format == "graphml":
+        write_output(arguments.output, lambda file: write_graphml(header, trace.records(), file), inputs)
     else:
-        writer = {"perfetto": write_perfetto, "dot": write_dot, "graphml": write_graphml}[arguments.format]
-        write_output(arguments.output, lambda file: writer(header, trace.records(), file), trace.files)
+        annotations, why = _annotations(trace, judge)
+        if why:
+            console.print(f"[yellow]lockstep: warning:[/yellow] {escape(why)}", soft_wrap=True)
+        writer = write_perfetto if arguments.format == "perfetto" else write_dot
+        write_output(
+            arguments.output, lambda file: writer(header, trace.records(), file, annotations=annotations), inputs
+        )
     for warning in trace.warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if arguments.output is not None:
@@ -241,15 +297,19 @@ def command_graph(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.max_states <= 0:
         raise UsageError(f"--max-states must be positive, got {arguments.max_states}")
     protocol = one_protocol(arguments)
-    instance = protocol.instance(arguments.variant, arguments.instance)
+    instance = protocol.instance(
+        arguments.variant, arguments.instance, parse_assignments(arguments.set), arguments.ranks
+    )
     graph, complete = state_graph(instance.machine(), arguments.max_states)
     if arguments.format == "dot":
         text = to_dot(graph)
     else:
         text = "\n".join(nx.generate_graphml(graph)) + "\n"
     _write(text, arguments.output, [arguments.model_file] if arguments.model_file is not None else [])
+    violating = sum(1 for _, data in graph.nodes(data=True) if data.get("violates"))
     console.print(
         f"{instance.label}: {graph.number_of_nodes():,} states, {graph.number_of_edges():,} edges"
+        + (f", {violating:,} violating a safety property (red)" if violating else "")
         + ("" if complete else f" (cut at --max-states {arguments.max_states}: the graph is partial)")
     )
     return EXIT_OK if complete else EXIT_INCONCLUSIVE

@@ -1,7 +1,8 @@
 """The ``test-runtime`` command of ``lockstep``: model-guided testing of the reference runtime.
 
-``lockstep test-runtime PROTOCOL [--variant V] [--instance I] [--backend gloo|nccl] [--hang-timeout S]
-[--timeout S] [--max-paths N] [--fail-fast] [--seed S] [--trace-dir DIR] [--json]`` computes the model's coverage
+``lockstep test-runtime PROTOCOL|--model-file PATH [--variant V] [--instance I] [--backend gloo|nccl]
+[--hang-timeout S] [--timeout S] [--max-paths N] [--fail-fast] [--seed S] [--trace-dir DIR] [--json]``
+(a model file's protocol is named as a protocol the runtime runs, an edited copy of it) computes the model's coverage
 goals (``lockstep.checkers.goals``: every action with its arguments, every guard conjunct true and
 false, every branch condition of an update, every ``sometimes`` witness, the states one step from
 violating an ``always`` property, the highest level of each bounded-response monitor), finds a
@@ -54,11 +55,12 @@ def _trace_dir(arguments: argparse.Namespace, label: str) -> DirectoryClaim:
 
 
 def _model(arguments: argparse.Namespace) -> tuple[Any, Any]:
-    """The model instance and the runtime protocol (ValueError: a usage error)."""
+    """The model instance (``--model-file``'s protocol, or the named one) and the runtime protocol of
+    its name (ValueError: a usage error)."""
+    from lockstep.cli.listing import one_protocol
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
-    from lockstep.models import get_protocol
 
-    model = get_protocol(arguments.protocol)  # UsageError (a ValueError) names the protocols
+    model = one_protocol(arguments)  # UsageError (a ValueError) names the protocols
     instance = model.instance(arguments.variant, arguments.instance)
     runtime = RUNTIME_PROTOCOLS.get(model.name)
     if runtime is None:
@@ -83,12 +85,19 @@ def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str
     return "trouble"
 
 
-def _replay(config: Any, goals: Any) -> dict[str, Any]:
+def _replay(config: Any, goals: Any, protocol: Any) -> dict[str, Any]:
+    """The run's traces replayed against ``protocol`` (the model the paths came from) at the run's parameters."""
     from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations
     from lockstep.traces.reader import TraceInputError
 
     try:
-        verdict = replay_traces(config.trace_dir, **runtime_expectations(config), observe=goals.observe)
+        expected = runtime_expectations(config)
+        declared = {parameter.name for parameter in protocol.parameters}
+        expected.update(
+            protocol=protocol,  # a model file's, not the built-in one of its name
+            parameters={name: value for name, value in expected["parameters"].items() if name in declared},
+        )
+        verdict = replay_traces(config.trace_dir, **expected, observe=goals.observe)
     except HeaderMismatch as error:  # the run's header is not what its configuration promised
         return {"verdict": "error", "event": None, "property": None, "model": None, "detail": str(error)}
     except TraceInputError as error:  # the runtime under test recorded what the model cannot represent
@@ -197,7 +206,7 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
             timed_out = True
             break
         outcome = launch(config, deadline=deadline(None, config) if left is None else min(left, deadline(None, config)))
-        replayed = _replay(config, reached_in_runtime)
+        replayed = _replay(config, reached_in_runtime, instance.protocol)
         verdict = _verdict(outcome.outcome, outcome.message, replayed)
         record.update(
             outcome=outcome.outcome,

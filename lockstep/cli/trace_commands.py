@@ -19,6 +19,8 @@ from lockstep.cli.commands import (
     json_option,
     judge_options,
     protocol_argument,
+    ranks_option,
+    set_option,
 )
 from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER
@@ -189,6 +191,8 @@ def export(**options: Any) -> Invocation:
 )
 @click.option("--variant", metavar="NAME", shell_complete=completion.variants, help="default: post-fix")
 @click.option("--instance", metavar="NAME", shell_complete=completion.instances, help="default: seed")
+@set_option
+@ranks_option
 @click.option("--format", "format", required=True, type=click.Choice(("dot", "graphml")))
 @click.option(
     "--max-states",
@@ -199,5 +203,6 @@ def export(**options: Any) -> Invocation:
 )
 @click.option("-o", "--output", type=FILE, metavar="FILE", help="where to write (default: stdout)")
 def graph(**options: Any) -> Invocation:
-    """Export a protocol instance's reachable state graph (DOT or GraphML)."""
+    """Export a protocol instance's reachable state graph (DOT or GraphML), the states that violate a safety
+    property coloured and named."""
     return call("lockstep.cli.export:run_export_command", "graph", options)
