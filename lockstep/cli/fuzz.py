@@ -3,11 +3,13 @@
 ``command_fuzz`` runs it (its options: ``lockstep.cli.commands.fuzz``) and returns the exit code:
 0 nothing found (no safety property failed in the examples tried, which proves nothing), 1 a
 property is violated, 2 usage error (one message, never a traceback),
-3 inconclusive (``--timeout`` or Ctrl-C stopped the session before it found anything, or
-Hypothesis could not run the examples). Human output goes to stderr: the counterexample as the
-same swimlanes ``lockstep check`` draws, written as a trace that ``lockstep replay`` and
-``lockstep show`` read. With ``--json`` stdout carries one JSON object (``fuzz_json``; with
-``--impl`` the runtime session's; both ``lockstep/schemas/fuzz.schema.json``).
+3 inconclusive (``--timeout``, the command's one clock from its start to the last run, or Ctrl-C
+stopped the session before it found anything, or Hypothesis could not run the examples), 4 with
+``--impl``: a process of a run was killed (a signal, the OOM killer): no verdict. Human output
+goes to stderr: the counterexample as the same swimlanes ``lockstep check`` draws, written as a
+trace that ``lockstep replay`` and ``lockstep show`` read. With ``--json`` stdout carries one
+JSON object (``fuzz_json``; with ``--impl`` the runtime session's; both
+``lockstep/schemas/fuzz.schema.json``).
 Hypothesis is imported only when the command runs.
 """
 
@@ -25,6 +27,7 @@ from rich.text import Text
 
 from lockstep.cli.commands import DEFAULT_EXAMPLES, DEFAULT_RUNTIME_EXAMPLES
 from lockstep.cli.failures import definition_error, input_error, usage_error
+from lockstep.cli.invocation import clock
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignment, parse_assignments
 from lockstep.spec.semantics import ModelError
 from lockstep.spec.terms import DefinitionError
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     from lockstep.checkers.fuzz import FuzzResult
 
 SCHEMA_VERSION = 1  # of fuzz's --json object (model and runtime sessions)
-OUTCOME_STYLES = {"violated": "bold red", "nothing-found": "green", "inconclusive": "yellow"}
+OUTCOME_STYLES = {"violated": "bold red", "nothing-found": "green", "inconclusive": "yellow", "crashed": "bold red"}
 
 
 def _protocol(arguments: argparse.Namespace) -> Protocol:
@@ -53,6 +56,7 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
         return usage_error(console, "--hang-timeout is for --impl (runs of the runtime)", arguments)
     if arguments.examples is None:
         arguments.examples = DEFAULT_EXAMPLES
+    timer = clock(arguments)
     try:
         protocol = _protocol(arguments)
         overrides = parse_assignments(arguments.set)
@@ -62,13 +66,15 @@ def command_fuzz(arguments: argparse.Namespace, console: Console) -> int:
 
         check_trace_out(arguments.trace_out, [arguments.model_file] if arguments.model_file else [])
 
-        with console.status(f"fuzzing {instance.label}…"):
+        with timer.alarm(f"building the model {instance.label}"):  # a build() may never return
+            machine = instance.machine()
+        with console.status(f"fuzzing {instance.label}…"), timer.alarm("fuzzing"):
             result = fuzz(
-                instance,
+                machine,
                 steps=arguments.steps,
                 examples=arguments.examples,
                 seed=arguments.seed,
-                timeout=arguments.timeout,
+                timeout=timer.left(),  # what the command's clock has left
                 shrink_seconds=arguments.shrink_seconds,
             )
     except UsageError as error:
@@ -112,8 +118,8 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                 examples=arguments.examples or DEFAULT_RUNTIME_EXAMPLES,
                 seed=arguments.seed,
                 hang_timeout=5.0 if arguments.hang_timeout is None else arguments.hang_timeout,
-                timeout=arguments.timeout,
                 keep_traces=None if arguments.trace_out is None else str(arguments.trace_out),
+                clock=clock(arguments),
             )
     except (ValueError, UsageError) as error:
         return usage_error(console, str(error), arguments)
@@ -141,6 +147,13 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
         console.print(
             f"{len(observed)} run(s) showed for real what the model predicts for {result.variant}: "
             + ", ".join(sorted({str(run.observed_violation) for run in observed}))
+        )
+    if result.crashed is not None:
+        crashed = result.crashed
+        console.print(
+            f"[bold red]run {crashed.number} (seed {crashed.seed}): a process was killed[/bold red] (no verdict on "
+            f"the protocol; the session stopped): {escape(crashed.message)}",
+            soft_wrap=True,
         )
     failing = result.failing
     if failing is not None:

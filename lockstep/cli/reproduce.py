@@ -16,9 +16,13 @@ file and the field.
 
 Exit codes: 1 the failure happened for real (reproduced), 0 the run completed and its trace
 conforms (not reproduced), 2 usage or input error (a message naming file and line, never a
-traceback), 3 the run ended otherwise (a runtime error, no outcome within ``--timeout``, the
-whole run's wall clock; ``--hang-timeout`` is how long a blocked collective takes to count as a
-hang). With ``--json`` stdout carries one object (``lockstep/schemas/reproduce.schema.json``).
+traceback; so is a ``--trace-dir`` another run holds, named with its pid), 3 the run ended
+otherwise (a runtime error, no outcome within ``--timeout``: ``stopped`` is "timeout"), 4 a
+process of the run was killed (a signal, the OOM killer: verdict ``crashed``, never "reproduced").
+``--timeout`` is the command's one clock (``lockstep.clock``): reading and checking the
+counterexample, the run and the replay of its traces all count; ``--hang-timeout`` is how long a
+blocked collective takes to count as a hang. With ``--json`` stdout carries one object
+(``lockstep/schemas/reproduce.schema.json``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
+from lockstep.cli.invocation import clock
+from lockstep.clock import TIMEOUT
+from lockstep.traces.claim_holder import refuse_claimed
 from lockstep.traces.output import (
     DirectoryClaim,
     OutputError,
@@ -40,7 +47,7 @@ from lockstep.traces.output import (
     write_stdout,
 )
 
-EXIT_REPRODUCED, EXIT_CLEAN, EXIT_OTHER = 1, 0, 3
+EXIT_REPRODUCED, EXIT_CLEAN, EXIT_OTHER, EXIT_CRASHED = 1, 0, 3, 4
 SCHEMA_VERSION = 1  # of reproduce's --json object
 
 
@@ -210,9 +217,14 @@ def command_reproduce(arguments: argparse.Namespace, console: Any) -> int:
     """Reproduce the counterexample; the exit code (see the module doc)."""
     from lockstep.cli.runtime import check_devices
 
+    timer = clock(arguments)  # --timeout: the whole command's (reading and planning count)
     try:
-        header, events = read_counterexample(arguments.counterexample)
-        planned = reproduction_plan(arguments, header, events)
+        if arguments.trace_dir is not None:  # who writes it, if anyone does, before its contents are judged
+            refuse_claimed(arguments.trace_dir)
+        with timer.alarm(f"reading {arguments.counterexample}"):
+            header, events = read_counterexample(arguments.counterexample)
+        with timer.alarm(f"checking {arguments.counterexample} against its model"):
+            planned = reproduction_plan(arguments, header, events)
         check_devices(arguments.backend, planned[1].ranks)
         claim = _trace_dir(arguments)  # only now: a counterexample refused leaves no folder behind
     except ValueError as error:  # ReproduceError, RunUsageError, OutputError
@@ -230,7 +242,9 @@ def _reproduce(
 ) -> int:
     """The run of ``command_reproduce``, its report and its exit code."""
     from lockstep.cli.runtime import deadline, replay_run
-    from lockstep.impl.launcher import launch
+    from lockstep.impl.launcher import CRASHED, INCONCLUSIVE, launch
+
+    timer = clock(arguments)
 
     wanted = header["parameters"].get("property")
     console.print(
@@ -241,15 +255,19 @@ def _reproduce(
         highlight=False,
         soft_wrap=True,
     )
-    outcome = launch(config, deadline=deadline(arguments.timeout, config))
+    outcome = launch(config, deadline=timer.within(deadline(arguments.timeout, config)))
     console.print(
         f"run: {outcome.outcome} in {outcome.seconds:.2f} s ({outcome.events} events)", markup=False, highlight=False
     )
     if outcome.outcome != "completed":
         console.print(outcome.message, soft_wrap=True, markup=False, highlight=False)
-    replayed = replay_run(config, console)
+    replayed = replay_run(config, console, timer)
+    stopped = TIMEOUT if outcome.outcome == INCONCLUSIVE or (replayed or {}).get("stopped") else None
     violated = replayed is not None and replayed.get("verdict") == "violated"
-    if outcome.outcome == "hang diagnosed" or violated:
+    if outcome.outcome == CRASHED:  # killed by a signal (the OOM killer): the machine failed, not the protocol
+        code, verdict = EXIT_CRASHED, "crashed"
+        violated = False
+    elif outcome.outcome == "hang diagnosed" or violated:
         code, verdict = EXIT_REPRODUCED, "reproduced"
     elif outcome.outcome == "completed":
         code, verdict = EXIT_CLEAN, "not reproduced"
@@ -273,6 +291,7 @@ def _reproduce(
             "schema_version": SCHEMA_VERSION,
             "verdict": verdict,
             "exit_code": code,
+            "stopped": stopped,
             "counterexample": arguments.counterexample,
             "protocol": config.protocol,
             "variant": config.variant,

@@ -9,10 +9,13 @@ against the model of its variant (``--no-replay`` skips that) and prints the ver
 0 completed (and, when replayed, conforming), 1 hang diagnosed or a completed run whose trace
 does not conform, 2 usage error (a message, never a traceback; a ``--choices`` file is read whole
 before anything starts, and a choice in it that the run cannot take stops the run: both name the
-file and line), 3 inconclusive (no outcome within ``--timeout``, the whole run's wall clock) or a
-runtime error, 4 a process of the run crashed (``launcher.CRASHED``: not a hang).
-``--hang-timeout`` is how long a process may block in one collective or receive before the run
-counts as hung.
+file and line; so is a ``--set`` value the model of the run's trace header does not take, and a
+``--trace-dir`` another run holds, named with its pid), 3 inconclusive (no outcome within
+``--timeout``: ``stopped`` is "timeout") or a runtime error, 4 a process of the run crashed
+(``launcher.CRASHED``: killed by a signal, the OOM killer included; never a hang or a verdict).
+``--timeout`` is the command's one clock (``lockstep.clock``): the checks before the launch, the
+run and the replay of its traces all count. ``--hang-timeout`` is how long a process may block in
+one collective or receive before the run counts as hung.
 
 The run's options are the runtime's own (``lockstep.impl.arguments.add_run_arguments``, which
 ``python -m lockstep.impl.rank`` parses under torchrun with argparse): ``run`` is the click command
@@ -33,9 +36,11 @@ import click
 
 from lockstep.cli import completion
 from lockstep.cli.failures import usage_error
-from lockstep.cli.invocation import Invocation, call
+from lockstep.cli.invocation import Invocation, call, clock
 from lockstep.cli.numbers import POSITIVE_NUMBER, ParamType
+from lockstep.clock import TIMEOUT, Clock, TimeoutReached
 from lockstep.impl.arguments import RunUsageError, add_run_arguments, config_from_arguments
+from lockstep.traces.claim_holder import refuse_claimed
 from lockstep.traces.output import OutputError, claim_directory, holding_traces, write_stdout
 
 SCHEMA_VERSION = 1  # of run's --json object: 1 added hang_timeout (was timeout) and the whole run's timeout
@@ -142,15 +147,20 @@ def deadline(timeout: float | None, config: Any) -> float:
     return timeout if timeout is not None else max(60.0, 6 * config.timeout)
 
 
-def replay_run(config: Any, console: Any) -> dict[str, Any] | None:
-    """Replay the run's own traces against the model of its variant (None without traces)."""
+def replay_run(config: Any, console: Any, timer: Clock | None = None) -> dict[str, Any] | None:
+    """Replay the run's own traces against the model of its variant (None without traces), within
+    what the command's clock ``timer`` has left (past it: verdict inconclusive, ``stopped`` timeout)."""
     if config.trace_dir is None:
         return None
     from lockstep.checkers.conformance import runtime_replay
     from lockstep.traces.reader import TraceInputError
 
     try:
-        result = runtime_replay(config, config.trace_dir).to_json()
+        with (timer or Clock()).alarm("replaying the run's traces"):
+            result = runtime_replay(config, config.trace_dir).to_json()
+    except TimeoutReached as reached:
+        console.print(f"replay against the model: {reached}", markup=False, highlight=False, soft_wrap=True)
+        return {"verdict": "inconclusive", "detail": str(reached), "stopped": TIMEOUT}
     except (TraceInputError, ValueError, OSError) as error:
         console.print(f"replay of the run's traces failed: {error}", markup=False, highlight=False, soft_wrap=True)
         return {"verdict": "error", "detail": str(error)}
@@ -204,11 +214,13 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.impl.choices import ChoicesInputError
 
     try:
+        if arguments.trace_dir is not None:  # before its contents are judged: who writes it, if anyone does
+            refuse_claimed(arguments.trace_dir)
         config = config_from_arguments(arguments)
         check_devices(config.backend, config.ranks)
         if config.choices is not None:
             check_choices(config, Path(arguments.choices))
-    except RunUsageError as error:
+    except (RunUsageError, OutputError) as error:
         return usage_error(console, str(error), arguments)
     except ChoicesInputError as error:
         return usage_error(console, str(error), arguments, file=error.path, line=error.line)
@@ -224,9 +236,10 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
 
 def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
     """The run of ``command_run``, its report and its exit code."""
-    from lockstep.impl.launcher import launch
+    from lockstep.impl.launcher import INCONCLUSIVE, launch
 
-    limit = deadline(arguments.timeout, config)
+    timer = clock(arguments)  # the command's clock: what ran before the launch counts against --timeout
+    limit = timer.within(deadline(arguments.timeout, config))
     outcome = launch(config, deadline=limit)
     if outcome.diverged is not None:
         return diverged(console, config, outcome, arguments)
@@ -249,7 +262,8 @@ def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
         markup=False,
         highlight=False,
     )
-    replayed = None if getattr(arguments, "no_replay", False) else replay_run(config, console)
+    replayed = None if getattr(arguments, "no_replay", False) else replay_run(config, console, timer)
+    stopped = TIMEOUT if outcome.outcome == INCONCLUSIVE or (replayed or {}).get("stopped") else None
     code = outcome.exit_code
     if code == 0 and replayed is not None and replayed["verdict"] in ("error", "inconclusive"):
         code = 3  # the run completed, but its trace could not be checked (inconclusive)
@@ -266,9 +280,10 @@ def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
             "backend": config.backend,
             "seed": config.seed,
             "hang_timeout": config.timeout,
-            "timeout": limit,
+            "timeout": deadline(arguments.timeout, config),
             **outcome.to_json(),
             "exit_code": code,
+            "stopped": stopped,
             "replay": None if replayed is None else {key: replayed.get(key) for key in replay_fields},
         }
         write_stdout(json.dumps(payload) + "\n")

@@ -18,24 +18,29 @@ Exit codes: 0 every run completed and its trace follows the model; 1 some run's 
 from the model (a value, action or actor the model does not have counts too, and so does a choice
 of the path the runtime did not offer), violates a property, or the run hung; 2 usage (an unknown
 protocol, variant or instance, a runtime without a reproduction plan); 3 runtime trouble (a run
-ended otherwise, its trace could not be judged, or ``--timeout``, the whole command's wall clock,
-left paths unrun) and nothing diverged. Progress goes to stderr; with ``--json`` stdout carries
-one object (``lockstep/schemas/test-runtime.schema.json``).
+ended otherwise, its trace could not be judged, or ``--timeout`` left paths unrun: then
+``stopped`` is "timeout") and nothing diverged; 4 a process of a run was killed (a signal, the OOM
+killer: that run's verdict is ``crashed``, never a protocol verdict, and no path runs after it)
+and nothing diverged before. ``--timeout`` is the command's one clock (``lockstep.clock``): the
+model's build, the goal search, every run and every replay count. Progress goes to stderr; with
+``--json`` stdout carries one object (``lockstep/schemas/test-runtime.schema.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from lockstep.cli.failures import usage_error
+from lockstep.cli.invocation import clock
+from lockstep.clock import TIMEOUT, Clock, TimeoutReached
+from lockstep.traces.claim_holder import refuse_claimed
 from lockstep.traces.output import DirectoryClaim, OutputError, claim_directory, claim_new_directory, write_stdout
 
 SCHEMA_VERSION = 1  # of test-runtime's --json object
-EXIT_CONSISTENT, EXIT_DIVERGENCE, EXIT_TROUBLE = 0, 1, 3
+EXIT_CONSISTENT, EXIT_DIVERGENCE, EXIT_TROUBLE, EXIT_CRASHED = 0, 1, 3, 4
 
 
 def _not_empty(folder: Path) -> str | None:
@@ -75,6 +80,8 @@ def _model(arguments: argparse.Namespace) -> tuple[Any, Any]:
 def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str:
     """One run's verdict: consistent, violation (a hang or a violated property), divergence (the
     trace leaves the model, or the runtime did not offer a choice the model's path takes), trouble."""
+    if outcome == "process crashed":  # killed by a signal (the OOM killer): nothing about the protocol
+        return "crashed"
     replay = (replayed or {}).get("verdict")
     if replay == "diverges" or "ChoiceDivergence" in message:
         return "divergence"
@@ -128,18 +135,20 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
     """Run the model's goal paths in the runtime; the exit code (see the module doc)."""
     from lockstep.cli.runtime import check_devices
 
-    started = time.monotonic()
+    timer = clock(arguments)  # --timeout: the whole command's, the build and the goal search included
     try:
+        if arguments.trace_dir is not None:  # who writes it, if anyone does, before its contents are judged
+            refuse_claimed(arguments.trace_dir)
         instance, runtime = _model(arguments)
         check_devices(arguments.backend, runtime.ranks[0])  # no CUDA at all: refused before the search
         claim = _trace_dir(arguments, f"{runtime.name}-{instance.variant}")
     except ValueError as error:  # OutputError too: a file in the way, a folder that cannot be made or is taken
         return usage_error(console, str(error), arguments)
     with claim as folder:  # held until the command ends: no other command writes into it meanwhile
-        return _test_paths(arguments, console, started, instance, folder)
+        return _test_paths(arguments, console, timer, instance, folder)
 
 
-def _test_paths(arguments: argparse.Namespace, console: Any, started: float, instance: Any, folder: Path) -> int:
+def _test_paths(arguments: argparse.Namespace, console: Any, timer: Clock, instance: Any, folder: Path) -> int:
     """The model's goal search and the runs of ``command_test_runtime`` in ``folder``; the exit code."""
     from lockstep.checkers import system_for
     from lockstep.checkers.counterexample import write_counterexample
@@ -148,16 +157,21 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
     from lockstep.cli.runtime import check_devices, deadline
     from lockstep.impl.launcher import launch
 
-    machine = instance.machine()
+    with timer.alarm(f"building the model {instance.label}"):  # a build() may never return
+        machine = instance.machine()
     _say(console, f"test-runtime {instance.label}: searching the model for coverage goals")
-    search = find_goals(system_for(machine))
-    chosen = covering_paths(search, arguments.max_paths)
+    search = find_goals(system_for(machine), clock=timer)
+    stopped = search.stopped
+    chosen = [] if stopped is not None else covering_paths(search, arguments.max_paths)
     _say(
         console,
         f"model: {search.states:,} states, {len(search.goals)} goals, {len(search.reached)} reached; "
-        f"{len(chosen)} paths cover {sum(len(goals) for _, goals in chosen)} of them",
+        + (
+            f"--timeout {timer.timeout:g} s ran out during the search: no path run"
+            if stopped is not None
+            else f"{len(chosen)} paths cover {sum(len(goals) for _, goals in chosen)} of them"
+        ),
     )
-    timed_out = False
     reached_in_runtime = RuntimeGoals()
     runs: list[dict[str, Any]] = []
     path_of: dict[str, int] = {}
@@ -200,13 +214,20 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
             runs.append(record)
             _say(console, f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): not run: {error}")
             continue
-        left = None if arguments.timeout is None else arguments.timeout - (time.monotonic() - started)
+        left = timer.left()
         if left is not None and left <= 1:
-            _say(console, f"--timeout {arguments.timeout:g} s reached: {len(chosen) - number + 1} paths not run")
-            timed_out = True
+            _say(console, f"--timeout {timer.timeout:g} s reached: {len(chosen) - number + 1} paths not run")
+            stopped = TIMEOUT
             break
-        outcome = launch(config, deadline=deadline(None, config) if left is None else min(left, deadline(None, config)))
-        replayed = _replay(config, reached_in_runtime, instance.protocol)
+        outcome = launch(config, deadline=timer.within(deadline(None, config)))
+        try:
+            with timer.alarm("replaying a run's traces"):
+                replayed = _replay(config, reached_in_runtime, instance.protocol)
+        except TimeoutReached as reached:
+            replayed = dict.fromkeys(("event", "property", "model"))
+            replayed.update(verdict="inconclusive", detail=str(reached))
+        if timer.expired():
+            stopped = TIMEOUT  # this run, or its replay, was cut short by the clock
         verdict = _verdict(outcome.outcome, outcome.message, replayed)
         record.update(
             outcome=outcome.outcome,
@@ -227,6 +248,8 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
             f"path {number}/{len(chosen)} ({_short(label)}, {path.length} steps): {outcome.outcome} in "
             f"{outcome.seconds:.1f} s{detail} -> {verdict}",
         )
+        if verdict == "crashed" or stopped is not None:
+            break  # a killed process: the machine, not the protocol, failed; no run after it is trusted
         if arguments.fail_fast and verdict in ("divergence", "violation"):
             break
     goals = [
@@ -244,7 +267,9 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
     if verdicts & {"divergence", "violation"}:
         code = EXIT_DIVERGENCE
         overall = "divergence" if "divergence" in verdicts else "violation"
-    elif "trouble" in verdicts or not runs or timed_out:
+    elif "crashed" in verdicts:
+        code, overall = EXIT_CRASHED, "crashed"
+    elif "trouble" in verdicts or not runs or stopped is not None:
         code, overall = EXIT_TROUBLE, "trouble"
     else:
         code, overall = EXIT_CONSISTENT, "consistent"
@@ -257,8 +282,10 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
         highlight=False,
         soft_wrap=True,
     )
+    if stopped is not None:
+        _say(console, f"stopped: {stopped} (--timeout {timer.timeout:g} s)")
     for run in runs:
-        if run["verdict"] in ("divergence", "violation"):
+        if run["verdict"] in ("divergence", "violation", "crashed"):
             _say(
                 console, f"  path {run['index']} ({_short(run['goal'])}): {run['verdict']}; traces: {run['trace_dir']}"
             )
@@ -271,6 +298,7 @@ def _test_paths(arguments: argparse.Namespace, console: Any, started: float, ins
             "instance": instance.name,
             "verdict": overall,
             "exit_code": code,
+            "stopped": stopped,
             "model": {"states": search.states, "complete": search.complete},
             "summary": {"goals": len(goals), "model_reached": in_model, "runtime_reached": in_runtime},
             "goals": goals,

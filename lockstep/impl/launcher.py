@@ -18,9 +18,10 @@ It then polls every process's status board (see ``lockstep.impl.runtime``):
 - **completed**: every rank exited 0 (they exit once the client shut them down). Exit code 0.
 - **runtime error**: a rank failed otherwise (exited with a failure status); the tail of its
   log is kept. Exit code 3.
-- **process crashed**: a process of the run died without finishing: a rank killed by a signal,
-  or a helper (coordinator, client, engine) gone while its status board says it was still at
-  work. The ranks still waiting for it are not hung: the run failed. Exit code 4.
+- **process crashed**: a process of the run died without finishing: a rank killed by a signal
+  (the OOM killer, a ``kill``; this wins over a hang and over another rank's failure, which may
+  follow from it), or a helper (coordinator, client, engine) gone while its status board says it
+  was still at work. The ranks still waiting for it are not hung: the run failed. Exit code 4.
 - **inconclusive**: no verdict within ``deadline`` seconds (a run that steps forever). Exit 3.
 - **scripted choices diverged**: a process could not take a choice of ``--choices``
   (``ChoiceDivergence``, which its choice source writes to the run directory before raising it:
@@ -317,6 +318,18 @@ def _kill_group(group: int) -> None:
         pass
 
 
+def _killed(codes: list[int | None]) -> int | None:
+    """The first rank killed by a signal (a negative exit status), or None."""
+    return next((rank for rank, code in enumerate(codes) if code is not None and code < 0), None)
+
+
+def killed_message(rank: int, codes: list[int | None], logs: Path) -> str:
+    """What a crashed run's message says of the killed ``rank``: the signal and its log's tail."""
+    code = codes[rank]
+    assert code is not None
+    return f"rank {rank} was killed by {_signal_name(-code)}:\n{_tail(logs / f'rank-{rank}.log')}".rstrip()
+
+
 def watch_run(
     config: RunConfig, run_dir: Path, codes: Callable[[], list[int | None]], started: float, deadline: float, logs: Path
 ) -> Outcome:
@@ -358,6 +371,9 @@ def watch_run(
         if diverged is not None:
             message = f"the run does not fit its scripted choices (ChoiceDivergence): {diverged}"
             return finish(ERROR, message, statuses, waits_of(statuses), diverged)
+        killed = _killed(current)
+        if killed is not None:  # a rank killed by a signal (the OOM killer, a kill): whatever the others wait in
+            return finish(CRASHED, killed_message(killed, current, logs), statuses)
         if hung(statuses, config.ranks, config.timeout, now):
             waits = waits_of(statuses)
             request_dumps(config)  # with --flight-recorder: every rank dumps before it is killed
@@ -366,16 +382,17 @@ def watch_run(
         if failed:
             time.sleep(0.2)  # let the other ranks' statuses settle
             statuses = read_statuses(run_dir)
+            current = codes()  # a rank that failed because a peer was killed: the peer's death shows by now
+            killed = _killed(current)
+            if killed is not None:
+                return finish(CRASHED, killed_message(killed, current, logs), statuses)
             if hung(statuses, config.ranks, 0.9 * config.timeout, time.time()):  # e.g. the NCCL watchdog's abort
                 waits = waits_of(statuses)
                 request_dumps(config)
                 return finish(HANG, describe_waits(waits), statuses, waits)
             rank = failed[0]
             tail = _tail(logs / f"rank-{rank}.log")
-            code = current[rank]
-            if code is not None and code < 0:
-                return finish(CRASHED, f"rank {rank} was killed by {_signal_name(-code)}:\n{tail}".rstrip(), statuses)
-            return finish(ERROR, f"rank {rank} exited with status {code}:\n{tail}", statuses)
+            return finish(ERROR, f"rank {rank} exited with status {current[rank]}:\n{tail}", statuses)
         if dead:  # a helper died on its own (a rank that died is reported above): not a hang
             waits = {actor: what for actor, what in waits_of(statuses).items() if actor not in dead}
             message = "; ".join(

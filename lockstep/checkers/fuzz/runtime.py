@@ -15,6 +15,10 @@ model's projection after every event. An example fails when
 
 A run that hangs or violates a property while its trace conforms does what the model says this
 variant does (a pre-fix hang, a finding): it is counted (``observed_violations``), not a failure.
+A run whose process was killed (by a signal: the OOM killer, a ``kill``; ``process crashed``)
+says nothing about the protocol: the session stops there with outcome ``crashed`` (exit 4), never
+a verdict. A run that the command's clock (``--timeout``) cut short is no failure either: the
+session stops with ``stopped: timeout``.
 
 The first failing example is the result (Hypothesis's shrinking is off: each example is a real
 multi-process run of seconds). A ``runner`` runs one configuration: ``launch`` (fresh processes
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -35,8 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockstep.clock import TIMEOUT, Clock
 from lockstep.traces.output import OutputError, make_directory, replacing
 
+CRASHED = "process crashed"  # as lockstep.impl.launcher (imported only when a session runs)
 INDEX_LIMIT = 7  # indices 0..7: options are few at every choice point
 MAX_CHOICES = 48  # indexed choices per actor; the seed decides the rest
 
@@ -55,8 +62,16 @@ class RuntimeExample:
     trace_dir: str | None = None
 
     @property
+    def crashed(self) -> bool:
+        """A process of the run was killed or died (the OOM killer, a signal): no verdict on the protocol."""
+        return self.outcome == CRASHED
+
+    @property
     def failure(self) -> str | None:
-        """Why this example fails (the runtime and the model disagree, or the run failed), or None."""
+        """Why this example fails (the runtime and the model disagree, or the run failed), or None
+        (also for a crashed run, which says nothing about the protocol: ``crashed``)."""
+        if self.crashed:
+            return None
         if self.outcome not in ("completed", "hang diagnosed"):
             return f"the run ended with {self.outcome}: {self.message}"
         verdict = None if self.replay is None else self.replay.get("verdict")
@@ -70,7 +85,7 @@ class RuntimeExample:
     @property
     def observed_violation(self) -> str | None:
         """What the run showed for real that the model also shows (a hang, a violated property)."""
-        if self.failure is not None:
+        if self.failure is not None or self.crashed:
             return None
         if self.replay is not None and self.replay.get("verdict") == "violated":
             return f"{self.replay.get('property')} violated"
@@ -105,6 +120,7 @@ class RuntimeFuzzResult:
     seed: int | None
     runs: list[RuntimeExample] = field(default_factory=list)
     failing: RuntimeExample | None = None
+    crashed: RuntimeExample | None = None  # the run whose process was killed: the session stopped there
     seconds: float = 0.0
     stopped: str | None = None
     pool_starts: int = 0  # rank pools started (again after each run that did not complete)
@@ -114,11 +130,13 @@ class RuntimeFuzzResult:
     def outcome(self) -> str:
         if self.failing is not None:
             return "violated"
+        if self.crashed is not None:
+            return "crashed"
         return "inconclusive" if self.stopped is not None or not self.runs else "nothing-found"
 
     @property
     def exit_code(self) -> int:
-        return {"violated": 1, "nothing-found": 0, "inconclusive": 3}[self.outcome]
+        return {"violated": 1, "nothing-found": 0, "inconclusive": 3, "crashed": 4}[self.outcome]
 
     def to_json(self) -> dict[str, Any]:
         seconds = [run.seconds for run in self.runs]
@@ -142,6 +160,7 @@ class RuntimeFuzzResult:
                 "examples_to_failure": None if self.failing is None else self.failing.number,
             },
             "failing": None if self.failing is None else self.failing.to_json(),
+            "crashed": None if self.crashed is None else self.crashed.to_json(),
         }
 
 
@@ -162,6 +181,7 @@ def fuzz_runtime(
     runner: Runner | None = None,
     keep_traces: str | None = None,
     pooled: bool = True,
+    clock: Clock | None = None,
 ) -> RuntimeFuzzResult:
     """Fuzz the runtime of ``protocol``/``variant`` against its model (see the module doc).
 
@@ -169,6 +189,8 @@ def fuzz_runtime(
     copied whole (``lockstep.traces.output.replacing``); a folder that cannot take them leaves
     ``keep_error`` saying why.
     ``pooled`` runs the examples on a ``RankPool`` (else fresh processes per example).
+    ``clock`` is the command's (``lockstep.clock``; default: one of ``timeout`` seconds started
+    now): no example starts once it has run out, and each run's deadline is what it has left.
     ``UsageError``-worthy input raises ``ValueError`` with the reason."""
     from hypothesis import HealthCheck, Phase, given, strategies
     from hypothesis import seed as hypothesis_seed
@@ -176,8 +198,9 @@ def fuzz_runtime(
 
     from lockstep.checkers.conformance import runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
+    from lockstep.impl.arguments import check_model_bounds, setting_values
     from lockstep.impl.choices import indexed
-    from lockstep.impl.launcher import launch
+    from lockstep.impl.launcher import INCONCLUSIVE, launch
     from lockstep.impl.lifetime import guardian
     from lockstep.impl.pool import RankPool
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
@@ -197,25 +220,27 @@ def fuzz_runtime(
     rank_count = known.default_ranks if ranks is None else ranks
     if not known.ranks[0] <= rank_count <= known.ranks[1]:
         raise ValueError(f"{protocol} runs {known.ranks[0]} to {known.ranks[1]} ranks, got {rank_count}")
-    values = {name: setting.default for name, setting in known.settings.items()}
-    for name, value in (settings or {}).items():
-        if name not in known.settings:
-            raise ValueError(
-                f"{protocol} has no setting {name!r} (its settings: {', '.join(known.settings) or 'none'})"
-            )
-        values[name] = int(value)
+    values = setting_values(known, [f"{name}={value}" for name, value in (settings or {}).items()])
+    base = RunConfig(protocol, variant, chosen_scenario, rank_count, timeout=hang_timeout, extra=dict(values))
+    check_model_bounds(known, base)  # before any process starts: a setting the model does not take fails every run
     if keep_traces is not None and Path(keep_traces).exists() and not Path(keep_traces).is_dir():
         raise ValueError(f"--trace-out {keep_traces} is not a directory (with --impl it names a folder for the traces)")
     actors = [*(f"rank:{rank}" for rank in range(rank_count)), *known.helper_actors]
     seed = chosen_seed(seed)
     result = RuntimeFuzzResult(protocol, variant, chosen_scenario, rank_count, examples, seed)
     started = time.monotonic()
+    clock = clock or Clock(timeout, started)
+    run_deadline = max(60.0, 6 * hang_timeout)  # a run's own limit, within what the clock has left
     work = Path(tempfile.mkdtemp(prefix="lockstep-fuzz-runtime-", dir=os.environ.get("LOCKSTEP_RUN_ROOT")))
     guardian().protect(directory=work)  # removed even if this process is killed
     pool = RankPool(protocol, rank_count, "gloo", hang_timeout) if runner is None and pooled else None
-    run = runner or (
-        pool.run if pool is not None else lambda config: launch(config, deadline=max(60.0, 6 * hang_timeout))
-    )
+
+    def run(config: RunConfig) -> Any:
+        if runner is not None:
+            return runner(config)
+        if pool is not None:
+            return pool.run(config, deadline=clock.within(run_deadline))
+        return launch(config, deadline=clock.within(run_deadline))
 
     @hypothesis_settings(
         max_examples=examples,
@@ -236,10 +261,10 @@ def fuzz_runtime(
                 data.draw(strategies.lists(strategies.integers(0, INDEX_LIMIT), max_size=MAX_CHOICES), label=actor),
             )
         ]
-        if result.failing is not None or result.stopped is not None:
+        if result.failing is not None or result.crashed is not None or result.stopped is not None:
             return  # drawn all the same: Hypothesis requires the same draws for the same data
-        if timeout is not None and time.monotonic() - started > timeout:
-            result.stopped = f"--timeout {timeout:g} s passed"
+        if clock.expired():
+            result.stopped = TIMEOUT
             return
         number = len(result.runs) + 1
         folder = work / f"example-{number}"
@@ -273,8 +298,13 @@ def fuzz_runtime(
             time.monotonic() - began,
             str(trace_dir),
         )
+        if outcome.outcome == INCONCLUSIVE and clock.expired():
+            result.stopped = TIMEOUT  # the clock, not the runtime, ended this run: it judges nothing
+            return
         result.runs.append(sample)
-        if sample.failure is not None:
+        if sample.crashed:
+            result.crashed = sample  # a process was killed: what follows would run on a broken machine
+        elif sample.failure is not None:
             result.failing = sample
 
     example = hypothesis_seed(seed)(example)
@@ -285,6 +315,9 @@ def fuzz_runtime(
         result.stopped = "interrupted"
     finally:
         result.seconds = time.monotonic() - started
+        if pool is not None:  # first: its ranks may still write into the working directory
+            pool.close(kill=sys.exc_info()[0] is not None)  # stopped (Ctrl-C, SIGTERM): no waiting on them
+            result.pool_starts = pool.started
         if result.failing is not None and keep_traces is not None:
             try:
                 result.failing.trace_dir = str(_keep(Path(str(result.failing.trace_dir)), Path(keep_traces)))
@@ -294,9 +327,6 @@ def fuzz_runtime(
             result.failing.trace_dir = None
         shutil.rmtree(work, ignore_errors=True)
         guardian().release(directory=work)
-        if pool is not None:
-            pool.close()
-            result.pool_starts = pool.started
     return result
 
 
