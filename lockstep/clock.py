@@ -68,9 +68,10 @@ class Clock:
     @contextmanager
     def alarm(self, phase: str) -> Iterator[None]:
         """Run the block with SIGALRM set for what is left and ``grace()`` more: ``TimeoutReached(phase)``
-        is raised in it then. For a phase that may never return (a model file's ``build()``) and the
-        backstop of one that stops itself on this clock (an engine's search). Only the main thread
-        can take the signal: elsewhere the block runs unbounded. An alarm set outside is put back
+        is raised in it then. For a phase that may never return and does not read the clock itself
+        (a model file's ``build()``, a replay); an engine's search reads it (``Limits.on``) and stops
+        with its partial result instead, never interrupted inside a solver. Only the main thread can
+        take the signal: elsewhere the block runs unbounded. An alarm set outside is put back
         afterwards."""
         left = self.left()
         if left is None or threading.current_thread() is not threading.main_thread():

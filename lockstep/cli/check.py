@@ -64,8 +64,7 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
                 printed[0] = stats.seconds
                 console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
-        with clock(arguments).alarm(f"checking {instance.label}"):  # the engine stops itself; a backstop
-            return _check(machine, arguments, progress)
+        return _check(machine, arguments, progress)  # the engine stops itself on the clock (Limits.on)
 
 
 def _check(machine: Machine, arguments: argparse.Namespace, progress: Progress) -> CheckResult:
