@@ -120,7 +120,7 @@ def test_bit_vector_widths_cannot_hide_a_violation() -> None:
 @pytest.mark.parametrize("variant", ["post-fix", "pre-fix"])
 def test_pdr_agrees_with_bfs_on_async_placeholders(variant: str) -> None:
     instance = get_protocol("async-placeholders").instance(variant)
-    explicit = {item.name: item for item in check(instance).properties}
+    explicit = {item.name: item for item in check(instance, engine="bfs").properties}
     result = check(instance, "pdr", depth=12, solver_timeout=10)
     for item in result.properties:
         reference = explicit[item.name]
@@ -211,9 +211,8 @@ def test_abc_proves_computed_tokens_no_deadlock_assuming_the_strengthening_invar
         machine, depth=0, stages=ABC_ONLY, property_timeout=60, only=frozenset({position})
     )
     proved = prover.run().property_result("no_deadlock")
-    assert check(get_protocol("computed-tokens").instance("post-fix")).property_result("no_deadlock").verdict is (
-        Verdict.HOLDS
-    )
+    explicit = check(get_protocol("computed-tokens").instance("post-fix"), engine="bfs")
+    assert explicit.property_result("no_deadlock").verdict is Verdict.HOLDS
     assert proved.verdict is Verdict.HOLDS and prover.attempts["no_deadlock"].prover == "ABC pdr", proved.detail
     certificate_ = prover.attempts["no_deadlock"].certificate
     assert certificate_ is not None and proved.invariant == certificate_.text
@@ -329,7 +328,7 @@ def test_abc_agrees_with_bfs_on_the_small_pinned_instances(protocol: str, varian
     witness decoded to actions and replayed through ``evaluate``) is BFS's verdict, and every
     counterexample is as long as BFS's or longer."""
     instance = get_protocol(protocol).instance(variant.removesuffix("-all"), name)
-    explicit = {item.name: item for item in check(instance).properties}
+    explicit = {item.name: item for item in check(instance, engine="bfs").properties}
     machine = instance.machine()
     # (the default tier leaves out pp-broadcast's no_hang and no_deadlock: their invariants have
     # thousands of atoms and Z3's re-check takes ~40 s; the slow tier has them)

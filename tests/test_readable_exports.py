@@ -360,3 +360,18 @@ def test_test_runtime_takes_a_model_file_and_judges_the_runs_by_it(
         capsys, "test-runtime", "computed-tokens", *arguments, "--trace-dir", str(tmp_path / "built-in")
     )
     assert code == 0 and json.loads(out)["verdict"] == "consistent", err
+
+
+def test_check_json_states_carries_the_counterexample_states(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    lockstep = Path(sys.executable).parent / "lockstep"
+    arguments = [str(lockstep), "check", "pp-broadcast", "--variant", "pre-fix", "--json"]
+    plain = json.loads(subprocess.run(arguments, capture_output=True, text=True, cwd=tmp_path).stdout)
+    with_states = json.loads(
+        subprocess.run([*arguments, "--json-states"], capture_output=True, text=True, cwd=tmp_path).stdout
+    )
+    assert "initial_state" not in plain["counterexample"]
+    counterexample = with_states["counterexample"]
+    assert counterexample["initial_state"] and all("state" in step for step in counterexample["steps"])

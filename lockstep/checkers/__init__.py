@@ -40,7 +40,7 @@ def system_for(machine: Machine, compiled: bool = True) -> TransitionSystem:
 
 def check(
     target: Instance | Machine,
-    engine: str = "bfs",
+    engine: str = AUTO,
     *,
     symmetry: bool = False,
     limits: Limits | None = None,
@@ -59,6 +59,9 @@ def check(
     mine_invariants: bool = False,
 ) -> CheckResult:
     """Check every property of ``target`` with ``engine``; the result carries verdicts and paths.
+
+    ``engine`` defaults to ``auto``, as ``lockstep check`` does (``bfs-vec`` where the kernels
+    compile the model, else ``bfs``; both give the same counts and counterexamples).
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``

@@ -219,7 +219,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     inputs = [arguments.model_file] if arguments.model_file else []
     trace_file = _write_trace(instance, result, arguments.trace_out, console, inputs)
     if arguments.json:
-        write_stdout(json.dumps(result_json(result, instance, trace_file)) + "\n")
+        write_stdout(json.dumps(result_json(result, instance, trace_file, states=arguments.json_states)) + "\n")
     else:
         render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
         if arguments.show_invariant:
@@ -262,7 +262,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
         result = _run(instance, arguments, console)
         trace_file = _write_trace(instance, result, None, console)
         rows.append(PinnedRow.of(instance, result))
-        payloads.append(result_json(result, instance, trace_file))
+        payloads.append(result_json(result, instance, trace_file, states=arguments.json_states))
     proofs = _check_proofs(arguments)
     all_as_pinned = all(row.as_pinned for row in rows) and all(proof.proved for proof in proofs)
     if arguments.json:

@@ -236,6 +236,9 @@ def prove_lemmas(**options: Any) -> Invocation:
 )
 @json_option
 @click.option("--trace-out", type=FILE, metavar="FILE", help="where to write the counterexample trace")
+@click.option(
+    "--json-states", is_flag=True, help="with --json: the counterexample's states (initial_state, each step's state)"
+)
 @click.option("--interpreted", is_flag=True, help="use the reference interpreter instead of compiled code")
 def check(**options: Any) -> Invocation:
     """Explore every interleaving of a protocol instance (PROTOCOL: see `lockstep list`) and check its properties."""
