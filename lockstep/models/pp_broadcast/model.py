@@ -99,21 +99,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lockstep.models.pp_broadcast import engine, stream, worker
+from lockstep.models.pp_broadcast import engine, handler, stream, worker
 from lockstep.models.pp_broadcast.properties import add_properties
+from lockstep.models.pp_broadcast.release_verdicts import with_release_verdicts
+from lockstep.models.pp_broadcast.releases import BISECTION, FEATURE_PARAMETERS, RELEASE_VARIANTS
 from lockstep.models.pp_broadcast.sources import sources
-from lockstep.models.pp_broadcast.state import Phase, declare
+from lockstep.models.pp_broadcast.state import Phase, Sizes, declare
 from lockstep.models.pp_broadcast.variants import (
+    MUTANTS,
     POST_FIX,
     PRE_FIX,
     SKIP_DISAGREE,
     SKIP_WHOLE_RECEIVE,
     V0_21_0,
     V0_22_0,
+    release_of,
 )
 from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
+from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, UsageError, VariantSpec
 
 __all__ = [
     "POST_FIX",
@@ -126,30 +130,58 @@ __all__ = [
 ]
 
 
+def check_features(variant: str, sizes: Sizes) -> None:
+    """Refuse what vLLM refuses and what the model leaves out (``docs/models/pp-broadcast.md`` says why)."""
+    release = sizes.release
+    if sizes.runner == 2 and variant in MUTANTS:
+        raise UsageError(f"pp-broadcast: {variant} is a mutant of the V1 runner's skip; runner=2 takes a release")
+    if sizes.runner == 2 and not sizes.async_scheduling:
+        raise UsageError("pp-broadcast: the V2 runner without async scheduling is not modelled (see the ledger)")
+    if sizes.runner == 1 and sizes.async_scheduling and release.refuses_v1_async:
+        raise UsageError(
+            f"pp-broadcast: vLLM {variant} refuses the V1 runner with pipeline parallelism and async scheduling "
+            "(VllmConfig._validate_v1_model_runner); set async_scheduling=0 or runner=2"
+        )
+    if sizes.drafts and not sizes.async_scheduling:
+        raise UsageError(
+            "pp-broadcast: speculative decoding without async scheduling is not modelled: its drafts and token "
+            "counts reach the ranks through the scheduler (computed-tokens models that hand-off)"
+        )
+
+
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     """The pp-broadcast machine for ``variant`` at the given parameter values."""
     machine = Machine(f"pp-broadcast/{variant}", hang_bound=parameters["hang_bound"])
-    state = declare(machine, parameters)  # the variables, then the communicator pp and its actions
+    state = declare(machine, parameters, release_of(variant))  # the variables, then pp and its actions
+    check_features(variant, state.sizes)
     machine.add(engine.schedule, state, leave_out=state.LeaveOut)
-    if state.sizes.empty_steps:
+    if state.sizes.empties:
         machine.add(engine.schedule_empty, state)
     machine.add(engine.process_output, state)
     machine.add(worker.execute_model, state, rank=state.Rank)
-    if state.sizes.empty_steps:
+    if state.sizes.empties:
         machine.add(worker.execute_model_empty, state, rank=state.Rank)
     if state.sizes.failures:
         machine.add(worker.execute_model_raises, state, rank=state.Rank)
         machine.add(engine.engine_raises, state)
+    if state.sizes.drafts and state.sizes.runner == 1:
+        machine.add(engine.engine_raises_on_sample, state)
     machine.add(worker.sample_tokens, state, variant, rank=state.Rank)
     machine.add(stream.gpu_compute, state, rank=state.Rank)
     machine.add(stream.gpu_post, state, rank=state.Rank)
     machine.add(stream.gpu_complete, state, rank=state.Rank)
-    if state.sizes.empty_steps:
+    if state.sizes.empties:
         machine.add(stream.gpu_pass, state, rank=state.Rank)
+    if state.sizes.handler:
+        machine.add(handler.side_post, state, rank=state.Rank)
+        machine.add(handler.side_complete, state, rank=state.Rank)
+        machine.add(handler.side_pass, state, rank=state.Rank)
     add_properties(machine, state)
     declared = {action.name for action in machine.actions}
-    machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
-    bound_delay(machine, parameters["max_delay"], [state.pp.queue.expression.name])  # type: ignore[union-attr]
+    mirrored = sources(variant, state.sizes.runner, state.sizes.async_scheduling, state.sizes.handler)
+    machine.mirror({name: text for name, text in mirrored.items() if name in declared})
+    queues = [group.queue.expression.name for group in (state.pp, state.ppb) if group is not None]  # type: ignore[union-attr]
+    bound_delay(machine, parameters["max_delay"], queues)
     return machine
 
 
@@ -184,6 +216,7 @@ PROTOCOL = Protocol(
             "vLLM v0.22.0",
             later_release=True,
         ),
+        *RELEASE_VARIANTS,
     ),
     parameters=(
         ParameterSpec("ranks", 2, "PP stages", minimum=2, maximum=4),
@@ -199,8 +232,9 @@ PROTOCOL = Protocol(
             "empty_steps", 0, "steps the scheduler may leave empty (no scheduled tokens)", minimum=0, maximum=2
         ),
         max_delay_parameter(),
+        *FEATURE_PARAMETERS,
     ),
-    instances=(
+    instances=with_release_verdicts(
         InstanceSpec(
             "seed",
             "PR #38726: one long prompt in two chunks on two stages; the first step is all non-final chunks",
@@ -282,4 +316,5 @@ PROTOCOL = Protocol(
     ),
     build=build,
     rank_parameter="ranks",
+    release_table=tuple((release, variant) for release, variant, _ in BISECTION),
 )

@@ -1,7 +1,7 @@
 """The vLLM functions each pp-broadcast action stands for, shown with every counterexample step.
 
-Read from the v0.19.0 wheel (``pre-fix``) and the v0.20.0 wheel (``post-fix``; the mutants change
-one line of it): ``vllm/v1/engine/core.py`` (``EngineCore.step_with_batch_queue``),
+Read from the wheels of every release v0.19.0 to v0.33.0 (``releases.py``; the mutants change one
+line of v0.20.0's): ``vllm/v1/engine/core.py`` (``EngineCore.step_with_batch_queue``),
 ``vllm/v1/core/sched/scheduler.py`` / ``async_scheduler.py`` (``Scheduler.schedule``,
 ``AsyncScheduler._update_after_schedule``, ``Scheduler.update_from_output``),
 ``vllm/v1/worker/gpu_worker.py`` (``Worker.execute_model``), ``vllm/v1/worker/gpu_model_runner.py``
@@ -51,6 +51,42 @@ SAMPLE_TOKENS: dict[str, str] = {
     f"{RECEIVE} if use_async_scheduling and not pp.is_last_rank, else return None",
     "v0.22.0": "GPUModelRunner.sample_tokens: as v0.21.0; "
     f"{RECEIVE} also advances input_batch.num_tokens_no_spec per kept row",
+    "v0.23.0": "GPUModelRunner.sample_tokens: as v0.22.0 (without execute_model_state it returns "
+    "ModelRunnerOutput.with_kv_conn_output_only(None), EMPTY_MODEL_RUNNER_OUTPUT; from v0.28.0 "
+    f"{RECEIVE} posts the broadcast with async_op=True, waited in _prepare_input_ids)",
+}
+SAMPLE_TOKENS["v0.30.0"] = SAMPLE_TOKENS["v0.23.0"]
+SAMPLE_TOKENS_SYNC = (
+    "GPUModelRunner.sample_tokens without async scheduling: with execute_model_state _sample → "
+    "_bookkeeping_sync (the real ids appended); without: return (the receive's guard needs use_async_scheduling)"
+)
+SAMPLE_TOKENS_REFUSED = " (VllmConfig refuses the V1 runner with PP and async scheduling: _validate_v1_model_runner)"
+
+V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py GPUModelRunner"
+V2_SAMPLE_TOKENS = {
+    False: f"{V2_RUNNER}.sample_tokens: no execute_model_state: return None; non-last ranks pp_receive "
+    "([num_reqs, num_speculative_steps + 1] ids, then (num_sampled, num_rejected)) → postprocess; the last rank "
+    "sample → pp_broadcast (the sampler's ids, then the counts) on pp.device_group (pp_utils.py)",
+    True: f"{V2_RUNNER}.sample_tokens: no execute_model_state: return None; non-last ranks PPHandler.receive "
+    "(compute_need_sampled_mask; on broadcast_stream over the pp_broadcast group; the slot queue[-1]) → "
+    "postprocess_num_computed_tokens; the last rank sample → PPHandler.broadcast → postprocess_sampled → "
+    "speculator.propose → PPHandler.broadcast_drafts (v0.30.0 on) (pp_utils.py)",
+}
+V2_EXECUTE_MODEL = (
+    "Worker.execute_model (wait _pp_send_work; irecv_tensor_dict → AsyncIntermediateTensors) → "
+    f"{V2_RUNNER}.execute_model (update_pp_decode_requests → PPHandler.get_prev_sampled_outputs: the slot of "
+    "step N - pp_size, main_stream.wait_event, postprocess_sampled) → isend_tensor_dict"
+)
+SIDE_STREAM: dict[str, str] = {
+    "side_post": "PPHandler.broadcast / receive / broadcast_drafts: with torch.cuda.stream(broadcast_stream): "
+    "broadcast_stream.wait_stream(main_stream); torch.distributed.broadcast(group=broadcast_group)",
+    "side_complete": "the pp_broadcast group's broadcasts complete; broadcast_stream.record_event() (the slot's event)",
+    "side_pass": "nothing on broadcast_stream for the step (compute_need_sampled_mask is None, or no sample_tokens)",
+    "ppb.complete": "torch.distributed.broadcast(group=PPHandler.broadcast_group) completes on every member",
+}
+SPEC_DECODE_FAILURE = {
+    "engine_raises_on_sample": "EngineCore.step_with_batch_queue: future.result() of the step's sample_tokens raises "
+    "(MultiprocExecutor.get_response: 'Worker failed with error ...'; the output rank's AssertionError)",
 }
 GUARD_V019 = (
     " (no execute_model_state: the receive path if use_async_scheduling and pp.world_size > 1, "
@@ -77,9 +113,26 @@ EMPTY: dict[str, str] = {
 }
 
 
-def sources(variant: str) -> dict[str, str]:
-    """The mapping for a variant: the variants differ only in ``sample_tokens``."""
-    sample = SAMPLE_TOKENS[variant]
-    if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive"):
+def sources(variant: str, runner: int = 1, async_scheduling: bool = True, handler: bool = False) -> dict[str, str]:
+    """The mapping for a variant: the variants differ only in ``sample_tokens`` (and the V2 runner in
+    ``execute_model`` and its side stream)."""
+    if runner == 2:
+        return {
+            **COMMON,
+            **FAILURE,
+            **EMPTY,
+            **SIDE_STREAM,
+            "execute_model": V2_EXECUTE_MODEL
+            if handler
+            else COMMON["execute_model"].replace("GPUModelRunner", f"{V2_RUNNER}"),
+            "sample_tokens": V2_SAMPLE_TOKENS[handler],
+        }
+    if not async_scheduling:
+        sample = SAMPLE_TOKENS_SYNC
+    elif variant in SAMPLE_TOKENS:
+        sample = SAMPLE_TOKENS[variant]
+    else:  # v0.31.0 on: the V1 runner runs PP without async scheduling only
+        sample = SAMPLE_TOKENS_SYNC + SAMPLE_TOKENS_REFUSED
+    if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive") and async_scheduling:
         sample += GUARD_V019
-    return {**COMMON, **FAILURE, **EMPTY, "sample_tokens": sample}
+    return {**COMMON, **FAILURE, **EMPTY, **SPEC_DECODE_FAILURE, "sample_tokens": sample}

@@ -4,15 +4,22 @@
 state variables of the engine and its scheduler, of each rank's CPU thread (the RPCs it has
 handled and its runner's local state), of each rank's GPU stream, and the PP communicator ``pp``
 (NCCL ``device_group``). It returns them as a ``State`` that ``engine.py``, ``worker.py``,
-``stream.py`` and ``properties.py`` share.
+``handler.py``, ``stream.py`` and ``properties.py`` share.
+
+The features beyond the seed model add their variables only where an instance turns them on, so a
+machine without them keeps exactly its variables: ``drafts`` > 0 on the V1 runner (the step whose
+``sample_tokens`` failed ``_pp_broadcast_prev_sampled_token_ids``' shape assert), ``runner=2`` (per rank
+the step whose sampled token of each request its ``req_states`` hold) and the V2 ``PPHandler`` (the
+side stream of each rank and the ``pp_broadcast`` communicator ``ppb``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from lockstep.spec.collectives import Communicator, broadcast
+from lockstep.models.pp_broadcast.variants import Release
+from lockstep.spec.collectives import Communicator, OpSpec, broadcast
 from lockstep.spec.machine import Machine
 from lockstep.spec.sorts import BOOL, IndexSort, IntSort, MapSort, Sort, enum, integers
 from lockstep.spec.terms import Term, lift
@@ -38,17 +45,45 @@ class Sizes:
     prompts: tuple[int, ...]  # chunks of each request's prompt: request 0 ``chunks``, request 1 one
     lengths: tuple[int, ...]  # pieces (chunks and decodes) of each request
     steps: int  # each gap delays one request one step; each empty step schedules no request
+    async_scheduling: bool = True  # 0: the Scheduler sends the sampled tokens; no broadcast on the V1 runner
+    drafts: int = 0  # speculative decoding: draft tokens scheduled with every decode
+    runner: int = 1  # 1: the V1 GPUModelRunner; 2: the V2 runner (vllm/v1/worker/gpu/)
+    release: Release = Release()  # noqa: RUF009 (a frozen dataclass: one shared value is safe)
 
     @property
     def last(self) -> int:
         return self.ranks - 1
 
+    @property
+    def cadence_empties(self) -> int:
+        """The empty steps the V2 decode cadence forces: up to pp_size - 1 before each decode, when no request
+        is eligible (``Scheduler.schedule`` returns no tokens while ``has_requests()``)."""
+        return (self.ranks - 1) * (sum(self.lengths) - sum(self.prompts)) if self.handler else 0
 
-def sizes_of(parameters: Mapping[str, int]) -> Sizes:
+    @property
+    def empties(self) -> bool:
+        """The instance has steps with no scheduled tokens (chosen with ``empty_steps``, or forced by the cadence)."""
+        return bool(self.empty_steps or self.cadence_empties)
+
+    @property
+    def handler(self) -> bool:
+        """The V2 runner's PPHandler (v0.23.0 on): side stream, ``ppb``, ring, decode cadence."""
+        return self.runner == 2 and self.release.handler
+
+    @property
+    def queue_size(self) -> int:
+        """``max_concurrent_batches``: pp_size, or pp_size + 1 for the V2 runner with async scheduling (v0.23.0)."""
+        return self.ranks + 1 if self.handler and self.async_scheduling else self.ranks
+
+
+NO_SWITCHES = Release()  # vLLM v0.19.0's code
+
+
+def sizes_of(parameters: Mapping[str, int], release: Release = NO_SWITCHES) -> Sizes:
     count, gaps = parameters["requests"], parameters["gaps"]
     prompts = (parameters["chunks"],) + (1,) * (count - 1)
     lengths = tuple(prompt + parameters["decodes"] for prompt in prompts)
-    return Sizes(
+    sizes = Sizes(
         ranks=parameters["ranks"],
         requests=count,
         gaps=gaps,
@@ -57,7 +92,14 @@ def sizes_of(parameters: Mapping[str, int]) -> Sizes:
         prompts=prompts,
         lengths=lengths,
         steps=max(lengths) + gaps + parameters["empty_steps"],
+        async_scheduling=bool(parameters.get("async_scheduling", 1)),
+        drafts=parameters.get("drafts", 0),
+        runner=parameters.get("runner", 1),
+        release=release,
     )
+    if sizes.cadence_empties:  # room for the empty steps the V2 decode cadence forces
+        sizes = replace(sizes, steps=sizes.steps + sizes.cadence_empties)
+    return sizes
 
 
 @dataclass(frozen=True)
@@ -69,6 +111,7 @@ class State:
     Request: IndexSort
     StepIndex: IndexSort  # 0-based: step N of the story is index N-1
     Pieces: IntSort  # a request's chunks and decodes so far
+    Steps: IntSort  # 0..steps: a step count, or a 1-based step with 0 for none
     Planned: IntSort  # 0: not in the step; k+1: in it with num_computed_tokens k
     LeaveOut: IntSort  # the request the token budget leaves out of a step; -1: nobody
     prompt_of: Term  # per request: chunks of its prompt
@@ -91,11 +134,16 @@ class State:
     map_step: Term  # the step (1-based) whose rows built a non-empty mapping; 0 when empty
     buffer_step: Term  # the step whose sampled ids prev_sampled_token_ids holds; 0: uninitialised
     path: Term  # the path the rank's last sample_tokens took (``Path``)
+    sample_failed: Term  # V1 with drafts: the step whose sample_tokens failed the shape assert; 0: none
+    applied: Term  # V2: per rank and request, the step whose sampled token req_states hold; 0: none
     # the GPU stream of each rank
     gpu_step: Term  # the step (0-based) of the stream's front
     gpu_phase: Term  # the op of the stream's front
     posted: Term  # the front op is posted on pp
     pp: Communicator  # pp.device_group: send/recv of the intermediate tensors, the broadcast from the last rank
+    side_step: Term  # V2 PPHandler: the step of the side stream's front
+    side_posted: Term  # V2 PPHandler: the side stream's front op is posted on ppb
+    ppb: Communicator | None  # V2 PPHandler: the pp_broadcast group (a sibling of pp.device_group)
 
 
 def _table(values: Sequence[int], key: IndexSort, value: Sort) -> Term:
@@ -217,13 +265,60 @@ def _gpu_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, T
     )
 
 
+def _feature_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The variables of the features an instance turns on (constants where it does not)."""
+    count, size = sizes.requests, sizes.ranks
+    no_step = tuple((0,) * count for _ in range(size))
+    applied_sort = MapSort(sorts.Rank, MapSort(sorts.Request, sorts.Steps))
+    if sizes.runner == 1 and sizes.drafts:
+        sample_failed = machine.variable(
+            "rank.sample_failed_step",
+            sorts.Steps,
+            0,
+            "the step whose sample_tokens failed the last rank's shape assert (spec decode); 0: none",
+        )
+    else:
+        sample_failed = lift(0, sorts.Steps)
+    if sizes.runner == 2:
+        applied = machine.variable(
+            "rank.req_states_sampled_step",
+            applied_sort,
+            no_step,
+            "per request: the step whose sampled token req_states.last_sampled_tokens holds; 0: none",
+        )
+    else:
+        applied = lift(no_step, applied_sort)
+    if sizes.handler:
+        side_step = _rank_map(machine, sorts, "side.step", sorts.Steps, 0, "the step of the side stream's front")
+        side_posted = _rank_map(machine, sorts, "side.posted", BOOL, False, "the side stream's front op is posted")
+    else:
+        side_step = lift(tuple(0 for _ in range(size)), MapSort(sorts.Rank, sorts.Steps))
+        side_posted = lift(tuple(False for _ in range(size)), MapSort(sorts.Rank, BOOL))
+    return dict(sample_failed=sample_failed, applied=applied, side_step=side_step, side_posted=side_posted)
+
+
+# The broadcasts of one step on a rank, named by what they carry: the sampled ids one or 1 + k wide
+# (``wide``), then (``drafts``) the draft tokens. A rank posting another name than its peers is a
+# count or sequence mismatch of NCCL broadcasts (a hang, NCCL does not check counts).
+SAMPLED_OPS = ("broadcast", "broadcast_wide")
+SIDE_OPS = ("sampled", "sampled_wide", "sampled_drafts", "sampled_wide_drafts")
+
+
+def sampled_op(wide: bool, drafts: bool) -> str:
+    """The name of a step's broadcasts on the side group ``ppb``."""
+    return "sampled" + ("_wide" if wide else "") + ("_drafts" if drafts else "")
+
+
 def _pp_group(machine: Machine, sizes: Sizes, sorts: _Sorts) -> Communicator:
     """pp.device_group: the intermediate tensors (send/recv) and the sampled-token broadcast."""
+    operations: dict[str, OpSpec] = {"broadcast": broadcast(sizes.last)}
+    if sizes.runner == 2 and sizes.drafts:  # the V2 runner's pp_broadcast of [num_reqs, 1 + k] (v0.19.0-v0.22.x)
+        operations["broadcast_wide"] = broadcast(sizes.last)
     return Communicator(
         machine,
         "pp",
         sorts.Rank,
-        {"broadcast": broadcast(sizes.last)},
+        operations,
         payload=integers(0, 0),
         point_to_point=True,
         interleaved_point_to_point=True,
@@ -231,9 +326,24 @@ def _pp_group(machine: Machine, sizes: Sizes, sorts: _Sorts) -> Communicator:
     )
 
 
-def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
-    """Declare the sorts and the state variables of ``machine`` (in the order the model always had)."""
-    sizes = sizes_of(parameters)
+def _side_group(machine: Machine, sizes: Sizes, sorts: _Sorts) -> Communicator | None:
+    """PPHandler.broadcast_group: ``make_sibling_device_group(group_desc="pp_broadcast")`` (v0.23.0 on)."""
+    if not sizes.handler:
+        return None
+    return Communicator(
+        machine,
+        "ppb",
+        sorts.Rank,
+        {name: broadcast(sizes.last) for name in SIDE_OPS},
+        payload=integers(0, 0),
+        description="PPHandler.broadcast_group: the sampled ids, (num_sampled, num_rejected) and drafts",
+    )
+
+
+def declare(machine: Machine, parameters: Mapping[str, int], release: Release = NO_SWITCHES) -> State:
+    """Declare the sorts and the state variables of ``machine`` (in the order the model always had; the
+    features' variables after them)."""
+    sizes = sizes_of(parameters, release)
     sorts = _sorts_of(sizes)
     count, size = sizes.requests, sizes.ranks
     return State(
@@ -242,6 +352,7 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         Request=sorts.Request,
         StepIndex=sorts.StepIndex,
         Pieces=sorts.Pieces,
+        Steps=sorts.Steps,
         Planned=sorts.Planned,
         LeaveOut=integers(-1, count - 1),
         prompt_of=_table(sizes.prompts, sorts.Request, sorts.Pieces),
@@ -251,4 +362,6 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         **_rank_variables(machine, sizes, sorts),
         **_gpu_variables(machine, sizes, sorts),
         pp=_pp_group(machine, sizes, sorts),
+        **_feature_variables(machine, sizes, sorts),
+        ppb=_side_group(machine, sizes, sorts),
     )

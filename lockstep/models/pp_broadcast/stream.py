@@ -6,15 +6,20 @@ actions are not Python functions: they name the kernel or NCCL call the stream r
 (``GPUModelRunner._model_forward`` / ``_sample``, ``isend_tensor_dict`` / ``irecv_tensor_dict`` and
 ``torch.distributed.broadcast`` on ``pp.device_group``). Why one FIFO stream per rank is faithful
 is the first of the faithfulness notes in ``model.py``.
+
+The V2 runner (``runner=2``) keeps its broadcast on this stream up to v0.22.x; from v0.23.0 the
+PPHandler moves it to a side stream (``handler.py``), so the stream passes every broadcast phase, and
+a non-last rank's forward of step N waits for the side stream's broadcasts of step N - pp_size where
+its ring slot holds them (``main_stream.wait_event(slot.event)``).
 """
 
 from __future__ import annotations
 
-from lockstep.models.pp_broadcast.engine import clamp, empty, forward_pass
+from lockstep.models.pp_broadcast.engine import clamp, empty, forward_pass, has_drafts
 from lockstep.models.pp_broadcast.state import Phase, State
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.terms import Term, TermLike, conjunction, disjunction, if_then_else, minimum
+from lockstep.spec.terms import Term, TermLike, conjunction, disjunction, if_then_else, lift, minimum
 
 
 def first_phase(rank: Term) -> Term:
@@ -41,9 +46,27 @@ def advanced(state: State, rank: Term, skip_known: Term) -> tuple[Term, Term]:
     return if_then_else(to_next, step + 1, step), if_then_else(to_next, first_phase(rank), next_phase)
 
 
+def on_stream(state: State, rank: Term, step: Term) -> Term:
+    """sample_tokens(step) issued a broadcast on this stream (the V2 PPHandler issues its own on a side stream)."""
+    if state.sizes.handler:
+        return lift(False)
+    return state.issued[rank][clamp(state, step)]
+
+
 def left_out(state: State, rank: Term, step: Term) -> Term:
     """The CPU has run sample_tokens(step) and issued no broadcast."""
-    return (state.rpc[rank] >= 2 * step + 2) & ~state.issued[rank][clamp(state, step)]
+    return (state.rpc[rank] >= 2 * step + 2) & ~on_stream(state, rank, step)
+
+
+def waits_for_slot(state: State, rank: Term) -> Term:
+    """The forward at the stream's front may run: on a non-last rank with the PPHandler, the side-stream
+    broadcasts of step N - pp_size completed where its ring slot holds them."""
+    if not state.sizes.handler:
+        return lift(True)
+    step, size = state.gpu_step[rank], state.sizes.ranks
+    source = step - size
+    holds = (rank != state.sizes.last) & (step >= size) & state.issued[rank][clamp(state, source)]
+    return holds.implies(state.side_step[rank] > source)
 
 
 def enqueued(state: State, rank: Term) -> Term:
@@ -60,13 +83,22 @@ def moved(state: State, rank: Term) -> dict[Term, Term]:
     return {state.gpu_step: state.gpu_step.set(rank, step), state.gpu_phase: state.gpu_phase.set(rank, phase)}
 
 
+def slot_wait(state: State, rank: Term) -> list[Term]:
+    """The guard that a forward waits for its ring slot's broadcasts, where there is a PPHandler."""
+    if not state.sizes.handler:
+        return []
+    return [front_is(state, rank, Phase.FORWARD).implies(waits_for_slot(state, rank))]
+
+
 @action(actor="rank:{rank}")
 def gpu_compute(state: State, rank: Term) -> Step:
     """The stream runs its front kernel: forward(N) or (last rank) sampling(N)."""
     step = state.gpu_step[rank]
     return Step(
         conjunction(
-            front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank), *forward_pass(state, step)
+            front_is(state, rank, Phase.FORWARD, Phase.SAMPLE) & enqueued(state, rank),
+            *forward_pass(state, step),
+            *slot_wait(state, rank),
         ),
         moved(state, rank),
     )
@@ -80,7 +112,10 @@ def gpu_post(state: State, rank: Term) -> Step:
     send = pp.send(rank, minimum(rank + 1, state.sizes.last))[pp.queue]
     recv = pp.recv(rank, state.previous_rank[rank])[pp.queue]
     bcast = pp.post(rank, "broadcast")[pp.queue]
-    wanted = ~front_is(state, rank, Phase.BROADCAST) | state.issued[rank][clamp(state, step)]
+    if "broadcast_wide" in pp.specs:  # the V2 runner's pp_broadcast / pp_receive of [num_reqs, 1 + k] ids
+        wide = if_then_else(rank == state.sizes.last, has_drafts(state, step), lift(True))  # max_sample_len
+        bcast = if_then_else(wide, pp.post(rank, "broadcast_wide")[pp.queue], bcast)
+    wanted = ~front_is(state, rank, Phase.BROADCAST) | on_stream(state, rank, step)
     front_is_nccl = front_is(state, rank, Phase.RECV, Phase.SEND, Phase.BROADCAST)
     return Step(
         conjunction(front_is_nccl, enqueued(state, rank), wanted, ~state.posted[rank], *forward_pass(state, step)),

@@ -1,0 +1,141 @@
+"""The expected verdicts of pp-broadcast's later releases and features: those added to the instances the
+v0.19.0-v0.22.0 variants share, and the instances of the features (``releases.FEATURE_PARAMETERS``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from lockstep.models.pp_broadcast.variants import (
+    POST_FIX,
+    PRE_FIX,
+    V0_21_0,
+    V0_22_0,
+    V0_23_0,
+    V0_30_0,
+    V0_31_0,
+    V0_33_0,
+)
+from lockstep.spec.protocol import InstanceSpec
+
+RELEASED = (PRE_FIX, POST_FIX, V0_21_0, V0_22_0, V0_23_0, V0_30_0, V0_31_0, V0_33_0)
+V1_ASYNC = RELEASED[:6]  # the releases whose config lets the V1 runner run PP with async scheduling
+BEFORE_HANDLER = (PRE_FIX, POST_FIX, V0_21_0, V0_22_0)  # the V2 runner's pp_broadcast / pp_receive
+
+
+def every(verdict: str, variants: tuple[str, ...] = RELEASED) -> dict[str, str]:
+    return dict.fromkeys(variants, verdict)
+
+
+def split(before: tuple[str, ...], verdict: str, after: str) -> dict[str, str]:
+    """``verdict`` for the ``before`` releases, ``after`` for the rest."""
+    return {variant: verdict if variant in before else after for variant in RELEASED}
+
+
+# The V1 runner with async scheduling is v0.22.0's in v0.23.0 to v0.30.0 (releases.BISECTION); v0.31.0 and
+# v0.33.0 refuse it, so the shared (async, V1) instances pin them nowhere.
+SHARED: dict[str, dict[str, str]] = {
+    "seed": {V0_23_0: "holds", V0_30_0: "holds"},
+    "chunks-then-decode": {V0_23_0: "holds", V0_30_0: "holds"},
+    "decode-gap": {V0_23_0: "holds", V0_30_0: "holds"},
+    "failed-forward": {V0_23_0: "holds", V0_30_0: "holds"},
+    "empty-step": {V0_23_0: "holds", V0_30_0: "holds"},
+}
+
+RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
+    InstanceSpec(
+        "spec-decode",
+        "speculative decoding on the V1 runner: a one-chunk prompt, then a decode with one draft token. The decode "
+        "step samples [num_reqs, 2] ids; the last rank's _pp_broadcast_prev_sampled_token_ids asserts one column and "
+        "raises before broadcasting, and rank 0 embeds placeholders for the draft it never received (no step is all "
+        "non-final chunks, so L2 has no witness here)",
+        {"chunks": 1, "decodes": 1, "drafts": 1},
+        every("violated", V1_ASYNC),
+        finding="`GPUModelRunner.sample_tokens` → `_pp_broadcast_prev_sampled_token_ids` (`assert "
+        "sampled_token_ids.dim() == 2 and sampled_token_ids.shape[-1] == 1`, 'PP+async expects ...'): the rejection "
+        "sampler's [num_reqs, 1 + k] ids raise on the output rank, the engine dies on the step's result; "
+        "`_prepare_input_ids` on a non-last rank returns before the draft scatter (`self._draft_token_ids is None`): "
+        "its draft inputs are the scheduler's -1 placeholders (v0.19.0-v0.30.0; v0.31.0 refuses the V1 runner with "
+        "PP and async scheduling)",
+        finding_properties=("sampled_one_column", "draft_inputs_known"),
+    ),
+    InstanceSpec(
+        "sync",
+        "the seed without async scheduling (the V1 runner; from v0.31.0 the only way it runs PP): no rank broadcasts "
+        "or receives, the scheduler sends each request's new token with its next step, the chunks still pipeline",
+        {"async_scheduling": 0},
+        every("holds"),
+    ),
+    InstanceSpec(
+        "sync-decode-gap",
+        "decode-gap without async scheduling: a decode waits until the engine processed the request's last "
+        "sampled step, and the non-last ranks learn the token from the scheduler's new_token_ids",
+        {"async_scheduling": 0, "requests": 2, "chunks": 3, "decodes": 1, "gaps": 1},
+        every("holds"),
+    ),
+    InstanceSpec(
+        "sync-failed-forward",
+        "failed-forward without async scheduling: sample_tokens of the failed step returns None on every rank "
+        "(no receive path without async scheduling) and the engine raises",
+        {"async_scheduling": 0, "failures": 1},
+        every("holds"),
+    ),
+    InstanceSpec(
+        "v2-seed",
+        "the seed on the V2 runner: up to v0.22.x pp_receive waits on the compute stream for every step's "
+        "broadcast, the all-chunked one included (the V2 stuck pipeline, fixed by the PPHandler in v0.23.0, "
+        "PR #42187); from v0.23.0 no broadcast at all (no row needs its sample: the final chunk ends the request, "
+        "except in v0.30.0)",
+        {"runner": 2},
+        split(BEFORE_HANDLER, "violated", "holds"),
+        finding="V2 `GPUModelRunner.sample_tokens` → `pp_receive` (`torch.distributed.broadcast` on "
+        "`pp.device_group`, blocking form, every step) before `PPHandler` (v0.19.0-v0.22.1)",
+        finding_properties=("no_false_dependency",),
+    ),
+    InstanceSpec(
+        "v2-chunks-then-decode",
+        "the V2 runner with a chunked prompt and a decode: the PPHandler skips the all-chunked step, the final "
+        "chunk's token reaches rank 0's req_states pp_size steps later, and the scheduler's cadence schedules the "
+        "decode no earlier (empty steps in between)",
+        {"runner": 2, "chunks": 2, "decodes": 1, "hang_bound": 64},
+        split(BEFORE_HANDLER, "violated", "holds"),
+    ),
+    InstanceSpec(
+        "v2-decode-gap",
+        "decode-gap on the V2 runner: two requests, a token budget that may leave one out; every decode reads its "
+        "request's latest token from req_states",
+        {"runner": 2, "requests": 2, "chunks": 2, "decodes": 1, "gaps": 1, "hang_bound": 64},
+        split(BEFORE_HANDLER, "violated", "holds"),
+    ),
+    InstanceSpec(
+        "v2-failed-forward",
+        "failed-forward on the V2 runner: the last rank's sample_tokens returns None without execute_model_state "
+        "(every release); the receives the other ranks posted go with the shutdown",
+        {"runner": 2, "failures": 1},
+        split(BEFORE_HANDLER, "violated", "holds"),
+    ),
+    InstanceSpec(
+        "v2-spec-decode",
+        "speculative decoding on the V2 runner, one draft: a two-chunk prompt and a decode. Up to v0.29.0 every "
+        "receiver allocates [num_reqs, 1 + k] ids while the last rank sends the plain sampler's [num_reqs, 1] on a "
+        "step without drafts (a count mismatch NCCL does not detect: the ranks hang), and the non-last ranks never "
+        "receive the drafts they embed; v0.30.0 pads and broadcasts the drafts, v0.33.0 sizes both sides by the "
+        "step's drafts",
+        {"runner": 2, "chunks": 2, "decodes": 1, "drafts": 1, "hang_bound": 64},
+        split(RELEASED[:5], "violated", "holds"),
+        finding="V2 `pp_broadcast` / `pp_receive` (v0.19.0-v0.22.1) and `PPHandler.broadcast` / `receive` "
+        "(v0.23.0-v0.29.0): the receiver's `torch.empty(num_reqs, max_sample_len)` against the sender's "
+        "`sampler_output.sampled_token_ids` ([num_reqs, 1] from `self.sampler` when `input_batch.num_draft_tokens "
+        "== 0`); the drafts stay on the last rank (`req_states.draft_tokens` written by the speculator only), read by "
+        "`combine_sampled_and_draft_tokens` on every rank (v0.19.0-v0.29.0; v0.30.0 pads and adds "
+        "`broadcast_drafts`)",
+        finding_properties=("no_collective_mismatch", "draft_inputs_known"),
+    ),
+)
+
+
+def with_release_verdicts(*instances: InstanceSpec) -> tuple[InstanceSpec, ...]:
+    """The shared instances with the later releases' verdicts added, then the features' own."""
+    merged = tuple(
+        replace(instance, expected={**instance.expected, **SHARED.get(instance.name, {})}) for instance in instances
+    )
+    return merged + RELEASE_INSTANCES
