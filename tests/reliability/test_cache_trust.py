@@ -157,11 +157,9 @@ def test_a_planted_entry_neither_runs_nor_changes_the_verdict(kind: Kind, naming
     _unchanged(kind, _run(kind, cache), marker)
 
 
-@pytest.mark.parametrize("kind", KINDS, ids=IDENTIFIERS)
-def test_control_the_same_payload_signed_with_the_cache_key_does_take_effect(kind: Kind, tmp_path: Path) -> None:
-    """What the cases above stop is real: signed with the cache's own key (which a planter does not
-    have), the payload runs or changes the verdict; the fused module is also compared with the
-    source the run generated, so even signed it is refused."""
+def _signed_plants(kind: Kind, tmp_path: Path) -> tuple[Path, Path]:
+    """A filled cache whose entries of ``kind`` are replaced by the payload signed with the cache's
+    own key (what a planter cannot do); the cache and the marker the payload writes."""
     cache, entries = _filled(kind, tmp_path)
     marker = tmp_path / "marker"
     for entry in entries:
@@ -169,6 +167,15 @@ def test_control_the_same_payload_signed_with_the_cache_key_does_take_effect(kin
         planted = kind.payload(entry.read_bytes(), marker)
         entry.unlink()
         Store(kind.name, cache).write(stem, "." + rest.partition(".")[2], planted)
+    return cache, marker
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=IDENTIFIERS)
+def test_control_the_same_payload_signed_with_the_cache_key_does_take_effect(kind: Kind, tmp_path: Path) -> None:
+    """What the cases above stop is real: signed with the cache's own key (which a planter does not
+    have), the payload runs or changes the verdict; the fused module is also compared with the
+    source the run generated, so even signed it is refused."""
+    cache, marker = _signed_plants(kind, tmp_path)
     completed = _run(kind, cache)
     if kind.flips:
         assert "DIFFERS from the pinned verdict" in completed.stdout + completed.stderr
@@ -183,13 +190,7 @@ def test_with_the_cache_off_nothing_is_read_from_the_cache_folder(tmp_path: Path
     """``LOCKSTEP_KERNEL_CACHE=0``: a library planted in the cache folder is not loaded, even signed
     (the audit found one loaded with the switch on)."""
     kind = KINDS[1]
-    cache, entries = _filled(kind, tmp_path)
-    marker = tmp_path / "marker"
-    for entry in entries:
-        stem, _, rest = entry.name.partition(".")
-        planted = kind.payload(entry.read_bytes(), marker)
-        entry.unlink()
-        Store(kind.name, cache).write(stem, "." + rest.partition(".")[2], planted)
+    cache, marker = _signed_plants(kind, tmp_path)
     _unchanged(kind, _run(kind, cache, {"LOCKSTEP_KERNEL_CACHE": "0"}), marker)
 
 
