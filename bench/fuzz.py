@@ -68,7 +68,7 @@ def seeds_section(arguments: argparse.Namespace) -> None:
         if spec.expected.get("pre-fix") != "violated":
             continue
         instance = protocol.instance("pre-fix")
-        exhaustive = check(instance)
+        exhaustive = check(instance, engine="bfs")
         safety = [
             item
             for item in exhaustive.properties

@@ -108,7 +108,7 @@ def test_commuting_pairs_are_found_and_dependent_ones_kept() -> None:
 
 def test_counters_agree_with_and_without_reduction_and_with_bfs() -> None:
     found = dict((name, length) for name, _, length in agree(counters().finish(), 10, SEED_CONFIGURATIONS))
-    explicit = check(counters())
+    explicit = check(counters(), engine="bfs")
     assert found["not_both_high"] == explicit.property_result("not_both_high").path.length == 7  # type: ignore[union-attr]
     assert found["first_five"] == explicit.property_result("first_five").path.length  # type: ignore[union-attr]
 
@@ -227,7 +227,7 @@ def test_symmetry_breaking_is_refused_where_the_symmetry_does_not_hold() -> None
 
 def test_symmetric_workers_agree_with_every_reduction_and_with_bfs() -> None:
     found = {name: length for name, _, length in agree(workers().finish(), 9)}
-    explicit = check(workers())
+    explicit = check(workers(), engine="bfs")
     for name in ("total_small", "two_done"):
         assert found[name] == explicit.property_result(name).path.length  # type: ignore[union-attr]
     symmetric = BoundedModelChecker(workers(), 9, reduction="both", cache_directory=None)

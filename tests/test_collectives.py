@@ -216,7 +216,7 @@ def hang_machine(*, tick: bool, second_rank_posts: bool, hang_bound: int) -> Mac
 
 
 def test_no_hang_violated_through_the_bound() -> None:
-    result = check(hang_machine(tick=True, second_rank_posts=True, hang_bound=2))
+    result = check(hang_machine(tick=True, second_rank_posts=True, hang_bound=2), engine="bfs")
     hang = result.property_result(NO_HANG)
     assert hang.verdict is Verdict.VIOLATED
     assert hang.path is not None
@@ -232,13 +232,13 @@ def test_no_hang_violated_through_the_bound() -> None:
 
 
 def test_no_hang_holds_when_every_op_completes_within_the_bound() -> None:
-    result = check(hang_machine(tick=True, second_rank_posts=True, hang_bound=12))
+    result = check(hang_machine(tick=True, second_rank_posts=True, hang_bound=12), engine="bfs")
     assert result.property_result(NO_HANG).verdict is Verdict.HOLDS
     assert result.verdict is Verdict.HOLDS
 
 
 def test_no_hang_violated_at_a_deadlock_with_a_pending_op() -> None:
-    result = check(hang_machine(tick=False, second_rank_posts=False, hang_bound=10))
+    result = check(hang_machine(tick=False, second_rank_posts=False, hang_bound=10), engine="bfs")
     hang = result.property_result(NO_HANG)
     assert hang.verdict is Verdict.VIOLATED and hang.detail == "no action is enabled"
     assert hang.path is not None and [step.action for step in hang.path.steps] == ["post"]

@@ -69,7 +69,7 @@ GOLDEN = {
 def test_golden_counts_verdicts_and_lengths(variant: str, instance: str) -> None:
     states, transitions, notable = GOLDEN[(variant, instance)]
     spec = PROTOCOL.instance(variant, instance)
-    result = check(spec)
+    result = check(spec, engine="bfs")
     assert (result.stats.states, result.stats.transitions) == (states, transitions)
     seen = {item.name: (item.verdict.value, item.path.length if item.path else None) for item in result.properties}
     assert {name: value for name, value in seen.items() if value[0] != "holds" or value[1] is not None} == notable
@@ -89,7 +89,7 @@ def test_every_instance_is_pinned() -> None:
 
 
 def test_pre_fix_seed_counterexample_is_the_mirror_drifting_by_two_rejected_drafts() -> None:
-    result = check(PROTOCOL.instance("pre-fix"))
+    result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     slack = result.property_result("U3_bounded_slack")
     assert slack.path is not None and slack.path.length == 13
     steps = slack.path.steps
@@ -182,7 +182,7 @@ def test_strengthening_invariants_hold_in_every_reachable_post_fix_state(
     instance: str, overrides: dict[str, int]
 ) -> None:
     parameters = PROTOCOL.instance("post-fix", instance, overrides=overrides or None).parameters
-    result = check(build("post-fix", parameters, invariants_as_properties=True))
+    result = check(build("post-fix", parameters, invariants_as_properties=True), engine="bfs")
     invariants = [item for item in result.properties if item.name.startswith("invariant_")]
     assert invariants and all(item.verdict is Verdict.HOLDS for item in invariants)
 
@@ -190,7 +190,7 @@ def test_strengthening_invariants_hold_in_every_reachable_post_fix_state(
 def test_finding_sync_pipeline_schedules_a_request_whose_final_chunk_is_in_flight() -> None:
     spec = PROTOCOL.instance("post-fix", "sync-pipeline-early-drafts")
     assert spec.expected == "violated" and PROTOCOL.instance_spec("sync-pipeline-early-drafts").finding
-    exact = check(spec).property_result("U2_exact")
+    exact = check(spec, engine="bfs").property_result("U2_exact")
     assert exact.verdict is Verdict.VIOLATED and exact.path is not None and exact.path.length == 19
     actions = [step.action for step in exact.path.steps]
     assert actions.count("schedule") == 4 and actions[-1] == "execute_model"

@@ -75,7 +75,7 @@ INSTANCES = {
 
 @cache
 def explicit(key: str) -> CheckResult:
-    return check(INSTANCES[key])
+    return check(INSTANCES[key], engine="bfs")
 
 
 def _lengths(result: CheckResult) -> dict[str, int | None]:

@@ -67,7 +67,7 @@ def test_every_variant_and_instance_is_pinned() -> None:
 
 
 def test_pre_fix_is_eager_only_so_the_sometimes_property_has_no_witness() -> None:
-    result = check(PROTOCOL.instance("pre-fix"))
+    result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     replayed = result.property_result(WITNESS)
     assert replayed.verdict is Verdict.VIOLATED and replayed.path is None
     assert replayed.detail == "no reachable state satisfies it"
@@ -85,7 +85,7 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path, monk
 def steps_of(
     variant: str, name: str, instance: str = "seed"
 ) -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
-    result = check(PROTOCOL.instance(variant, instance))
+    result = check(PROTOCOL.instance(variant, instance), engine="bfs")
     path = result.property_result(name).path
     assert path is not None
     machine = result.machine
@@ -160,7 +160,7 @@ def test_post_fix_holds_beyond_the_seed(mode: int) -> None:
         {"largest_capture_size": 4, "max_num_tokens": 5, "max_num_reqs": 3},
         {"decode_query_len": 2, "largest_capture_size": 4, "max_num_reqs": 2},
     ):
-        result = check(PROTOCOL.instance("post-fix", overrides={**overrides, "cudagraph_mode": mode}))
+        result = check(PROTOCOL.instance("post-fix", overrides={**overrides, "cudagraph_mode": mode}), engine="bfs")
         assert result.verdict is Verdict.HOLDS, (mode, overrides)
 
 

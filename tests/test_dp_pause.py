@@ -19,7 +19,7 @@ def verdicts(result: object) -> dict[str, str]:
 
 
 def test_pre_fix_seed_hangs_through_the_stale_start_dp_wave() -> None:
-    result = check(PROTOCOL.instance("pre-fix"))
+    result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     assert result.verdict is Verdict.VIOLATED
     assert result.stats.states == 33732 and result.stats.transitions == 81575
     assert verdicts(result) == {
@@ -48,7 +48,7 @@ def test_pre_fix_seed_hangs_through_the_stale_start_dp_wave() -> None:
 
 
 def test_post_fix_seed_holds_at_two_ranks() -> None:
-    result = check(PROTOCOL.instance("post-fix"))
+    result = check(PROTOCOL.instance("post-fix"), engine="bfs")
     assert result.verdict is Verdict.HOLDS
     assert result.stats.states == 48918 and result.stats.transitions == 123006
     # With one request the client never reads a publication before adding it: coverage says so.
@@ -60,7 +60,7 @@ def test_post_fix_seed_holds_at_two_ranks() -> None:
 def test_finding_stale_wave_after_resume() -> None:
     instance = PROTOCOL.instance("post-fix", "stale-wave-after-resume")
     assert instance.expected == "violated"
-    result = check(instance)
+    result = check(instance, engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.verdict is Verdict.VIOLATED and hang.path is not None and hang.path.length == 54
     actions = [step.action for step in hang.path.steps]
@@ -82,7 +82,7 @@ def test_every_default_instance_has_a_pinned_verdict() -> None:
 def test_pinned_verdicts_of_every_default_instance() -> None:
     for variant in PROTOCOL.variants:
         instance = PROTOCOL.instance(variant.name)
-        assert check(instance).verdict.value == instance.expected
+        assert check(instance, engine="bfs").verdict.value == instance.expected
 
 
 def test_overridden_parameters_have_no_pinned_verdict() -> None:
@@ -92,8 +92,8 @@ def test_overridden_parameters_have_no_pinned_verdict() -> None:
 @pytest.mark.slow
 def test_post_fix_seed_holds_at_three_ranks_with_and_without_symmetry() -> None:
     instance = PROTOCOL.instance("post-fix", ranks=3)
-    plain = check(instance)
-    reduced = check(instance, symmetry=True)
+    plain = check(instance, engine="bfs")
+    reduced = check(instance, engine="bfs", symmetry=True)
     assert plain.verdict is Verdict.HOLDS and reduced.verdict is Verdict.HOLDS
     assert verdicts(plain) == verdicts(reduced)
     assert reduced.stats.states is not None and plain.stats.states is not None
@@ -102,14 +102,14 @@ def test_post_fix_seed_holds_at_three_ranks_with_and_without_symmetry() -> None:
 
 @pytest.mark.slow
 def test_pre_fix_seed_at_three_ranks_is_violated() -> None:
-    result = check(PROTOCOL.instance("pre-fix", ranks=3), symmetry=True)
+    result = check(PROTOCOL.instance("pre-fix", ranks=3), engine="bfs", symmetry=True)
     assert result.property_result("no_hang").verdict is Verdict.VIOLATED
 
 
 def test_mutant_ignoring_start_dp_wave_while_paused_breaks_liveness() -> None:
     """PRs #36608/#38009 (closed): a paused engine drops START_DP_WAVE. Quiescence holds, but a rank
     with a request steps its forward while its peer, paused and idle, never joins: a hang."""
-    result = check(PROTOCOL.instance("ignore-wave-while-paused"))
+    result = check(PROTOCOL.instance("ignore-wave-while-paused"), engine="bfs")
     assert result.stats.states == 24490
     assert verdicts(result)["quiescent_during_rpc"] == "holds"
     hang = result.property_result("no_hang")
@@ -169,7 +169,7 @@ SLOW_STATES = 500_000
 )
 def test_pinned_instance(name: str, variant: str) -> None:
     instance = PROTOCOL.instance(variant, name)
-    result = check(instance)
+    result = check(instance, engine="bfs")
     states, lengths = PINS[(name, variant)]
     assert result.verdict.value == instance.expected
     assert result.stats.states == states
@@ -179,7 +179,7 @@ def test_pinned_instance(name: str, variant: str) -> None:
 
 
 def test_barrier_request_pre_fix_hangs_in_the_barrier_against_a_dummy_forward() -> None:
-    result = check(PROTOCOL.instance("pre-fix", "barrier-request"))
+    result = check(PROTOCOL.instance("pre-fix", "barrier-request"), engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.path is not None
     summary = blocked_summary(result.machine, hang.path)
@@ -187,7 +187,7 @@ def test_barrier_request_pre_fix_hangs_in_the_barrier_against_a_dummy_forward() 
 
 
 def test_finding_double_resume_one_rank_alone_in_the_resume_barrier() -> None:
-    result = check(PROTOCOL.instance("post-fix", "double-resume"))
+    result = check(PROTOCOL.instance("post-fix", "double-resume"), engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.path is not None
     actions = [step.action for step in hang.path.steps]
@@ -199,7 +199,7 @@ def test_finding_double_resume_one_rank_alone_in_the_resume_barrier() -> None:
 
 
 def test_finding_request_after_resume_gets_no_wave() -> None:
-    result = check(PROTOCOL.instance("post-fix", "request-after-resume"))
+    result = check(PROTOCOL.instance("post-fix", "request-after-resume"), engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.path is not None
     actions = [step.action for step in hang.path.steps]
@@ -208,15 +208,15 @@ def test_finding_request_after_resume_gets_no_wave() -> None:
 
 
 def test_mode_semantics_and_liveness_hold_post_fix_where_checked() -> None:
-    result = check(PROTOCOL.instance("post-fix", "request-while-paused"))
+    result = check(PROTOCOL.instance("post-fix", "request-while-paused"), engine="bfs")
     names = {item.name: item.verdict.value for item in result.properties}
     assert names["pause_resolves"] == names["resume_serves"] == names["pause_mode_semantics"] == "holds"
-    tight = check(PROTOCOL.instance("post-fix", "request-while-paused", overrides={"response_bound": 10}))
+    tight = check(PROTOCOL.instance("post-fix", "request-while-paused", overrides={"response_bound": 10}), engine="bfs")
     assert tight.property_result("pause_resolves").verdict is Verdict.VIOLATED  # the bound is not vacuous
 
 
 def test_sync_interval_two_is_expressible() -> None:
-    result = check(PROTOCOL.instance("post-fix", overrides={"sync_interval": 2}))
+    result = check(PROTOCOL.instance("post-fix", overrides={"sync_interval": 2}), engine="bfs")
     assert result.verdict is Verdict.HOLDS and result.stats.states is not None and result.stats.states > 48918
 
 
@@ -245,7 +245,7 @@ def test_counterexample_swimlanes_name_the_vllm_functions() -> None:
 
     from lockstep.checkers.report import steps_json, swimlanes
 
-    result = check(PROTOCOL.instance("pre-fix"))
+    result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     shortest = result.counterexample
     assert shortest is not None and shortest.path is not None
     console = Console(width=400, record=True)
@@ -267,7 +267,7 @@ def test_no_local_wakeup_leaves_the_sender_of_start_wave_idle_while_its_peer_ste
     """P2(d): the stale-wave request is aborted before its engine steps; post-fix the engine's own
     engines_running = True makes it join the wave, the mutant stays idle (excluded from the
     START_DP_WAVE its start_wave caused) while rank 1 waits in a dummy forward."""
-    result = check(PROTOCOL.instance("no-local-wakeup", "aborted-stale-request"))
+    result = check(PROTOCOL.instance("no-local-wakeup", "aborted-stale-request"), engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.path is not None
     actions = [(step.action, step.arguments.get("rank")) for step in hang.path.steps]
@@ -279,12 +279,12 @@ def test_no_local_wakeup_leaves_the_sender_of_start_wave_idle_while_its_peer_ste
 
 # ------------------------------------------------------------------ fair-cycle liveness (L1, L2)
 def test_fair_liveness_holds_post_fix_and_the_ignoring_mutant_never_answers_pause() -> None:
-    post = check(PROTOCOL.instance("post-fix", "fair-liveness"))
+    post = check(PROTOCOL.instance("post-fix", "fair-liveness"), engine="bfs")
     assert {name: post.property_result(name).verdict for name in ("pause_returns", "resume_eventually_serves")} == {
         "pause_returns": Verdict.HOLDS,
         "resume_eventually_serves": Verdict.HOLDS,
     }
-    mutant = check(PROTOCOL.instance("ignore-wave-while-paused", "fair-liveness"))
+    mutant = check(PROTOCOL.instance("ignore-wave-while-paused", "fair-liveness"), engine="bfs")
     l1 = mutant.property_result("pause_returns")
     assert l1.verdict is Verdict.VIOLATED and l1.path is not None
     assert l1.path.loop_start == l1.path.length == 13  # a lasso whose cycle is the stop: rank 0 blocked for ever
@@ -306,7 +306,7 @@ def test_stats_task_parameters_default_to_the_atomic_client() -> None:
     machine = explicit.machine()
     assert set(machine.variables) == set(plain.variables)
     assert [action.name for action in machine.actions] == [action.name for action in plain.actions]
-    assert check(explicit).stats.states == 48918
+    assert check(explicit, engine="bfs").stats.states == 48918
     assert "channel.publication" not in machine.variables and "channel.first_request_inproc" not in machine.variables
 
 
@@ -323,7 +323,7 @@ def test_lazy_first_request_queues_one_first_req_per_request_added_before_the_st
     machine = PROTOCOL.build(instance.variant, instance.parameters)
     queued = Term(Variable("channel.first_request_inproc", machine.variables["channel.first_request_inproc"].sort))
     machine.always("at_most_one_queued", queued <= 1, "witness: two FIRST_REQs queued at once")
-    result = check(machine, properties=["at_most_one_queued"])
+    result = check(machine, engine="bfs", properties=["at_most_one_queued"])
     witness = result.property_result("at_most_one_queued")
     assert witness.verdict is Verdict.VIOLATED and witness.path is not None
     assert [step.action for step in witness.path.steps][-2:] == ["client_add_request", "client_add_request"]
@@ -333,17 +333,17 @@ def test_stale_publications_are_applied_where_the_coordinator_moves_before_a_req
     """With one superseded publication in flight, the stats task applies it in some run (coverage), and the
     instance still holds post-fix; the seed's single request never sees one."""
     overrides = {"stale_publications": 1, "lazy_first_request": 1}
-    result = check(PROTOCOL.instance("post-fix", "aborted-stale-request", overrides=overrides))
+    result = check(PROTOCOL.instance("post-fix", "aborted-stale-request", overrides=overrides), engine="bfs")
     assert result.verdict is Verdict.HOLDS and result.stats.states == 28933
     assert not [warning for warning in result.warnings if "client_read" in warning or "client_forward" in warning]
-    seed = check(PROTOCOL.instance("post-fix", "seed-stats-task"))
+    seed = check(PROTOCOL.instance("post-fix", "seed-stats-task"), engine="bfs")
     assert seed.warnings == ["action client_read_stale_publication was never enabled in the explored states"]
 
 
 # ------------------------------------------------------------------ later releases (releases.py)
 @pytest.mark.slow
 def test_v0_33_0_drain_returns_while_a_kept_request_is_unfinished() -> None:
-    result = check(PROTOCOL.instance("v0.33.0", "drain-after-resume"))
+    result = check(PROTOCOL.instance("v0.33.0", "drain-after-resume"), engine="bfs")
     assert result.verdict is Verdict.VIOLATED
     broken = {name for name, verdict in verdicts(result).items() if verdict == "violated"}
     assert broken == {"drained_when_idle", "drained_while_adding", "wave_seen_before_complete"}
@@ -357,7 +357,7 @@ def test_v0_33_0_drain_returns_while_a_kept_request_is_unfinished() -> None:
 
 @pytest.mark.slow
 def test_v0_25_0_pause_returns_while_the_device_still_runs_a_forward() -> None:
-    result = check(PROTOCOL.instance("v0.25.0", "request-while-paused"))
+    result = check(PROTOCOL.instance("v0.25.0", "request-while-paused"), engine="bfs")
     device = result.property_result("device_idle_after_pause")
     assert device.verdict is Verdict.VIOLATED and device.path is not None
     actions = [step.action for step in device.path.steps]
@@ -366,7 +366,7 @@ def test_v0_25_0_pause_returns_while_the_device_still_runs_a_forward() -> None:
 
 @pytest.mark.slow
 def test_v0_33_0_sleep_synchronises_the_device_and_wakes_up() -> None:
-    result = check(PROTOCOL.instance("v0.33.0", "sleep"))
+    result = check(PROTOCOL.instance("v0.33.0", "sleep"), engine="bfs")
     found = verdicts(result)
     assert {name for name, verdict in found.items() if verdict == "violated"} == {
         "drained_while_adding",
@@ -377,7 +377,7 @@ def test_v0_33_0_sleep_synchronises_the_device_and_wakes_up() -> None:
 
 
 def test_v0_33_0_rejects_requests_while_paused_until_resume() -> None:
-    result = check(PROTOCOL.instance("v0.33.0", "reject-while-paused"))
+    result = check(PROTOCOL.instance("v0.33.0", "reject-while-paused"), engine="bfs")
     assert result.verdict is Verdict.HOLDS
     found = verdicts(result)
     assert found["request_rejected"] == "holds" and found["rejection_cleared_after_resume"] == "holds"
@@ -386,7 +386,7 @@ def test_v0_33_0_rejects_requests_while_paused_until_resume() -> None:
 @pytest.mark.slow
 def test_v0_33_0_syncs_at_the_first_step_of_a_wave() -> None:
     # dp_sync_interval 2 syncs at step 1 too, so the drain counterexample is no longer than at interval 1
-    at_two = check(PROTOCOL.instance("v0.33.0", "sync-interval-2")).property_result("drained_when_idle")
+    at_two = check(PROTOCOL.instance("v0.33.0", "sync-interval-2"), engine="bfs").property_result("drained_when_idle")
     assert at_two.verdict is Verdict.VIOLATED and at_two.path is not None and at_two.path.length == 46
 
 

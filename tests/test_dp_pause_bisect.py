@@ -25,7 +25,9 @@ def test_only_later_releases_widen_the_response_bound() -> None:
 
 
 def test_v0_29_0_wave_ends_unseen_when_rank_0_starts_running_with_a_pause_pending() -> None:
-    result = check(PROTOCOL.instance("v0.29.0", "wave-unseen-interval-2"), properties=["wave_seen_before_complete"])
+    result = check(
+        PROTOCOL.instance("v0.29.0", "wave-unseen-interval-2"), engine="bfs", properties=["wave_seen_before_complete"]
+    )
     item = result.property_result("wave_seen_before_complete")
     assert item.verdict.value == "violated" and item.path is not None
     actions = [(step.actor, step.action) for step in item.path.steps]
@@ -38,19 +40,19 @@ def test_v0_29_0_wave_ends_unseen_when_rank_0_starts_running_with_a_pause_pendin
 def test_v0_23_0_runs_a_forward_after_a_partial_wake_and_v0_25_0_does_not() -> None:
     """(w18wake) 0.21.0-0.23.0: wake_up(['weights']) resumes the scheduler with the kv_cache asleep."""
     properties = ["forward_only_awake"]
-    violated = check(PROTOCOL.instance("v0.23.0", "partial-wake"), properties=properties)
+    violated = check(PROTOCOL.instance("v0.23.0", "partial-wake"), engine="bfs", properties=properties)
     item = violated.property_result("forward_only_awake")
     assert item.verdict.value == "violated" and item.path is not None
     actions = [(step.actor, step.action) for step in item.path.steps]
     assert len(actions) == 49 and actions[-2:] == [("rank:0", "finish_resume"), ("rank:0", "step")]
-    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), properties=properties)
+    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), engine="bfs", properties=properties)
     assert fixed.property_result("forward_only_awake").verdict.value == "holds"
 
 
 def test_v0_23_0_hangs_on_the_second_wake_round_and_v0_25_0_does_not() -> None:
     """(w18audit) wake_up(['kv_cache']) resumes again: rank 1, its wave still running, ignores it; rank 0 takes
     its copy after the wave ended and enters the resume barrier alone (double-resume's hang)."""
-    hung = check(PROTOCOL.instance("v0.23.0", "partial-wake"), properties=["no_hang"])
+    hung = check(PROTOCOL.instance("v0.23.0", "partial-wake"), engine="bfs", properties=["no_hang"])
     item = hung.property_result("no_hang")
     assert item.verdict.value == "violated" and item.path is not None
     actions = [(step.actor, step.action) for step in item.path.steps]
@@ -61,5 +63,5 @@ def test_v0_23_0_hangs_on_the_second_wake_round_and_v0_25_0_does_not() -> None:
     # the second round: rank 1's wake_up inside the resumed wave, rank 0's after that wave's last sync
     assert len(rank_1_wakes) == len(rank_0_wakes) == 2 and rank_1_wakes[1] < ends[-1] < rank_0_wakes[1]
     assert blocked_summary(hung.machine, item.path) == "rank 0 in resume_max(engine_dp)#4"
-    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), properties=["no_hang"])
+    fixed = check(PROTOCOL.instance("v0.25.0", "partial-wake"), engine="bfs", properties=["no_hang"])
     assert fixed.property_result("no_hang").verdict.value == "holds"

@@ -49,7 +49,7 @@ def assert_replayable(machine: Machine, path: Path) -> None:
 def test_counts_of_a_complete_search(compiled: bool) -> None:
     machine, a, b = two_counters()
     machine.always("bounded", a + b <= 4)
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     assert result.stats.states == 9
     assert result.stats.transitions == 12, "(state, action, arguments) triples: a<2 in 6 states, b<2 in 6"
     assert result.stats.depth == 4
@@ -77,7 +77,7 @@ def test_transitions_count_every_enabled_argument_tuple(compiled: bool) -> None:
         "noop", lambda which, other: Step(which != other), actor="counter:{which}", which=Which, other=Which
     )
     machine.set_final(counters[0] + counters[1] == 4)
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     assert result.stats.states == 9
     assert result.stats.transitions == 12 + 9 * 2, "noop is enabled for (0, 1) and (1, 0) in all 9 states"
     assert result.verdict is Verdict.HOLDS
@@ -87,7 +87,7 @@ def test_transitions_count_every_enabled_argument_tuple(compiled: bool) -> None:
 def test_bfs_counterexample_is_shortest(compiled: bool) -> None:
     machine, a, b = two_counters()
     machine.always("not_two_one", ~((a == 2) & (b == 1)))
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     violated = result.property_result("not_two_one")
     assert violated.verdict is Verdict.VIOLATED and violated.kind is PropertyKind.ALWAYS
     assert actions_of(violated.path) == ["inc_a", "inc_a", "inc_b"]
@@ -115,7 +115,7 @@ def test_dfs_finds_the_violation_along_its_own_path(compiled: bool) -> None:
 def test_sometimes_witnessed_holds_with_the_shortest_witness(compiled: bool) -> None:
     machine, a, b = two_counters()
     machine.sometimes("reach_one_two", (a == 1) & (b == 2))
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     witnessed = result.property_result("reach_one_two")
     assert witnessed.verdict is Verdict.HOLDS and witnessed.kind is PropertyKind.SOMETIMES
     assert actions_of(witnessed.path) == ["inc_a", "inc_b", "inc_b"]
@@ -127,7 +127,7 @@ def test_sometimes_witnessed_holds_with_the_shortest_witness(compiled: bool) -> 
 def test_sometimes_unreachable_is_violated_after_a_complete_search(compiled: bool) -> None:
     machine, a, b = two_counters()
     machine.sometimes("reach_three", a + b == 5)
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     unreachable = result.property_result("reach_three")
     assert unreachable.verdict is Verdict.VIOLATED and unreachable.path is None
     assert unreachable.detail == "no reachable state satisfies it"
@@ -146,7 +146,7 @@ def test_sometimes_is_inconclusive_when_max_states_stops_the_search() -> None:
     machine, x = long_chain()
     machine.sometimes("end", x == 3000)
     machine.always("never_end", x < 3000)
-    result = check(machine, limits=Limits(max_states=100))
+    result = check(machine, engine="bfs", limits=Limits(max_states=100))
     assert result.stopped == "max-states"
     assert 100 <= (result.stats.states or 0) < 3001, "limits are checked periodically, never past the state space"
     end = result.property_result("end")
@@ -158,7 +158,7 @@ def test_sometimes_is_inconclusive_when_max_states_stops_the_search() -> None:
 def test_timeout_stops_the_search_inconclusively() -> None:
     machine, x = long_chain()
     machine.always("small", x <= 3000)
-    result = check(machine, limits=Limits(timeout_seconds=0.0))
+    result = check(machine, engine="bfs", limits=Limits(timeout_seconds=0.0))
     assert result.stopped == "timeout"
     assert result.property_result("small").verdict is Verdict.INCONCLUSIVE
     assert result.verdict is Verdict.INCONCLUSIVE
@@ -167,7 +167,7 @@ def test_timeout_stops_the_search_inconclusively() -> None:
 def test_a_violation_found_before_a_limit_still_wins() -> None:
     machine, x = long_chain()
     machine.always("below_five", x < 5)
-    result = check(machine, limits=Limits(max_states=100))
+    result = check(machine, engine="bfs", limits=Limits(max_states=100))
     assert result.property_result("below_five").verdict is Verdict.VIOLATED
     assert result.verdict is Verdict.VIOLATED
 
@@ -180,7 +180,7 @@ def test_max_depth_bounds_the_search(max_depth: int, states: int, verdict: Verdi
     machine, a, b = two_counters()
     machine.always("not_both_two", ~((a == 2) & (b == 2)))
     machine.sometimes("both_two", (a == 2) & (b == 2))
-    result = check(machine, limits=Limits(max_depth=max_depth))
+    result = check(machine, engine="bfs", limits=Limits(max_depth=max_depth))
     assert result.stats.states == states, "states at the depth bound are stored and checked but not expanded"
     assert result.property_result("not_both_two").verdict is verdict
     assert result.stopped is None
@@ -193,7 +193,7 @@ def test_max_depth_bounds_the_search(max_depth: int, states: int, verdict: Verdi
 def test_max_depth_alone_gives_holds_within_bound() -> None:
     machine, a, b = two_counters()
     machine.always("bounded", a + b <= 4)
-    result = check(machine, limits=Limits(max_depth=1))
+    result = check(machine, engine="bfs", limits=Limits(max_depth=1))
     assert {p.name: p.verdict for p in result.properties} == {
         IN_BOUNDS: Verdict.HOLDS_WITHIN_BOUND,
         "bounded": Verdict.HOLDS_WITHIN_BOUND,
@@ -207,7 +207,7 @@ def test_in_bounds_violated_when_an_update_leaves_its_sort(compiled: bool) -> No
     machine = Machine("overflow")
     x = machine.variable("x", integers(0, 2), 0)
     machine.add_action("inc", lambda: Step(True, {x: x + 1}), actor="a")
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     overflow = result.property_result(IN_BOUNDS)
     assert overflow.verdict is Verdict.VIOLATED and overflow.builtin
     assert overflow.detail == "x would become 3, outside Int[0..2]"
@@ -220,18 +220,18 @@ def test_in_bounds_violated_when_an_update_leaves_its_sort(compiled: bool) -> No
 @COMPILED
 def test_no_deadlock_violated_in_a_dead_state_that_is_not_final(compiled: bool) -> None:
     machine, _, _ = two_counters(final=False)
-    result = check(machine, compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
     deadlock = result.property_result(NO_DEADLOCK)
     assert deadlock.verdict is Verdict.VIOLATED and deadlock.detail == "no action is enabled"
     assert actions_of(deadlock.path) == ["inc_a", "inc_a", "inc_b", "inc_b"]
     holding, _, _ = two_counters(final=True)
-    assert check(holding, compiled=compiled).property_result(NO_DEADLOCK).verdict is Verdict.HOLDS
+    assert check(holding, engine="bfs", compiled=compiled).property_result(NO_DEADLOCK).verdict is Verdict.HOLDS
 
 
 def test_always_with_an_at_deadlock_condition() -> None:
     machine, a, b = two_counters(final=True)
     machine.always("ends_balanced", a >= 0, at_deadlock=a < b)
-    result = check(machine)
+    result = check(machine, engine="bfs")
     ends = result.property_result("ends_balanced")
     assert ends.verdict is Verdict.VIOLATED and ends.detail == "no action is enabled"
     assert unpack(machine, ends.path.final_state) == {"a": 2, "b": 2}  # type: ignore[union-attr]
@@ -239,7 +239,7 @@ def test_always_with_an_at_deadlock_condition() -> None:
 
 def test_warnings_list_actions_never_enabled() -> None:
     machine, _, _ = two_counters(never=True)
-    result = check(machine)
+    result = check(machine, engine="bfs")
     assert result.warnings == ["action never was never enabled in the explored states"]
 
 
@@ -249,12 +249,12 @@ def test_model_errors_surface_from_both_systems(compiled: bool) -> None:
     queue = machine.variable("queue", SequenceSort(BOOL, 1), ())
     machine.add_action("pop", lambda: Step(True, {queue: queue.tail()}), actor="a")
     with pytest.raises(ModelError, match="pop"):
-        check(machine, compiled=compiled)
+        check(machine, engine="bfs", compiled=compiled)
     property_machine = Machine("broken-property")
     queue = property_machine.variable("queue", SequenceSort(BOOL, 1), ())
     property_machine.always("front_false", queue.head() == False)  # noqa: E712 - builds an IR comparison
     with pytest.raises(ModelError, match="property front_false"):
-        check(property_machine, compiled=compiled)
+        check(property_machine, engine="bfs", compiled=compiled)
 
 
 def test_unknown_engine_and_order_are_refused() -> None:
@@ -296,7 +296,7 @@ def test_exit_codes_and_the_shortest_counterexample() -> None:
     machine.always("late", ~((a == 2) & (b == 2)))
     machine.always("early", a == 0)
     machine.always("middle", a + b < 2)
-    result = check(machine)
+    result = check(machine, engine="bfs")
     assert result.counterexample is not None and result.counterexample.name == "early"
     assert [(p.name, p.path.length) for p in result.properties if p.path is not None] == [
         ("late", 4),
@@ -337,7 +337,7 @@ def test_fingerprints_are_stable_across_processes() -> None:
 def test_in_bounds_detail_names_the_map_entry() -> None:
     from lockstep.models import get_protocol
 
-    result = check(get_protocol("dp-pause").instance("post-fix", overrides={"max_wave": 1}))
+    result = check(get_protocol("dp-pause").instance("post-fix", overrides={"max_wave": 1}), engine="bfs")
     bounds = result.property_result(IN_BOUNDS)
     assert bounds.verdict is Verdict.VIOLATED and bounds.path is not None
     assert bounds.detail.startswith("current_wave[") and bounds.detail.endswith("would become 2, outside Int[0..1]")

@@ -80,6 +80,40 @@ def test_hypothesis_finds_the_pre_fix_violation_with_a_fixed_seed() -> None:
     assert machine.property_named(raised.value.property_name).kind is PropertyKind.ALWAYS
 
 
+def test_a_model_as_a_public_hypothesis_state_machine_finds_the_pre_fix_violation() -> None:
+    """``lockstep.testing.state_machine``: a ``RuleBasedStateMachine`` class of the user's own, run
+    as Hypothesis runs any (here both ways: ``run_state_machine_as_test`` and its ``TestCase``)."""
+    import unittest
+
+    from hypothesis.stateful import RuleBasedStateMachine
+
+    from lockstep.testing import state_machine
+
+    DpPause = state_machine(DP_PAUSE, variant="pre-fix")  # a Protocol object, as a registered name
+    assert issubclass(DpPause, RuleBasedStateMachine) and DpPause.__name__ == "Dp_Pause_Pre_Fix_Seed"
+    machine = DP_PAUSE.instance("pre-fix").machine()
+    rules = {rule.function.__name__ for rule in DpPause.setup_state().rules}
+    assert rules == {action.name.replace(".", "_") for action in machine.actions} | {END_OF_RUN}
+    options = settings(
+        max_examples=500,
+        stateful_step_count=100,
+        phases=[Phase.generate],
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    with pytest.raises(PropertyViolation) as raised:
+        run_state_machine_as_test(
+            hypothesis_seed(PRE_FIX_SEED)(state_machine("dp-pause", variant="pre-fix")), settings=options
+        )
+    assert machine.property_named(raised.value.property_name).kind is PropertyKind.ALWAYS
+    case = hypothesis_seed(PRE_FIX_SEED)(state_machine("dp-pause", variant="pre-fix")).TestCase
+    case.settings = options
+    outcome = unittest.TestResult()
+    case("runTest").run(outcome)
+    assert len(outcome.failures) == 1 and "is violated" in outcome.failures[0][1]
+
+
 def test_fuzz_finds_shrinks_and_minimises_the_pre_fix_failure() -> None:
     instance = DP_PAUSE.instance("pre-fix")
     result = fuzz(instance, seed=PRE_FIX_SEED, examples=500, shrink_seconds=3)
@@ -92,7 +126,9 @@ def test_fuzz_finds_shrinks_and_minimises_the_pre_fix_failure() -> None:
         assert first_invalid_step(InterpretedSystem(machine), path) is None, "every run is a run of the model"
         assert violates(machine, result.property_name, path)
     assert result.path.length <= result.shrunk.length
-    shortest = check(instance, properties=[result.property_name]).property_result(result.property_name).path
+    shortest = (
+        check(instance, engine="bfs", properties=[result.property_name]).property_result(result.property_name).path
+    )
     assert shortest is not None and result.path.length >= shortest.length, "BFS over every state is the floor"
 
 

@@ -30,13 +30,13 @@ def server(*, fair: tuple[str, ...] | None, spin: bool) -> Machine:
 
 
 def test_weak_fairness_of_every_action_makes_the_server_live() -> None:
-    assert check(server(fair=None, spin=True)).property_result("served").verdict is Verdict.HOLDS
-    assert check(server(fair=None, spin=False)).property_result("served").verdict is Verdict.HOLDS
+    assert check(server(fair=None, spin=True), engine="bfs").property_result("served").verdict is Verdict.HOLDS
+    assert check(server(fair=None, spin=False), engine="bfs").property_result("served").verdict is Verdict.HOLDS
 
 
 def test_an_unfair_server_starves_on_a_lasso() -> None:
     machine = server(fair=("request", "reset", "idle"), spin=True)
-    result = check(machine)
+    result = check(machine, engine="bfs")
     served = result.property_result("served")
     assert served.verdict is Verdict.VIOLATED and served.path is not None
     assert [step.action for step in served.path.steps] == ["request", "idle"]
@@ -54,7 +54,7 @@ def test_a_dead_end_with_the_response_pending_is_a_violation() -> None:
     machine.add_action("request", lambda: Step(x == 0, {x: 1}), actor="client")
     machine.set_final(x == 1)
     machine.leads_to("served", x == 1, x == 2)
-    served = check(machine).property_result("served")
+    served = check(machine, engine="bfs").property_result("served")
     assert served.verdict is Verdict.VIOLATED and served.path is not None
     assert served.path.length == 1 and served.path.loop_start == 1
     assert "the run stops" in served.detail
@@ -79,8 +79,8 @@ def test_fairness_is_per_action_instance() -> None:
         machine.set_final(all_of(Rank, lambda r: done[r] == 1))
         return machine
 
-    assert check(build(None)).property_result("all_done").verdict is Verdict.HOLDS
-    starved = check(build(("undo",))).property_result("all_done")
+    assert check(build(None), engine="bfs").property_result("all_done").verdict is Verdict.HOLDS
+    starved = check(build(("undo",)), engine="bfs").property_result("all_done")
     assert starved.verdict is Verdict.VIOLATED and starved.path is not None
     assert [step.action for step in starved.path.steps] == ["work", "undo"] and starved.path.loop_start == 0
     assert starved.path.steps[0].arguments == {"rank": 1}
@@ -98,7 +98,7 @@ def test_symbolic_engines_and_symmetry_leave_leads_to_inconclusive() -> None:
     machine.leads_to("all_done", done[0] == 0, all_of(Rank, lambda r: done[r] == 1))
     machine.set_final(all_of(Rank, lambda r: done[r] == 1))
     machine.declare_symmetric(Rank)
-    reduced = check(machine, symmetry=True).property_result("all_done")
+    reduced = check(machine, engine="bfs", symmetry=True).property_result("all_done")
     assert reduced.verdict is Verdict.INCONCLUSIVE and "without --symmetry" in reduced.detail
 
 

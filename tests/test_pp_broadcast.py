@@ -108,7 +108,7 @@ def test_every_variant_and_instance_is_pinned() -> None:
 def path_of(
     variant: str, name: str, instance: str = "seed"
 ) -> tuple[object, list[tuple[str, dict[str, object]]], dict[str, object]]:
-    result = check(PROTOCOL.instance(variant, instance))
+    result = check(PROTOCOL.instance(variant, instance), engine="bfs")
     path = result.property_result(name).path
     assert path is not None
     return (
@@ -140,14 +140,14 @@ def test_post_fix_witness_runs_forward_two_while_the_last_rank_is_in_step_one() 
 
 
 def test_pre_fix_has_no_pipelined_witness() -> None:
-    result = check(PROTOCOL.instance("pre-fix"))
+    result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     replayed = result.property_result(WITNESS)
     assert replayed.verdict is Verdict.VIOLATED and replayed.path is None
     assert replayed.detail == "no reachable state satisfies it"
 
 
 def test_skip_disagree_leaves_the_last_rank_in_the_broadcast_of_the_final_chunk() -> None:
-    result = check(PROTOCOL.instance("skip-disagree"))
+    result = check(PROTOCOL.instance("skip-disagree"), engine="bfs")
     hang = result.property_result("no_hang")
     assert hang.detail == "no action is enabled" and hang.path is not None
     assert blocked_summary(result.machine, hang.path).startswith("rank 1 in broadcast(pp)")
@@ -167,7 +167,7 @@ def test_skip_whole_receive_keeps_the_mapping_of_the_step_before() -> None:
     assert final["scheduler.steps"][:3] == ((1, 1), (2, 0), (3, 2))  # type: ignore[index]
     assert final["rank.prev_req_id_to_index"][0] == (False, True) and final["rank.prev_map_step"][0] == 1  # type: ignore[index]
     assert final["rank.rpcs"][0] == 4  # type: ignore[index]  # sample(2) done, exec(3) next
-    result = check(PROTOCOL.instance("skip-whole-receive", "decode-gap"))
+    result = check(PROTOCOL.instance("skip-whole-receive", "decode-gap"), engine="bfs")
     assert result.property_result("reads_latest_token").verdict is Verdict.HOLDS
     assert result.property_result("S4_placeholder_agreement").verdict is Verdict.HOLDS
 
@@ -192,7 +192,7 @@ def test_a_decode_after_an_empty_step_reads_the_mapping_of_the_step_before_it(va
     """A one-chunk prompt, one empty step anywhere, one decode: the decode after the empty step reads the
     mapping and tokens of the last sampled step (S3 over sampled steps and reads_latest_token hold), and
     no rank samples or posts a PP op for the empty step, in every release."""
-    result = check(PROTOCOL.instance(variant, overrides={"chunks": 1, "decodes": 1, "empty_steps": 1}))
+    result = check(PROTOCOL.instance(variant, overrides={"chunks": 1, "decodes": 1, "empty_steps": 1}), engine="bfs")
     assert (result.stats.states, result.stats.transitions) == (4848, 11756)  # no chunked step: no skip to differ
     for name in ("S3_no_stale_read", "reads_latest_token", "no_sample_on_empty_step", "no_pp_op_on_empty_step"):
         assert result.property_result(name).verdict is Verdict.HOLDS, name
@@ -207,10 +207,10 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str], tmp_path: Path, monk
 
 
 def test_three_ranks() -> None:
-    post = check(PROTOCOL.instance("post-fix", ranks=3))
+    post = check(PROTOCOL.instance("post-fix", ranks=3), engine="bfs")
     assert post.verdict is Verdict.HOLDS and (post.stats.states, post.stats.transitions) == (20094, 69742)
     assert post.property_result(WITNESS).path is not None and post.property_result(WITNESS).path.length == 12  # type: ignore[union-attr]
-    pre = check(PROTOCOL.instance("pre-fix", ranks=3))
+    pre = check(PROTOCOL.instance("pre-fix", ranks=3), engine="bfs")
     assert pre.property_result("no_false_dependency").path is not None
     assert pre.property_result("no_false_dependency").path.length == 10  # type: ignore[union-attr]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -108,3 +109,88 @@ def test_fuzzing_as_a_test_in_a_users_suite(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["*U3_bounded_slack is violated after * steps*", "*below_three is violated after 5 steps*"]
     )
+
+
+def test_the_options_are_read_from_the_configuration_file_and_the_command_line_wins(pytester: pytest.Pytester) -> None:
+    """``lockstep_max_candidates`` in pyproject.toml (or pytest.ini) reaches the replay; the
+    command line's ``--lockstep-max-candidates`` wins over it; a value that is no integer stops
+    the run with a message naming the setting."""
+    pytester.makepyfile(
+        f"""
+        def test_runtime(lockstep_assert_conforms):
+            lockstep_assert_conforms({str(FIXTURES / "collectives-only-pre-fix")!r}, trust_header=True)
+        """
+    )
+    pytester.makefile(".toml", pyproject="[tool.pytest.ini_options]\nlockstep_max_candidates = 5\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    assert any("inconclusive" in line for line in result.outlines)
+    pytester.runpytest("-p", "no:cacheprovider", "--lockstep-max-candidates", "100000").assert_outcomes(passed=1)
+    (pytester.path / "pyproject.toml").unlink()
+    pytester.makeini("[pytest]\nlockstep_max_candidates = 5\n")
+    pytester.runpytest("-p", "no:cacheprovider").assert_outcomes(failed=1)
+    pytester.makeini("[pytest]\nlockstep_fuzz_examples = many\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "lockstep_fuzz_examples must be an integer, not 'many'" in "\n".join(result.errlines)
+
+
+def test_a_failing_assertion_shows_the_users_test_not_locksteps_frames(pytester: pytest.Pytester) -> None:
+    """The helpers set ``__tracebackhide__``: a failure points at the user's line, with lockstep's
+    message, and no frame of lockstep's own source."""
+    pytester.makepyfile(
+        f"""
+        def test_counterexample_conforms(lockstep_assert_conforms):
+            lockstep_assert_conforms({str(FIXTURES / "dp-pause-pre-fix-seed.jsonl")!r})
+
+        def test_pre_fix_fuzzes_clean(lockstep_fuzz):
+            lockstep_fuzz("computed-tokens", variant="pre-fix")
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "--lockstep-fuzz-examples=100", "--lockstep-fuzz-seed=0")
+    result.assert_outcomes(failed=2)
+    text = "\n".join(result.outlines)
+    assert "violated at event 16" in text and "U3_bounded_slack is violated after" in text
+    assert "lockstep_assert_conforms(" in text and 'lockstep_fuzz("computed-tokens"' in text
+    assert "testing.py" not in text and "pytest_plugin.py" not in text and "raise AssertionError" not in text
+
+
+def test_lockstep_fuzz_runs_under_the_hypothesis_profile_database_and_seed(pytester: pytest.Pytester) -> None:
+    """The active settings profile's ``max_examples`` and example database apply (the failure is
+    saved there, to be replayed first next time), and ``--hypothesis-seed`` chooses the examples
+    (Hypothesis then leaves the database alone, as for any test)."""
+    pytester.makeconftest(
+        """
+        from hypothesis import settings
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        settings.register_profile("mine", max_examples=40, database=DirectoryBasedExampleDatabase("examples"))
+        """
+    )
+    pytester.makepyfile(
+        """
+        import json
+
+        def test_pre_fix(lockstep_fuzz):
+            lockstep_fuzz("computed-tokens", variant="pre-fix")
+
+        def test_post_fix(lockstep_fuzz):
+            result = lockstep_fuzz("computed-tokens", variant="post-fix")
+            with open("runs.jsonl", "a") as file:
+                file.write(json.dumps([result.runs, result.steps_run, result.seed]) + "\\n")
+        """
+    )
+
+    def run(*options: str) -> list[int]:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hypothesis-profile=mine", *options)
+        result.assert_outcomes(passed=1, failed=1)
+        assert "U3_bounded_slack is violated after" in result.stdout.str()
+        runs: list[int] = json.loads((pytester.path / "runs.jsonl").read_text().splitlines()[-1])
+        return runs
+
+    runs, _, seed = run()
+    assert 40 <= runs < 100 and seed is None, "the profile's 40 examples (and a few Hypothesis discarded)"
+    assert any(path.is_file() for path in (pytester.path / "examples").rglob("*")), "saved in the profile's database"
+    first = run("--hypothesis-seed=1")
+    assert run("--hypothesis-seed=1") == first, "the same seed, the same examples"
+    assert run("--hypothesis-seed=2") != first, "another seed, other examples"

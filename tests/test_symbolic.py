@@ -193,7 +193,7 @@ def small_machine(fixed: bool) -> Machine:
 
 @pytest.mark.parametrize("fixed", [False, True])
 def test_bmc_agrees_with_bfs_on_a_small_machine(fixed: bool) -> None:
-    explicit = check(small_machine(fixed))
+    explicit = check(small_machine(fixed), engine="bfs")
     symbolic = check(small_machine(fixed), "bmc", depth=explicit.stats.depth + 1)
     assert symbolic.stats.states is None and symbolic.stats.transitions is None
     for mine, theirs in zip(symbolic.properties, explicit.properties, strict=True):
@@ -237,7 +237,7 @@ def test_in_sort_rejects_values_outside_the_sort() -> None:
 @pytest.mark.slow
 def test_bmc_finds_the_dp_pause_pre_fix_violations_at_the_explicit_lengths() -> None:
     instance = get_protocol("dp-pause").instance("pre-fix")
-    explicit = check(instance)
+    explicit = check(instance, engine="bfs")
     symbolic = check(instance, "bmc", depth=20)
     for name in ("quiescent_during_rpc", "no_hang", "no_deadlock"):
         mine, theirs = symbolic.property_result(name), explicit.property_result(name)
@@ -367,7 +367,7 @@ def test_bmc_names_bool_action_parameters() -> None:
         return Step(count < 3, {count: count + 1, flag: up})
 
     machine.always("never_set_twice", ~(flag & (count == 2)))
-    explicit = check(machine)
+    explicit = check(machine, engine="bfs")
     symbolic = check(machine, "bmc", depth=2)
     mine, theirs = symbolic.property_result("never_set_twice"), explicit.property_result("never_set_twice")
     assert theirs.path is not None and theirs.path.length == 2

@@ -47,8 +47,8 @@ def with_properties(machine: Machine, counters: Term) -> Machine:
 
 
 def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
-    plain = check(with_properties(*ranks_machine()))
-    reduced = check(with_properties(*ranks_machine()), symmetry=True)
+    plain = check(with_properties(*ranks_machine()), engine="bfs")
+    reduced = check(with_properties(*ranks_machine()), engine="bfs", symmetry=True)
     assert plain.stats.states == 27 and plain.stats.transitions == 54
     assert reduced.stats.states == 10, "multisets of three counters in 0..2"
     assert reduced.stats.transitions == 20, "enabled ranks summed over the ten sorted representatives"
@@ -69,7 +69,7 @@ def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
 def test_counterexamples_under_symmetry_are_concrete_paths() -> None:
     machine, counters = ranks_machine()
     with_properties(machine, counters)
-    result = check(machine, symmetry=True)
+    result = check(machine, engine="bfs", symmetry=True)
     canonical = Canonicalizer(machine)
     for name in ("not_all_two", "spread"):
         path = result.property_result(name).path
@@ -85,7 +85,7 @@ def test_counterexamples_under_symmetry_are_concrete_paths() -> None:
 
 def test_in_bounds_counterexample_under_symmetry_is_concrete() -> None:
     machine, _ = ranks_machine(guarded=False)
-    result = check(machine, symmetry=True)
+    result = check(machine, engine="bfs", symmetry=True)
     overflow = result.property_result(IN_BOUNDS)
     assert overflow.verdict is Verdict.VIOLATED and overflow.path is not None and overflow.path.length == 3
     assert_replayable(machine, overflow.path)
@@ -106,8 +106,8 @@ def test_canonical_form_is_the_least_image() -> None:
 def test_symmetry_over_a_subset_accepts_naming_the_other_rank() -> None:
     machine, counters = ranks_machine(members=(1, 2))
     machine.always("rank_zero_small", counters[0] <= 2)
-    plain = check(ranks_machine(members=(1, 2))[0])
-    reduced = check(machine, symmetry=True)
+    plain = check(ranks_machine(members=(1, 2))[0], engine="bfs")
+    reduced = check(machine, engine="bfs", symmetry=True)
     assert plain.stats.states == 27
     assert reduced.stats.states == 18, "rank 0's counter times the unordered pairs of ranks 1 and 2"
     assert reduced.verdict is Verdict.HOLDS
@@ -130,8 +130,8 @@ def test_symmetry_over_two_sorts() -> None:
     machine.set_final(all_of(Stage, lambda s: stages[s] == 2) & all_of(Pair, lambda p: pairs[p] == 2))
     machine.declare_symmetric(Stage)
     machine.declare_symmetric(Pair)
-    assert check(machine, symmetry=True).stats.states == 36
-    assert check(machine).stats.states == 81
+    assert check(machine, engine="bfs", symmetry=True).stats.states == 36
+    assert check(machine, engine="bfs").stats.states == 81
 
 
 def test_refused_when_a_property_names_a_rank() -> None:
@@ -140,8 +140,8 @@ def test_refused_when_a_property_names_a_rank() -> None:
     with pytest.raises(
         SymmetryError, match=r"symmetry over Rank \[0, 1, 2\] is broken by property first_small: it names Rank 1"
     ):
-        check(machine, symmetry=True)
-    assert check(machine).verdict is Verdict.HOLDS, "without symmetry the same machine is fine"
+        check(machine, engine="bfs", symmetry=True)
+    assert check(machine, engine="bfs").verdict is Verdict.HOLDS, "without symmetry the same machine is fine"
 
 
 def test_refused_when_ranks_are_ordered() -> None:
@@ -156,27 +156,27 @@ def test_refused_when_ranks_are_ordered() -> None:
     with pytest.raises(
         SymmetryError, match=r"broken by action overtake: < orders or computes with Rank values \(\(rank < other\)\)"
     ):
-        check(machine, symmetry=True)
+        check(machine, engine="bfs", symmetry=True)
 
 
 def test_refused_when_arithmetic_uses_ranks() -> None:
     machine, counters = ranks_machine()
     machine.always("odd", sum_of(Rank, lambda rank: rank + counters[rank]) >= 0)
     with pytest.raises(SymmetryError, match=r"broken by property odd: \+ orders or computes with Rank values"):
-        check(machine, symmetry=True)
+        check(machine, engine="bfs", symmetry=True)
 
 
 def test_refused_when_the_initial_state_is_not_symmetric() -> None:
     machine, _ = ranks_machine(initial=(1, 0, 0))
     with pytest.raises(SymmetryError, match="symmetry of machine ranks: the initial state is not symmetric"):
-        check(machine, symmetry=True)
+        check(machine, engine="bfs", symmetry=True)
 
 
 def test_refused_when_nothing_is_declared() -> None:
     machine = Machine("plain")
     machine.variable("x", integers(0, 1), 0)
     with pytest.raises(SymmetryError, match="machine plain declares no symmetric sort"):
-        check(machine, symmetry=True)
+        check(machine, engine="bfs", symmetry=True)
 
 
 def test_symmetry_refused_when_a_rank_leaks_into_an_integer() -> None:

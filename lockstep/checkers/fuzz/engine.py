@@ -10,13 +10,19 @@ searches the states around it for a shorter one. The outcome is ``violated`` (ex
 
 Hypothesis settings: no example database (runs are reproducible from ``seed`` alone and leave no
 ``.hypothesis`` folder behind), no deadline, health checks off (a model's rule mix is what it
-is), one bug reported (the smallest), and only the generate and shrink phases.
+is), one bug reported (the smallest), and only the generate and shrink phases. Given
+``hypothesis_settings`` (what a test in a user's suite runs under: the active profile), the session
+is theirs instead: their example database, phases, verbosity and ``derandomize`` apply, and without
+a ``seed`` Hypothesis chooses it (``--hypothesis-seed``, or fresh); lockstep still sets the
+examples, the steps, no deadline, health checks off and one bug reported.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
@@ -97,6 +103,7 @@ def fuzz(
     shrink: bool = True,
     minimise_radius: int = 8,
     compiled: bool = True,
+    hypothesis_settings: settings | None = None,
 ) -> FuzzResult:
     """Fuzz every safety property of ``target`` with Hypothesis; see the module doc.
 
@@ -105,7 +112,8 @@ def fuzz(
     ``shrink_seconds`` bounds shrinking (then the shortest failing run so far is shrunk's
     result); ``shrink=False`` skips Hypothesis's shrinker (the BFS re-minimisation, up to
     ``minimise_radius`` steps around the runs, still runs). ``compiled=False`` steps the reference
-    interpreter instead of the generated code."""
+    interpreter instead of the generated code. ``hypothesis_settings``: run under those settings (see
+    the module doc); the result's ``seed`` is then None unless one was given."""
     if steps < 1 or examples < 1:
         raise UsageError(f"steps and examples must be positive, got steps={steps}, examples={examples}")
     machine = target.machine() if isinstance(target, Instance) else target.finish()
@@ -114,25 +122,48 @@ def fuzz(
     burst = 1 if steps <= RULE_CALLS else -(-steps // BURST_DIVISOR)
     recorder = Recorder(None if timeout is None else started + timeout, shrink_seconds, steps, burst)
     state_machine = state_machine_for(system, recorder)
-    seed = chosen_seed(seed)
-    state_machine = hypothesis_seed(seed)(state_machine)
-    options = settings(
-        max_examples=examples,
-        stateful_step_count=min(steps, 4 * RULE_CALLS),
-        deadline=None,
-        database=None,
-        derandomize=False,
-        suppress_health_check=list(HealthCheck),
-        report_multiple_bugs=False,
-        phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
-        verbosity=Verbosity.normal,
-        print_blob=False,
-    )
+    storage: AbstractContextManager[None]
+    if hypothesis_settings is None:
+        seed = chosen_seed(seed)
+        options = settings(
+            max_examples=examples,
+            stateful_step_count=min(steps, 4 * RULE_CALLS),
+            deadline=None,
+            database=None,
+            derandomize=False,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+            phases=(Phase.generate, Phase.shrink) if shrink else (Phase.generate,),
+            verbosity=Verbosity.normal,
+            print_blob=False,
+        )
+        storage = hypothesis_storage()
+    else:
+        # the example database keys a stateful test by its class: one name per model and instance
+        label = target.label if isinstance(target, Instance) else machine.name
+        digest = (
+            hashlib.sha256(repr(sorted(target.parameters.items())).encode()).hexdigest()[:12]
+            if isinstance(target, Instance)
+            else ""
+        )
+        state_machine.__name__ = state_machine.__qualname__ = f"Fuzz_{label}_{digest}"
+        options = settings(
+            hypothesis_settings,
+            max_examples=examples,
+            stateful_step_count=min(steps, 4 * RULE_CALLS),
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+            phases=tuple(phase for phase in hypothesis_settings.phases if shrink or phase is not Phase.shrink),
+        )
+        storage = nullcontext()
+    if seed is not None:
+        state_machine = hypothesis_seed(seed)(state_machine)
     program: list[str] = []
     violation: PropertyViolation | None = None
     stopped: str | None = None
     try:
-        with hypothesis_storage(), with_reporter(lambda text: program.append(str(text))):
+        with storage, with_reporter(lambda text: program.append(str(text))):
             run_state_machine_as_test(state_machine, settings=options)
     except PropertyViolation as error:
         violation = error
