@@ -8,7 +8,7 @@ returns. ``lockstep.spec.machine`` builds them and re-exports every name here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from lockstep.spec.expressions import Expression, Parameter, Variable, render
@@ -67,8 +67,8 @@ class DoubleWrite(DefinitionError):
     """A variable written twice in one step (``Machine.add`` names the action it happened in)."""
 
 
-Updates = Mapping[Term, TermLike] | Iterable[tuple[Term, TermLike]]
-"""One group of an action's writes: a mapping ``{variable: value}``, or ``(variable, value)`` pairs."""
+Updates = Mapping[Term, TermLike] | Sequence[tuple[Term, TermLike]]
+"""One group of an action's writes: a mapping ``{variable: value}``, or a list of ``(variable, value)`` pairs."""
 
 
 @dataclass(frozen=True, init=False)
