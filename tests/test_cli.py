@@ -127,7 +127,7 @@ def test_check_all_is_as_pinned_and_generates_the_readme_tables(
         (["check", "dp-pause", "--set", "ranks=two"], "'two' is not an integer"),
         (["check", "dp-pause", "--ranks", "9"], "parameter ranks of dp-pause must be at least 2 and at most 8, got 9"),
         (["check", "dp-pause", "--symmetry"], "declares no symmetric sort"),
-        (["check", "--all", "dp-pause"], "--all checks every built-in instance"),
+        (["check", "--all", "--variant", "pre-fix"], "--all checks every built-in instance"),
         (["check"], "name a protocol"),
     ],
 )

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,7 +29,7 @@ from lockstep.checkers.explicit import Progress
 from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.cli.invocation import clock
-from lockstep.cli.listing import selected_protocols
+from lockstep.cli.listing import EXIT_INCONCLUSIVE, selected_protocols
 from lockstep.models import PROTOCOLS
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
@@ -146,6 +148,9 @@ def check_trace_out(target: Path | None, inputs: Sequence[Path] = ()) -> None:
         raise UsageError(f"--trace-out {error}") from None
 
 
+_SAME_COUNTEREXAMPLE = frozenset({"auto", "bfs", "bfs-vec", "bfs-gpu"})
+
+
 def _write_trace(
     instance: Instance, result: CheckResult, target: Path | None, console: Console, inputs: Sequence[Path] = ()
 ) -> Path | None:
@@ -156,7 +161,10 @@ def _write_trace(
         return None
     from lockstep.traces.output import OutputError, refuse_inputs, safe_name
 
-    name = safe_name(instance.protocol.name, instance.variant, instance.name) + ".jsonl"
+    # the BFS engines (auto, bfs, bfs-vec, bfs-gpu) give the same shortest counterexample; another
+    # engine's trace is named after it, so that checks with different engines never overwrite each other
+    engine = [] if result.engine in _SAME_COUNTEREXAMPLE else [result.engine]
+    name = safe_name(instance.protocol.name, instance.variant, instance.name, *engine) + ".jsonl"
     file = target or Path("lockstep-out") / name
     try:
         refuse_inputs(file, inputs)  # never over the model file
@@ -189,7 +197,6 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
         _validate_engine_options(arguments)
         if any(
             (
-                arguments.protocol,
                 arguments.variant,
                 arguments.instance,
                 arguments.set,
@@ -198,8 +205,8 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
             )
         ):
             raise UsageError(
-                "--all checks every built-in instance (or the --model-file model's) against its pin; it takes no "
-                "protocol, variant, instance, --ranks, --set or --property"
+                "--all checks every built-in instance (of PROTOCOL if one is named, or the --model-file model's) "
+                "against its pin; it takes no variant, instance, --ranks, --set or --property"
             )
         return _check_all(arguments, console)
     _validate_engine_options(arguments)
@@ -255,15 +262,70 @@ def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:
     return [proof for protocol in selected_protocols(arguments) for proof in check_pinned(protocol)]
 
 
+class _Heartbeat:
+    """A line on stderr every ``PROGRESS_SECONDS`` while a long command works (``check --all``,
+    ``--proofs``): what it is doing and for how long, whatever the stream (a CI log too)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console, self.doing, self.since = console, "", time.monotonic()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._beat, name="lockstep-heartbeat", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        self.stopped.set()
+
+    def now(self, doing: str) -> None:
+        self.doing, self.since = doing, time.monotonic()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(PROGRESS_SECONDS):
+            if self.doing:
+                seconds = time.monotonic() - self.since
+                self.console.print(f"… {self.doing}: {seconds:,.0f} s so far", markup=False, highlight=False)
+
+
 def _check_all(arguments: argparse.Namespace, console: Console) -> int:
     rows: list[PinnedRow] = []
     payloads = []
-    for instance in pinned_instances(selected_protocols(arguments)):
-        result = _run(instance, arguments, console)
-        trace_file = _write_trace(instance, result, None, console)
-        rows.append(PinnedRow.of(instance, result))
-        payloads.append(result_json(result, instance, trace_file, states=arguments.json_states))
-    proofs = _check_proofs(arguments)
+    instances = pinned_instances(selected_protocols(arguments))
+    with _Heartbeat(console) as heartbeat:
+        try:
+            for position, instance in enumerate(instances, 1):
+                heartbeat.now(f"checking {instance.label} ({position} of {len(instances)})")
+                started = time.monotonic()
+                result = _run(instance, arguments, console)
+                trace_file = _write_trace(instance, result, None, console)
+                rows.append(PinnedRow.of(instance, result))
+                payloads.append(result_json(result, instance, trace_file, states=arguments.json_states))
+                mark = "as pinned" if rows[-1].as_pinned else f"DIFFERS (pinned {instance.expected})"
+                console.print(
+                    f"{position} of {len(instances)}: {instance.label}: {result.verdict.value}, {mark} "
+                    f"({time.monotonic() - started:.1f} s)",
+                    markup=False,
+                    highlight=False,
+                )
+        except KeyboardInterrupt:  # what finished is shown, not thrown away
+            console.print(summary_table(rows))
+            console.print(f"lockstep: interrupted (Ctrl-C) after {len(rows)} of {len(instances)} checks")
+            if arguments.json:
+                write_stdout(
+                    json.dumps(
+                        {
+                            "schema_version": SCHEMA_VERSION,
+                            "as_pinned": False,
+                            "stopped": "interrupted",
+                            "checks": payloads,
+                        }
+                    )
+                    + "\n"
+                )
+            return EXIT_INCONCLUSIVE
+        heartbeat.now("re-proving the pinned properties with pdr (--proofs)" if arguments.proofs else "")
+        proofs = _check_proofs(arguments)
     all_as_pinned = all(row.as_pinned for row in rows) and all(proof.proved for proof in proofs)
     if arguments.json:
         summary: dict[str, object] = {"schema_version": SCHEMA_VERSION, "as_pinned": all_as_pinned, "checks": payloads}

@@ -106,12 +106,14 @@ def judge_options(function: Any) -> Any:
 
 
 @click.command("list")
+@protocol_argument
 @click.option(
     "--model-file", type=FILE, metavar="PATH", help="list the model a Python file defines instead of the built-in ones"
 )
 @json_option
 def list_command(**options: Any) -> Invocation:
-    """The protocols, their variants (with the vLLM release each stands for) and instances, on stdout."""
+    """The protocols (or PROTOCOL alone), their variants (with the vLLM release each stands for) and
+    instances, on stdout."""
     return call("lockstep.cli.listing:command_list", "list", options)
 
 
@@ -161,8 +163,9 @@ def prove_lemmas(**options: Any) -> Invocation:
     help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
     "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
     "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
-    "k-induction; pdr: BMC to --depth (default 10), then Houdini and Z3 Spacer, --solver-timeout seconds per "
-    "property (default 60), proved only with an inductive invariant lockstep re-checked (shown in --json)",
+    "k-induction; pdr: BMC to --depth (default 10), then Houdini, ABC's pdr and Z3 Spacer with BMC going on "
+    "beside them, --solver-timeout CPU seconds per property (default 60), proved only with an inductive "
+    "invariant lockstep re-checked (shown in --json), else inconclusive",
 )
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
 @click.option(
@@ -182,7 +185,9 @@ def prove_lemmas(**options: Any) -> Invocation:
     metavar="N",
     help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)",
 )
-@click.option("--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll; pdr: its first BMC run")
+@click.option(
+    "--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll (bounded checking); pdr: its first BMC phase"
+)
 @click.option(
     "--mine-invariants",
     is_flag=True,
@@ -198,7 +203,7 @@ def prove_lemmas(**options: Any) -> Invocation:
     "--solver-timeout",
     type=POSITIVE_NUMBER,
     metavar="SECONDS",
-    help="bmc, induction: limit per Z3 query; pdr: per property (unknown = inconclusive)",
+    help="bmc, induction: limit per Z3 query; pdr: CPU seconds per property (unknown = inconclusive)",
 )
 @click.option(
     "--reduction",
