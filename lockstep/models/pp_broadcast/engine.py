@@ -26,9 +26,18 @@ sets ``next_decode_eligible_step = current_step + pp_size`` after each step that
 and ``Scheduler.schedule`` skips a running request until ``current_step`` (one per ``schedule()`` call,
 empty steps included) reaches it: the cadence of the PPHandler's ring. Its batch queue holds
 ``pp_size + 1`` steps (``VllmConfig.max_concurrent_batches``).
+
+Structured output (``structured_output=1``: the last request has a grammar). ``AsyncScheduler.
+_update_after_schedule`` sets ``pending_structured_output_tokens`` when a scheduled row of a structured
+request that is not a prefill chunk still has output placeholders (an earlier token in flight); then
+``step_with_batch_queue`` sends ``execute_model`` only, pops the oldest step of the batch queue, waits for
+it, ``update_from_output`` (the grammar accepts that step's tokens), and only then computes the grammar
+bitmask and sends ``sample_tokens``; meanwhile it schedules nothing.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from lockstep.models.pp_broadcast.state import State
 from lockstep.spec.actions import action
@@ -129,6 +138,44 @@ def may_schedule(state: State, request: Term) -> Term:
     return lift(True)
 
 
+def structured_row_in_flight(state: State, step: Term) -> Term:
+    """The structured request's row at ``step`` is not a prefill chunk and an earlier sampled step of it has not
+    been processed (``request.num_output_placeholders > 0``): the grammar has not seen that token yet."""
+    q = lift(state.sizes.requests - 1, state.Request)
+    row = present(state, step, q) & ~non_final_chunk(state, step, q)
+    return row & (latest_kept(state, q, step) > state.processed)
+
+
+@action(actor="engine")
+def sample_deferred(state: State) -> Step:
+    """step_with_batch_queue after a deferral: the oldest step's output was processed; get_grammar_bitmask for the
+    deferred step, then executor.sample_tokens (non_block)."""
+    newest = state.scheduled - 1
+    return Step(
+        (state.samples_sent < state.scheduled) & (state.processed == state.defer_until) & ~state.dead,
+        {
+            state.samples_sent: state.scheduled,
+            state.stale_bitmask: state.stale_bitmask | structured_row_in_flight(state, newest),
+        },
+    )
+
+
+def structured_updates(state: State, pending: Term) -> dict[Term, Term]:
+    """A scheduled step's effect on the deferral: its sample_tokens goes out now, or after the oldest output."""
+    if not state.sizes.structured:
+        return {}
+    scheduled = state.scheduled
+    return {
+        state.samples_sent: if_then_else(pending, state.samples_sent, scheduled + 1),
+        state.defer_until: if_then_else(pending, state.processed + 1, state.defer_until),
+    }
+
+
+def no_deferral(state: State) -> list[Term]:
+    """The guard that no deferred sample_tokens is outstanding (the engine is inside that step's call)."""
+    return [state.samples_sent == state.scheduled] if state.sizes.structured else []
+
+
 @action(actor="engine")
 def schedule(state: State, leave_out: Term) -> Step:
     """schedule() and the exec/sample RPCs of one step, while the batch queue has room.
@@ -150,6 +197,7 @@ def schedule(state: State, leave_out: Term) -> Step:
             scheduled < state.sizes.steps,
             any_of(state.Request, included),
             nobody | ((gaps_left > 0) & any_of(state.Request, lambda q: (q == leave_out) & unfinished(q))),
+            *no_deferral(state),
         ),
         {
             state.plan: state.plan.set(clamp(state, scheduled), row),
@@ -158,8 +206,18 @@ def schedule(state: State, leave_out: Term) -> Step:
             ),
             scheduled: scheduled + 1,
             gaps_left: if_then_else(nobody, gaps_left, gaps_left - 1),
+            **structured_updates(state, pending_structured(state, included)),
         },
     )
+
+
+def pending_structured(state: State, included: Callable[[Term], Term]) -> Term:
+    """``pending_structured_output_tokens`` of the step being scheduled (async scheduling only)."""
+    if not (state.sizes.structured and state.sizes.async_scheduling):
+        return lift(False)
+    q = lift(state.sizes.requests - 1, state.Request)
+    final_or_decode = state.computed[q] + 1 >= state.prompt_of[q]
+    return included(q) & final_or_decode & (latest_kept(state, q, state.scheduled) > state.processed)
 
 
 @action(actor="engine")
@@ -180,9 +238,11 @@ def schedule_empty(state: State) -> Step:
             any_of(state.Request, lambda q: state.computed[q] < state.length_of[q])
             | (processed < scheduled)
             | nonempty(state, maximum(scheduled - 1, 0)),
+            *no_deferral(state),
         ),
         {
             scheduled: scheduled + 1,
+            **({state.samples_sent: scheduled + 1} if state.sizes.structured else {}),
             **({} if not state.sizes.empty_steps else {state.empties_left: spent_empty(state, forced)}),
         },
     )
@@ -217,6 +277,8 @@ def process_output(state: State) -> Step:
     guard = (processed < state.scheduled) & (state.gpu_step[last] > processed) & (state.failed != processed + 1)
     if state.sizes.runner == 1 and state.sizes.drafts:  # a step whose sample_tokens raised: engine_raises_on_sample
         guard = guard & (state.sample_failed != processed + 1)
+    if state.sizes.structured:  # a deferral pops exactly the oldest step before the deferred sample_tokens
+        guard = guard & ~((state.samples_sent < state.scheduled) & (processed >= state.defer_until))
     return Step(guard, {processed: processed + 1})
 
 

@@ -85,8 +85,9 @@ def sample_tokens(state: State, variant: str, rank: Term) -> Step:
     at_broadcast = (state.gpu_step[rank] == step) & (state.gpu_phase[rank] == Phase.BROADCAST)
     on_main_stream = lift(not state.sizes.handler)
     moves = at_broadcast & ~(issuing & on_main_stream)
+    sent = [step < state.samples_sent] if state.sizes.structured else []
     return Step(
-        (rpc[rank] % 2 == 1) & ~state.dead,
+        conjunction((rpc[rank] % 2 == 1) & ~state.dead, *sent),
         {
             rpc: rpc.set(rank, rpc[rank] + 1),
             state.issued: state.issued.set(rank, state.issued[rank].set(clamp(state, step), issuing)),

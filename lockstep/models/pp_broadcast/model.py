@@ -166,6 +166,8 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
         machine.add(engine.engine_raises, state)
     if state.sizes.drafts and state.sizes.runner == 1:
         machine.add(engine.engine_raises_on_sample, state)
+    if state.sizes.structured:
+        machine.add(engine.sample_deferred, state)
     machine.add(worker.sample_tokens, state, variant, rank=state.Rank)
     machine.add(stream.gpu_compute, state, rank=state.Rank)
     machine.add(stream.gpu_post, state, rank=state.Rank)

@@ -315,6 +315,14 @@ def add_properties(machine: Machine, state: State) -> None:
             "execute_model(N) embeds a decode row's real draft tokens: every rank holds the drafts proposed with "
             "the row's latest token (the last rank proposes them; the others receive them)",
         )
+    if sizes.structured:
+        machine.always(
+            "grammar_bitmask_current",
+            ~state.stale_bitmask,
+            "the grammar bitmask of a step is computed once the structured request has all the output tokens it "
+            "needs (SchedulerOutput.pending_structured_output_tokens); else the grammar cannot accept the sampled "
+            "token ('Failed to advance FSM', vLLM issue #45014)",
+        )
     if state.sizes.empties:
         machine.always(
             "no_sample_on_empty_step",

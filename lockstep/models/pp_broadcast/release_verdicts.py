@@ -59,6 +59,21 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         finding_properties=("sampled_one_column", "draft_inputs_known"),
     ),
     InstanceSpec(
+        "structured-output",
+        "structured output on the V1 runner with three stages (batch queue 3): a two-chunk prompt with a grammar, "
+        "then a decode. The decode is scheduled while the final chunk's token is in flight, so step_with_batch_queue "
+        "defers its sample_tokens, pops the oldest step (the first chunk, not the final one) and computes the grammar "
+        "bitmask before the grammar has accepted the final chunk's token ('Failed to advance FSM', issue #45014)",
+        {"structured_output": 1, "ranks": 3, "chunks": 2, "decodes": 1},
+        every("violated", V1_ASYNC),
+        finding="`AsyncScheduler._update_after_schedule` (`pending_structured_output_tokens` when a structured row "
+        "has output placeholders), `EngineCore.step_with_batch_queue` (defers sample_tokens, `batch_queue.pop()` the "
+        "oldest step, `update_from_output`, then `get_grammar_bitmask(deferred_scheduler_output)`): with pp_size >= 3 "
+        "the oldest step is not the one whose token the grammar lacks (v0.19.0-v0.30.0; v0.31.0 refuses the V1 "
+        "runner with PP and async scheduling, PR #56250)",
+        finding_properties=("grammar_bitmask_current",),
+    ),
+    InstanceSpec(
         "sync",
         "the seed without async scheduling (the V1 runner; from v0.31.0 the only way it runs PP): no rank broadcasts "
         "or receives, the scheduler sends each request's new token with its next step, the chunks still pipeline",
@@ -77,6 +92,13 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "failed-forward without async scheduling: sample_tokens of the failed step returns None on every rank "
         "(no receive path without async scheduling) and the engine raises",
         {"async_scheduling": 0, "failures": 1},
+        every("holds"),
+    ),
+    InstanceSpec(
+        "sync-structured-output",
+        "structured-output without async scheduling: no deferral (the Scheduler schedules a decode only after its "
+        "last token was processed), so every bitmask sees the request's tokens",
+        {"structured_output": 1, "ranks": 3, "chunks": 2, "decodes": 1, "async_scheduling": 0},
         every("holds"),
     ),
     InstanceSpec(
@@ -111,6 +133,13 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "failed-forward on the V2 runner: the last rank's sample_tokens returns None without execute_model_state "
         "(every release); the receives the other ranks posted go with the shutdown",
         {"runner": 2, "failures": 1},
+        split(BEFORE_HANDLER, "violated", "holds"),
+    ),
+    InstanceSpec(
+        "v2-structured-output",
+        "structured output on the V2 runner (two stages): the deferral waits for the oldest step, which the decode "
+        "cadence makes the final chunk's (three stages hold too: 56,386,937 states, not pinned)",
+        {"runner": 2, "structured_output": 1, "chunks": 2, "decodes": 1, "hang_bound": 64},
         split(BEFORE_HANDLER, "violated", "holds"),
     ),
     InstanceSpec(

@@ -130,4 +130,11 @@ FEATURE_PARAMETERS = (
     ),
     ParameterSpec("drafts", 0, "speculative decoding: draft tokens scheduled with every decode", minimum=0, maximum=2),
     ParameterSpec("runner", 1, "1: the V1 GPUModelRunner; 2: the V2 runner (vllm/v1/worker/gpu)", minimum=1, maximum=2),
+    ParameterSpec(
+        "structured_output",
+        0,
+        "1: the last request has a grammar (the engine defers its sample_tokens while its last token is in flight)",
+        minimum=0,
+        maximum=1,
+    ),
 )

@@ -84,6 +84,11 @@ SIDE_STREAM: dict[str, str] = {
     "side_pass": "nothing on broadcast_stream for the step (compute_need_sampled_mask is None, or no sample_tokens)",
     "ppb.complete": "torch.distributed.broadcast(group=PPHandler.broadcast_group) completes on every member",
 }
+STRUCTURED_OUTPUT = {
+    "sample_deferred": "EngineCore.step_with_batch_queue after a deferral (pending_structured_output_tokens): the "
+    "oldest future.result() → Scheduler.update_from_output, then get_grammar_bitmask(deferred_scheduler_output) → "
+    "executor.sample_tokens (non_block)",
+}
 SPEC_DECODE_FAILURE = {
     "engine_raises_on_sample": "EngineCore.step_with_batch_queue: future.result() of the step's sample_tokens raises "
     "(MultiprocExecutor.get_response: 'Worker failed with error ...'; the output rank's AssertionError)",
@@ -122,6 +127,7 @@ def sources(variant: str, runner: int = 1, async_scheduling: bool = True, handle
             **FAILURE,
             **EMPTY,
             **SIDE_STREAM,
+            **STRUCTURED_OUTPUT,
             "execute_model": V2_EXECUTE_MODEL
             if handler
             else COMMON["execute_model"].replace("GPUModelRunner", f"{V2_RUNNER}"),
@@ -135,4 +141,4 @@ def sources(variant: str, runner: int = 1, async_scheduling: bool = True, handle
         sample = SAMPLE_TOKENS_SYNC + SAMPLE_TOKENS_REFUSED
     if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive") and async_scheduling:
         sample += GUARD_V019
-    return {**COMMON, **FAILURE, **EMPTY, **SPEC_DECODE_FAILURE, "sample_tokens": sample}
+    return {**COMMON, **FAILURE, **EMPTY, **SPEC_DECODE_FAILURE, **STRUCTURED_OUTPUT, "sample_tokens": sample}

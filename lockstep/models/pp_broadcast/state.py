@@ -48,6 +48,7 @@ class Sizes:
     async_scheduling: bool = True  # 0: the Scheduler sends the sampled tokens; no broadcast on the V1 runner
     drafts: int = 0  # speculative decoding: draft tokens scheduled with every decode
     runner: int = 1  # 1: the V1 GPUModelRunner; 2: the V2 runner (vllm/v1/worker/gpu/)
+    structured: bool = False  # the last request uses structured output (a grammar)
     release: Release = Release()  # noqa: RUF009 (a frozen dataclass: one shared value is safe)
 
     @property
@@ -95,10 +96,14 @@ def sizes_of(parameters: Mapping[str, int], release: Release = NO_SWITCHES) -> S
         async_scheduling=bool(parameters.get("async_scheduling", 1)),
         drafts=parameters.get("drafts", 0),
         runner=parameters.get("runner", 1),
+        structured=bool(parameters.get("structured_output", 0)),
         release=release,
     )
-    if sizes.cadence_empties:  # room for the empty steps the V2 decode cadence forces
-        sizes = replace(sizes, steps=sizes.steps + sizes.cadence_empties)
+    if not sizes.async_scheduling or sizes.handler:
+        # A request may also sit out a step while its last token is in flight (sync scheduling) or before its
+        # decode is eligible (the V2 cadence), so a step may schedule one piece: sum(lengths) non-empty steps,
+        # plus the empty steps (chosen, and forced by the cadence).
+        sizes = replace(sizes, steps=sum(lengths) + parameters["empty_steps"] + sizes.cadence_empties)
     return sizes
 
 
@@ -136,6 +141,9 @@ class State:
     path: Term  # the path the rank's last sample_tokens took (``Path``)
     sample_failed: Term  # V1 with drafts: the step whose sample_tokens failed the shape assert; 0: none
     applied: Term  # V2: per rank and request, the step whose sampled token req_states hold; 0: none
+    samples_sent: Term  # structured output: the steps whose sample_tokens RPC the engine has sent
+    defer_until: Term  # structured output: the processed count at which the deferred sample_tokens is sent
+    stale_bitmask: Term  # structured output: a grammar bitmask was computed before the grammar saw a token
     # the GPU stream of each rank
     gpu_step: Term  # the step (0-based) of the stream's front
     gpu_phase: Term  # the op of the stream's front
@@ -294,7 +302,33 @@ def _feature_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[st
     else:
         side_step = lift(tuple(0 for _ in range(size)), MapSort(sorts.Rank, sorts.Steps))
         side_posted = lift(tuple(False for _ in range(size)), MapSort(sorts.Rank, BOOL))
-    return dict(sample_failed=sample_failed, applied=applied, side_step=side_step, side_posted=side_posted)
+    return dict(
+        sample_failed=sample_failed,
+        applied=applied,
+        side_step=side_step,
+        side_posted=side_posted,
+        **_structured_variables(machine, sizes, sorts),
+    )
+
+
+def _structured_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[str, Term]:
+    """The engine's deferred sample_tokens for structured output (constants without it)."""
+    if not sizes.structured:
+        return dict(samples_sent=lift(0, sorts.Steps), defer_until=lift(0, sorts.Steps), stale_bitmask=lift(False))
+    return dict(
+        samples_sent=machine.variable(
+            "engine.samples_sent", sorts.Steps, 0, "steps whose sample_tokens RPC the engine has sent"
+        ),
+        defer_until=machine.variable(
+            "engine.defer_until", sorts.Steps, 0, "the processed count at which the deferred sample_tokens is sent"
+        ),
+        stale_bitmask=machine.variable(
+            "engine.stale_bitmask",
+            BOOL,
+            False,
+            "a grammar bitmask was computed while the grammar had not yet accepted a token of its request",
+        ),
+    )
 
 
 # The broadcasts of one step on a rank, named by what they carry: the sampled ids one or 1 + k wide

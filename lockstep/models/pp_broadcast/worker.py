@@ -191,4 +191,9 @@ def sample_tokens(state: State, variant: str, rank: Term) -> Step:
     }
     if state.sizes.drafts and state.sizes.async_scheduling:
         updates[state.sample_failed] = if_then_else(asserts, step + 1, state.sample_failed)
-    return Step((rpc[rank] % 2 == 1) & ~state.dead, updates)
+    return Step(conjunction((rpc[rank] % 2 == 1) & ~state.dead, *sample_sent(state, step)), updates)
+
+
+def sample_sent(state: State, step: Term) -> list[Term]:
+    """The guard that the engine has sent sample_tokens(step) (with structured output it may defer it)."""
+    return [step < state.samples_sent] if state.sizes.structured else []
