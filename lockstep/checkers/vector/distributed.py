@@ -32,6 +32,7 @@ them from the calling process, which takes no part in the search:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import multiprocessing
 import os
@@ -413,12 +414,14 @@ def check_distributed(
     Started here, the processes are watched by the caller (``_supervise``): Ctrl-C gives a partial
     result (``stopped`` "interrupted"), SIGTERM (``Terminated`` under the CLI) unwinds after killing
     them, and a worker that dies raises ``WorkerLost``; no worker outlives this call."""
+    shared = limits or Limits()
     options: dict[str, Any] = {
         "symmetry": symmetry,
         "compact": compact,
         "stop_at_first": stop_at_first,
         "watched": watched,
-        "limits": limits,
+        # the memory cap is the job's: each of the processes (one host) keeps to its share
+        "limits": dataclasses.replace(shared, max_memory_bytes=max(1, shared.memory_cap() // workers)),
     }
     if "WORLD_SIZE" in os.environ and "RANK" in os.environ:
         world = int(os.environ["WORLD_SIZE"])
