@@ -79,3 +79,17 @@ def test_list_takes_a_protocol(tmp_path: Path) -> None:
     assert completed.returncode == 0 and [p["name"] for p in json.loads(completed.stdout)["protocols"]] == ["dp-pause"]
     unknown = subprocess.run([str(LOCKSTEP), "list", "nope"], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown protocol 'nope'" in unknown.stderr
+
+
+def test_progress_says_distinct_and_generated_states_frontier_and_memory(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [str(LOCKSTEP), "check", "dp-pause", "--ranks", "3", "--engine", "bfs", "--max-states", "60000"]
+        + ["--progress-interval", "0.2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert completed.returncode == 3, completed.stderr  # stopped at --max-states
+    lines = [line for line in completed.stderr.splitlines() if line.startswith("checking dp-pause")]
+    assert lines, completed.stderr
+    assert all(" distinct states of " in line and ", frontier " in line and " MiB" in line for line in lines)

@@ -160,7 +160,9 @@ class ExplicitSearch:
                         break
                     if self.progress is not None and now - last_report >= 0.25:
                         last_report = now
-                        self.progress(Statistics(len(self.states), stats.transitions, stats.depth, now - started))
+                        self.progress(
+                            Statistics(len(self.states), stats.transitions, stats.depth, now - started, len(frontier))
+                        )
         except KeyboardInterrupt:
             stopped = "interrupted"
         stats.states = len(self.states)

@@ -71,10 +71,11 @@ class PropertyResult:
 
 @dataclass
 class Statistics:
-    states: int | None = 0
-    transitions: int | None = 0
+    states: int | None = 0  # distinct states stored
+    transitions: int | None = 0  # successors generated
     depth: int = 0
     seconds: float = 0.0
+    frontier: int | None = None  # in a progress report: states waiting to be expanded
 
     @property
     def states_per_second(self) -> float:

@@ -26,6 +26,7 @@ from rich.markup import escape
 from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
 from lockstep.checkers.explicit import Progress
+from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.cli.invocation import clock
@@ -57,12 +58,16 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
             if stats.states is None:
                 text = f"checking {instance.label}: depth {stats.depth} unrolled"
             else:
+                generated = f" of {stats.transitions:,} generated" if stats.transitions else ""
+                waiting = f", frontier {stats.frontier:,}" if stats.frontier is not None else ""
                 text = (
-                    f"checking {instance.label}: {stats.states:,} states, depth {stats.depth}, "
-                    f"{stats.states_per_second:,.0f} states/s"
+                    f"checking {instance.label}: {stats.states:,} distinct states{generated}{waiting}, "
+                    f"depth {stats.depth}, {stats.states_per_second:,.0f} states/s, "
+                    f"{resident_memory_bytes() / 2**20:,.0f} MiB"
                 )
             status.update(f"{text}, {stats.seconds:.1f} s" if stats.states is None else text)
-            if not console.is_terminal and stats.seconds - printed[0] >= PROGRESS_SECONDS:
+            interval = getattr(arguments, "progress_interval", None) or PROGRESS_SECONDS
+            if not console.is_terminal and stats.seconds - printed[0] >= interval:
                 printed[0] = stats.seconds
                 console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 

@@ -244,6 +244,13 @@ def prove_lemmas(**options: Any) -> Invocation:
 @click.option(
     "--json-states", is_flag=True, help="with --json: the counterexample's states (initial_state, each step's state)"
 )
+@click.option(
+    "--progress-interval",
+    type=POSITIVE_NUMBER,
+    metavar="SECONDS",
+    help="without a terminal (a CI log), a progress line this often (default 30): distinct and generated "
+    "states, frontier, depth, rate, memory, elapsed",
+)
 @click.option("--interpreted", is_flag=True, help="use the reference interpreter instead of compiled code")
 def check(**options: Any) -> Invocation:
     """Explore every interleaving of a protocol instance (PROTOCOL: see `lockstep list`) and check its properties."""

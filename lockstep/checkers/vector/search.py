@@ -197,7 +197,11 @@ class VectorSearch:
             if stopped is not None:
                 break
             if self.progress is not None:
-                self.progress(Statistics(self.stored, self.stats.transitions, self.depth, time.monotonic() - started))
+                seconds, waiting = (
+                    time.monotonic() - started,
+                    total - start + sum(int(block.shape[1]) for block in following),
+                )
+                self.progress(Statistics(self.stored, self.stats.transitions, self.depth, seconds, waiting))
         if len(following) > 1 and not self.links_on_device and not self.forecast.fits(_bytes(following)):
             # joining the level's blocks copies them: past --max-memory, what is stored stands, the rest is unknown
             return self.backend.empty_words(self.layout.words), "max-memory"
