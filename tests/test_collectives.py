@@ -16,7 +16,7 @@ from lockstep.spec.collectives import (
     barrier,
     broadcast,
 )
-from lockstep.spec.machine import NO_COLLECTIVE_MISMATCH, NO_DEADLOCK, NO_HANG, Machine, Step
+from lockstep.spec.machine import NO_COLLECTIVE_MISMATCH, NO_DEADLOCK, NO_HANG, WELL_DEFINED, Machine, Step
 from lockstep.spec.semantics import InterpretedSystem, State, unpack
 from lockstep.spec.sorts import BOOL, IndexSort, MapSort, integers
 from lockstep.spec.terms import DefinitionError, Term, conjunction
@@ -191,7 +191,7 @@ def test_waiting_in_names_the_front_op() -> None:
 def test_builtin_properties_are_added_once() -> None:
     machine, _ = toy_machine()
     names = [prop.name for prop in machine.properties]
-    assert names == ["in_bounds", NO_COLLECTIVE_MISMATCH, NO_HANG, NO_DEADLOCK]
+    assert names == ["in_bounds", WELL_DEFINED, NO_COLLECTIVE_MISMATCH, NO_HANG, NO_DEADLOCK]
     assert "monitor.no_hang.group" in machine.variables
     assert machine.variables["monitor.no_hang.group"].sort == integers(-1, 3)
 

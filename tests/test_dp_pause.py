@@ -24,6 +24,7 @@ def test_pre_fix_seed_hangs_through_the_stale_start_dp_wave() -> None:
     assert result.stats.states == 33732 and result.stats.transitions == 81575
     assert verdicts(result) == {
         "in_bounds": "holds",
+        "well_defined": "holds",
         "quiescent_during_rpc": "violated",
         "forward_counts_agree": "holds",
         "pause_mode_semantics": "holds",

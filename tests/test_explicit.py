@@ -8,9 +8,9 @@ from lockstep.checkers import CheckResult, Limits, Path, PropertyResult, Statist
 from lockstep.checkers.counterexample import first_invalid_step
 from lockstep.checkers.explicit import ExplicitSearch
 from lockstep.checkers.result import EXIT_CODES
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind, Step
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, PropertyKind, Step
 from lockstep.spec.protocol import UsageError
-from lockstep.spec.semantics import InterpretedSystem, ModelError, unpack
+from lockstep.spec.semantics import InterpretedSystem, unpack
 from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, integers
 from lockstep.spec.terms import Term
 
@@ -56,6 +56,7 @@ def test_counts_of_a_complete_search(compiled: bool) -> None:
     assert result.stopped is None and result.warnings == []
     assert [(p.name, p.verdict) for p in result.properties] == [
         (IN_BOUNDS, Verdict.HOLDS),
+        (WELL_DEFINED, Verdict.HOLDS),
         ("bounded", Verdict.HOLDS),
         (NO_DEADLOCK, Verdict.HOLDS),
     ]
@@ -196,6 +197,7 @@ def test_max_depth_alone_gives_holds_within_bound() -> None:
     result = check(machine, engine="bfs", limits=Limits(max_depth=1))
     assert {p.name: p.verdict for p in result.properties} == {
         IN_BOUNDS: Verdict.HOLDS_WITHIN_BOUND,
+        WELL_DEFINED: Verdict.HOLDS_WITHIN_BOUND,
         "bounded": Verdict.HOLDS_WITHIN_BOUND,
         NO_DEADLOCK: Verdict.HOLDS_WITHIN_BOUND,
     }
@@ -244,17 +246,25 @@ def test_warnings_list_actions_never_enabled() -> None:
 
 
 @COMPILED
-def test_model_errors_surface_from_both_systems(compiled: bool) -> None:
+def test_undefined_operations_are_well_defined_violations_in_both_systems(compiled: bool) -> None:
+    """Where ``evaluate`` raises (the tail of an empty queue, in an update or a property), the state
+    violates ``well_defined``, with the path to it and what failed; an undefined property does not
+    hold (it was a model error ending the search)."""
     machine = Machine("broken")
     queue = machine.variable("queue", SequenceSort(BOOL, 1), ())
     machine.add_action("pop", lambda: Step(True, {queue: queue.tail()}), actor="a")
-    with pytest.raises(ModelError, match="pop"):
-        check(machine, engine="bfs", compiled=compiled)
+    result = check(machine, engine="bfs", compiled=compiled)
+    undefined = result.property_result(WELL_DEFINED)
+    assert undefined.verdict is Verdict.VIOLATED and undefined.path is not None and undefined.path.length == 0
+    assert "pop" in undefined.detail and "tail of an empty sequence" in undefined.detail, undefined.detail
+    assert result.property_result(NO_DEADLOCK).verdict is Verdict.HOLDS  # no successors, but no deadlock
     property_machine = Machine("broken-property")
     queue = property_machine.variable("queue", SequenceSort(BOOL, 1), ())
     property_machine.always("front_false", queue.head() == False)  # noqa: E712 - builds an IR comparison
-    with pytest.raises(ModelError, match="property front_false"):
-        check(property_machine, engine="bfs", compiled=compiled)
+    result = check(property_machine, engine="bfs", compiled=compiled)
+    assert "property front_false" in result.property_result(WELL_DEFINED).detail
+    front = result.property_result("front_false")
+    assert front.verdict is Verdict.VIOLATED and "cannot be evaluated" in front.detail
 
 
 def test_unknown_engine_and_order_are_refused() -> None:

@@ -9,7 +9,7 @@ import pytest
 from lockstep.checkers import Verdict, check
 from lockstep.spec.collectives import Communicator, all_reduce_sum
 from lockstep.spec.expressions import Constant, Operation, Operator
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, PropertyKind, Step
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, PropertyKind, Step
 from lockstep.spec.semantics import InterpretedSystem, State, unpack
 from lockstep.spec.sorts import BOOL, INTEGER, IndexSort, MapSort, enum, integers
 from lockstep.spec.terms import DefinitionError, Term, lift
@@ -36,7 +36,7 @@ def test_a_well_formed_machine() -> None:
     machine.sometimes("top", x == 2)
     machine.finish()
     assert machine.initial_state() == {"x": 0, "flag": False, "mode": 1}
-    assert [prop.name for prop in machine.properties] == [IN_BOUNDS, "small", "top", NO_DEADLOCK]
+    assert [prop.name for prop in machine.properties] == [IN_BOUNDS, WELL_DEFINED, "small", "top", NO_DEADLOCK]
     assert machine.property_named("top").kind is PropertyKind.SOMETIMES
     action = machine.action_named("inc")
     assert len(action.guard) == 2, "the guard's conjuncts are kept apart"

@@ -378,8 +378,9 @@ def test_proofs_applies_to_check_all_and_list_shows_what_is_proved() -> None:
 
 
 def test_a_property_no_prover_settles_says_how_far_bmc_checked_it() -> None:
-    """Spacer given a millisecond (computed-tokens' no_deadlock needs far more): unknown, and the
-    detail keeps what the BMC phase showed, the steps it checked the property for."""
+    """Spacer given a millisecond (computed-tokens' no_deadlock needs far more): unknown, so the
+    property is inconclusive (pdr is a prover: a bound is no verdict of it), and the detail keeps
+    what the BMC phase showed, the steps it checked the property for."""
     machine = get_protocol("computed-tokens").instance("post-fix").machine()
     position = [prop.name for prop in machine.properties].index("no_deadlock")
     prover = PropertyDirectedReachability(
@@ -387,5 +388,5 @@ def test_a_property_no_prover_settles_says_how_far_bmc_checked_it() -> None:
     )
     item = prover.run().properties[0]
     assert prover.bmc_steps == {position: 3}
-    assert item.verdict is Verdict.HOLDS_WITHIN_BOUND
+    assert item.verdict is Verdict.INCONCLUSIVE
     assert item.detail.startswith("no violation within 3 steps (BMC); Spacer answered unknown"), item.detail

@@ -40,7 +40,7 @@ SMALL = [
 CHILD = """
 import json, sys
 from lockstep.checkers import Limits, check
-from lockstep.checkers.vector.backend import TorchBackend
+from lockstep.checkers.vector.backend import NumpyBackend, TorchBackend
 from lockstep.checkers.vector.search import VectorSearch
 from lockstep.models import get_protocol
 from lockstep.spec.semantics import ModelError
@@ -62,9 +62,9 @@ def both(machine):
     outcome = {"fused": search.fused is not None, "hashed": type(compact.visited).__name__}
     runs = (
         ("gpu", search.run),
-        ("vec", lambda: check(machine, "bfs-vec")),
+        ("vec", lambda: VectorSearch(machine, NumpyBackend(), engine="bfs-vec").run()),
         ("compact", compact.run),
-        ("vec compact", lambda: check(machine, "bfs-vec", compact=True)),
+        ("vec compact", lambda: VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=True).run()),
     )
     for name, run in runs:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection
 
+from lockstep.checkers.definedness import UndefinedOperation
 from lockstep.checkers.explicit import ExplicitSearch, Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
@@ -65,9 +66,12 @@ def check(
 
     ``bfs``/``dfs`` explore states (``limits``, ``symmetry``); ``bmc`` unrolls ``depth`` steps with
     Z3 and ``induction`` runs k-induction (``induction_k``, or k = 1..10), ``solver_timeout``
-    seconds per Z3 query; ``pdr`` runs BMC to ``depth`` (default 10) and then Z3's Spacer on each
-    property left open, ``solver_timeout`` seconds per property (default 60), and proves a property
-    only with an inductive invariant that lockstep re-checked (``PropertyResult.invariant``).
+    seconds per Z3 query; ``pdr`` runs BMC to ``depth`` (default 10), then the provers (Houdini,
+    ABC's pdr, Spacer) on each property left open, ``solver_timeout`` CPU seconds per property
+    (default 60), while BMC goes on deeper in a process of its own; it proves a property only with
+    an inductive invariant that lockstep re-checked (``PropertyResult.invariant``), and a property
+    neither proved nor violated is inconclusive (pdr is a prover: only ``bmc`` answers
+    holds-within-bound).
     ``properties`` restricts the check (and the result) to the named properties; the Z3 engines then
     skip the others' queries altogether. ``compact`` (vectorised engines) keeps 64-bit fingerprints
     instead of full states; ``stop_at_first`` (explicit engines) ends the search at the first
@@ -105,6 +109,8 @@ def check(
                 fallback = search.run()
                 fallback.warnings.append(f"bfs-vec cannot compile this model ({error}); checked with bfs")
                 return _restricted(fallback, only)
+            except UndefinedOperation as error:
+                return _undefined_fallback(machine, engine, error, symmetry, limits, progress, stop_at_first, only)
         if workers > 1 and engine == "bfs":
             raise UsageError(f"--workers: {vectorisable(machine, only) or 'the model cannot be vectorised'}")
     if engine in SYMBOLIC_ENGINES:
@@ -125,6 +131,7 @@ def check(
                 progress=progress,
                 property_timeout=60.0 if solver_timeout is None else solver_timeout,
                 mine=mine_invariants,
+                beside=True,
             )
             return _with_liveness(prover.run(), liveness & set(only or liveness))
         if engine == "induction":
@@ -159,18 +166,21 @@ def check(
         if workers > 1:
             from lockstep.checkers.vector.distributed import check_distributed
 
-            distributed = check_distributed(
-                machine,
-                engine,
-                workers,
-                symmetry=symmetry,
-                compact=compact,
-                stop_at_first=stop_at_first,
-                watched=only,
-                limits=limits,
-                device=device,
-                progress=progress,
-            )
+            try:
+                distributed = check_distributed(
+                    machine,
+                    engine,
+                    workers,
+                    symmetry=symmetry,
+                    compact=compact,
+                    stop_at_first=stop_at_first,
+                    watched=only,
+                    limits=limits,
+                    device=device,
+                    progress=progress,
+                )
+            except UndefinedOperation as error:
+                return _undefined_fallback(machine, engine, error, symmetry, limits, progress, stop_at_first, only)
             return _restricted(distributed, only)
         try:
             return _restricted(
@@ -178,6 +188,8 @@ def check(
             )
         except Unsupported as error:
             raise UsageError(f"--engine {engine} cannot check {machine.name}: {error}; use --engine bfs") from None
+        except UndefinedOperation as error:
+            return _undefined_fallback(machine, engine, error, symmetry, limits, progress, stop_at_first, only)
     search = ExplicitSearch(
         system_for(machine, compiled),
         order=engine,
@@ -219,6 +231,32 @@ def _vector_check(
         progress=progress,
     )
     return search.run()
+
+
+def _undefined_fallback(
+    machine: Machine,
+    engine: str,
+    error: UndefinedOperation,
+    symmetry: bool,
+    limits: Limits | None,
+    progress: Progress | None,
+    stop_at_first: bool,
+    only: frozenset[int] | None,
+) -> CheckResult:
+    """The vectorised kernels met a state where ``evaluate`` raises: bfs checks the model again and
+    reports it as ``well_defined`` violated, with the path to it (``definedness``)."""
+    search = ExplicitSearch(
+        system_for(machine),
+        order="bfs",
+        symmetry=symmetry,
+        limits=limits,
+        progress=progress,
+        stop_at_first=stop_at_first,
+        watched=only,
+    )
+    result = search.run()
+    result.warnings.append(f"{engine} met an undefined operation ({error}); checked with bfs, which reports it")
+    return _restricted(result, only)
 
 
 def _check_options(engine: str, *, device: str | None, compact: bool, stop_at_first: bool, workers: int) -> None:

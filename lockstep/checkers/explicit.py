@@ -4,7 +4,8 @@ BFS discovers states in order of depth, so the first violation of each property 
 a shortest counterexample; DFS uses less memory on deep models. States are the packed tuples
 of ``lockstep.spec.semantics`` (exact keys: no hash collisions, stable across runs); parent
 links rebuild paths, which are then replayed through the model so that with symmetry
-reduction the path is a concrete execution, not a sequence of representatives.
+reduction the path is a concrete execution, not a sequence of representatives. A state where the
+model cannot be evaluated violates ``well_defined`` and is not expanded (``definedness``).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from lockstep.checkers.definedness import undefined_at
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.liveness import Edge, StateGraph, check_leads_to
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symmetry import Canonicalizer
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine, Property, PropertyKind
-from lockstep.spec.semantics import ModelError, State, Transition, TransitionSystem
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, Property, PropertyKind
+from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition, TransitionSystem
 
 Progress = Callable[[Statistics], None]
 FIRST_VIOLATION = "first-violation"  # why a search with stop_at_first stopped
@@ -76,6 +78,8 @@ class ExplicitSearch:
         self.liveness = [i for i, prop in enumerate(self.machine.properties) if prop.kind is PropertyKind.LEADS_TO]
         wanted = keep_edges or bool(self.liveness)
         self.edges: list[list[Edge]] | None = [] if wanted and self.canonical is None else None
+        self.well_defined = next(i for i, prop in enumerate(self.machine.properties) if prop.name == WELL_DEFINED)
+        self._reference: InterpretedSystem | None = None  # evaluate's answers where the system raises
 
     def _add(self, state: State, parent: int, via: tuple[int, tuple[object, ...]], depth: int) -> int | None:
         key = self.canonical(state) if self.canonical is not None else state
@@ -93,11 +97,56 @@ class ExplicitSearch:
         return state_id
 
     def _check_state(self, state_id: int, state: State) -> None:
-        for position, (prop, holds) in enumerate(zip(self.machine.properties, self.system.property_values(state))):
+        try:
+            values = self.system.property_values(state)
+            undefined: dict[int, str] = {}
+        except ModelError:
+            values, undefined = self._values_where_defined(state_id, state)
+        for position, (prop, holds) in enumerate(zip(self.machine.properties, values)):
             if position in self.found:
                 continue
             if (prop.kind is PropertyKind.ALWAYS and not holds) or (prop.kind is PropertyKind.SOMETIMES and holds):
-                self.found[position] = _Found(state_id)
+                self.found[position] = _Found(state_id, detail=undefined.get(position, ""))
+
+    def reference(self) -> InterpretedSystem:
+        """The reference interpreter, asked where the system raises."""
+        if self._reference is None:
+            self._reference = InterpretedSystem(self.machine)
+        return self._reference
+
+    def _values_where_defined(self, state_id: int, state: State) -> tuple[tuple[bool, ...], dict[int, str]]:
+        """Each property's value in a state where some predicate cannot be evaluated, by the
+        reference interpreter: an undefined predicate is false there (and ``well_defined`` is
+        violated); why each is undefined."""
+        values: list[bool] = []
+        undefined: dict[int, str] = {}
+        for position in range(len(self.machine.properties)):
+            try:
+                values.append(self.reference().holds(position, state))
+            except ModelError as error:
+                values.append(False)
+                undefined[position] = f"its predicate cannot be evaluated: {error}"
+                self._undefined(state_id, str(error))
+        return tuple(values), undefined
+
+    def _undefined(self, state_id: int, why: str) -> None:
+        """``well_defined`` is violated in the state (the first such state found is kept)."""
+        if self.well_defined not in self.found:
+            self.found[self.well_defined] = _Found(state_id, detail=why)
+
+    def _transitions(self, state_id: int, state: State) -> list[Transition] | None:
+        """The state's transitions; where the system raises, the reference interpreter's (the
+        generated code evaluates some guard conjuncts earlier than ``evaluate``); None where
+        ``evaluate`` raises too (``well_defined`` is violated: no successors)."""
+        try:
+            return self.system.transitions(state)
+        except ModelError:
+            pass
+        try:
+            return self.reference().transitions(state)
+        except ModelError as error:
+            self._undefined(state_id, str(error))
+            return None
 
     def run(self) -> CheckResult:
         started = time.monotonic()
@@ -132,11 +181,15 @@ class ExplicitSearch:
                 if self.limits.max_depth is not None and depth >= self.limits.max_depth:
                     truncated = True
                     continue
-                transitions = self.system.transitions(state)
+                transitions = self._transitions(state_id, state)
+                if transitions is None:
+                    continue
                 stats.transitions = (stats.transitions or 0) + len(transitions)
                 if not transitions:
                     for position in deadlock_checks:
-                        if position not in self.found and not self._deadlock_ok(position, state):
+                        if position in self.found and self.well_defined in self.found:
+                            continue
+                        if not self._deadlock_ok(state_id, position, state) and position not in self.found:
                             self.found[position] = _Found(state_id, detail="no action is enabled")
                 for transition in transitions:
                     self.fired.add(transition.action)
@@ -194,11 +247,20 @@ class ExplicitSearch:
 
         return check_leads_to(graph, prop, make_step)
 
-    def _deadlock_ok(self, position: int, state: State) -> bool:
+    def _deadlock_ok(self, state_id: int, position: int, state: State) -> bool:
+        """The property's deadlock condition (``no_deadlock``: the state is final) holds in a state
+        where nothing is enabled; an undefined one does not (``well_defined`` is violated)."""
         prop = self.machine.properties[position]
-        if prop.name == NO_DEADLOCK:
-            return self.system.is_final(state)
-        return self.system.holds_at_deadlock(position, state)
+        try:
+            if prop.name == NO_DEADLOCK:
+                return self.system.is_final(state)
+            return self.system.holds_at_deadlock(position, state)
+        except ModelError:
+            why = undefined_at(self.reference(), state)
+            if why is None:
+                raise
+            self._undefined(state_id, why)
+            return False
 
     def _verdict(self, position: int, complete: bool, bounded: bool) -> PropertyResult:
         prop = self.machine.properties[position]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from lockstep.spec.protocol import Protocol
 
-BUDGET = 60.0  # seconds of the provers per property (BMC and Houdini run first, once per model)
+BUDGET = 60.0  # CPU seconds of the provers per property (BMC and Houdini run first, once per model)
 
 PINNED: dict[str, tuple[str, ...]] = {
     "pp-broadcast": (
@@ -90,7 +90,7 @@ class ProofCheck:
 
 
 def check_pinned(protocol: Protocol, budget: float = BUDGET) -> list[ProofCheck]:
-    """Run pdr on the pinned properties of ``protocol``'s post-fix seed, each within ``budget`` seconds."""
+    """Run pdr on the pinned properties of ``protocol``'s post-fix seed, each within ``budget`` CPU seconds."""
     from lockstep.checkers.result import Verdict
     from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 
@@ -101,7 +101,7 @@ def check_pinned(protocol: Protocol, budget: float = BUDGET) -> list[ProofCheck]
     positions = {prop.name: position for position, prop in enumerate(machine.properties)}
     missing = [name for name in names if name not in positions]
     only = frozenset(positions[name] for name in names if name in positions)
-    prover = PropertyDirectedReachability(machine, property_timeout=budget, only=only)
+    prover = PropertyDirectedReachability(machine, property_timeout=budget, only=only, beside=True)
     result = prover.run()
     rows = [ProofCheck(protocol.name, name, False, 0.0, "the model has no such property") for name in missing]
     for item in result.properties:

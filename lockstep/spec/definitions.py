@@ -16,6 +16,7 @@ from lockstep.spec.sorts import Sort, Value
 from lockstep.spec.terms import DefinitionError, Term, TermLike, lift
 
 IN_BOUNDS = "in_bounds"
+WELL_DEFINED = "well_defined"
 NO_DEADLOCK = "no_deadlock"
 NO_COLLECTIVE_MISMATCH = "no_collective_mismatch"
 NO_HANG = "no_hang"

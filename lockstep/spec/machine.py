@@ -24,6 +24,7 @@ from lockstep.spec.definitions import (
     NO_COLLECTIVE_MISMATCH,
     NO_DEADLOCK,
     NO_HANG,
+    WELL_DEFINED,
     Action,
     DoubleWrite,
     Property,
@@ -233,7 +234,7 @@ class Machine:
         self._open(f"property {prop.name!r}")
         if any(existing.name == prop.name for existing in self.properties):
             raise DefinitionError(f"machine {self.name} already has a property named {prop.name!r}")
-        if not prop.builtin and prop.name in (IN_BOUNDS, NO_DEADLOCK, NO_COLLECTIVE_MISMATCH, NO_HANG):
+        if not prop.builtin and prop.name in (IN_BOUNDS, WELL_DEFINED, NO_DEADLOCK, NO_COLLECTIVE_MISMATCH, NO_HANG):
             raise DefinitionError(
                 f"property name {prop.name!r} is reserved for a built-in property; choose another name"
             )
@@ -368,6 +369,16 @@ class Machine:
             0,
             Property(
                 IN_BOUNDS, PropertyKind.ALWAYS, Constant(True, BOOL), "every update stays inside its sort", builtin=True
+            ),
+        )
+        self.properties.insert(
+            1,
+            Property(
+                WELL_DEFINED,
+                PropertyKind.ALWAYS,
+                Constant(True, BOOL),
+                "every division, index and tail in a guard, update or property is defined",
+                builtin=True,
             ),
         )
         self.properties.append(
@@ -522,6 +533,7 @@ def _check_assignable(action: str, variable: StateVariable, value: Term) -> None
 
 __all__ = [
     "IN_BOUNDS",
+    "WELL_DEFINED",
     "NO_COLLECTIVE_MISMATCH",
     "NO_DEADLOCK",
     "NO_HANG",

@@ -8,7 +8,8 @@ step a ``TransitionSystem`` (the compiled one by default) from its initial state
   which the action is still enabled given the parameters already drawn, so every draw is an
   enabled step and Hypothesis shrinks arguments towards the first enabled value;
 - one **invariant per safety property** (``always`` properties, built-ins included):
-  ``in_bounds`` fails when the step just taken pushed a variable out of its sort, ``no_deadlock``
+  ``in_bounds`` fails when the step just taken pushed a variable out of its sort, ``well_defined``
+  where ``evaluate`` raises in the state (``definedness``), ``no_deadlock``
   when no action is enabled in a state that is not final, and a property with a deadlock
   condition (``no_hang``) when that condition is false in such a state; the others evaluate
   their predicate. A failure raises ``PropertyViolation`` naming the property;
@@ -36,6 +37,7 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,10 +46,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from lockstep.checkers.definedness import undefined_at
 from lockstep.checkers.result import Step, bounds_detail
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Action, Machine, PropertyKind
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Action, Machine, PropertyKind
 from lockstep.spec.protocol import UsageError
-from lockstep.spec.semantics import State, Transition, TransitionSystem
+from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition, TransitionSystem
 
 END_OF_RUN = "step_or_end"
 
@@ -152,16 +155,36 @@ class _ModelStateMachine(RuleBasedStateMachine):
         self._transitions: list[Transition] = []
         self._by_action: dict[int, list[Transition]] = {}
         self._values: tuple[bool, ...] = ()
+        self._undefined: str | None = None  # why ``evaluate`` raises in the state (``well_defined``)
 
     # -------------------------------------------------------------------------------- the state
     def _refresh(self) -> None:
         if self._cache_state is self.state:
             return
-        self._transitions = self.system.transitions(self.state)
+        self._undefined = None
+        try:
+            self._transitions = self.system.transitions(self.state)
+            self._values = self.system.property_values(self.state)
+            if not self._transitions:
+                self.system.is_final(self.state)
+                for position in range(len(self.system.machine.properties)):
+                    self.system.holds_at_deadlock(position, self.state)
+        except ModelError:  # evaluate's answers: ``well_defined`` is violated, and nothing undefined holds
+            reference = InterpretedSystem(self.system.machine)
+            self._undefined = undefined_at(reference, self.state)
+            if self._undefined is None:
+                raise
+            try:
+                self._transitions = reference.transitions(self.state)
+            except ModelError:
+                self._transitions = []
+            self._values = tuple(
+                _defined_and_true(functools.partial(reference.holds, position, self.state))
+                for position in range(len(self.system.machine.properties))
+            )
         self._by_action = {}
         for transition in self._transitions:
             self._by_action.setdefault(transition.action, []).append(transition)
-        self._values = self.system.property_values(self.state)
         self._cache_state = self.state
 
     def enabled(self, action: int) -> list[Transition]:
@@ -243,9 +266,13 @@ def _invariant(machine: Machine, position: int) -> Callable[[_ModelStateMachine]
                 self.violate(prop.name, bounds_detail(machine, moved.out_of_bounds, self.state))
             return
         self._refresh()
+        if prop.name == WELL_DEFINED:
+            if self._undefined is not None:
+                self.violate(prop.name, self._undefined)
+            return
         if not self._values[position]:
             self.violate(prop.name)
-        if self._transitions:
+        if self._transitions or self._undefined is not None:  # no successors where undefined, yet no deadlock
             return
         if prop.name == NO_DEADLOCK and not self.system.is_final(self.state):
             self.violate(prop.name, "no action is enabled")
@@ -255,6 +282,14 @@ def _invariant(machine: Machine, position: int) -> Callable[[_ModelStateMachine]
     # Hypothesis runs invariants in name order: the position keeps the declaration order (in_bounds first).
     check.__name__ = check.__qualname__ = f"invariant_{position:03d}_{_identifier(prop.name)}"
     return invariant()(check)
+
+
+def _defined_and_true(question: Callable[[], bool]) -> bool:
+    """A predicate's value; an undefined one does not hold (``definedness``)."""
+    try:
+        return question()
+    except ModelError:
+        return False
 
 
 def _witness_recorder(machine: Machine) -> Callable[[_ModelStateMachine], None]:

@@ -11,9 +11,12 @@ dp-pause's ``sync_decisions_agree`` in 17.6 s instead of 44.9 s; README),
 ``-v`` (its progress: an unknown answer says the frame reached and the clauses of each frame, the
 measure of how far from a proof it was), ``-d`` (dump the inductive invariant as a PLA of blocked
 cubes over the latches), and
-``write_cex -a`` (the counterexample as AIGER witness lines). The process is killed if it outlives
-its limit by ``GRACE`` seconds. Nothing ABC says is believed here: ``pdr`` decodes and re-checks
-it (``circuit``, ``invariants.verify``).
+``write_cex -a`` (the counterexample as AIGER witness lines). The limit is CPU time: ``RLIMIT_CPU``
+stops the process once it has used its seconds (``budget.cpu_limited``), so a loaded machine gives
+ABC the same work, only later; ``pdr -T`` (wall time) is set far beyond it, to ``WALL_FACTOR``
+times the limit or the caller's wall deadline (a command's ``--timeout``), and the process is
+killed ``GRACE`` seconds after that. Nothing ABC says is believed here: ``pdr`` decodes and
+re-checks it (``circuit``, ``invariants.verify``).
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import resource
 import shutil
+import signal
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lockstep.checkers.symbolic.budget import KILL_AFTER, cpu_limited
 from lockstep.impl.lifetime import guardian, temporary_directory
 
 GRACE = 5.0  # seconds past ``pdr -T`` before the process is killed
+WALL_FACTOR = 20.0  # ``pdr -T`` (wall seconds) is this many times the CPU limit, unless a deadline is nearer
 PROGRESS = re.compile(r"^\s*(\d+) :((?: \d+)+)", re.MULTILINE)  # ``pdr -v``: frame : clauses per frame
 
 
@@ -38,7 +44,7 @@ class AbcAnswer:
     """ABC's answer for one property: "safe", "unsafe" or "unknown", and what came with it."""
 
     answer: str
-    seconds: float
+    seconds: float  # CPU seconds of the ABC process(es)
     cubes: list[str] = field(default_factory=list)  # safe: the blocked cubes, one char per column
     columns: list[int] = field(default_factory=list)  # the latch (position) of each column
     frames: list[str] = field(default_factory=list)  # unsafe: input values per frame
@@ -56,36 +62,46 @@ def binary() -> str | None:
     return shutil.which("yosys-abc")
 
 
-def prove(program: str, aiger: bytes, limit: float, *, engine: str = "pdr") -> AbcAnswer:
-    """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds; ``engine="bmc3"``
-    runs ABC's bounded model checker instead (it only finds counterexamples and witnesses).
-    ``pdr -n -c`` can stop on an internal assertion of ABC (seen after 470 s on dp-pause): then
-    ``pdr`` with ABC's default generalisation has the time left."""
-    started = time.monotonic()
+def prove(program: str, aiger: bytes, limit: float, *, engine: str = "pdr", wall: float | None = None) -> AbcAnswer:
+    """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds of CPU (and ``wall``
+    seconds of wall time where given); ``engine="bmc3"`` runs ABC's bounded model checker instead
+    (it only finds counterexamples and witnesses). ``pdr -n -c`` can stop on an internal assertion
+    of ABC (seen after 470 s on dp-pause): then ``pdr`` with ABC's default generalisation has the
+    CPU time left."""
     if engine != "pdr":
-        return _run(program, aiger, f"bmc3 -T {max(1, int(limit))}", limit, started)
-    answer = _run(program, aiger, f"pdr -v -n -c -T {max(1, int(limit))} -d -I invariant.pla", limit, started)
-    left = limit - (time.monotonic() - started)
+        return _run(program, aiger, "bmc3", limit, wall)
+    answer = _run(program, aiger, "pdr -v -n -c", limit, wall, invariant=True)
+    left = limit - answer.seconds
     if answer.answer == "unknown" and "Assertion" in answer.reason and left >= 1:
-        retry = _run(program, aiger, f"pdr -v -T {int(left)} -d -I invariant.pla", left, started)
+        retry = _run(program, aiger, "pdr -v", left, wall, invariant=True)
+        retry.seconds += answer.seconds
         retry.reason = f"{retry.reason} (after pdr -n -c stopped: {answer.reason})" if retry.reason else ""
         return retry
     return answer
 
 
-def _run(program: str, aiger: bytes, command: str, limit: float, started: float) -> AbcAnswer:
-    """One ``yosys-abc`` process: ``read_aiger``, ``command``, ``write_cex``; its answer."""
-    seconds = max(1, int(limit))
+def _run(
+    program: str, aiger: bytes, command: str, limit: float, wall: float | None, *, invariant: bool = False
+) -> AbcAnswer:
+    """One ``yosys-abc`` process: ``read_aiger``, ``command`` with its wall limit (``-T``) and, with
+    ``invariant``, the invariant dump, then ``write_cex``; its answer, with the CPU seconds it used."""
+    cpu = max(1, int(limit))
+    ceiling = max(1, int(cpu * WALL_FACTOR if wall is None else min(cpu * WALL_FACTOR, wall)))
+    dump = " -d -I invariant.pla" if invariant else ""
     with temporary_directory("lockstep-abc-") as directory:
         (directory / "circuit.aig").write_bytes(aiger)
-        script = f"read_aiger circuit.aig; {command}; write_cex -a witness.txt"
+        script = f"read_aiger circuit.aig; {command} -T {ceiling}{dump}; write_cex -a witness.txt"
+        before = _children_cpu()
         try:
-            output = _answer(program, script, directory, seconds + GRACE)
+            output, code = _answer(program, script, directory, cpu, ceiling + GRACE)
         except subprocess.TimeoutExpired:
+            spent = _children_cpu() - before
+            return AbcAnswer("unknown", spent, reason=f"ABC outlived its {ceiling} s of wall time and was killed")
+        elapsed = _children_cpu() - before
+        if code == -signal.SIGXCPU or (code == -signal.SIGKILL and elapsed >= cpu - KILL_AFTER):
             return AbcAnswer(
-                "unknown", time.monotonic() - started, reason=f"ABC outlived its {seconds} s and was killed"
+                "unknown", elapsed, reason=f"ABC used its {cpu} s of CPU and was stopped{progress(output)}"
             )
-        elapsed = time.monotonic() - started
         if "Property proved" in output:
             pla = directory / "invariant.pla"
             if not pla.is_file():
@@ -105,10 +121,17 @@ def _run(program: str, aiger: bytes, command: str, limit: float, started: float)
         return AbcAnswer("unknown", elapsed, reason=f"ABC: {last[0] if last else 'no answer'}{progress(output)}")
 
 
-def _answer(program: str, script: str, directory: Path, seconds: float) -> str:
-    """ABC's output (stdout, then stderr) for ``script`` run in ``directory``; the process is in its
-    own group, registered with the guardian (``lockstep.impl.lifetime``): it is killed if lockstep
-    is, rather than left computing until its limit."""
+def _children_cpu() -> float:
+    """CPU seconds of this process's children that have been waited for."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _answer(program: str, script: str, directory: Path, cpu: int, seconds: float) -> tuple[str, int]:
+    """ABC's output (stdout, then stderr) for ``script`` run in ``directory``, and its exit status;
+    the process may use ``cpu`` seconds of CPU (``RLIMIT_CPU``) and lives at most ``seconds`` of wall
+    time. It is in its own group, registered with the guardian (``lockstep.impl.lifetime``): it is
+    killed if lockstep is, rather than left computing until its limit."""
     with subprocess.Popen(
         [program, "-c", script],
         cwd=directory,
@@ -116,6 +139,7 @@ def _answer(program: str, script: str, directory: Path, seconds: float) -> str:
         stderr=subprocess.PIPE,
         text=True,
         process_group=0,
+        preexec_fn=cpu_limited(cpu),  # noqa: PLW1509 - only setrlimit, no locks taken
     ) as process:
         guardian().protect(group=process.pid)
         try:
@@ -126,7 +150,7 @@ def _answer(program: str, script: str, directory: Path, seconds: float) -> str:
             raise
         finally:
             guardian().release(group=process.pid)
-    return stdout + stderr
+    return stdout + stderr, process.returncode
 
 
 def progress(output: str) -> str:

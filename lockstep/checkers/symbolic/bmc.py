@@ -13,7 +13,9 @@ shortest length: ``por`` forbids commuting steps out of a canonical order (``red
 skipped, with the reason in ``symmetry_skipped``, where the machine's symmetry does not hold),
 ``both`` combines them (sound together: both keep the least path of each depth's goal paths).
 Every counterexample is decoded and re-run through the concrete evaluator, which must show the
-same violation; otherwise ``TranslationBug`` is raised. A query that times out, or answers ``sat``
+same violation; otherwise ``TranslationBug`` is raised. A bound has no path to replay: after the
+run the encoding's successors are compared with the evaluator's on a sample of reachable states
+(``spot_checks``), a difference being a ``TranslationBug`` too. A query that times out, or answers ``sat``
 with a model that fails its own assertions (a cancelled search), counts as unknown: its property
 is inconclusive and nothing is decoded. Every query is logged (``queries``: its depth, the
 properties asked, the answer, wall and CPU seconds); from depth ``separate_from`` on each goal is
@@ -29,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path as Folder
 
 from lockstep.checkers.counterexample import first_invalid_step
+from lockstep.checkers.definedness import undefined_at
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
 from lockstep.checkers.symbolic.analysis_cache import default_cache_directory
 from lockstep.checkers.symbolic.backends import Backend, Ordering, Valuation, Z3Backend
+from lockstep.checkers.symbolic.budget import cpu_seconds, z3_cpu_limit
 from lockstep.checkers.symbolic.encoding import Encoding, Grounded
 from lockstep.checkers.symbolic.reduction import Reduction, commuting_pairs
 from lockstep.checkers.symbolic.symmetry_breaking import LexLeader, lex_leader
@@ -39,7 +43,7 @@ from lockstep.checkers.symbolic.unrolling import Goal, Template
 from lockstep.checkers.symbolic.values import bit_vectors
 from lockstep.spec.definitions import Property
 from lockstep.spec.machine import IN_BOUNDS, Machine, PropertyKind
-from lockstep.spec.semantics import InterpretedSystem, State
+from lockstep.spec.semantics import InterpretedSystem, ModelError, State
 
 
 def checked_within(prop: Property, steps: int) -> str:
@@ -94,6 +98,8 @@ class BoundedModelChecker:
         cache_directory: Folder | None = _USE_CACHE,
         sat_options: dict[str, int] | None = None,
         separate_from: int | None = None,
+        cpu_timeout: float | None = None,
+        spot_check: bool = True,
     ) -> None:
         if depth < 0:
             raise ValueError("the BMC depth must be non-negative")
@@ -111,6 +117,9 @@ class BoundedModelChecker:
         self.width = self.encoding.integer_width()
         self.progress = progress
         self.timeout = timeout  # wall clock of the whole run: stop (inconclusive) once exceeded
+        self.cpu_timeout = cpu_timeout  # CPU seconds of the whole run (``budget.cpu_seconds``): likewise
+        self._cpu_started = 0.0
+        self.spot_check = spot_check  # check the encoding against evaluate after the run (``spot_checks``)
         self.only = frozenset(range(len(self.machine.properties))) if only is None else only  # properties asked
         self.solver_timeout = solver_timeout
         self.reference = InterpretedSystem(self.machine)
@@ -125,6 +134,8 @@ class BoundedModelChecker:
         self.separate_from = separate_from  # from this depth on, one query per goal
         self.queries: list[QueryRecord] = []
         self.checked: dict[int, int] = {}  # per property: the deepest depth its goal was unsat at
+        self.outcomes: dict[int, _Outcome] = {}  # per property decided so far: its violation or witness
+        self.on_depth: Callable[[int], None] | None = None  # called once every query of a depth answered
 
     def steps_checked(self, position: int) -> int | None:
         """How many steps property ``position`` is known to hold for (no violation or witness on any
@@ -136,9 +147,23 @@ class BoundedModelChecker:
             return None
         return depth + 1 if self.machine.properties[position].name == IN_BOUNDS else depth
 
+    def decided(self, position: int) -> PropertyResult | None:
+        """Property ``position``'s result if a path decided it (a violation, or a ``sometimes``
+        property's witness), confirmed by the concrete evaluator; None while it is open."""
+        outcome = self.outcomes.get(position)
+        if outcome is None:
+            return None
+        prop = self.machine.properties[position]
+        return PropertyResult(prop.name, prop.kind, outcome.verdict, outcome.path, outcome.detail, prop.builtin)
+
     def run(self) -> CheckResult:
         with bit_vectors(self.width):
-            return self._run()
+            result = self._run()
+        if self.spot_check and result.stopped != "interrupted":
+            from lockstep.checkers.symbolic.spot_checks import check_encoding  # (it reads TranslationBug here)
+
+            check_encoding(self.encoding)
+        return result
 
     def _backend(self, started: float) -> tuple[Template, Backend]:
         template = Template(self.encoding, pack=self.pack)
@@ -160,9 +185,10 @@ class BoundedModelChecker:
 
     def _run(self) -> CheckResult:
         started = time.monotonic()
+        self._cpu_started = cpu_seconds()
         machine = self.machine
         properties = machine.properties
-        outcomes: dict[int, _Outcome] = {}
+        outcomes = self.outcomes
         unknown: set[int] = set()
         reached = -1  # the deepest depth whose queries all answered
         stopped = None
@@ -185,6 +211,8 @@ class BoundedModelChecker:
                 if stopped is not None:
                     break
                 reached = depth  # every query at this depth answered
+                if self.on_depth is not None:
+                    self.on_depth(depth)
                 if len(outcomes) == len(self.only) or depth == self.depth:
                     self.depth_seconds.append(time.monotonic() - depth_started)
                     break
@@ -234,10 +262,12 @@ class BoundedModelChecker:
         pending = list(goals)
         while pending:
             seconds = self._query_seconds(started)
-            if seconds is not None and seconds <= 0:
+            cpu_left = self._cpu_left()
+            if (seconds is not None and seconds <= 0) or (cpu_left is not None and cpu_left <= 0):
                 return "timeout"
             asked_at, cpu_at = time.monotonic(), time.process_time()
-            answer, valuation = backend.query(pending, depth, seconds)
+            with z3_cpu_limit(cpu_left):
+                answer, valuation = backend.query(pending, depth, seconds)
             names = tuple(self.machine.properties[goal.position].name for goal in pending)
             spent = QueryRecord(depth, names, answer, time.monotonic() - asked_at, time.process_time() - cpu_at)
             self.queries.append(spent)
@@ -257,6 +287,8 @@ class BoundedModelChecker:
                         self.checked[goal.position] = depth
             if answer == "unknown":
                 if self.timeout is not None and time.monotonic() - started >= self.timeout:
+                    return "timeout"
+                if (cpu_left := self._cpu_left()) is not None and cpu_left <= 0:
                     return "timeout"
                 if len(pending) == 1:
                     unknown.add(pending[0].position)
@@ -279,9 +311,15 @@ class BoundedModelChecker:
         detail = "no action is enabled" if goal.kind == "deadlock" else ""
         if goal.kind == "bounds":
             path, detail = self._bounds_step(path)
-        self._confirm(goal.position, path, goal.kind)
+        detail = self._confirm(goal.position, path, goal.kind) or detail
         verdict = Verdict.HOLDS if prop.kind is PropertyKind.SOMETIMES else Verdict.VIOLATED
         outcomes[goal.position] = _Outcome(verdict, path, detail)
+
+    def _cpu_left(self) -> float | None:
+        """CPU seconds left of ``cpu_timeout`` (None: no CPU limit)."""
+        if self.cpu_timeout is None:
+            return None
+        return self.cpu_timeout - (cpu_seconds() - self._cpu_started)
 
     def _query_seconds(self, started: float) -> float | None:
         """Each query gets the per-query limit, or what is left of the run's wall clock if less
@@ -320,8 +358,10 @@ class BoundedModelChecker:
                 return extended, bounds_detail(self.machine, transition.out_of_bounds, transition.target)
         raise TranslationBug("Z3 found an out-of-sort update that the concrete evaluator does not take")
 
-    def _confirm(self, position: int, path: Path, kind: str) -> None:
-        """Re-run the path through the concrete evaluator; it must show the same outcome."""
+    def _confirm(self, position: int, path: Path, kind: str) -> str | None:
+        """Re-run the path through the concrete evaluator; it must show the same outcome. Returns
+        why the last state is undefined where that is the outcome (``well_defined``, or a predicate
+        that cannot be evaluated)."""
         reference, machine = self.reference, self.machine
         invalid = first_invalid_step(reference, path, ends_out_of_bounds=kind == "bounds")
         if invalid == 0:
@@ -335,13 +375,36 @@ class BoundedModelChecker:
             )
         current = path.final_state  # (for "bounds" the replay above already checked the last step)
         prop = machine.properties[position]
-        if kind == "invariant":
-            holds = reference.holds(position, current)
+        if kind == "undefined":
+            why = undefined_at(reference, current)
+            if why is None:
+                raise TranslationBug(f"{prop.name}: evaluate computes everything in Z3's undefined state")
+            return why
+        holds, why = _evaluated(lambda: reference.holds(position, current))
+        if kind == "witness":
+            if holds is not True:
+                raise TranslationBug(f"{prop.name}: Z3's witness state does not satisfy it concretely")
+            return None
+        try:
             deadlocked = not reference.transitions(current)
-            fails_at_deadlock = deadlocked and not reference.holds_at_deadlock(position, current)
-            if holds and not fails_at_deadlock:
+        except ModelError:  # no successors, but no deadlock either: well_defined is violated there
+            deadlocked = False
+        if kind == "deadlock":
+            final, why = _evaluated(lambda: reference.is_final(current))
+            if not deadlocked or final is True:
+                raise TranslationBug(f"{prop.name}: Z3's deadlock state is not a deadlock concretely")
+            return why
+        if kind == "invariant":
+            if holds is True and deadlocked:
+                holds, why = _evaluated(lambda: reference.holds_at_deadlock(position, current))
+            if holds is True:
                 raise TranslationBug(f"{prop.name}: Z3's counterexample state satisfies it concretely")
-        elif kind == "witness" and not reference.holds(position, current):
-            raise TranslationBug(f"{prop.name}: Z3's witness state does not satisfy it concretely")
-        elif kind == "deadlock" and (reference.transitions(current) or reference.is_final(current)):
-            raise TranslationBug(f"{prop.name}: Z3's deadlock state is not a deadlock concretely")
+        return why
+
+
+def _evaluated(question: Callable[[], bool]) -> tuple[bool | None, str | None]:
+    """A predicate's value, or None and why where it cannot be evaluated (it does not hold there)."""
+    try:
+        return question(), None
+    except ModelError as error:
+        return None, f"its predicate cannot be evaluated: {error}"

@@ -7,7 +7,11 @@ to simple terms; a selector ``action@k`` picks the transition taken at step k, a
 parameter constants (``action.parameter@k``) equal its arguments, so a Z3 model names each
 step's action and arguments. The post-state is one ITE chain per scalar component over the
 transitions that change it. Out-of-sort updates never take a step (as in the explicit engine);
-``in_bounds`` asks separately whether one is enabled.
+``in_bounds`` asks separately whether one is enabled. A state where ``evaluate`` cannot compute
+the successors (a guard or update divides by zero, reads past a sequence's end...) has no step
+either (the explicit engine stops there): ``well_defined`` asks whether such a state, or one
+where a property's predicate is undefined, is reachable (``Translator.defined``); a property
+holds in a state only where its predicate is defined.
 """
 
 from __future__ import annotations
@@ -29,17 +33,21 @@ from lockstep.checkers.symbolic.values import (
     default_value,
     disjoin,
     equal,
+    implies,
     integer_constant,
     integer_of,
     ite,
+    known_scalar,
     lift_value,
     negate,
     to_z3,
 )
 from lockstep.spec.compiler import stays_in_sort
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, Machine
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine
 from lockstep.spec.semantics import State
 from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+
+ANALYSES_KEPT = 8  # states whose steps ``Encoding`` keeps translated
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,11 @@ class Encoding:
             for position, action in enumerate(self.machine.actions)
             for arguments in itertools.product(*[list(parameter.sort.values()) for parameter in action.parameters])
         ]
+        # the last states ``steps`` translated, with their steps and definedness (``holds`` and
+        # ``well_defined`` ask again for the same state)
+        self._analyses: list[
+            tuple[dict[str, Symbolic], tuple[list[tuple[Symbolic, dict[str, Symbolic], Symbolic]], Symbolic]]
+        ] = []
 
     def integer_width(self) -> int:
         """A bit-vector width in which no integer the translation computes can wrap: the widest
@@ -172,20 +185,51 @@ class Encoding:
     def predicate(self, expression: Any, state: dict[str, Symbolic]) -> Symbolic:
         return Translator(state).translate(expression)
 
+    def defined_predicate(self, expression: Any, state: dict[str, Symbolic]) -> Symbolic:
+        """``expression`` is defined (``Translator.defined``) and true: how a property holds."""
+        translator = Translator(state)
+        return conjoin([translator.defined(expression), translator.translate(expression)])
+
     def steps(self, state: dict[str, Symbolic]) -> list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]:
-        """Per grounded transition: its guard, its updated variables, and "an update leaves its sort"."""
-        result: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]] = []
+        """Per grounded transition: its guard, its updated variables, and "an update leaves its sort".
+        Every guard includes ``defined_steps``: no step leaves a state where ``evaluate`` cannot
+        compute the successors (it raises there; the state violates ``well_defined``)."""
+        return self._analysed(state)[0]
+
+    def defined_steps(self, state: dict[str, Symbolic]) -> Symbolic:
+        """``evaluate`` computes the state's successors without raising: for every grounded
+        transition, its guard's conjuncts in order (each where those before it hold) and, where the
+        guard holds, every update."""
+        return self._analysed(state)[1]
+
+    def _analysed(
+        self, state: dict[str, Symbolic]
+    ) -> tuple[list[tuple[Symbolic, dict[str, Symbolic], Symbolic]], Symbolic]:
+        for cached, analysed in self._analyses:
+            if cached is state:
+                return analysed
+        raw: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]] = []
+        definedness: list[Symbolic] = []
         for grounded in self.grounded:
             action = self.machine.actions[grounded.action]
             bindings = {
                 parameter.name: value for parameter, value in zip(action.parameters, grounded.arguments, strict=True)
             }
             translator = Translator(state, bindings)
-            guard = conjoin([translator.translate(conjunct) for conjunct in action.guard])
+            conjuncts: list[Symbolic] = []
+            for conjunct in action.guard:  # evaluate stops at the first false conjunct
+                definedness.append(implies(conjoin(conjuncts), translator.defined(conjunct)))
+                conjuncts.append(translator.translate(conjunct))
+                if known_scalar(conjuncts[-1]) is False:
+                    break
+            guard = conjoin(conjuncts)
             if guard is False:
-                result.append((False, {}, False))
+                raw.append((False, {}, False))
                 continue
             updates = {name: translator.translate(expression) for name, expression in action.updates}
+            definedness.append(
+                implies(guard, conjoin([translator.defined(expression) for _, expression in action.updates]))
+            )
             out_of_bounds = disjoin(
                 [
                     negate(in_sort(self.sorts[name], updates[name]))
@@ -193,8 +237,14 @@ class Encoding:
                     if not stays_in_sort(expression, self.sorts[name])  # proved in sort once for all states
                 ]
             )
-            result.append((guard, updates, out_of_bounds))
-        return result
+            raw.append((guard, updates, out_of_bounds))
+        defined = conjoin(definedness)
+        result = [
+            (guard if guard is False else conjoin([defined, guard]), updates, out_of_bounds)
+            for guard, updates, out_of_bounds in raw
+        ]
+        self._analyses = [(state, (result, defined)), *self._analyses[: ANALYSES_KEPT - 1]]
+        return result, defined
 
     def transition(
         self,
@@ -209,26 +259,14 @@ class Encoding:
         ``name_arguments``, per-step parameter constants equal its arguments)."""
         constraints: list[Symbolic] = [selector >= 0, selector < len(self.grounded)]
         steps = self.steps(pre)
-        changes: dict[str, list[tuple[int, list[Any]]]] = {name: [] for name in self.sorts}
-        for index, (guard, updates, out_of_bounds) in enumerate(steps):
+        for index, (guard, _, out_of_bounds) in enumerate(steps):
             if guard is False:
                 constraints.append(selector != index)
                 continue
             constraints.append(z3.Implies(selector == index, to_z3(conjoin([guard, negate(out_of_bounds)]))))
-            for name, value in updates.items():
-                changes[name].append((index, list(flatten(self.sorts[name], value))))
+        after = self.successor(pre, selector, steps)
         for name, sort in self.sorts.items():
-            before = list(flatten(sort, pre[name]))
-            after = list(flatten(sort, post[name]))
-            for component, (old, new) in enumerate(zip(before, after, strict=True)):
-                chained: Symbolic = old
-                for index, components in changes[name]:
-                    candidate = components[component]
-                    if candidate is old or (
-                        isinstance(candidate, z3.ExprRef) and isinstance(old, z3.ExprRef) and candidate.eq(old)
-                    ):
-                        continue
-                    chained = ite(selector == index, candidate, chained)
+            for new, chained in zip(flatten(sort, post[name]), after[name], strict=True):
                 constraints.append(equal(new, chained))
         if not name_arguments:  # the caller decodes the arguments from the selector
             return constraints
@@ -241,23 +279,78 @@ class Encoding:
                 constraints.append(z3.Implies(selector == index, constant == value))
         return constraints
 
+    def successor(
+        self,
+        pre: dict[str, Symbolic],
+        selector: z3.ExprRef | int,
+        steps: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]],
+    ) -> dict[str, list[Symbolic]]:
+        """Each variable's scalar components (``flatten``'s order) after the grounded transition
+        ``selector`` names: per component, an ITE chain over the transitions that change it (its old
+        value where none does). With ``pre`` and ``selector`` concrete, the values themselves."""
+        changes: dict[str, list[tuple[int, list[Any]]]] = {name: [] for name in self.sorts}
+        for index, (guard, updates, _) in enumerate(steps):
+            if guard is False:
+                continue
+            for name, value in updates.items():
+                changes[name].append((index, list(flatten(self.sorts[name], value))))
+        after: dict[str, list[Symbolic]] = {}
+        for name, sort in self.sorts.items():
+            chains: list[Symbolic] = []
+            for component, old in enumerate(flatten(sort, pre[name])):
+                chained: Symbolic = old
+                for index, components in changes[name]:
+                    candidate = components[component]
+                    if candidate is old or (
+                        isinstance(candidate, z3.ExprRef) and isinstance(old, z3.ExprRef) and candidate.eq(old)
+                    ):
+                        continue
+                    chained = ite(selector == index, candidate, chained)
+                chains.append(chained)
+            after[name] = chains
+        return after
+
     def enabled(self, steps: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]) -> Symbolic:
         return disjoin([guard for guard, _, _ in steps])
 
+    def deadlocked(self, state: dict[str, Symbolic]) -> Symbolic:
+        """No action is enabled, in a state whose successors ``evaluate`` computes (a state where it
+        raises has none either, but violates ``well_defined``, not a deadlock condition)."""
+        return conjoin([self.defined_steps(state), negate(self.enabled(self.steps(state)))])
+
+    def well_defined(self, state: dict[str, Symbolic]) -> Symbolic:
+        """The built-in ``well_defined`` property: ``evaluate`` computes, without raising, the
+        state's successors, every property's predicate, and where nothing is enabled the final
+        condition and every deadlock condition."""
+        translator = Translator(state)
+        machine = self.machine
+        at_deadlock = [translator.defined(machine.final)]
+        at_deadlock += [translator.defined(prop.at_deadlock) for prop in machine.properties if prop.at_deadlock]
+        return conjoin(
+            [
+                self.defined_steps(state),
+                *[translator.defined(prop.predicate) for prop in machine.properties],
+                implies(self.deadlocked(state), conjoin(at_deadlock)),
+            ]
+        )
+
     def holds(self, position: int, state: dict[str, Symbolic]) -> Symbolic:
         """The state predicate an ``always`` property asks of every reachable state: its predicate,
-        and its deadlock condition where it has one; ``in_bounds``: no enabled step leaves its sort;
-        ``no_deadlock``: some action is enabled, or the state is final."""
+        and its deadlock condition where it has one, each defined and true; ``in_bounds``: no
+        enabled step leaves its sort; ``well_defined``: ``well_defined``; ``no_deadlock``: some
+        action is enabled, or the state is final."""
         prop = self.machine.properties[position]
         steps = self.steps(state)
         if prop.name == IN_BOUNDS:
             return negate(disjoin([conjoin([guard, out]) for guard, _, out in steps]))
-        deadlocked = negate(self.enabled(steps))
-        parts = [self.predicate(prop.predicate, state)]
+        if prop.name == WELL_DEFINED:
+            return self.well_defined(state)
+        deadlocked = self.deadlocked(state)
+        parts = [self.defined_predicate(prop.predicate, state)]
         if prop.name == NO_DEADLOCK:
-            parts.append(disjoin([negate(deadlocked), self.predicate(self.machine.final, state)]))
+            parts.append(disjoin([negate(deadlocked), self.defined_predicate(self.machine.final, state)]))
         elif prop.at_deadlock is not None:
-            parts.append(disjoin([negate(deadlocked), self.predicate(prop.at_deadlock, state)]))
+            parts.append(disjoin([negate(deadlocked), self.defined_predicate(prop.at_deadlock, state)]))
         return conjoin(parts)
 
     def decode_state(self, state: dict[str, Symbolic], model: z3.ModelRef) -> State:

@@ -18,7 +18,7 @@ import z3
 
 from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.invariants import components, named_state
-from lockstep.checkers.symbolic.solving import ask, milliseconds
+from lockstep.checkers.symbolic.solving import ask
 from lockstep.checkers.symbolic.values import integer_constant, to_z3
 from lockstep.spec.machine import PropertyKind
 
@@ -44,14 +44,13 @@ class Queries(NamedTuple):
     after: list[tuple[z3.ExprRef, z3.ExprRef]]  # named state -> the second state
 
 
-def queries(encoding: Encoding, tag: str, query_timeout: float) -> Queries:
-    """Initiation and consecution solvers over fresh state copies named by ``tag``."""
+def queries(encoding: Encoding, tag: str) -> Queries:
+    """Initiation and consecution solvers over fresh state copies named by ``tag`` (each query is
+    limited in CPU seconds where it is asked: ``solving.ask``)."""
     named = components(encoding, named_state(encoding))
     before, after = encoding.state(tag), encoding.state(f"{tag}'")
     domain = to_z3(encoding.domain(before))
     initial, step = z3.Solver(), z3.Solver()
-    for solver in (initial, step):
-        solver.set("timeout", milliseconds(query_timeout))
     initial.add(domain, to_z3(encoding.initial(before)))
     step.add(domain, to_z3(encoding.domain(after)))
     step.add(*[to_z3(part) for part in encoding.transition(before, after, integer_constant(f"action@{tag}"), tag)])
@@ -67,12 +66,12 @@ def inductive_subset(
     encoding: Encoding, formulas: dict[str, z3.BoolRef], *, query_timeout: float = 10.0, deadline: float | None = None
 ) -> dict[str, z3.BoolRef]:
     """The largest subset of ``formulas`` that is inductive as a conjunction (see the module doc)."""
-    initial, step, pairs_before, pairs_after = queries(encoding, "houdini", query_timeout)
+    initial, step, pairs_before, pairs_after = queries(encoding, "houdini")
     alive = dict(formulas)
     for label, formula in list(alive.items()):
         initial.push()
         initial.add(z3.Not(z3.substitute(formula, *pairs_before)))
-        if ask(initial)[0] != z3.unsat:
+        if ask(initial, cpu=query_timeout)[0] != z3.unsat:
             del alive[label]
         initial.pop()
     changed = True
@@ -86,7 +85,7 @@ def inductive_subset(
                 return {}
             step.push()
             step.add(z3.Not(z3.substitute(formula, *pairs_after)))
-            answer, _ = ask(step)
+            answer, _ = ask(step, cpu=query_timeout)
             step.pop()
             if answer != z3.unsat:  # not inductive relative to these, so relative to no subset either
                 del alive[label]

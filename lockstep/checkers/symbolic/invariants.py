@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import z3
 
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
-from lockstep.checkers.symbolic.solving import ask, milliseconds
+from lockstep.checkers.symbolic.solving import ask
 from lockstep.checkers.symbolic.values import Symbolic, conjoin, declare, integer_constant, negate, to_z3
 from lockstep.spec.machine import PropertyKind
 from lockstep.spec.sorts import INTEGER, EnumSort, MapSort, RecordSort, SequenceSort, Sort
@@ -71,7 +71,7 @@ def bad(encoding: Encoding, position: int, state: dict[str, Symbolic]) -> Symbol
     included), or a ``sometimes`` property's predicate (then the proof says it has no witness)."""
     prop = encoding.machine.properties[position]
     if prop.kind is PropertyKind.SOMETIMES:
-        return encoding.predicate(prop.predicate, state)
+        return encoding.defined_predicate(prop.predicate, state)
     return negate(encoding.holds(position, state))
 
 
@@ -94,7 +94,8 @@ def free_constants(terms: list[z3.ExprRef]) -> list[z3.ExprRef]:
 
 def verify(encoding: Encoding, position: int, invariant: z3.BoolRef, timeout: float | None = None) -> str | None:
     """None if ``invariant`` (over ``named_state``) is inductive and excludes ``bad``; otherwise
-    which check fails (or could not be decided). Run in the arithmetic the invariant was found in."""
+    which check fails (or could not be decided within ``timeout`` CPU seconds per query). Run in
+    the arithmetic the invariant was found in."""
     names = {term.get_id() for term in components(encoding, named_state(encoding))}
     strangers = [str(term) for term in free_constants([invariant]) if term.get_id() not in names]
     if strangers:
@@ -124,10 +125,8 @@ def verify(encoding: Encoding, position: int, invariant: z3.BoolRef, timeout: fl
     }
     for label, assertions in queries.items():
         solver = z3.Solver()
-        if timeout is not None:
-            solver.set("timeout", milliseconds(timeout))
         solver.add(*assertions)
-        answer, _ = ask(solver)
+        answer, _ = ask(solver, cpu=timeout)
         if answer == z3.sat:
             return f"the invariant fails {label}"
         if answer != z3.unsat:
@@ -149,9 +148,8 @@ def without_domain(encoding: Encoding, invariant: z3.BoolRef, timeout: float = 5
     kept = []
     for part in conjuncts(z3.simplify(invariant)):
         solver = z3.Solver()
-        solver.set("timeout", milliseconds(timeout))
         solver.add(domain, z3.Not(part))
-        if solver.check() != z3.unsat:
+        if ask(solver, cpu=timeout)[0] != z3.unsat:
             kept.append(part)
     if not kept:
         return z3.BoolVal(True)

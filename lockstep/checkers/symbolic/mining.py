@@ -159,19 +159,19 @@ def inductive_subset(
 def _houdini(
     encoding: Encoding, candidates: dict[str, z3.BoolRef], query_timeout: float, deadline: float | None
 ) -> dict[str, z3.BoolRef]:
-    initial, step, pairs_before, pairs_after = queries(encoding, "mined", query_timeout)
+    initial, step, pairs_before, pairs_after = queries(encoding, "mined")
     alive = dict(candidates)
     first = {label: z3.substitute(formula, *pairs_before) for label, formula in alive.items()}
     decided: bool | None = True
     while alive and decided:  # initiation: no initial state breaks a candidate
-        decided = _drop_broken(initial, first, alive, deadline)
+        decided = _drop_broken(initial, first, alive, deadline, query_timeout)
     if decided is False:
         return one_by_one(encoding, alive, deadline=deadline)
     following = {label: z3.substitute(formula, *pairs_after) for label, formula in alive.items()}
     while alive:  # consecution: no step from a state satisfying them all breaks one
         step.push()
         step.add(*[first[label] for label in alive])
-        decided = _drop_broken(step, following, alive, deadline)
+        decided = _drop_broken(step, following, alive, deadline, query_timeout)
         step.pop()
         if decided is None:
             return alive
@@ -181,7 +181,11 @@ def _houdini(
 
 
 def _drop_broken(
-    solver: z3.Solver, readings: dict[str, z3.BoolRef], alive: dict[str, z3.BoolRef], deadline: float | None
+    solver: z3.Solver,
+    readings: dict[str, z3.BoolRef],
+    alive: dict[str, z3.BoolRef],
+    deadline: float | None,
+    query_timeout: float,
 ) -> bool | None:
     """One round: drop from ``alive`` every candidate that a model of ``solver`` falsifies (read
     through ``readings``). None: no candidate can be broken (unsat); True: some were dropped;
@@ -190,7 +194,7 @@ def _drop_broken(
         return False
     solver.push()
     solver.add(z3.Or(*[z3.Not(readings[label]) for label in alive]))
-    answer, model = ask(solver)
+    answer, model = ask(solver, cpu=query_timeout)
     solver.pop()
     if answer == z3.unsat:
         return None

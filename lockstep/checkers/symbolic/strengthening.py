@@ -19,13 +19,13 @@ the lemmas it assumed) is itself an inductive invariant and becomes a lemma for 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import z3
 
 from lockstep.checkers.symbolic import abc
 from lockstep.checkers.symbolic.aig import FALSE
+from lockstep.checkers.symbolic.budget import cpu_seconds
 from lockstep.checkers.symbolic.circuit import Assumptions, Circuit
 from lockstep.checkers.symbolic.encoding import Encoding
 from lockstep.checkers.symbolic.invariants import verify
@@ -53,7 +53,7 @@ class Outcome:
     circuit: Circuit
     invariant: z3.BoolRef | None = None  # ABC's invariant conjoined with every lemma assumed
     rejected: str | None = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # CPU seconds
 
 
 class Strengthening:
@@ -92,16 +92,20 @@ class Strengthening:
         """The integer-reading formulas of every lemma assumed."""
         return [lemma.formula for lemma in self.lemmas]
 
-    def prove(self, program: str, position: int, limit: float, *, check_timeout: float = 10.0) -> Outcome:
-        """ABC's ``pdr`` on property ``position`` under the lemmas; a "safe" answer's invariant,
-        conjoined with the lemmas, is re-checked before it is returned (``rejected`` says why not)."""
-        started = time.monotonic()
+    def prove(
+        self, program: str, position: int, limit: float, *, check_timeout: float = 10.0, wall: float | None = None
+    ) -> Outcome:
+        """ABC's ``pdr`` on property ``position`` under the lemmas, within ``limit`` CPU seconds (and
+        ``wall`` seconds, where given); a "safe" answer's invariant, conjoined with the lemmas, is
+        re-checked (``check_timeout`` CPU seconds at least) before it is returned (``rejected`` says
+        why not)."""
+        started = cpu_seconds()
         circuit = self.circuit()
         aiger = circuit.aiger(position)
         if circuit.aig.outputs == [FALSE]:  # the lemmas exclude every bad state: they are the invariant
             answer = abc.AbcAnswer("safe", 0.0)
         else:
-            answer = abc.prove(program, aiger, limit)
+            answer = abc.prove(program, aiger, limit, wall=wall)
         outcome = Outcome(answer, circuit)
         if answer.answer == "safe":
             with bit_vectors(None):
@@ -112,7 +116,7 @@ class Strengthening:
                 outcome.invariant = whole
             else:
                 outcome.rejected = rejected
-        outcome.seconds = time.monotonic() - started
+        outcome.seconds = cpu_seconds() - started
         return outcome
 
     def learn(self, label: str, outcome: Outcome) -> None:

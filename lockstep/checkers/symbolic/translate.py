@@ -11,6 +11,12 @@ value, which keeps one Z3 state per concrete state.
 Where ``evaluate`` raises (the head of an empty queue, division by zero), the Z3 term is
 unconstrained: models guard such reads, and every Z3 counterexample is re-run through
 ``evaluate`` (``lockstep.checkers.symbolic.bmc``), so a translation gap cannot go unnoticed.
+``Translator.defined`` says exactly where that happens: the condition under which ``evaluate``
+computes an expression without raising (every divisor non-zero, every map key and sequence
+position in range, every ``tail`` of a non-empty sequence), reading the short-circuit forms as
+``evaluate`` does (``a and b`` needs ``b`` defined only where ``a`` holds); the encoding builds
+the built-in ``well_defined`` property from it, so no engine proves a property whose value rests
+on an unconstrained term.
 """
 
 from __future__ import annotations
@@ -91,6 +97,68 @@ class Translator:
                 return self.undefined(expression.sort)
         raise TranslationError(f"the translator does not know node {type(expression).__name__}")
 
+    def defined(self, expression: Expression) -> Symbolic:  # noqa: C901 - one branch per partial form
+        """Where ``evaluate`` computes ``expression`` without raising (see the module doc)."""
+        if isinstance(expression, Comprehension):  # evaluate computes the body for every value
+            variable = expression.variable
+            saved = self.bound.get(variable.name)
+            parts = []
+            for value in variable.sort.values():
+                self.bound[variable.name] = lift_value(value, variable.sort)
+                parts.append(self.defined(expression.body))
+                if known_scalar(parts[-1]) is False:
+                    break
+            if saved is None:
+                del self.bound[variable.name]
+            else:
+                self.bound[variable.name] = saved
+            return conjoin(parts)
+        if not isinstance(expression, Operation):
+            return True
+        operator, arguments = expression.operator, expression.arguments
+        if operator in (Operator.AND, Operator.OR):
+            absorbing = operator is Operator.OR
+            reached: list[Symbolic] = []  # the earlier operands leave this one to decide
+            parts = []
+            for argument in arguments:
+                parts.append(implies(conjoin(reached), self.defined(argument)))
+                value = self.translate(argument)
+                if known_scalar(value) is absorbing:
+                    break
+                reached.append(negate(value) if absorbing else value)
+            return conjoin(parts)
+        if operator is Operator.IMPLIES:
+            antecedent = self.translate(arguments[0])
+            return conjoin([self.defined(arguments[0]), implies(antecedent, self.defined(arguments[1]))])
+        if operator is Operator.IF_THEN_ELSE:
+            condition = self.translate(arguments[0])
+            return conjoin(
+                [
+                    self.defined(arguments[0]),
+                    implies(condition, self.defined(arguments[1])),
+                    implies(negate(condition), self.defined(arguments[2])),
+                ]
+            )
+        parts = [self.defined(argument) for argument in arguments]
+        if known_scalar(conjoin(parts)) is False:
+            return False
+        match operator:
+            case Operator.FLOOR_DIVIDE | Operator.MODULO:
+                parts.append(negate(equal(self.translate(arguments[1]), 0)))
+            case Operator.SELECT | Operator.STORE:
+                map_sort = arguments[0].sort
+                assert isinstance(map_sort, MapSort)
+                parts.append(_within(self.translate(arguments[1]), len(map_sort.keys)))
+            case Operator.AT:
+                sequence = self.translate(arguments[0])
+                assert isinstance(sequence, SymbolicSequence)
+                parts.append(_within(self.translate(arguments[1]), sequence.length))
+            case Operator.TAIL:
+                sequence = self.translate(arguments[0])
+                assert isinstance(sequence, SymbolicSequence)
+                parts.append(_compare(Operator.GREATER, sequence.length, 0))
+        return conjoin(parts)
+
     def _comprehension(self, expression: Comprehension) -> Symbolic:
         variable = expression.variable
         results = []
@@ -160,6 +228,11 @@ _STRUCTURAL = {
     Operator.SEQUENCE,
     Operator.MAP,
 }
+
+
+def _within(position: Symbolic, size: Symbolic) -> Symbolic:
+    """``0 <= position < size``."""
+    return conjoin([_compare(Operator.LESS_EQUAL, 0, position), _compare(Operator.LESS, position, size)])
 
 
 def _sum(values: list[Symbolic]) -> Symbolic:

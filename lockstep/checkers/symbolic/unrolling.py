@@ -3,9 +3,9 @@
 ``Template`` translates the machine once over two template states (``pre`` and ``post``) and a
 template selector: the transition step, the initial state, the per-state facts (sort domains, and
 the proved lemmas ``bmc`` hands it), and, per property, the *goal* (the state predicate BMC asks at
-a depth: a violation, a witness, a deadlock, an enabled out-of-sort step). A frame ``k`` is then a
-renaming (``z3.substitute``) of the template's constants to ``name@k``: the step is never
-translated again. The state is *packed*: every bounded scalar of a frame is a bit-vector of the
+a depth: a violation, a witness, a deadlock, an enabled out-of-sort step, an undefined operation).
+A frame ``k`` is then a renaming (``z3.substitute``) of the template's constants to ``name@k``:
+the step is never translated again. The state is *packed*: every bounded scalar of a frame is a bit-vector of the
 fewest bits its sort needs (``value - low``), widened to the translation's width where it is
 read, so a frame carries a few hundred free bits instead of one full-width word per scalar.
 """
@@ -28,7 +28,7 @@ from lockstep.checkers.symbolic.values import (
     negate,
     to_z3,
 )
-from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, PropertyKind
+from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, PropertyKind
 from lockstep.spec.sorts import EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort
 
 PRE, POST = "pre", "post"
@@ -83,7 +83,7 @@ class Renaming:
 @dataclass(frozen=True, eq=False)
 class Goal:
     position: int
-    kind: str  # invariant, witness, deadlock, bounds
+    kind: str  # invariant, witness, deadlock, bounds, undefined
     formula: z3.BoolRef  # over the template's pre state
 
 
@@ -118,17 +118,19 @@ class Template:
     def _goal(self, position: int, steps: list) -> Goal:  # type: ignore[type-arg]
         machine, encoding, state = self.encoding.machine, self.encoding, self.pre
         prop = machine.properties[position]
-        enabled = encoding.enabled(steps)
         if prop.name == IN_BOUNDS:
             return Goal(position, "bounds", to_z3(disjoin([conjoin([guard, out]) for guard, _, out in steps])))
+        if prop.name == WELL_DEFINED:
+            return Goal(position, "undefined", to_z3(negate(encoding.well_defined(state))))
         if prop.kind is PropertyKind.SOMETIMES:
-            return Goal(position, "witness", to_z3(encoding.predicate(prop.predicate, state)))
+            return Goal(position, "witness", to_z3(encoding.defined_predicate(prop.predicate, state)))
+        deadlocked = encoding.deadlocked(state)
         if prop.name == NO_DEADLOCK:
-            deadlock = conjoin([negate(enabled), negate(encoding.predicate(machine.final, state))])
+            deadlock = conjoin([deadlocked, negate(encoding.defined_predicate(machine.final, state))])
             return Goal(position, "deadlock", to_z3(deadlock))
-        goals: list[Symbolic] = [negate(encoding.predicate(prop.predicate, state))]
+        goals: list[Symbolic] = [negate(encoding.defined_predicate(prop.predicate, state))]
         if prop.at_deadlock is not None:
-            goals.append(conjoin([negate(enabled), negate(encoding.predicate(prop.at_deadlock, state))]))
+            goals.append(conjoin([deadlocked, negate(encoding.defined_predicate(prop.at_deadlock, state))]))
         return Goal(position, "invariant", to_z3(disjoin(goals)))
 
     def _components(self, tag: str) -> list[z3.ExprRef]:

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from lockstep.checkers.definedness import UndefinedOperation, undefined_at
 from lockstep.checkers.explicit import transition_step
 from lockstep.checkers.result import Path, Step
 from lockstep.checkers.symmetry import Canonicalizer, argument_permuters
@@ -45,9 +46,13 @@ def host_canonical(function: Callable[[Any], Any] | None) -> Canonical | None:
 
 
 def reproduce_action_error(machine: Machine, state: State, action: int, arguments: tuple[Value, ...]) -> NoReturn:
-    """A kernel failed on action x ``arguments`` at ``state``: the reference's ModelError, raised by
-    re-running the state's transitions (an internal error where they do not fail)."""
-    InterpretedSystem(machine).transitions(state)
+    """A kernel failed on action x ``arguments`` at ``state``: the reference's error, as an
+    ``UndefinedOperation`` (``well_defined`` is violated there; the caller checks with an engine
+    that reports it), found by re-running the state's transitions (an internal error where they
+    do not fail)."""
+    why = undefined_at(InterpretedSystem(machine), state)
+    if why is not None:
+        raise UndefinedOperation(why)
     raise ModelError(
         f"internal error: the vectorised kernel of {machine.actions[action].name}{arguments} fails where "
         f"evaluate does not"
@@ -55,12 +60,18 @@ def reproduce_action_error(machine: Machine, state: State, action: int, argument
 
 
 def reproduce_property_error(machine: Machine, state: State) -> NoReturn:
-    """A property kernel failed at ``state``: the reference's ModelError (or an internal error)."""
+    """A property kernel failed at ``state``: the reference's error as an ``UndefinedOperation``
+    (or an internal error)."""
     system = InterpretedSystem(machine)
-    for position in range(len(machine.properties)):
-        system.holds(position, state)
-        system.holds_at_deadlock(position, state)
-    system.is_final(state)
+    why = undefined_at(system, state)
+    try:
+        for position in range(len(machine.properties)):
+            system.holds_at_deadlock(position, state)
+        system.is_final(state)
+    except ModelError as error:
+        why = why or str(error)
+    if why is not None:
+        raise UndefinedOperation(why)
     raise ModelError("internal error: a vectorised property kernel fails where evaluate does not")
 
 
