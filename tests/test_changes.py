@@ -258,7 +258,9 @@ def test_a_file_that_is_no_diff_and_closed_stdin_are_exit_2(tmp_path: Path) -> N
         ("pp-broadcast", "0.19.0", "pre-fix"),  # the variants' release texts
         ("pp-broadcast", "0.20.1", "post-fix"),
         ("pp-broadcast", "0.22.2", "v0.22.0"),
-        ("pp-broadcast", "0.23.0", None),
+        ("pp-broadcast", "0.23.0", "v0.23.0"),  # its release_table (releases.BISECTION) from v0.19.0 to v0.33.0
+        ("pp-broadcast", "0.32.0", "v0.31.0"),
+        ("pp-broadcast", "0.34.0", None),
         ("cudagraph-pp", "0.18.0", "pre-fix"),
     ],
 )

@@ -1,6 +1,9 @@
 """Golden pins of the pp-broadcast model (vLLM PR #38726): state counts, verdicts and counterexample
 lengths per variant × instance; the shapes of the stuck pipeline, the skip-disagree hang and the
-stale mapping; explicit vs BMC at the shortest length; three ranks."""
+stale mapping; explicit vs BMC at the shortest length; three ranks. The releases through v0.33.0
+(issue 33): the release table, the features (sync scheduling, speculative decoding, the V2 runner,
+structured output), the findings' counterexamples, and the ledger docs/models/pp-broadcast.md checked
+against the model."""
 
 from __future__ import annotations
 
@@ -13,7 +16,12 @@ from lockstep.checkers import Verdict, check
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.cli import main
 from lockstep.models import get_protocol
+from lockstep.models.pp_broadcast import engine as pp_engine
+from lockstep.models.pp_broadcast import worker as pp_worker
+from lockstep.models.pp_broadcast.releases import BISECTION
+from lockstep.spec.protocol import UsageError
 from lockstep.spec.semantics import unpack
+from lockstep.spec.terms import lift
 
 PROTOCOL = get_protocol("pp-broadcast")
 WITNESS = "L2_pipelined_prefill"
@@ -89,20 +97,226 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
     ("skip-whole-receive", "empty-step"): (9844, 24309, {}, 12),
     ("v0.21.0", "empty-step"): (9844, 24309, {}, 12),
     ("v0.22.0", "empty-step"): (9844, 24309, {}, 12),
+    # v0.23.0 and v0.30.0 keep v0.22.0's V1 path; from v0.31.0 the V1 runner runs PP synchronously
+    ("v0.23.0", "seed"): (1024, 2477, {}, 12),
+    ("v0.30.0", "seed"): (1024, 2477, {}, 12),
+    ("v0.31.0", "seed"): (940, 2326, {}, 12),
+    ("v0.33.0", "seed"): (940, 2326, {}, 12),
+    ("v0.23.0", "chunks-then-decode"): (3650, 9017, {}, 12),
+    ("v0.30.0", "chunks-then-decode"): (3650, 9017, {}, 12),
+    ("v0.31.0", "chunks-then-decode"): (2187, 5445, {}, 12),
+    ("v0.33.0", "chunks-then-decode"): (2187, 5445, {}, 12),
+    ("v0.23.0", "decode-gap"): (22112, 54011, {}, 12),
+    ("v0.30.0", "decode-gap"): (22112, 54011, {}, 12),
+    ("v0.31.0", "decode-gap"): (24009, 60079, {}, 12),
+    ("v0.33.0", "decode-gap"): (24009, 60079, {}, 12),
+    ("v0.23.0", "failed-forward"): (2334, 5947, {}, 12),
+    ("v0.30.0", "failed-forward"): (2334, 5947, {}, 12),
+    ("v0.31.0", "failed-forward"): (2176, 5651, {}, 12),
+    ("v0.33.0", "failed-forward"): (2176, 5651, {}, 12),
+    ("v0.23.0", "empty-step"): (9844, 24309, {}, 12),
+    ("v0.30.0", "empty-step"): (9844, 24309, {}, 12),
+    ("v0.31.0", "empty-step"): (4806, 12128, {}, 12),
+    ("v0.33.0", "empty-step"): (4806, 12128, {}, 12),
+}
+
+# The features' instances (release_verdicts.RELEASE_INSTANCES), checked with the vectorised engine (the same
+# counts and lengths as bfs; some have millions of states).
+FEATURE_GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]] = {
+    ("pre-fix", "spec-decode"): (
+        2696,
+        6526,
+        {"no_false_dependency": 10, "sampled_one_column": 27, "draft_inputs_known": 23, "L2_pipelined_prefill": None},
+        None,
+    ),
+    ("post-fix", "spec-decode"): (2517, 6191, {"sampled_one_column": 22, "draft_inputs_known": 18}, 12),
+    ("v0.21.0", "spec-decode"): (2517, 6191, {"sampled_one_column": 22, "draft_inputs_known": 18}, 12),
+    ("v0.22.0", "spec-decode"): (2517, 6191, {"sampled_one_column": 22, "draft_inputs_known": 18}, 12),
+    ("v0.23.0", "spec-decode"): (2517, 6191, {"sampled_one_column": 22, "draft_inputs_known": 18}, 12),
+    ("v0.30.0", "spec-decode"): (2517, 6191, {"sampled_one_column": 22, "draft_inputs_known": 18}, 12),
+    ("v0.31.0", "spec-decode"): (1061, 2577, {}, 12),
+    ("v0.33.0", "spec-decode"): (1061, 2577, {}, 12),
+    ("pre-fix", "structured-output"): (
+        102791,
+        374943,
+        {"no_false_dependency": 10, "grammar_bitmask_current": 30, "L2_pipelined_prefill": None},
+        None,
+    ),
+    ("post-fix", "structured-output"): (107831, 397037, {"grammar_bitmask_current": 21}, 12),
+    ("v0.21.0", "structured-output"): (107831, 397037, {"grammar_bitmask_current": 21}, 12),
+    ("v0.22.0", "structured-output"): (107831, 397037, {"grammar_bitmask_current": 21}, 12),
+    ("v0.23.0", "structured-output"): (107831, 397037, {"grammar_bitmask_current": 21}, 12),
+    ("v0.30.0", "structured-output"): (107831, 397037, {"grammar_bitmask_current": 21}, 12),
+    ("v0.31.0", "structured-output"): (19600, 68251, {}, 12),
+    ("v0.33.0", "structured-output"): (19600, 68251, {}, 12),
+    ("pre-fix", "sync"): (940, 2326, {}, 12),
+    ("post-fix", "sync"): (940, 2326, {}, 12),
+    ("v0.21.0", "sync"): (940, 2326, {}, 12),
+    ("v0.22.0", "sync"): (940, 2326, {}, 12),
+    ("v0.23.0", "sync"): (940, 2326, {}, 12),
+    ("v0.30.0", "sync"): (940, 2326, {}, 12),
+    ("v0.31.0", "sync"): (940, 2326, {}, 12),
+    ("v0.33.0", "sync"): (940, 2326, {}, 12),
+    ("pre-fix", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("post-fix", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.21.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.22.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.23.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.30.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.31.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("v0.33.0", "sync-decode-gap"): (24009, 60079, {}, 12),
+    ("pre-fix", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("post-fix", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.21.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.22.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.23.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.30.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.31.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.33.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("pre-fix", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("post-fix", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.21.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.22.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.23.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.30.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.31.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("v0.33.0", "sync-structured-output"): (19600, 68251, {}, 12),
+    ("pre-fix", "v2-seed"): (1289, 3036, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("post-fix", "v2-seed"): (1289, 3036, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.21.0", "v2-seed"): (1289, 3036, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.22.0", "v2-seed"): (1289, 3036, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.23.0", "v2-seed"): (5570, 18185, {}, 12),
+    ("v0.30.0", "v2-seed"): (7270, 20784, {}, 12),
+    ("v0.31.0", "v2-seed"): (5570, 18185, {}, 12),
+    ("v0.33.0", "v2-seed"): (5570, 18185, {}, 12),
+    ("pre-fix", "v2-chunks-then-decode"): (2703, 6484, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("post-fix", "v2-chunks-then-decode"): (
+        2703,
+        6484,
+        {"no_false_dependency": 10, "L2_pipelined_prefill": None},
+        None,
+    ),
+    ("v0.21.0", "v2-chunks-then-decode"): (2703, 6484, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.22.0", "v2-chunks-then-decode"): (2703, 6484, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.23.0", "v2-chunks-then-decode"): (114117, 388997, {}, 12),
+    ("v0.30.0", "v2-chunks-then-decode"): (114117, 388997, {}, 12),
+    ("v0.31.0", "v2-chunks-then-decode"): (114117, 388997, {}, 12),
+    ("v0.33.0", "v2-chunks-then-decode"): (114117, 388997, {}, 12),
+    ("pre-fix", "v2-decode-gap"): (16085, 38846, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("post-fix", "v2-decode-gap"): (16085, 38846, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.21.0", "v2-decode-gap"): (16085, 38846, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.22.0", "v2-decode-gap"): (16085, 38846, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.23.0", "v2-decode-gap"): (1931699, 7047558, {}, 12),
+    ("v0.30.0", "v2-decode-gap"): (1931699, 7047558, {}, 12),
+    ("v0.31.0", "v2-decode-gap"): (1931699, 7047558, {}, 12),
+    ("v0.33.0", "v2-decode-gap"): (1931699, 7047558, {}, 12),
+    ("pre-fix", "v2-failed-forward"): (2631, 6571, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("post-fix", "v2-failed-forward"): (2631, 6571, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.21.0", "v2-failed-forward"): (2631, 6571, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.22.0", "v2-failed-forward"): (2631, 6571, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.23.0", "v2-failed-forward"): (13628, 45947, {}, 12),
+    ("v0.30.0", "v2-failed-forward"): (17765, 53948, {}, 12),
+    ("v0.31.0", "v2-failed-forward"): (13628, 45947, {}, 12),
+    ("v0.33.0", "v2-failed-forward"): (13628, 45947, {}, 12),
+    ("pre-fix", "v2-structured-output"): (2205, 5059, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("post-fix", "v2-structured-output"): (2205, 5059, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.21.0", "v2-structured-output"): (2205, 5059, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.22.0", "v2-structured-output"): (2205, 5059, {"no_false_dependency": 10, "L2_pipelined_prefill": None}, None),
+    ("v0.23.0", "v2-structured-output"): (128474, 428470, {}, 12),
+    ("v0.30.0", "v2-structured-output"): (128474, 428470, {}, 12),
+    ("v0.31.0", "v2-structured-output"): (128474, 428470, {}, 12),
+    ("v0.33.0", "v2-structured-output"): (128474, 428470, {}, 12),
+    ("pre-fix", "v2-spec-decode"): (
+        896,
+        2053,
+        {
+            "no_false_dependency": 10,
+            "L2_pipelined_prefill": None,
+            "no_collective_mismatch": 15,
+            "no_hang": 20,
+            "no_deadlock": 20,
+        },
+        None,
+    ),
+    ("post-fix", "v2-spec-decode"): (
+        896,
+        2053,
+        {
+            "no_false_dependency": 10,
+            "L2_pipelined_prefill": None,
+            "no_collective_mismatch": 15,
+            "no_hang": 20,
+            "no_deadlock": 20,
+        },
+        None,
+    ),
+    ("v0.21.0", "v2-spec-decode"): (
+        896,
+        2053,
+        {
+            "no_false_dependency": 10,
+            "L2_pipelined_prefill": None,
+            "no_collective_mismatch": 15,
+            "no_hang": 20,
+            "no_deadlock": 20,
+        },
+        None,
+    ),
+    ("v0.22.0", "v2-spec-decode"): (
+        896,
+        2053,
+        {
+            "no_false_dependency": 10,
+            "L2_pipelined_prefill": None,
+            "no_collective_mismatch": 15,
+            "no_hang": 20,
+            "no_deadlock": 20,
+        },
+        None,
+    ),
+    ("v0.23.0", "v2-spec-decode"): (
+        97963,
+        324480,
+        {"draft_inputs_known": 20, "no_collective_mismatch": 29, "no_hang": 44, "no_deadlock": 44},
+        12,
+    ),
+    ("v0.30.0", "v2-spec-decode"): (114117, 388997, {}, 12),
+    ("v0.31.0", "v2-spec-decode"): (114117, 388997, {}, 12),
+    ("v0.33.0", "v2-spec-decode"): (114117, 388997, {}, 12),
 }
 
 
 @pytest.mark.parametrize(("variant", "instance"), list(GOLDEN))
 def test_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None:
     result = check_golden(PROTOCOL, variant, instance, GOLDEN[(variant, instance)], WITNESS)
-    # The skip-disagree mutant never completes a broadcast: the first one the last rank posts hangs.
-    assert result.warnings == (NEVER_COMPLETES if variant == "skip-disagree" else [])
+    # The skip-disagree mutant never completes a broadcast: the first one the last rank posts hangs. From v0.31.0
+    # the V1 runner runs PP without async scheduling: nothing is broadcast.
+    assert result.warnings == (NEVER_COMPLETES if variant in ("skip-disagree", "v0.31.0", "v0.33.0") else [])
+
+
+@pytest.mark.parametrize(("variant", "instance"), list(FEATURE_GOLDEN))
+def test_feature_golden_states_verdicts_and_lengths(variant: str, instance: str) -> None:
+    states, transitions, violated, witness_length = FEATURE_GOLDEN[(variant, instance)]
+    pinned = PROTOCOL.instance(variant, instance)
+    result = check(pinned, engine="auto")
+    assert result.verdict.value == pinned.expected
+    assert (result.stats.states, result.stats.transitions) == (states, transitions)
+    found = {
+        item.name: (item.path.length if item.path else None)
+        for item in result.properties
+        if item.verdict is Verdict.VIOLATED
+    }
+    assert found == violated
+    witness = result.property_result(WITNESS)
+    assert (witness.path.length if witness.verdict is Verdict.HOLDS and witness.path else None) == witness_length
 
 
 def test_every_variant_and_instance_is_pinned() -> None:
-    assert {(variant.name, instance.name) for variant in PROTOCOL.variants for instance in PROTOCOL.instances} == set(
-        GOLDEN
-    )
+    """The shared instances pin every variant (from v0.31.0 their sync path); every pin has its golden figures."""
+    shared = {instance.name for instance in PROTOCOL.instances[:5]}
+    assert {(variant.name, name) for variant in PROTOCOL.variants for name in shared} == set(GOLDEN)
+    pinned = {(variant, instance.name) for instance in PROTOCOL.instances for variant in instance.expected}
+    assert pinned == set(GOLDEN) | set(FEATURE_GOLDEN)
 
 
 def path_of(
@@ -260,3 +474,150 @@ def test_bmc_agrees_on_the_l2_witness() -> None:
         WITNESS
     )
     assert shorter.verdict is Verdict.INCONCLUSIVE and shorter.path is None
+
+
+# ---- releases through v0.33.0 (issue 33) ------------------------------------------------------------------
+
+PYPI_RELEASES = (
+    "0.19.0 0.19.1 0.20.0 0.20.1 0.20.2 0.21.0 0.22.0 0.22.1 0.23.0 0.24.0 0.25.0 0.25.1 0.26.0 0.27.0 0.27.1 "
+    "0.28.0 0.29.0 0.30.0 0.31.0 0.32.0 0.33.0"
+).split()
+
+
+def test_every_release_from_0_19_to_0_33_maps_to_its_variant() -> None:
+    """Every PyPI release is in the bisection once, in order, and release_variant reads it (the real-vLLM
+    recorders ask for 0.32.0 and 0.21.0)."""
+    assert [release for release, _, _ in BISECTION] == PYPI_RELEASES
+    for release, variant, _ in BISECTION:
+        found = PROTOCOL.release_variant(release)
+        assert found is not None and found.name == variant, release
+    assert PROTOCOL.release_variant("0.32.0").name == "v0.31.0"  # type: ignore[union-attr]
+    assert PROTOCOL.release_variant("0.21.0").name == "v0.21.0"  # type: ignore[union-attr]
+    assert PROTOCOL.release_variant("0.34.0") is None and PROTOCOL.release_variant("0.18.0") is None
+    later = {variant.name for variant in PROTOCOL.variants if variant.later_release}
+    assert {variant for _, variant, _ in BISECTION} == later | {"pre-fix", "post-fix"}
+
+
+def test_the_v2_runner_without_async_scheduling_is_left_out() -> None:
+    with pytest.raises(UsageError, match="V2 runner without async scheduling is not modelled"):
+        PROTOCOL.instance("v0.23.0", overrides={"runner": 2, "async_scheduling": 0}).machine()
+
+
+def test_from_v0_31_the_v1_runner_runs_pp_without_async_scheduling() -> None:
+    """VllmConfig turns async scheduling off for the V1 runner with PP (an explicit request is refused), so the
+    seed of v0.31.0 on is the sync seed: no rank broadcasts."""
+    for variant in ("v0.31.0", "v0.33.0"):
+        seed = PROTOCOL.instance(variant, "seed").machine()
+        sync = PROTOCOL.instance(variant, "sync").machine()
+        assert list(seed.variables) == list(sync.variables)
+        assert [item.name for item in seed.properties] == [item.name for item in sync.properties]
+        result = check(PROTOCOL.instance(variant, "seed"), engine="bfs")
+        assert (result.stats.states, result.stats.transitions) == (940, 2326)  # the sync pin's figures
+
+
+def test_features_add_their_variables_and_actions_only_where_turned_on() -> None:
+    """The seed keeps exactly its machine in every variant that runs it; each feature adds its own parts."""
+    seed = PROTOCOL.instance("post-fix", "seed").machine()
+    for variant in ("v0.23.0", "v0.30.0"):
+        later = PROTOCOL.instance(variant, "seed").machine()
+        assert list(later.variables) == list(seed.variables)
+        assert [action.name for action in later.actions] == [action.name for action in seed.actions]
+        assert [item.name for item in later.properties] == [item.name for item in seed.properties]
+
+    def added(variant: str, instance: str) -> tuple[set[str], set[str], set[str]]:
+        machine = PROTOCOL.instance(variant, instance).machine()
+        return (
+            set(machine.variables) - set(seed.variables),
+            {action.name for action in machine.actions} - {action.name for action in seed.actions},
+            {item.name for item in machine.properties} - {item.name for item in seed.properties},
+        )
+
+    assert added("post-fix", "spec-decode") == (
+        {"rank.sample_failed_step"},
+        {"engine_raises_on_sample"},
+        {"sampled_one_column", "draft_inputs_known"},
+    )
+    assert added("v0.31.0", "sync") == (set(), set(), set())  # S4 (async placeholders) is dropped instead
+    assert "S4_placeholder_agreement" not in {
+        item.name for item in PROTOCOL.instance("v0.31.0", "sync").machine().properties
+    }
+    variables, actions, properties = added("v0.23.0", "v2-chunks-then-decode")
+    assert {"rank.req_states_sampled_step", "side.step", "side.posted", "ppb.queue"} <= variables
+    assert {"side_post", "side_complete", "side_pass", "schedule_empty", "ppb.complete"} <= actions
+    assert "S3_no_stale_read" not in {
+        item.name for item in PROTOCOL.instance("v0.23.0", "v2-seed").machine().properties
+    }
+    assert added("post-fix", "structured-output")[1] == {"sample_deferred"}
+    for mutant in ("skip-disagree", "skip-whole-receive"):  # a mutant of the V1 skip runs v0.20.0's V2 path
+        assert PROTOCOL.instance(mutant, "v2-seed").machine().name == f"pp-broadcast/{mutant}"
+
+
+def violation(variant: str, instance: str, name: str) -> tuple[object, list[tuple[str, str]], dict[str, object]]:
+    result = check(PROTOCOL.instance(variant, instance), engine="bfs", properties=[name])
+    item = result.property_result(name)
+    assert item.verdict is Verdict.VIOLATED and item.path is not None
+    return (
+        result,
+        [(step.actor, step.action) for step in item.path.steps],
+        unpack(result.machine, item.path.final_state),
+    )
+
+
+def test_v1_spec_decode_fails_the_shape_assert_on_the_decode_and_rank_0_lacks_the_draft() -> None:
+    """Two chunks, then a decode with one draft: rank 0 prepares the decode with the scheduler's -1 placeholder for
+    the draft (18 steps); the last rank samples [num_reqs, 2] and raises before broadcasting (22 steps)."""
+    _, actions, final = violation("v0.30.0", "spec-decode", "sampled_one_column")
+    assert len(actions) == 22 and actions[-1] == ("rank:1", "sample_tokens")
+    assert final["rank.sample_failed_step"] == 3 and final["scheduler.steps"] == ((1,), (2,), (3,))  # the decode
+    assert final["rank.broadcast_issued"][1] == (False, True, False)  # type: ignore[index]  # raised before it
+    _, actions, final = violation("v0.30.0", "spec-decode", "draft_inputs_known")
+    assert len(actions) == 18 and actions[-1] == ("rank:0", "execute_model") and final["rank.rpcs"][0] == 5  # type: ignore[index]
+    synchronous = check(PROTOCOL.instance("v0.31.0", "spec-decode"), engine="bfs")
+    assert synchronous.verdict is Verdict.HOLDS  # from v0.31.0: no broadcast, the scheduler sends the drafts
+
+
+def test_v2_spec_decode_until_v0_29_posts_mismatched_widths() -> None:
+    """The final chunk's step has no drafts: the last rank sends [num_reqs, 1], rank 0 receives [num_reqs, 2]."""
+    result, _, _ = violation("v0.23.0", "v2-spec-decode", "no_collective_mismatch")
+    item = result.property_result("no_collective_mismatch")  # type: ignore[attr-defined]
+    assert blocked_summary(result.machine, item.path) == "rank 0 in sampled_wide(ppb)#1; rank 1 in sampled(ppb)#1"  # type: ignore[attr-defined]
+    before = check(PROTOCOL.instance("v0.22.0", "v2-spec-decode"), engine="bfs", properties=["no_collective_mismatch"])
+    summary = blocked_summary(before.machine, before.property_result("no_collective_mismatch").path)  # type: ignore[arg-type]
+    assert "broadcast_wide(pp)" in summary and "broadcast(pp)" in summary
+    fixed = check(PROTOCOL.instance("v0.30.0", "v2-spec-decode"), engine="auto")
+    assert fixed.property_result("no_collective_mismatch").verdict is Verdict.HOLDS
+    assert fixed.property_result("draft_inputs_known").verdict is Verdict.HOLDS
+
+
+def test_v2_until_v0_22_waits_on_every_broadcast_like_v1_before_the_fix() -> None:
+    _, actions, final = violation("v0.22.0", "v2-seed", "no_false_dependency")
+    assert len(actions) == 10 and actions[-1] == ("rank:0", "gpu_post")
+    assert final["gpu.phase"][0] == BROADCAST and final["scheduler.steps"][0] == (1,)  # type: ignore[index]
+
+
+def test_structured_output_computes_the_bitmask_after_the_wrong_step() -> None:
+    """Three stages: the decode's sample_tokens waits for the oldest step, the first chunk, while the final chunk
+    whose token the grammar lacks is still in flight (issue #45014); two stages and sync scheduling hold."""
+    _, actions, final = violation("v0.22.0", "structured-output", "grammar_bitmask_current")
+    assert len(actions) == 21 and actions[-2:] == [("engine", "process_output"), ("engine", "sample_deferred")]
+    assert final["engine.processed"] == 1 and final["scheduler.steps"] == ((1,), (2,), (3,))
+    two_stages = check(PROTOCOL.instance("v0.22.0", "structured-output", ranks=2), engine="auto")
+    assert two_stages.property_result("grammar_bitmask_current").verdict is Verdict.HOLDS
+
+
+def test_the_v2_freshness_property_fails_without_the_decode_cadence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reads_latest_token over req_states can fail: a scheduler without next_decode_eligible_step lets rank 0
+    prepare a decode before its ring slot brought the token."""
+    monkeypatch.setattr(pp_engine, "may_schedule", lambda state, request: lift(True))
+    result = check(
+        PROTOCOL.instance("v0.23.0", "v2-chunks-then-decode"), engine="bfs", properties=["reads_latest_token"]
+    )
+    assert result.property_result("reads_latest_token").verdict is Verdict.VIOLATED
+
+
+def test_sync_reads_fail_without_the_schedulers_new_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reads_latest_token without async scheduling can fail: non-last ranks that ignore the scheduler's
+    new_token_ids prepare a decode without its input token."""
+    monkeypatch.setattr(pp_worker, "new_token_updates", lambda state, rank, step: {})
+    result = check(PROTOCOL.instance("v0.31.0", "sync-decode-gap"), engine="bfs", properties=["reads_latest_token"])
+    assert result.property_result("reads_latest_token").verdict is Verdict.VIOLATED

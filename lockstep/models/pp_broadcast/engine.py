@@ -275,7 +275,7 @@ def process_output(state: State) -> Step:
     processed = state.processed
     last = state.sizes.last
     guard = (processed < state.scheduled) & (state.gpu_step[last] > processed) & (state.failed != processed + 1)
-    if state.sizes.runner == 1 and state.sizes.drafts:  # a step whose sample_tokens raised: engine_raises_on_sample
+    if state.sizes.shape_asserts:  # a step whose sample_tokens raised: engine_raises_on_sample
         guard = guard & (state.sample_failed != processed + 1)
     if state.sizes.structured:  # a deferral pops exactly the oldest step before the deferred sample_tokens
         guard = guard & ~((state.samples_sent < state.scheduled) & (processed >= state.defer_until))

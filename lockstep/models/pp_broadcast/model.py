@@ -106,7 +106,6 @@ from lockstep.models.pp_broadcast.releases import BISECTION, FEATURE_PARAMETERS,
 from lockstep.models.pp_broadcast.sources import sources
 from lockstep.models.pp_broadcast.state import Phase, Sizes, declare
 from lockstep.models.pp_broadcast.variants import (
-    MUTANTS,
     POST_FIX,
     PRE_FIX,
     SKIP_DISAGREE,
@@ -131,22 +130,11 @@ __all__ = [
 
 
 def check_features(variant: str, sizes: Sizes) -> None:
-    """Refuse what vLLM refuses and what the model leaves out (``docs/models/pp-broadcast.md`` says why)."""
-    release = sizes.release
-    if sizes.runner == 2 and variant in MUTANTS:
-        raise UsageError(f"pp-broadcast: {variant} is a mutant of the V1 runner's skip; runner=2 takes a release")
+    """Refuse what the model leaves out (``docs/models/pp-broadcast.md`` says why). What vLLM's config changes it
+    follows: from v0.31.0 the V1 runner with PP runs without async scheduling (``sizes_of``); a mutant of the V1
+    skip runs its base release's (v0.20.0's) V2 path."""
     if sizes.runner == 2 and not sizes.async_scheduling:
         raise UsageError("pp-broadcast: the V2 runner without async scheduling is not modelled (see the ledger)")
-    if sizes.runner == 1 and sizes.async_scheduling and release.refuses_v1_async:
-        raise UsageError(
-            f"pp-broadcast: vLLM {variant} refuses the V1 runner with pipeline parallelism and async scheduling "
-            "(VllmConfig._validate_v1_model_runner); set async_scheduling=0 or runner=2"
-        )
-    if sizes.drafts and not sizes.async_scheduling:
-        raise UsageError(
-            "pp-broadcast: speculative decoding without async scheduling is not modelled: its drafts and token "
-            "counts reach the ranks through the scheduler (computed-tokens models that hand-off)"
-        )
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
@@ -164,7 +152,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     if state.sizes.failures:
         machine.add(worker.execute_model_raises, state, rank=state.Rank)
         machine.add(engine.engine_raises, state)
-    if state.sizes.drafts and state.sizes.runner == 1:
+    if state.sizes.shape_asserts:
         machine.add(engine.engine_raises_on_sample, state)
     if state.sizes.structured:
         machine.add(engine.sample_deferred, state)

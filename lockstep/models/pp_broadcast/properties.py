@@ -21,6 +21,7 @@ from __future__ import annotations
 from lockstep.models.pp_broadcast.engine import (
     all_chunked,
     clamp,
+    computed_before,
     empty,
     is_decode,
     latest_kept,
@@ -168,10 +169,29 @@ def reads_latest_v2(state: State, rank: Term) -> Term:
     )
 
 
+def reads_latest_sync(state: State, rank: Term) -> Term:
+    """V1 without async scheduling, in execute_model(N): ``_prepare_input_ids`` copies every input id from
+    ``token_ids_cpu`` (``prev_sampled_token_ids`` is None), so the rank's copy of a decode row's request holds every
+    token up to its input position: the last rank appended it in ``_bookkeeping_sync``, the others in
+    ``_update_states`` from the scheduler's ``new_token_ids``."""
+    step = state.rpc[rank] // 2
+    preparing = (state.rpc[rank] % 2 == 1) & (step < state.scheduled)
+    return preparing.implies(
+        all_of(
+            state.Request,
+            lambda q: is_decode(state, step, q).implies(
+                state.output_length[rank][q] + state.prompt_of[q] >= computed_before(state, step, q) + 1
+            ),
+        )
+    )
+
+
 def knows_drafts(state: State, rank: Term) -> Term:
     """The rank holds the draft tokens it embeds: the last rank proposes them; the other ranks only where they
     are broadcast (the V2 PPHandler from v0.30.0, applied with the slot's tokens)."""
     if state.sizes.runner == 2 and state.sizes.release.broadcasts_drafts:
+        return lift(True)
+    if state.sizes.runner == 1 and not state.sizes.async_scheduling:  # the scheduler sends scheduled_spec_decode_tokens
         return lift(True)
     return rank == state.sizes.last
 
@@ -220,7 +240,7 @@ def add_properties(machine: Machine, state: State) -> None:
     def while_alive(predicate: Term) -> Term:
         """A data property holds while no execute_model (nor, with drafts on the V1 runner, sample_tokens) has
         raised: after one the engine raises and is gone."""
-        if sizes.runner == 1 and sizes.drafts:
+        if sizes.shape_asserts:
             predicate = (state.sample_failed == 0).implies(predicate)
         return (state.failed == 0).implies(predicate) if state.sizes.failures else predicate
 
@@ -235,6 +255,14 @@ def add_properties(machine: Machine, state: State) -> None:
             while_alive(predicate_agreement(state)),
             "S2: ranks between exec(N) and sample(N) hold the same discard_request_mask for N",
         )
+    if v1 and not sizes.async_scheduling:
+        machine.always(
+            "reads_latest_token",
+            while_alive(all_of(Rank, lambda r: reads_latest_sync(state, r))),
+            "without async scheduling every rank holds a decode's input token in token_ids_cpu when it prepares the "
+            "step (the scheduler sends it to the non-last ranks: new_token_ids)",
+        )
+    elif v1:
         machine.always(
             "S3_no_stale_read",
             while_alive(all_of(Rank, lambda r: reads_fresh(state, r))),
@@ -301,7 +329,7 @@ def add_properties(machine: Machine, state: State) -> None:
             all_of(Rank, lambda r: (state.path[r] == Path.RETURN).implies((r == last) & (state.failed > 0))),
             "sample_tokens returns None (no state, no receive) only on the last rank after its execute_model raised",
         )
-    if sizes.drafts and v1:
+    if sizes.shape_asserts:
         machine.always(
             "sampled_one_column",
             state.sample_failed == 0,

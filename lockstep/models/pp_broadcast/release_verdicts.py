@@ -31,25 +31,22 @@ def split(before: tuple[str, ...], verdict: str, after: str) -> dict[str, str]:
     return {variant: verdict if variant in before else after for variant in RELEASED}
 
 
-# The V1 runner with async scheduling is v0.22.0's in v0.23.0 to v0.30.0 (releases.BISECTION); v0.31.0 and
-# v0.33.0 refuse it, so the shared (async, V1) instances pin them nowhere.
+# The V1 runner with async scheduling is v0.22.0's in v0.23.0 to v0.30.0 (releases.BISECTION); from v0.31.0
+# VllmConfig turns async scheduling off for the V1 runner with PP, so there the shared instances run the sync path.
+LATER = {V0_23_0: "holds", V0_30_0: "holds", V0_31_0: "holds", V0_33_0: "holds"}
 SHARED: dict[str, dict[str, str]] = {
-    "seed": {V0_23_0: "holds", V0_30_0: "holds"},
-    "chunks-then-decode": {V0_23_0: "holds", V0_30_0: "holds"},
-    "decode-gap": {V0_23_0: "holds", V0_30_0: "holds"},
-    "failed-forward": {V0_23_0: "holds", V0_30_0: "holds"},
-    "empty-step": {V0_23_0: "holds", V0_30_0: "holds"},
+    name: LATER for name in ("seed", "chunks-then-decode", "decode-gap", "failed-forward", "empty-step")
 }
 
 RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
     InstanceSpec(
         "spec-decode",
-        "speculative decoding on the V1 runner: a one-chunk prompt, then a decode with one draft token. The decode "
+        "speculative decoding on the V1 runner: a two-chunk prompt, then a decode with one draft token. The decode "
         "step samples [num_reqs, 2] ids; the last rank's _pp_broadcast_prev_sampled_token_ids asserts one column and "
-        "raises before broadcasting, and rank 0 embeds placeholders for the draft it never received (no step is all "
-        "non-final chunks, so L2 has no witness here)",
-        {"chunks": 1, "decodes": 1, "drafts": 1},
-        every("violated", V1_ASYNC),
+        "raises before broadcasting, and rank 0 embeds placeholders for the draft it never received. From v0.31.0 "
+        "the V1 runner runs PP synchronously: the scheduler sends the drafts and no broadcast asserts",
+        {"chunks": 2, "decodes": 1, "drafts": 1},
+        split(V1_ASYNC, "violated", "holds"),
         finding="`GPUModelRunner.sample_tokens` → `_pp_broadcast_prev_sampled_token_ids` (`assert "
         "sampled_token_ids.dim() == 2 and sampled_token_ids.shape[-1] == 1`, 'PP+async expects ...'): the rejection "
         "sampler's [num_reqs, 1 + k] ids raise on the output rank, the engine dies on the step's result; "
@@ -65,7 +62,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "defers its sample_tokens, pops the oldest step (the first chunk, not the final one) and computes the grammar "
         "bitmask before the grammar has accepted the final chunk's token ('Failed to advance FSM', issue #45014)",
         {"structured_output": 1, "ranks": 3, "chunks": 2, "decodes": 1},
-        every("violated", V1_ASYNC),
+        split(V1_ASYNC, "violated", "holds"),
         finding="`AsyncScheduler._update_after_schedule` (`pending_structured_output_tokens` when a structured row "
         "has output placeholders), `EngineCore.step_with_batch_queue` (defers sample_tokens, `batch_queue.pop()` the "
         "oldest step, `update_from_output`, then `get_grammar_bitmask(deferred_scheduler_output)`): with pp_size >= 3 "

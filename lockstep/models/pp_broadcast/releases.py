@@ -124,7 +124,8 @@ FEATURE_PARAMETERS = (
     ParameterSpec(
         "async_scheduling",
         1,
-        "1: async scheduling (the broadcast path); 0: the Scheduler sends the sampled tokens (V1 runner)",
+        "1: async scheduling (the broadcast path; from v0.31.0 vLLM turns it off for the V1 runner with PP); 0: the "
+        "Scheduler sends the sampled tokens",
         minimum=0,
         maximum=1,
     ),

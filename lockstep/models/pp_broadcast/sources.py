@@ -14,6 +14,8 @@ they name the kernel or NCCL call the stream runs.
 
 from __future__ import annotations
 
+from lockstep.models.pp_broadcast.variants import release_of
+
 RECEIVE = "_pp_receive_prev_sampled_token_ids_to_input_batch"
 BROADCAST = "_pp_broadcast_prev_sampled_token_ids"
 
@@ -60,7 +62,10 @@ SAMPLE_TOKENS_SYNC = (
     "GPUModelRunner.sample_tokens without async scheduling: with execute_model_state _sample → "
     "_bookkeeping_sync (the real ids appended); without: return (the receive's guard needs use_async_scheduling)"
 )
-SAMPLE_TOKENS_REFUSED = " (VllmConfig refuses the V1 runner with PP and async scheduling: _validate_v1_model_runner)"
+SAMPLE_TOKENS_REFUSED = (
+    " (from v0.31.0 VllmConfig turns async scheduling off for the V1 runner with PP and refuses a request for it: "
+    "_validate_v1_model_runner)"
+)
 
 V2_RUNNER = "vllm/v1/worker/gpu/model_runner.py GPUModelRunner"
 V2_SAMPLE_TOKENS = {
@@ -133,12 +138,15 @@ def sources(variant: str, runner: int = 1, async_scheduling: bool = True, handle
             else COMMON["execute_model"].replace("GPUModelRunner", f"{V2_RUNNER}"),
             "sample_tokens": V2_SAMPLE_TOKENS[handler],
         }
-    if not async_scheduling:
-        sample = SAMPLE_TOKENS_SYNC
-    elif variant in SAMPLE_TOKENS:
-        sample = SAMPLE_TOKENS[variant]
-    else:  # v0.31.0 on: the V1 runner runs PP without async scheduling only
+    refused = release_of(variant).refuses_v1_async  # VllmConfig turns async scheduling off for the V1 runner with PP
+    if refused:
+        async_scheduling = False
         sample = SAMPLE_TOKENS_SYNC + SAMPLE_TOKENS_REFUSED
+    elif not async_scheduling:
+        sample = SAMPLE_TOKENS_SYNC
+    else:
+        sample = SAMPLE_TOKENS[variant]
     if variant in ("pre-fix", "post-fix", "skip-disagree", "skip-whole-receive") and async_scheduling:
         sample += GUARD_V019
-    return {**COMMON, **FAILURE, **EMPTY, **SPEC_DECODE_FAILURE, **STRUCTURED_OUTPUT, "sample_tokens": sample}
+    spec_decode_failure = SPEC_DECODE_FAILURE if async_scheduling else {}  # the broadcast's shape assert
+    return {**COMMON, **FAILURE, **EMPTY, **spec_decode_failure, **STRUCTURED_OUTPUT, "sample_tokens": sample}

@@ -56,6 +56,11 @@ class Sizes:
         return self.ranks - 1
 
     @property
+    def shape_asserts(self) -> bool:
+        """Speculative decoding on the V1 runner's broadcast path: the last rank's shape assert can fire."""
+        return self.runner == 1 and bool(self.drafts) and self.async_scheduling
+
+    @property
     def cadence_empties(self) -> int:
         """The empty steps the V2 decode cadence forces: up to pp_size - 1 before each decode, when no request
         is eligible (``Scheduler.schedule`` returns no tokens while ``has_requests()``)."""
@@ -93,7 +98,9 @@ def sizes_of(parameters: Mapping[str, int], release: Release = NO_SWITCHES) -> S
         prompts=prompts,
         lengths=lengths,
         steps=max(lengths) + gaps + parameters["empty_steps"],
-        async_scheduling=bool(parameters.get("async_scheduling", 1)),
+        # from v0.31.0 VllmConfig turns async scheduling off for the V1 runner with PP (a request for it is refused)
+        async_scheduling=bool(parameters.get("async_scheduling", 1))
+        and not (parameters.get("runner", 1) == 1 and release.refuses_v1_async),
         drafts=parameters.get("drafts", 0),
         runner=parameters.get("runner", 1),
         structured=bool(parameters.get("structured_output", 0)),
@@ -278,7 +285,7 @@ def _feature_variables(machine: Machine, sizes: Sizes, sorts: _Sorts) -> dict[st
     count, size = sizes.requests, sizes.ranks
     no_step = tuple((0,) * count for _ in range(size))
     applied_sort = MapSort(sorts.Rank, MapSort(sorts.Request, sorts.Steps))
-    if sizes.runner == 1 and sizes.drafts:
+    if sizes.shape_asserts:
         sample_failed = machine.variable(
             "rank.sample_failed_step",
             sorts.Steps,

@@ -189,7 +189,7 @@ def sample_tokens(state: State, variant: str, rank: Term) -> Step:
             rank, if_then_else(at_broadcast & ~issues, first_phase(rank), state.gpu_phase[rank])
         ),
     }
-    if state.sizes.drafts and state.sizes.async_scheduling:
+    if state.sizes.shape_asserts:
         updates[state.sample_failed] = if_then_else(asserts, step + 1, state.sample_failed)
     return Step(conjunction((rpc[rank] % 2 == 1) & ~state.dead, *sample_sent(state, step)), updates)
 
