@@ -20,7 +20,8 @@ def test_without_a_terminal_check_prints_progress_lines(
     code = main(["check", "dp-pause", "--ranks", "3", "--max-states", "60000"])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 3
-    assert "checking dp-pause post-fix seed: " in err and " states, depth " in err and " s elapsed" in err, err[:600]
+    assert "checking dp-pause post-fix seed: " in err and " distinct states of " in err and ", depth " in err, err[:600]
+    assert " s elapsed" in err and " MiB" in err, err[:600]
 
 
 def test_version_and_python_dash_m() -> None:
