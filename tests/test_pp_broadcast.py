@@ -110,10 +110,10 @@ GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int | None]
     ("v0.30.0", "decode-gap"): (22112, 54011, {}, 12),
     ("v0.31.0", "decode-gap"): (24009, 60079, {}, 12),
     ("v0.33.0", "decode-gap"): (24009, 60079, {}, 12),
-    ("v0.23.0", "failed-forward"): (2334, 5947, {}, 12),
-    ("v0.30.0", "failed-forward"): (2334, 5947, {}, 12),
-    ("v0.31.0", "failed-forward"): (2176, 5651, {}, 12),
-    ("v0.33.0", "failed-forward"): (2176, 5651, {}, 12),
+    ("v0.23.0", "failed-forward"): (2334, 5947, {"failure_reaches_engine": 4}, 12),
+    ("v0.30.0", "failed-forward"): (2334, 5947, {"failure_reaches_engine": 4}, 12),
+    ("v0.31.0", "failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
+    ("v0.33.0", "failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
     ("v0.23.0", "empty-step"): (9844, 24309, {}, 12),
     ("v0.30.0", "empty-step"): (9844, 24309, {}, 12),
     ("v0.31.0", "empty-step"): (4806, 12128, {}, 12),
@@ -169,10 +169,10 @@ FEATURE_GOLDEN: dict[tuple[str, str], tuple[int, int, dict[str, int | None], int
     ("post-fix", "sync-failed-forward"): (2176, 5651, {}, 12),
     ("v0.21.0", "sync-failed-forward"): (2176, 5651, {}, 12),
     ("v0.22.0", "sync-failed-forward"): (2176, 5651, {}, 12),
-    ("v0.23.0", "sync-failed-forward"): (2176, 5651, {}, 12),
-    ("v0.30.0", "sync-failed-forward"): (2176, 5651, {}, 12),
-    ("v0.31.0", "sync-failed-forward"): (2176, 5651, {}, 12),
-    ("v0.33.0", "sync-failed-forward"): (2176, 5651, {}, 12),
+    ("v0.23.0", "sync-failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
+    ("v0.30.0", "sync-failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
+    ("v0.31.0", "sync-failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
+    ("v0.33.0", "sync-failed-forward"): (2176, 5651, {"failure_reaches_engine": 4}, 12),
     ("pre-fix", "sync-structured-output"): (19600, 68251, {}, 12),
     ("post-fix", "sync-structured-output"): (19600, 68251, {}, 12),
     ("v0.21.0", "sync-structured-output"): (19600, 68251, {}, 12),
@@ -621,3 +621,20 @@ def test_sync_reads_fail_without_the_schedulers_new_tokens(monkeypatch: pytest.M
     monkeypatch.setattr(pp_worker, "new_token_updates", lambda state, rank, step: {})
     result = check(PROTOCOL.instance("v0.31.0", "sync-decode-gap"), engine="bfs", properties=["reads_latest_token"])
     assert result.property_result("reads_latest_token").verdict is Verdict.VIOLATED
+
+
+def test_from_v0_23_a_failed_forward_reaches_the_engine_as_an_empty_output() -> None:
+    """The last rank's execute_model raises; its sample_tokens, without execute_model_state, returns
+    EMPTY_MODEL_RUNNER_OUTPUT from v0.23.0 (None before), so step_with_batch_queue does not re-raise the failure."""
+    _, actions, final = violation("v0.23.0", "sync-failed-forward", "failure_reaches_engine")
+    assert actions == [
+        ("engine", "schedule"),
+        ("rank:0", "execute_model"),
+        ("rank:1", "execute_model_raises"),
+        ("rank:1", "sample_tokens"),
+    ]
+    assert final["rank.sample_path"][1] == 3 and final["engine.failed_step"] == 1  # type: ignore[index]  # RETURN
+    before = PROTOCOL.instance("v0.22.0", "sync-failed-forward").machine()
+    assert "failure_reaches_engine" not in {item.name for item in before.properties}  # None: the re-raise happens
+    v2 = check(PROTOCOL.instance("v0.33.0", "v2-failed-forward"), engine="auto")
+    assert v2.verdict is Verdict.HOLDS  # the V2 runner returns None

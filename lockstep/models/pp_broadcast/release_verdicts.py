@@ -35,8 +35,8 @@ def split(before: tuple[str, ...], verdict: str, after: str) -> dict[str, str]:
 # VllmConfig turns async scheduling off for the V1 runner with PP, so there the shared instances run the sync path.
 LATER = {V0_23_0: "holds", V0_30_0: "holds", V0_31_0: "holds", V0_33_0: "holds"}
 SHARED: dict[str, dict[str, str]] = {
-    name: LATER for name in ("seed", "chunks-then-decode", "decode-gap", "failed-forward", "empty-step")
-}
+    name: LATER for name in ("seed", "chunks-then-decode", "decode-gap", "empty-step")
+} | {"failed-forward": dict.fromkeys(LATER, "violated")}  # failure_reaches_engine (finding: sync-failed-forward)
 
 RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
     InstanceSpec(
@@ -86,10 +86,20 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
     ),
     InstanceSpec(
         "sync-failed-forward",
-        "failed-forward without async scheduling: sample_tokens of the failed step returns None on every rank "
-        "(no receive path without async scheduling) and the engine raises",
+        "failed-forward without async scheduling (no receive path): the last rank's execute_model raises, its "
+        "sample_tokens finds no execute_model_state and returns None up to v0.22.x, so step_with_batch_queue re-raises "
+        "the failure; from v0.23.0 it returns EMPTY_MODEL_RUNNER_OUTPUT (ModelRunnerOutput.with_kv_conn_output_only"
+        "(None), whose docstring promises None): the engine skips the re-raise and dies on a KeyError in "
+        "update_from_output instead, the failure itself only in the worker's log (the same with async scheduling)",
         {"async_scheduling": 0, "failures": 1},
-        every("holds"),
+        split(BEFORE_HANDLER, "holds", "violated"),
+        finding="`failure_reaches_engine` in 4 steps: V1 `GPUModelRunner.sample_tokens` (no `execute_model_state`: "
+        "`return ModelRunnerOutput.with_kv_conn_output_only(kv_connector_output)` → `EMPTY_MODEL_RUNNER_OUTPUT` for "
+        "None), `EngineCore.step_with_batch_queue` (`if model_output is None: exec_model_fut.result()` skipped), "
+        "`Scheduler.update_from_output` (`model_runner_output.req_id_to_index[req_id]`: KeyError), "
+        "`WorkerProc.worker_busy_loop` (the execute_model exception only logged and replied to the exec future) "
+        "(v0.23.0-v0.33.0; the V2 runner returns None)",
+        finding_properties=("failure_reaches_engine",),
     ),
     InstanceSpec(
         "sync-structured-output",

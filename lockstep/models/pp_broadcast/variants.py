@@ -43,6 +43,7 @@ class Release:
     skips: bool = False  # V1, v0.20.0: no broadcast where _is_all_reqs_chunked_prefill()
     last_rank_guard: bool = False  # V1, v0.21.0: receive only `if use_async_scheduling and not pp.is_last_rank`
     refuses_v1_async: bool = False  # v0.31.0: config refuses the V1 runner with PP and async scheduling
+    empty_output_on_failure: bool = False  # V1, v0.23.0: no execute_model_state → EMPTY_MODEL_RUNNER_OUTPUT, not None
     handler: bool = False  # V2, v0.23.0: PPHandler (side stream, pp_broadcast group, skip, ring, cadence)
     excludes_finishing_prefill: bool = False  # V2 need mask: no sample for a final chunk that ends the request
     pads_sampled: bool = False  # V2, v0.30.0-v0.32.0: broadcast() pads the sampled ids to max_sample_len
@@ -58,11 +59,14 @@ RELEASES: dict[str, Release] = {
     SKIP_WHOLE_RECEIVE: Release(skips=True),
     V0_21_0: Release(**_V1_LATER),
     V0_22_0: Release(**_V1_LATER),
-    V0_23_0: Release(**_V1_LATER, handler=True, excludes_finishing_prefill=True),
-    V0_30_0: Release(**_V1_LATER, handler=True, pads_sampled=True, broadcasts_drafts=True),
+    V0_23_0: Release(**_V1_LATER, empty_output_on_failure=True, handler=True, excludes_finishing_prefill=True),
+    V0_30_0: Release(
+        **_V1_LATER, empty_output_on_failure=True, handler=True, pads_sampled=True, broadcasts_drafts=True
+    ),
     V0_31_0: Release(
         **_V1_LATER,
         refuses_v1_async=True,
+        empty_output_on_failure=True,
         handler=True,
         excludes_finishing_prefill=True,
         pads_sampled=True,
@@ -71,6 +75,7 @@ RELEASES: dict[str, Release] = {
     V0_33_0: Release(
         **_V1_LATER,
         refuses_v1_async=True,
+        empty_output_on_failure=True,
         handler=True,
         excludes_finishing_prefill=True,
         broadcasts_drafts=True,
