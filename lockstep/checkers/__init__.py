@@ -27,11 +27,12 @@ from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 VECTOR_ENGINES = ("bfs-vec", "bfs-gpu")
 EXPLICIT_ENGINES = ("bfs", "dfs", *VECTOR_ENGINES)
 SYMBOLIC_ENGINES = ("bmc", "induction", "pdr")
+CERTIFY = "certify"  # bfs, then its reachable set re-checked by Z3 as an inductive invariant
 # measured best (README, "Z3 engines"): CaDiCaL (z3 where a per-query limit is asked); the reductions
 # are sound, but within a minute at 3 ranks none reached a depth more than one beyond "off"
 DEFAULT_BMC_SOLVER, DEFAULT_REDUCTION = "cadical", "off"
 AUTO = "auto"
-ENGINES = (AUTO, *EXPLICIT_ENGINES, *SYMBOLIC_ENGINES)
+ENGINES = (AUTO, *EXPLICIT_ENGINES, *SYMBOLIC_ENGINES, CERTIFY)
 
 
 def system_for(machine: Machine, compiled: bool = True) -> TransitionSystem:
@@ -71,7 +72,9 @@ def check(
     (default 60), while BMC goes on deeper in a process of its own; it proves a property only with
     an inductive invariant that lockstep re-checked (``PropertyResult.invariant``), and a property
     neither proved nor violated is inconclusive (pdr is a prover: only ``bmc`` answers
-    holds-within-bound).
+    holds-within-bound). ``certify`` runs bfs to the end and has Z3 re-check its reachable set as an
+    inductive invariant of the encoding, proving each safety property it found holding
+    (``symbolic.certificates``; ``solver_timeout``: CPU seconds per Z3 query).
     ``properties`` restricts the check (and the result) to the named properties; the Z3 engines then
     skip the others' queries altogether. ``compact`` (vectorised engines) keeps 64-bit fingerprints
     instead of full states; ``stop_at_first`` (explicit engines) ends the search at the first
@@ -113,6 +116,12 @@ def check(
                 return _undefined_fallback(machine, engine, error, symmetry, limits, progress, stop_at_first, only)
         if workers > 1 and engine == "bfs":
             raise UsageError(f"--workers: {vectorisable(machine, only) or 'the model cannot be vectorised'}")
+    if engine == CERTIFY:
+        if symmetry:
+            raise UsageError("--symmetry: a certificate is the concrete reachable set, not its orbits")
+        from lockstep.checkers.symbolic.certificates import certify
+
+        return _restricted(certify(machine, only=only, limits=limits, progress=progress, timeout=solver_timeout), only)
     if engine in SYMBOLIC_ENGINES:
         if symmetry:
             raise UsageError("--symmetry applies to the explicit engines only")
@@ -268,7 +277,7 @@ def _check_options(engine: str, *, device: str | None, compact: bool, stop_at_fi
         raise UsageError(f"--device must be cpu or cuda (or cuda:N), not {device!r}")
     if compact and not vector:
         raise UsageError(f"--compact applies to --engine bfs-vec and bfs-gpu, not to {engine}")
-    if stop_at_first and engine in SYMBOLIC_ENGINES:
+    if stop_at_first and engine in (*SYMBOLIC_ENGINES, CERTIFY):
         raise UsageError(
             f"--stop-at-first applies to the explicit engines; {engine} already stops at the shortest violation"
         )
@@ -320,6 +329,7 @@ __all__ = [
     "VECTOR_ENGINES",
     "EXPLICIT_ENGINES",
     "SYMBOLIC_ENGINES",
+    "CERTIFY",
     "CheckResult",
     "Limits",
     "Path",

@@ -19,7 +19,7 @@ from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER, POSITIVE_NUMBER
 
 # as lockstep.checkers.ENGINES (not imported here: it loads numpy; tests/test_cli_package.py holds them equal)
-ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr")
+ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr", "certify")
 # as lockstep.checkers.fuzz (which imports Hypothesis)
 DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS, DEFAULT_RUNTIME_EXAMPLES = 100, 1000, 30.0, 20
 TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
@@ -165,7 +165,8 @@ def prove_lemmas(**options: Any) -> Invocation:
     "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
     "k-induction; pdr: BMC to --depth (default 10), then Houdini, ABC's pdr and Z3 Spacer with BMC going on "
     "beside them, --solver-timeout CPU seconds per property (default 60), proved only with an inductive "
-    "invariant lockstep re-checked (shown in --json), else inconclusive",
+    "invariant lockstep re-checked (shown in --json), else inconclusive; certify: bfs to the end, its reachable "
+    "set re-checked by Z3 as an inductive invariant proving each property bfs found holding",
 )
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
 @click.option(

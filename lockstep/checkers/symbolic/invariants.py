@@ -96,33 +96,58 @@ def verify(encoding: Encoding, position: int, invariant: z3.BoolRef, timeout: fl
     """None if ``invariant`` (over ``named_state``) is inductive and excludes ``bad``; otherwise
     which check fails (or could not be decided within ``timeout`` CPU seconds per query). Run in
     the arithmetic the invariant was found in."""
+    return verify_inductive(encoding, invariant, timeout) or verify_safe(encoding, position, invariant, timeout)
+
+
+def verify_inductive(encoding: Encoding, invariant: z3.BoolRef, timeout: float | None = None) -> str | None:
+    """``verify``'s initiation and consecution checks (they do not depend on the property): None
+    if both hold, else which fails."""
     names = {term.get_id() for term in components(encoding, named_state(encoding))}
     strangers = [str(term) for term in free_constants([invariant]) if term.get_id() not in names]
     if strangers:
         return f"the invariant mentions {', '.join(sorted(strangers)[:3])}, which are not state variables"
-    named = components(encoding, named_state(encoding))
     before, after = encoding.state("check"), encoding.state("check'")
     selector = integer_constant("action@check")
-
-    def at(state: dict[str, Symbolic]) -> z3.BoolRef:
-        return z3.substitute(invariant, *zip(named, components(encoding, state), strict=True))
-
     domain = to_z3(encoding.domain(before))
-    queries = {
-        "initiation (an initial state violates it)": [domain, to_z3(encoding.initial(before)), z3.Not(at(before))],
-        "consecution (a step from a state satisfying it leads to one that does not)": [
-            domain,
-            at(before),
-            *[to_z3(part) for part in encoding.transition(before, after, selector, "check")],
-            to_z3(encoding.domain(after)),
-            z3.Not(at(after)),
-        ],
-        "safety (a state satisfying it violates the property)": [
-            domain,
-            at(before),
-            to_z3(conjoin([bad(encoding, position, before)])),
-        ],
-    }
+    return _unsatisfiable(
+        {
+            "initiation (an initial state violates it)": [
+                domain,
+                to_z3(encoding.initial(before)),
+                z3.Not(_at(encoding, invariant, before)),
+            ],
+            "consecution (a step from a state satisfying it leads to one that does not)": [
+                domain,
+                _at(encoding, invariant, before),
+                *[to_z3(part) for part in encoding.transition(before, after, selector, "check")],
+                to_z3(encoding.domain(after)),
+                z3.Not(_at(encoding, invariant, after)),
+            ],
+        },
+        timeout,
+    )
+
+
+def verify_safe(encoding: Encoding, position: int, invariant: z3.BoolRef, timeout: float | None = None) -> str | None:
+    """``verify``'s safety check: no state in the domains satisfying ``invariant`` is ``bad`` for
+    property ``position``; None if so, else why not."""
+    before = encoding.state("check")
+    assertions = [
+        to_z3(encoding.domain(before)),
+        _at(encoding, invariant, before),
+        to_z3(conjoin([bad(encoding, position, before)])),
+    ]
+    return _unsatisfiable({"safety (a state satisfying it violates the property)": assertions}, timeout)
+
+
+def _at(encoding: Encoding, invariant: z3.BoolRef, state: dict[str, Symbolic]) -> z3.BoolRef:
+    """``invariant`` (over the named state) read in ``state``."""
+    named = components(encoding, named_state(encoding))
+    return z3.substitute(invariant, *zip(named, components(encoding, state), strict=True))
+
+
+def _unsatisfiable(queries: dict[str, list[z3.BoolRef]], timeout: float | None) -> str | None:
+    """None if every query is unsatisfiable, else the first that is not (or is not decided)."""
     for label, assertions in queries.items():
         solver = z3.Solver()
         solver.add(*assertions)
