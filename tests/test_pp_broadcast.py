@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from golden import check_golden
 
+from lockstep.changes import mirrored_names
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.cli import main
@@ -634,7 +635,50 @@ def test_from_v0_23_a_failed_forward_reaches_the_engine_as_an_empty_output() -> 
         ("rank:1", "sample_tokens"),
     ]
     assert final["rank.sample_path"][1] == 3 and final["engine.failed_step"] == 1  # type: ignore[index]  # RETURN
-    before = PROTOCOL.instance("v0.22.0", "sync-failed-forward").machine()
-    assert "failure_reaches_engine" not in {item.name for item in before.properties}  # None: the re-raise happens
+    before = check(PROTOCOL.instance("v0.22.0", "sync-failed-forward"), engine="bfs")
+    assert before.property_result("failure_reaches_engine").verdict is Verdict.HOLDS  # None: the re-raise happens
     v2 = check(PROTOCOL.instance("v0.33.0", "v2-failed-forward"), engine="auto")
     assert v2.verdict is Verdict.HOLDS  # the V2 runner returns None
+
+
+# ---- the ledger (docs/models/pp-broadcast.md) -------------------------------------------------------------
+
+LEDGER = Path(__file__).resolve().parent.parent / "docs" / "models" / "pp-broadcast.md"
+
+
+def every_machine() -> list[object]:
+    """Every variant × instance the protocol builds (the mutants included)."""
+    return [
+        PROTOCOL.instance(variant.name, instance.name).machine()
+        for variant in PROTOCOL.variants
+        for instance in PROTOCOL.instances
+    ]
+
+
+def test_the_ledger_names_every_mirrored_function_variant_property_and_parameter() -> None:
+    """The ledger is checked against the model: a mirrored name, a variant, a property or a parameter the model adds
+    fails this test until the ledger says what it is."""
+    text = LEDGER.read_text(encoding="utf-8")
+    machines = every_machine()
+    mirrored = {name for machine in machines for action in machine.actions for name in mirrored_names(action.mirrors)}  # type: ignore[attr-defined]
+    missing = sorted(name for name in mirrored - {"None", "True", "False"} if name not in text)
+    assert not missing, f"docs/models/pp-broadcast.md does not name: {missing}"
+    actions = {action.name for machine in machines for action in machine.actions}  # type: ignore[attr-defined]
+    assert not [name for name in sorted(actions) if f"`{name}`" not in text]
+    properties = {item.name for machine in machines for item in machine.properties} - {"in_bounds", "well_defined"}  # type: ignore[attr-defined]
+    assert not [name for name in sorted(properties) if f"`{name}`" not in text]
+    assert not [variant.name for variant in PROTOCOL.variants if f"`{variant.name}`" not in text]
+    assert not [parameter.name for parameter in PROTOCOL.parameters[-4:] if f"`{parameter.name}`" not in text]
+
+
+def test_the_ledger_release_table_is_the_bisection() -> None:
+    text = LEDGER.read_text(encoding="utf-8")
+    table = text[text.index("| release | variant |") : text.index("## Features")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:] if line.startswith("| ")]
+    listed = {
+        (release.strip(), variant.strip().strip("`"))
+        for releases, variant in rows
+        for release in releases.split(",")
+        if release.strip()
+    }
+    assert listed == {(release, variant) for release, variant, _ in BISECTION}

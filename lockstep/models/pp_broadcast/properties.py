@@ -329,16 +329,17 @@ def add_properties(machine: Machine, state: State) -> None:
             all_of(Rank, lambda r: (state.path[r] == Path.RETURN).implies((r == last) & (state.failed > 0))),
             "sample_tokens returns None (no state, no receive) only on the last rank after its execute_model raised",
         )
-    if v1 and sizes.failures and sizes.release.empty_output_on_failure:
+    if v1 and sizes.failures:
+        empty_output = lift(sizes.release.empty_output_on_failure)  # what sample_tokens returns without a state
         machine.always(
             "failure_reaches_engine",
-            ~((state.path[last] == Path.RETURN) & (state.failed > 0)),
+            ~((state.path[last] == Path.RETURN) & (state.failed > 0) & empty_output),
             "after its execute_model raised, the output rank's sample_tokens returns None, so step_with_batch_queue "
             "re-raises that exception ('None from sample_tokens() implies that the original execute_model() call "
             "failed'); from v0.23.0 the V1 runner returns ModelRunnerOutput.with_kv_conn_output_only(None), "
             "EMPTY_MODEL_RUNNER_OUTPUT",
         )
-    if sizes.shape_asserts:
+    if v1 and sizes.drafts:
         machine.always(
             "sampled_one_column",
             state.sample_failed == 0,

@@ -52,7 +52,8 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "sampler's [num_reqs, 1 + k] ids raise on the output rank, the engine dies on the step's result; "
         "`_prepare_input_ids` on a non-last rank returns before the draft scatter (`self._draft_token_ids is None`): "
         "its draft inputs are the scheduler's -1 placeholders (v0.19.0-v0.30.0; v0.31.0 refuses the V1 runner with "
-        "PP and async scheduling)",
+        "PP and async scheduling). Upstream: known, issue #57755 and failure 2 of issue #49355 (open; PR #49443 open); "
+        "v0.31.0 turns async scheduling off for V1 with PP (PR #56250)",
         finding_properties=("sampled_one_column", "draft_inputs_known"),
     ),
     InstanceSpec(
@@ -66,8 +67,8 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         finding="`AsyncScheduler._update_after_schedule` (`pending_structured_output_tokens` when a structured row "
         "has output placeholders), `EngineCore.step_with_batch_queue` (defers sample_tokens, `batch_queue.pop()` the "
         "oldest step, `update_from_output`, then `get_grammar_bitmask(deferred_scheduler_output)`): with pp_size >= 3 "
-        "the oldest step is not the one whose token the grammar lacks (v0.19.0-v0.30.0; v0.31.0 refuses the V1 "
-        "runner with PP and async scheduling, PR #56250)",
+        "the oldest step is not the one whose token the grammar lacks (v0.19.0-v0.30.0). Upstream: known, issue "
+        "#45014, closed by refusing V1 with PP and async scheduling (PR #56250, v0.31.0)",
         finding_properties=("grammar_bitmask_current",),
     ),
     InstanceSpec(
@@ -98,7 +99,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "None), `EngineCore.step_with_batch_queue` (`if model_output is None: exec_model_fut.result()` skipped), "
         "`Scheduler.update_from_output` (`model_runner_output.req_id_to_index[req_id]`: KeyError), "
         "`WorkerProc.worker_busy_loop` (the execute_model exception only logged and replied to the exec future) "
-        "(v0.23.0-v0.33.0; the V2 runner returns None)",
+        "(v0.23.0-v0.33.0; the V2 runner returns None). Upstream: not found (issues and PRs searched): new",
         finding_properties=("failure_reaches_engine",),
     ),
     InstanceSpec(
@@ -117,7 +118,8 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         {"runner": 2},
         split(BEFORE_HANDLER, "violated", "holds"),
         finding="V2 `GPUModelRunner.sample_tokens` → `pp_receive` (`torch.distributed.broadcast` on "
-        "`pp.device_group`, blocking form, every step) before `PPHandler` (v0.19.0-v0.22.1)",
+        "`pp.device_group`, blocking form, every step) before `PPHandler` (v0.19.0-v0.22.1). Upstream: known, fixed "
+        "by PR #42187 (v0.23.0)",
         finding_properties=("no_false_dependency",),
     ),
     InstanceSpec(
@@ -163,7 +165,8 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`sampler_output.sampled_token_ids` ([num_reqs, 1] from `self.sampler` when `input_batch.num_draft_tokens "
         "== 0`); the drafts stay on the last rank (`req_states.draft_tokens` written by the speculator only), read by "
         "`combine_sampled_and_draft_tokens` on every rank (v0.19.0-v0.29.0; v0.30.0 pads and adds "
-        "`broadcast_drafts`)",
+        "`broadcast_drafts`). Upstream: known, both reported in PR #46994 (merged; the transport is PR #50514, "
+        "v0.30.0); PR #52295 (open) proposes the draft sync again",
         finding_properties=("no_collective_mismatch", "draft_inputs_known"),
     ),
 )
