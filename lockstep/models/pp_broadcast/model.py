@@ -89,6 +89,15 @@ source wins):
   unchanged every release fails it on an empty step between a decode and the next, though the
   token read is the request's latest (``reads_latest_token`` holds): a wording of S3, not a finding.
 
+Later releases and features (``releases.py``, ``release_verdicts.py``; ``docs/models/pp-broadcast.md`` is the
+ledger: every mirrored function, every code path of v0.33.0 modelled or left out, every property's source line).
+v0.21.0 and v0.22.0 change the V1 receive's guard and counters; from v0.31.0 the V1 runner runs PP without async
+scheduling (``async_scheduling=0`` is that path in every release: the scheduler sends the tokens). ``runner=2``
+is the V2 runner: up to v0.22.x a broadcast on every step, from v0.23.0 the PPHandler (``handler.py``), whose
+received tokens a non-last rank applies pp_size steps later while the scheduler spaces a request's decodes by
+pp_size. ``drafts`` adds speculative decoding where drafts and sampled ids cross the boundary (the V1 shape
+assert, the V2 widths and draft broadcast), ``structured_output`` the engine's deferred sample_tokens.
+
 Properties: S1-S5 of protocols.md P1(e), ``reads_latest_token``, ``no_false_dependency`` (rank 0's
 stream never waits on the broadcast of an all-chunked step: the pre-fix failure), with empty steps
 ``no_sample_on_empty_step`` and ``no_pp_op_on_empty_step``, the witness
