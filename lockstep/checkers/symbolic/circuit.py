@@ -1,9 +1,11 @@
 """The second translation of a machine: a bit-level circuit (AIGER) for ABC's ``pdr``.
 
-It starts from the same IR and encoding as BMC (``Encoding.steps`` over the named state, in the
-bit-vector reading of the encoding's sound width), so the two translations share every guard and
-update; what this module adds is the circuit's own reading, each point of which the re-checks in
-``pdr`` guard:
+It starts from the same IR and encoding as BMC (``Encoding.steps_as_written`` over the named
+state, in the bit-vector reading of the encoding's sound width: the steps without the condition
+that the state's successors are defined, which only adds steps, so an invariant ABC finds is
+inductive for ``Encoding.steps`` too and a path that ``evaluate`` does not replay is dropped), so
+the two translations share every guard and update; what this module adds is the circuit's own
+reading, each point of which the re-checks in ``pdr`` guard:
 
 - registers: each scalar component of the state is a register of its packed width (as
   ``lockstep.spec.layout`` packs it: ``value - low`` in as many bits as the sort's range needs).
@@ -126,7 +128,7 @@ class Circuit:
         self._by_name = {register.name: register for register in self.registers}
         self.blaster = Blaster(aig, self.width, self._leaf)
         self.assumed = self._assumed()
-        steps = encoding.steps(self.state)
+        steps = encoding.steps_as_written(self.state)  # (more steps: every answer is re-checked on ``steps``)
         fires: list[int] = []
         changes: dict[int, list[tuple[int, Any]]] = {index: [] for index in range(len(self.registers))}
         for index, (guard, updates, out_of_bounds) in enumerate(steps):

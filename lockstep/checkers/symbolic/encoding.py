@@ -48,6 +48,7 @@ from lockstep.spec.semantics import State
 from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
 
 ANALYSES_KEPT = 8  # states whose steps ``Encoding`` keeps translated
+Step = tuple[Symbolic, dict[str, Symbolic], Symbolic]  # a grounded transition's guard, updates, "leaves a sort"
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,7 @@ class Encoding:
         ]
         # the last states ``steps`` translated, with their steps and definedness (``holds`` and
         # ``well_defined`` ask again for the same state)
-        self._analyses: list[
-            tuple[dict[str, Symbolic], tuple[list[tuple[Symbolic, dict[str, Symbolic], Symbolic]], Symbolic]]
-        ] = []
+        self._analyses: list[tuple[dict[str, Symbolic], tuple[list[Step], Symbolic, list[Step]]]] = []
 
     def integer_width(self) -> int:
         """A bit-vector width in which no integer the translation computes can wrap: the widest
@@ -196,19 +195,25 @@ class Encoding:
         compute the successors (it raises there; the state violates ``well_defined``)."""
         return self._analysed(state)[0]
 
+    def steps_as_written(self, state: dict[str, Symbolic]) -> list[tuple[Symbolic, dict[str, Symbolic], Symbolic]]:
+        """``steps`` without ``defined_steps`` in the guards: more steps (from a state where
+        ``evaluate`` raises, whatever the unconstrained values allow), so an invariant inductive
+        for these is inductive for ``steps``, and a path over them that ``evaluate`` does not
+        replay is no path of the model. ABC's circuit reads these (every answer is re-checked on
+        ``steps``); they make its proofs of the other properties no harder."""
+        return self._analysed(state)[2]
+
     def defined_steps(self, state: dict[str, Symbolic]) -> Symbolic:
         """``evaluate`` computes the state's successors without raising: for every grounded
         transition, its guard's conjuncts in order (each where those before it hold) and, where the
         guard holds, every update."""
         return self._analysed(state)[1]
 
-    def _analysed(
-        self, state: dict[str, Symbolic]
-    ) -> tuple[list[tuple[Symbolic, dict[str, Symbolic], Symbolic]], Symbolic]:
+    def _analysed(self, state: dict[str, Symbolic]) -> tuple[list[Step], Symbolic, list[Step]]:
         for cached, analysed in self._analyses:
             if cached is state:
                 return analysed
-        raw: list[tuple[Symbolic, dict[str, Symbolic], Symbolic]] = []
+        raw: list[Step] = []
         definedness: list[Symbolic] = []
         for grounded in self.grounded:
             action = self.machine.actions[grounded.action]
@@ -243,8 +248,8 @@ class Encoding:
             (guard if guard is False else conjoin([defined, guard]), updates, out_of_bounds)
             for guard, updates, out_of_bounds in raw
         ]
-        self._analyses = [(state, (result, defined)), *self._analyses[: ANALYSES_KEPT - 1]]
-        return result, defined
+        self._analyses = [(state, (result, defined, raw)), *self._analyses[: ANALYSES_KEPT - 1]]
+        return result, defined, raw
 
     def transition(
         self,

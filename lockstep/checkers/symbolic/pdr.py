@@ -90,6 +90,7 @@ from lockstep.checkers.symbolic.spot_checks import check_encoding
 from lockstep.checkers.symbolic.strengthening import Strengthening
 from lockstep.checkers.symbolic.values import Symbolic, bit_vectors, conjoin, known_scalar, negate, to_z3
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, PropertyKind
+from lockstep.spec.semantics import ModelError
 
 Progress = Callable[[Statistics], None]
 
@@ -416,7 +417,11 @@ class PropertyDirectedReachability:
         state = system.initial()
         steps = []
         for grounded in circuit.decode_path(frames):
-            for transition in system.transitions(state):
+            try:
+                transitions = system.transitions(state)
+            except ModelError:  # the circuit steps on where evaluate cannot: a path of more steps than the model's
+                return self._counterexample(position, limit)
+            for transition in transitions:
                 if (transition.action, transition.arguments) == (grounded.action, grounded.arguments):
                     if transition.out_of_bounds is None:
                         steps.append(reference._step(grounded, transition.target))
