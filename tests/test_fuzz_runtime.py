@@ -26,7 +26,8 @@ EXAMPLES = 6  # per protocol in CI (the issue allows up to 20)
 
 @pytest.mark.parametrize("protocol", sorted(RUNTIME_PROTOCOLS))
 def test_post_fix_runs_conform_to_the_model(protocol: str) -> None:
-    result = fuzz_runtime(protocol, "post-fix", examples=EXAMPLES, seed=11, hang_timeout=60)  # no hang is expected: a generous timeout, whatever the load
+    # no hang is expected: a generous timeout, whatever the load
+    result = fuzz_runtime(protocol, "post-fix", examples=EXAMPLES, seed=11, hang_timeout=60)
     assert [run.failure for run in result.runs] == [None] * EXAMPLES, result.failing and result.failing.to_json()
     assert result.outcome == "nothing-found" and result.exit_code == 0
     assert all(run.replay is not None and run.replay["verdict"] == "conforms" for run in result.runs)
