@@ -222,6 +222,7 @@ class PropertyDirectedReachability:
             stopped = "timeout"
         if stopped != "interrupted":  # a proof has no path to replay: the translator is checked instead
             check_encoding(self.encoding, [proof.formula for proof in self._certificates.values()])
+        pending += [position for position in sorted(self.only) if machine.properties[position].name not in results]
         for position in pending:  # a prover proves; what BMC covered is said, never given as a verdict
             prop = machine.properties[position]
             results[prop.name] = PropertyResult(
