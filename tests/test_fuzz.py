@@ -4,6 +4,7 @@ exit codes and the JSON shape, the trace it writes, and the Hypothesis profiles.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -324,7 +325,13 @@ def test_cli_timeout_is_inconclusive(capsys: pytest.CaptureFixture[str]) -> None
 
 # ------------------------------------------------------------------------------------ profiles
 def test_hypothesis_profiles() -> None:
-    from conftest import profile_name  # tests/conftest.py
+    # tests/conftest.py by its path: ``import conftest`` finds whichever conftest was imported first
+    # (tests/reliability/ has one too)
+    specification = importlib.util.spec_from_file_location("tests_conftest", Path(__file__).with_name("conftest.py"))
+    assert specification is not None and specification.loader is not None
+    module = importlib.util.module_from_spec(specification)
+    specification.loader.exec_module(module)
+    profile_name = module.profile_name
 
     ci, long = settings.get_profile("ci"), settings.get_profile("long")
     assert ci.derandomize and ci.database is None and ci.max_examples <= 100 and ci.deadline is None

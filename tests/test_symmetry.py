@@ -12,7 +12,7 @@ from test_explicit import assert_replayable
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symmetry import Canonicalizer, SymmetryError, argument_permuters
 from lockstep.models import get_protocol
-from lockstep.spec.machine import IN_BOUNDS, Machine, Step
+from lockstep.spec.machine import IN_BOUNDS, WELL_DEFINED, Machine, Step
 from lockstep.spec.semantics import InterpretedSystem, State
 from lockstep.spec.sorts import IndexSort, MapSort, integers
 from lockstep.spec.terms import Term, all_of, any_of, constant, sum_of
@@ -56,6 +56,7 @@ def test_symmetry_reduces_states_and_keeps_verdicts() -> None:
     assert {p.name: p.verdict for p in reduced.properties} == verdicts
     assert verdicts == {
         IN_BOUNDS: Verdict.HOLDS,
+        WELL_DEFINED: Verdict.HOLDS,
         "total_bounded": Verdict.HOLDS,
         "not_all_two": Verdict.VIOLATED,
         "spread": Verdict.HOLDS,

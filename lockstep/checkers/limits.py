@@ -125,11 +125,16 @@ class MemoryForecast:
     ``fits(allocation)`` asks the same of one array about to be made (the level's next frontier).
     ``after(transitions)`` records what the chunk took: its peak resident growth (Linux's
     ``VmHWM``, reset before the chunk; elsewhere the growth after it) per transition. The estimate
-    starts at ``prior`` bytes per transition; then it is the rate of the largest chunk so far (at
-    least ``SAMPLE`` transitions: a small chunk's growth is mostly the allocator's first pages),
-    with ``MARGIN`` on top."""
+    starts at ``prior`` bytes per transition and only rises: the highest rate of any chunk of at
+    least ``SAMPLE`` transitions (a smaller chunk's growth is mostly the allocator's first pages).
+    A chunk's growth understates what it allocates when it reuses pages an earlier chunk freed, so
+    a lower rate never replaces a higher one. ``MARGIN`` goes on top, and ``UNMEASURED`` instead
+    for a chunk expected to take more than ``REACH`` times the transitions of the largest chunk
+    measured (its rate is a guess until then)."""
 
     MARGIN = 1.25
+    UNMEASURED = 2.0
+    REACH = 4
     SAMPLE = 4096
     MINIMUM = 1024
 
@@ -142,7 +147,9 @@ class MemoryForecast:
 
     def rows(self, wanted: int, branching: float) -> int:
         self._resident = resident_memory_bytes()
-        per_row = self.MARGIN * self.per_transition * max(1.0, branching)
+        transitions = max(1.0, branching)
+        margin = self.UNMEASURED if wanted * transitions > self.REACH * max(self._largest, self.SAMPLE) else self.MARGIN
+        per_row = margin * self.per_transition * transitions
         room = self.cap - self._resident
         fit = wanted if per_row * wanted < room else max(0, int(room / per_row))
         if fit < min(wanted, self.MINIMUM):
@@ -155,8 +162,9 @@ class MemoryForecast:
         return resident_memory_bytes() + allocation < self.cap
 
     def after(self, transitions: int) -> None:
-        if transitions < max(self.SAMPLE, self._largest):
+        if transitions < self.SAMPLE:
             return
         peak = peak_resident_bytes() if self._peaks else None
         grown = (peak if peak is not None else resident_memory_bytes()) - self._resident
-        self.per_transition, self._largest = max(0.0, grown / transitions), transitions
+        self.per_transition = max(self.per_transition, grown / transitions)
+        self._largest = max(self._largest, transitions)
