@@ -11,7 +11,7 @@ from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic import abc
 from lockstep.checkers.symbolic.circuit import Circuit
 from lockstep.checkers.symbolic.encoding import Encoding
-from lockstep.checkers.symbolic.invariants import certificate, conjuncts, named_state, verify
+from lockstep.checkers.symbolic.invariants import certificate, conjuncts, named_state, summarize, verify
 from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
 from lockstep.checkers.symbolic.ranges import largest_magnitude, required_width
 from lockstep.checkers.symbolic.translate import Translator
@@ -82,6 +82,37 @@ def test_rendering_names_enum_members() -> None:
     with bit_vectors(None):
         value = named_state(encoding)["mode"]
         assert certificate(encoding, z3.And(value != 1, value <= 1)).text == "mode != BUSY and mode in {IDLE, BUSY}"
+        # the summary merges the two conjuncts over mode into the one value they allow
+        assert certificate(encoding, z3.And(value != 1, value <= 1)).summary == ("mode == IDLE",)
+
+
+def test_the_summary_merges_per_scalar_sets_and_keeps_relations() -> None:
+    """The repeated membership tests of a solver's invariant (``d_phase[1] in {…3…} and d_phase[1]
+    in {…all…}``) become one set per scalar; a whole-domain set says nothing and goes; relations
+    between scalars stay, smallest first; the summary is the same invariant (Z3 checks it)."""
+    machine = counter()
+    encoding = Encoding(machine)
+    with bit_vectors(None):
+        state = named_state(encoding)
+        x, y = state["x"], state["y"]
+        invariant = z3.And(
+            z3.Or(x <= 1, x == 3),  # x in {0, 1, 3}
+            x <= 5,  # the whole sort: no line
+            z3.Or(x != 2, y == 9),  # with y <= 5 (the sort) this says x != 2, but only in the domains
+            y >= 0,
+            z3.Or(x == y, z3.And(x == 0, y == 1), z3.And(x == 1, y == 0)),
+            x + y <= 6,
+        )
+        proof = certificate(encoding, invariant)
+        assert proof.summary[0] == "x in 0..1, 3", proof.summary
+        assert "x + y <= 6" in proof.summary and proof.summary.index("x + y <= 6") < len(proof.summary) - 1
+        assert not any(line.startswith("y ") for line in proof.summary), "y >= 0 is its sort's bound"
+        assert len(proof.summary) <= 4 and proof.size > 2 * len(proof.summary)
+    # copies of one restriction over an index collapse to one line
+    steps = [z3.Int(f"steps[{index}]") for index in (1, 0, 2)]
+    scalars = {str(step): integers(0, 3) for step in steps}
+    merged = summarize(z3.And(*(step != 3 for step in steps), steps[2] >= 1), scalars)
+    assert merged == ("steps[i] != 3 for i in 0, 1", "steps[2] in 1..2"), merged
 
 
 def overflowing(factor: int) -> Machine:
@@ -148,7 +179,10 @@ def test_check_show_invariant_prints_the_rechecked_invariant(
     code = main([*arguments, "--solver-timeout", "30", "--show-invariant"])
     err = capsys.readouterr().err
     assert code in (0, 3), err  # holds, or inconclusive where Spacer ran out of time
-    assert "same_step_count holds by the inductive invariant:" in err
+    assert "same_step_count" in err and "by the inductive invariant" in err
+    for group in err.split("by the inductive invariant")[1:]:  # each invariant: a few short lines
+        lines = [line for line in group.splitlines()[1:] if line.startswith("  ")]
+        assert len(lines) <= 9 and all(len(line) <= 163 for line in lines), err
     assert main([*arguments, "--k", "2"]) == 2
     assert "--k applies to --engine induction, not to pdr (use --depth)" in capsys.readouterr().err
 

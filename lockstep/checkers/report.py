@@ -194,6 +194,7 @@ def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]
         "witness": None if witness is None else {"length": witness.length},
         # pdr: the re-checked inductive invariant that proves the property, in the model's variables
         "invariant": item.invariant,
+        "invariant_summary": list(item.invariant_summary),
         # k-induction: the step that failed (its states need not be reachable)
         "failed_step": {"length": item.path.length}
         if item.verdict is Verdict.INCONCLUSIVE and item.path is not None

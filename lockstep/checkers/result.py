@@ -63,6 +63,8 @@ class PropertyResult:
     # The proof of a proved property (pdr): an inductive invariant over the model's variables,
     # re-checked by lockstep before the verdict was given. None for the other engines.
     invariant: str | None = None
+    # The same invariant as a few lines a person reads (``symbolic.invariants.summarize``).
+    invariant_summary: tuple[str, ...] = ()
 
     @property
     def counterexample(self) -> Path | None:

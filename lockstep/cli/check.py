@@ -29,6 +29,7 @@ from lockstep.checkers.explicit import Progress
 from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
+from lockstep.checkers.result import PropertyResult
 from lockstep.cli.invocation import clock
 from lockstep.cli.listing import EXIT_INCONCLUSIVE, selected_protocols
 from lockstep.models import PROTOCOLS
@@ -239,14 +240,34 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     return result.exit_code
 
 
+INVARIANT_LINES = 8  # --show-invariant: lines printed per invariant (the whole one is in --json)
+INVARIANT_WIDTH = 160  # characters of one line
+
+
 def _show_invariants(console: Console, result: CheckResult) -> None:
-    """Each proved property's inductive invariant (pdr), in the model's variables."""
+    """Each proved property's inductive invariant (pdr), simplified, a few lines each; properties
+    proved by the same invariant share it."""
     proved = [item for item in result.properties if item.invariant]
     if not proved:
         console.print("no property came with an inductive invariant (only --engine pdr proves with one)")
+    groups: dict[str, list[PropertyResult]] = {}
     for item in proved:
-        console.print(f"[bold]{item.name}[/bold] holds by the inductive invariant:", highlight=False)
-        console.print(f"  {escape(str(item.invariant))}", soft_wrap=True, highlight=False)
+        groups.setdefault(str(item.invariant), []).append(item)
+    for items in groups.values():
+        names = ", ".join(f"[bold]{item.name}[/bold]" for item in items)
+        summary = items[0].invariant_summary
+        verb = "hold" if len(items) > 1 else "holds"
+        if not summary:
+            console.print(f"{names} {verb} by the inductive invariant True (the sorts' bounds)", highlight=False)
+            continue
+        console.print(f"{names} {verb} by the inductive invariant (simplified), all of:", highlight=False)
+        for line in summary[:INVARIANT_LINES]:
+            shown = line if len(line) <= INVARIANT_WIDTH else line[: INVARIANT_WIDTH - 1] + "…"
+            console.print(f"  {escape(shown)}", soft_wrap=True, highlight=False)
+        hidden = len(summary) - INVARIANT_LINES
+        if hidden > 0 or any(len(line) > INVARIANT_WIDTH for line in summary[:INVARIANT_LINES]):
+            more = f"and {hidden} more conjuncts; " if hidden > 0 else ""
+            console.print(f"  … {more}the whole invariant is in --json (invariant, invariant_summary)", highlight=False)
 
 
 def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instance]:

@@ -122,6 +122,23 @@ def flatten(sort: Sort, value: Symbolic) -> Iterator[Any]:
         yield value
 
 
+def scalar_sorts(sort: Sort) -> Iterator[Sort]:
+    """The sort of each scalar component of a value of ``sort``, in ``flatten``'s order (a
+    sequence's length as ``Int[0..capacity]``)."""
+    if isinstance(sort, MapSort):
+        for _ in sort.keys:
+            yield from scalar_sorts(sort.value)
+    elif isinstance(sort, RecordSort):
+        for _, field_sort in sort.fields:
+            yield from scalar_sorts(field_sort)
+    elif isinstance(sort, SequenceSort):
+        yield IntSort(0, sort.capacity)
+        for _ in range(sort.capacity):
+            yield from scalar_sorts(sort.element)
+    else:
+        yield sort
+
+
 def decode(sort: Sort, value: Symbolic, model: z3.ModelRef) -> Value:
     """The concrete value of a symbolic one under a Z3 model."""
     if isinstance(sort, MapSort):

@@ -14,30 +14,38 @@ when three queries on the encoding BMC and k-induction use, with a fresh solver,
 
 ``verify`` runs them and says which one fails, so an engine believes a solver's invariant only
 after lockstep has checked it. ``render`` prints an invariant with the model's names, enum members
-by name (``mode[0] in {IDLE, READY}``) and Python operators.
+by name (``mode[0] in {IDLE, READY}``) and Python operators; ``summarize`` makes the few lines a
+person reads (``Certificate.summary``): Z3's simplifier first, then every conjunct over one scalar
+merged, per scalar, into the set of values it allows (``d_phase[1] in {DONE, ABORTED}``, ``n in
+0..3``; nothing when it allows the whole sort), then the conjuncts over several scalars, smallest
+first.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 import z3
 
-from lockstep.checkers.symbolic.encoding import Encoding, flatten
+from lockstep.checkers.symbolic.encoding import Encoding, flatten, scalar_sorts
 from lockstep.checkers.symbolic.solving import ask
 from lockstep.checkers.symbolic.values import Symbolic, conjoin, declare, integer_constant, negate, to_z3
 from lockstep.spec.machine import PropertyKind
-from lockstep.spec.sorts import INTEGER, EnumSort, MapSort, RecordSort, SequenceSort, Sort
+from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, Sort
 
 
 @dataclass(frozen=True)
 class Certificate:
-    """A checked invariant: the formula over the named state, its rendering, its number of atoms."""
+    """A checked invariant: the formula over the named state, its rendering, its number of atoms,
+    and its readable lines (``summarize``: the same invariant, simplified, one conjunct a line)."""
 
     formula: z3.BoolRef
     text: str
     size: int
+    summary: tuple[str, ...] = ()
 
 
 def named_state(encoding: Encoding) -> dict[str, Symbolic]:
@@ -48,22 +56,6 @@ def named_state(encoding: Encoding) -> dict[str, Symbolic]:
 def components(encoding: Encoding, state: dict[str, Symbolic]) -> list[z3.ExprRef]:
     """The scalar components of a state as Z3 terms, in layout order."""
     return [to_z3(component) for name, sort in encoding.sorts.items() for component in flatten(sort, state[name])]
-
-
-def scalar_sorts(sort: Sort) -> Iterator[Sort]:
-    """The sort of each scalar component of a value of ``sort``, in ``flatten``'s order."""
-    if isinstance(sort, MapSort):
-        for _ in sort.keys:
-            yield from scalar_sorts(sort.value)
-    elif isinstance(sort, RecordSort):
-        for _, field_sort in sort.fields:
-            yield from scalar_sorts(field_sort)
-    elif isinstance(sort, SequenceSort):
-        yield INTEGER
-        for _ in range(sort.capacity):
-            yield from scalar_sorts(sort.element)
-    else:
-        yield sort
 
 
 def bad(encoding: Encoding, position: int, state: dict[str, Symbolic]) -> Symbolic:
@@ -198,7 +190,174 @@ def certificate(encoding: Encoding, invariant: z3.BoolRef) -> Certificate:
             flatten(variable_sort, named_state(encoding)[name]), scalar_sorts(variable_sort), strict=True
         )
     }
-    return Certificate(invariant, render(invariant, scalars), size(invariant))
+    domain = to_z3(encoding.domain(named_state(encoding)))
+    return Certificate(invariant, render(invariant, scalars), size(invariant), summarize(invariant, scalars, domain))
+
+
+# ------------------------------------------------------------------------------------ the summary
+ENUMERABLE = 256  # a scalar whose sort has at most this many values has its allowed set computed
+SIMPLIFY_MILLISECONDS = 5000
+
+
+def summarize(formula: z3.BoolRef, scalars: dict[str, Sort], domain: z3.BoolRef | None = None) -> tuple[str, ...]:
+    """The invariant as lines a person reads, equivalent to it in the sort domains: one line per
+    scalar it restricts on its own (the set of values allowed), then one per conjunct relating
+    several scalars, smallest first, less those ``domain`` (the sort domains) implies. Empty when
+    the invariant is ``True`` in the domains."""
+    allowed: dict[str, set[int]] = {}
+    order: list[str] = []
+    relations: list[z3.BoolRef] = []
+    for part in conjuncts(_simplified(formula)):
+        names = {str(constant) for constant in _constants(part)}
+        (name,) = names if len(names) == 1 else (None,)
+        values = None if name is None else _allowed(part, name, scalars)
+        if name is None or values is None:
+            relations.append(part)
+            continue
+        if name not in allowed:
+            allowed[name], order = set(values), [*order, name]
+        else:
+            allowed[name] &= values
+    lines = _by_index(
+        [
+            (name, _membership(allowed[name], scalars[name]))
+            for name in order
+            if allowed[name] != set(_domain(scalars[name]) or ())
+        ]
+    )
+    if domain is not None:
+        relations = [part for part in relations if not _implied(domain, part)]
+    relations.sort(key=size)
+    return (*lines, *dict.fromkeys(render(part, scalars) for part in relations))
+
+
+IMPLIED_SECONDS = 1.0  # CPU for asking whether the domains imply one conjunct (unknown: it is kept)
+
+
+def _implied(domain: z3.BoolRef, part: z3.BoolRef) -> bool:
+    solver = z3.Solver()
+    solver.add(domain, z3.Not(part))
+    return ask(solver, cpu=IMPLIED_SECONDS)[0] == z3.unsat
+
+
+def _simplified(formula: z3.BoolRef) -> z3.BoolRef:
+    """Z3's contextual simplifier (bounded in time; the formula as it is when it runs out)."""
+    goal = z3.Goal()
+    goal.add(formula)
+    tactic = z3.TryFor(z3.Then("simplify", "propagate-values", "ctx-simplify", "simplify"), SIMPLIFY_MILLISECONDS)
+    try:
+        (subgoal,) = tactic(goal)
+    except (z3.Z3Exception, ValueError):
+        return formula
+    parts = list(subgoal)
+    if not parts:
+        return z3.BoolVal(True)
+    return z3.And(*parts) if len(parts) > 1 else parts[0]
+
+
+def _constants(term: z3.ExprRef) -> Iterator[z3.ExprRef]:
+    """The uninterpreted constants (the state's scalars) of ``term``."""
+    seen: set[int] = set()
+    stack = [term]
+    while stack:
+        node = stack.pop()
+        if node.get_id() in seen:
+            continue
+        seen.add(node.get_id())
+        if z3.is_const(node) and node.decl().kind() == z3.Z3_OP_UNINTERPRETED:
+            yield node
+        else:
+            stack.extend(node.children())
+
+
+def _domain(sort: Sort | None) -> list[int] | None:
+    """The values of a scalar of ``sort`` as Z3 numbers them (members by position), when few enough."""
+    if sort is None:
+        return None
+    if isinstance(sort, EnumSort):
+        return list(range(len(sort.members)))
+    if isinstance(sort, BoolSort):
+        return [0, 1]
+    if isinstance(sort, IntSort | IndexSort):
+        values = list(islice(sort.values(), ENUMERABLE + 1)) if getattr(sort, "is_finite", True) else []
+        return [int(value) for value in values] if 0 < len(values) <= ENUMERABLE else None
+    return None
+
+
+def _allowed(part: z3.BoolRef, name: str, scalars: dict[str, Sort]) -> set[int] | None:
+    """The values of the scalar ``name`` that ``part`` (over it alone) allows; None if not enumerable."""
+    domain = _domain(scalars.get(name))
+    if domain is None:
+        return None
+    (constant,) = set(_constants(part))
+    values = set()
+    for value in domain:
+        if z3.is_bool(constant):
+            number: z3.ExprRef = z3.BoolVal(bool(value))
+        elif z3.is_bv(constant):
+            number = z3.BitVecVal(value, constant.size())
+        else:
+            number = z3.IntVal(value)
+        answer = z3.simplify(z3.substitute(part, (constant, number)))
+        if not (z3.is_true(answer) or z3.is_false(answer)):
+            return None
+        if z3.is_true(answer):
+            values.add(value)
+    return values
+
+
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _by_index(restrictions: list[tuple[str, str]]) -> list[str]:
+    """``name condition`` lines; the names that differ in one index only and share a condition
+    (``steps[0] != 3``, ``steps[1] != 3``) become one line (``steps[i] != 3 for i in 0, 1``)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, condition in restrictions:
+        groups.setdefault((_INDEX.sub("[]", name), condition), []).append(name)
+    lines = []
+    for (_, condition), names in groups.items():
+        indices = [_INDEX.findall(name) for name in names]
+        varying = [position for position in range(len(indices[0])) if len({row[position] for row in indices}) > 1]
+        if len(names) == 1 or len(varying) != 1:
+            lines.extend(f"{name} {condition}" for name in names)
+            continue
+        matches = list(_INDEX.finditer(names[0]))[varying[0]]
+        pattern = names[0][: matches.start()] + "[i]" + names[0][matches.end() :]
+        lines.append(
+            f"{pattern} {condition} for i in {', '.join(sorted((row[varying[0]] for row in indices), key=int))}"
+        )
+    return lines
+
+
+def _membership(values: set[int], sort: Sort) -> str:
+    """The condition (``== v``, ``!= v``, ``in {…}``, ``in a..b``) a scalar of ``sort`` meets
+    exactly at ``values``."""
+    domain = _domain(sort) or []
+    if not values:
+        return "in {}  (no value allowed: the invariant is False)"
+    if len(values) == 1:
+        return f"== {_spell(sort, next(iter(values)))}"
+    missing = [value for value in domain if value not in values]
+    if len(missing) == 1:
+        return f"!= {_spell(sort, missing[0])}"
+    ordered = sorted(values)
+    if not isinstance(sort, EnumSort | BoolSort):
+        runs: list[tuple[int, int]] = []
+        for value in ordered:
+            if runs and value == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], value)
+            else:
+                runs.append((value, value))
+        if len(runs) < len(ordered):
+            return "in " + ", ".join(f"{low}..{high}" if high > low else str(low) for low, high in runs)
+    return f"in {{{', '.join(_spell(sort, value) for value in ordered)}}}"
+
+
+def _spell(sort: Sort, value: int) -> str:
+    if isinstance(sort, EnumSort):
+        return sort.members[value]
+    return str(bool(value)) if isinstance(sort, BoolSort) else str(value)
 
 
 # ------------------------------------------------------------------------------------ rendering

@@ -501,8 +501,12 @@ class PropertyDirectedReachability:
         self.attempts.setdefault(prop.name, Attempt("safe", 0.0)).certificate = proof
         if prop.kind is PropertyKind.SOMETIMES:
             detail = f"no reachable state satisfies it (proved by {how})"
-            return PropertyResult(prop.name, prop.kind, Verdict.VIOLATED, None, detail, prop.builtin, proof.text)
-        return PropertyResult(prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {how}", prop.builtin, proof.text)
+            return PropertyResult(
+                prop.name, prop.kind, Verdict.VIOLATED, None, detail, prop.builtin, proof.text, proof.summary
+            )
+        return PropertyResult(
+            prop.name, prop.kind, Verdict.HOLDS, None, f"proved by {how}", prop.builtin, proof.text, proof.summary
+        )
 
     def _prove(self, position: int, clauses: _Clauses, mode: str, limit: float) -> PropertyResult | None:
         """The property's result if Spacer settled it in this reading within ``limit`` CPU seconds

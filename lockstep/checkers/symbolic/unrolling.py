@@ -12,13 +12,12 @@ read, so a frame carries a few hundred free bits instead of one full-width word 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import z3
 from z3.z3 import _to_expr_ref
 
-from lockstep.checkers.symbolic.encoding import Encoding, flatten
+from lockstep.checkers.symbolic.encoding import Encoding, flatten, scalar_sorts
 from lockstep.checkers.symbolic.values import (
     Symbolic,
     SymbolicSequence,
@@ -29,26 +28,9 @@ from lockstep.checkers.symbolic.values import (
     to_z3,
 )
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, PropertyKind
-from lockstep.spec.sorts import EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort
+from lockstep.spec.sorts import EnumSort, IndexSort, IntSort, Sort
 
 PRE, POST = "pre", "post"
-
-
-def scalar_sorts(sort: Sort) -> Iterator[Sort]:
-    """The sort of each scalar component of a value of ``sort``, in ``flatten``'s order (a
-    sequence's length as ``Int[0..capacity]``)."""
-    if isinstance(sort, MapSort):
-        for _ in sort.keys:
-            yield from scalar_sorts(sort.value)
-    elif isinstance(sort, RecordSort):
-        for _, field_sort in sort.fields:
-            yield from scalar_sorts(field_sort)
-    elif isinstance(sort, SequenceSort):
-        yield IntSort(0, sort.capacity)
-        for _ in range(sort.capacity):
-            yield from scalar_sorts(sort.element)
-    else:
-        yield sort
 
 
 def _packed_range(sort: Sort) -> tuple[int, int] | None:
