@@ -1,6 +1,6 @@
 """Pinned proofs: which post-fix properties ``--engine pdr`` proves for all depths, and their re-check.
 
-For each protocol's post-fix ``seed`` (dp-pause: not pinned; see below and README), ``PINNED`` names the
+For each protocol's post-fix ``seed`` (dp-pause: not pinned; see below and docs/engines.md), ``PINNED`` names the
 safety properties that the pdr portfolio (Houdini, ABC's ``pdr`` on the circuit, Spacer) proves
 within ``BUDGET`` seconds each, measured with ``bench/symbolic.py --pdr``. A proof covers every
 depth of that instance, at its sizes (its ranks, requests, capacities): a property that depends

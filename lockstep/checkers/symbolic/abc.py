@@ -5,9 +5,7 @@ found next to that package (without importing it) or on ``PATH``. Each property 
 subprocess with its own temporary directory (``lockstep.impl.lifetime.temporary_directory``; it
 and the process are removed by the guardian if lockstep is killed): ``read_aiger``, ``pdr -T`` with the time limit,
 ``-n -c`` (generalisation with ``down`` and counterexamples to generalisation, Hassan, Bradley and
-Somenzi, FMCAD 2013: measured against ABC's default on every post-fix seed, it proved
-computed-tokens ``no_deadlock`` and ``U1_sound``, which the default left unknown in 60 s, and
-dp-pause's ``sync_decisions_agree`` in 17.6 s instead of 44.9 s; README),
+Somenzi, FMCAD 2013; docs/performance.md has its measurements against ABC's default),
 ``-v`` (its progress: an unknown answer says the frame reached and the clauses of each frame, the
 measure of how far from a proof it was), ``-d`` (dump the inductive invariant as a PLA of blocked
 cubes over the latches), and

@@ -14,8 +14,8 @@ and witnesses, shortest as with BFS). With ``beside`` (``check``'s pdr engine) B
 going, deeper, in a process of its own (``background``) while the provers run here, until every
 property is settled or it has had the CPU time the provers were given (``bmc_seconds`` plus
 ``property_timeout`` for each property still open); a path it finds settles its property before
-the next prover attempt (dp-pause pre-fix at 2 ranks: the 17-step violation, which no prover finds
-in 900 s). Then Houdini (``houdini``) keeps the largest inductive subset of
+the next prover attempt (a deep violation no prover finds: docs/performance.md). Then Houdini
+(``houdini``) keeps the largest inductive subset of
 the model's own invariants (its ``always`` properties and strengthening invariants; with ``mine``,
 also the candidates ``mining`` finds in the explicit engine's reachable states): the open
 properties among them are proved at once, and the subset is assumed by every later query. Every

@@ -1,8 +1,8 @@
 """Fused GPU successor kernels: the generated ``expand`` recompiled to Triton, one kernel per action.
 
 The array kernels of ``kernels`` run one array operation at a time; on a GPU each costs a launch
-and a Python dispatch (~15 us), so a level of dp-pause at 4 ranks costs ~130 ms whatever its size
-(``bench/profile_gpu.py``). Here the same generated code is read back (``ast``) and rewritten as
+and a Python dispatch, so a level costs the same whatever its size (``bench/profile_gpu.py``;
+docs/performance.md has the figures). Here the same generated code is read back (``ast``) and rewritten as
 Triton kernels in which one program handles a block of frontier rows: it decodes their words,
 evaluates each argument tuple's guard and successor for every row of the block (densely: rows where
 the guard is false compute values that are thrown away), and appends the successors of guarded

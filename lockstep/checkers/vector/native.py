@@ -19,8 +19,8 @@ its verifiers the same way) into a shared library kept as a signed entry of ``lo
 (kind ``native``, named by a hash of the source and the command): a later run of the same model
 verifies it and loads it at once (a private copy of the verified bytes, so the file that is
 loaded is the one that was verified); one that fails to verify or load is removed and compiled
-again. Where it is not cached, compiling (~0.3-1 s) costs more than a
-small model's whole search, so it starts in the background once a search has stored
+again. Where it is not cached, compiling costs more than a small model's whole search
+(docs/performance.md), so it starts in the background once a search has stored
 ``THRESHOLD`` states and the array kernels go on until the library is there. ``LOCKSTEP_NATIVE=0``
 turns the native kernels off, ``=1`` compiles them before the first level (what the tests use).
 No compiler, or a compiler that fails, leaves the array kernels in charge.

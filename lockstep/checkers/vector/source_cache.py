@@ -1,7 +1,7 @@
 """The generated array kernels kept on disk, named by everything their generation reads.
 
-Generating a machine's kernels (translating every action x parameter tuple, tidying the text) takes
-0.1-0.3 s at dp-pause's larger sizes and is the same every run of an unchanged model. ``key`` hashes
+Generating a machine's kernels (translating every action x parameter tuple, tidying the text) is
+the same every run of an unchanged model (docs/performance.md has its cost). ``key`` hashes
 what ``kernels.compile_kernels`` reads (the finished machine's name, variables, actions, properties,
 final predicate and symmetry declarations, all frozen dataclasses whose ``repr`` spells every field;
 bound variables renamed in order of appearance, as a machine built twice names them differently)

@@ -11,8 +11,8 @@ On CPU (gloo, the default) graphs are ``EmulatedGraph``: CUDA graph address capt
 CPU (the replay reads whatever the captured tensors hold then). With ``--backend nccl`` each
 stage runs on its rank's CUDA device, p2p goes over NCCL and the graphs are real
 ``torch.cuda.CUDAGraph`` captures behind the same interface. ``tests/test_cudagraph_cuda.py``
-runs every stage's ``CudaGraph`` captures and replays on one GPU in one process (66 cases passed on
-an H100, torch 2.11); the multi-rank NCCL run needs two GPUs and has not run yet.
+runs every stage's ``CudaGraph`` captures and replays on one GPU in one process (docs/performance.md
+says where it ran); the multi-rank NCCL run needs two GPUs.
 """
 
 from __future__ import annotations
