@@ -97,8 +97,8 @@ def test_post_fix_holds(capsys: pytest.CaptureFixture[str]) -> None:
 def test_check_all_is_as_pinned_and_generates_the_readme_tables(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One `check --all --json --markdown`: every pinned instance as pinned, and the README's
-    protocol × variant × verdict and Findings tables are its markdown."""
+    """One `check --all --json --markdown`: every pinned instance as pinned, and the protocol × variant ×
+    verdict and Findings tables of docs/protocols.md are its markdown."""
     monkeypatch.chdir(tmp_path)
     code, out, _ = run(capsys, "check", "--all", "--json", "--markdown")
     assert code == 0
@@ -109,10 +109,10 @@ def test_check_all_is_as_pinned_and_generates_the_readme_tables(
     assert checked == pinned and ("dp-pause", "post-fix", "stale-wave-after-resume") in checked
     assert all(item["verdict"] == item["expected"] for item in payload["checks"])
     assert (tmp_path / "lockstep-out" / "dp-pause-pre-fix-seed.jsonl").exists()
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    begin = readme.index("<!-- lockstep:tables begin")
-    block = readme[readme.index("\n", begin) + 1 : readme.index("<!-- lockstep:tables end -->")]
-    assert block == payload["markdown"], "README tables are stale: run python tools/readme_tables.py"
+    page = (Path(__file__).resolve().parent.parent / "docs" / "protocols.md").read_text()
+    begin = page.index("<!-- lockstep:tables begin")
+    block = page[page.index("\n", begin) + 1 : page.index("<!-- lockstep:tables end -->")]
+    assert block == payload["markdown"], "docs/protocols.md's tables are stale: run python tools/readme_tables.py"
     assert "| `dp-pause stale-wave-after-resume`:" in payload["markdown"]
 
 

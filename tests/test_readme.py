@@ -1,4 +1,5 @@
-"""The README's model example runs as written and prints what the README says."""
+"""The README's commands and examples run as written, and its generated summary and the findings' table of
+smallest delay bounds (docs/protocols.md) keep up with the models."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from lockstep.cli.check import pinned_instances
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+PROTOCOLS_PAGE = README.parent / "docs" / "protocols.md"
 
 
 def test_the_writing_a_model_example_runs() -> None:
@@ -50,19 +52,19 @@ def test_the_test_suite_example_passes_with_the_plugin(pytester: pytest.Pytester
     result.assert_outcomes(passed=2)
 
 
-def _finding_delays() -> ModuleType:
-    path = README.parent / "tools" / "finding_delays.py"
-    spec = importlib.util.spec_from_file_location("finding_delays", path)
+def _tool(name: str) -> ModuleType:
+    path = README.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def test_every_finding_has_its_smallest_max_delay_in_the_readme() -> None:
+def test_every_finding_has_its_smallest_max_delay_in_the_protocols_page() -> None:
     """(issue 18) Every finding: a released variant (post-fix or a later release) violating one of a finding
-    instance's ``finding_properties`` in the pinned snapshot is in tools/finding_delays.py and in the README's
-    table of smallest bounds."""
+    instance's ``finding_properties`` in the pinned snapshot is in tools/finding_delays.py and in
+    docs/protocols.md's table of smallest bounds."""
     snapshot = json.loads((README.parent / "tests" / "fixtures" / "model_snapshot.json").read_text())
     shown: set[tuple[str, str, str, str]] = set()
     for instance in pinned_instances():
@@ -75,9 +77,19 @@ def test_every_finding_has_its_smallest_max_delay_in_the_readme() -> None:
         for name in spec.finding_properties:
             if properties[name]["verdict"] == "violated":
                 shown.add((instance.protocol.name, instance.variant, instance.name, name))
-    listed = _finding_delays().FINDINGS
+    listed = _tool("finding_delays").FINDINGS
     assert set(listed) == shown and len(listed) == len(shown)
-    text = README.read_text(encoding="utf-8")
+    text = PROTOCOLS_PAGE.read_text(encoding="utf-8")
     table = text[text.index("| finding (protocol variant instance property) | smallest `max_delay` |") :]
     rows = re.findall(r"^\| `([^`]+)` \| (none|\d+) \|$", table.split("\n\n")[0], re.MULTILINE)
     assert [name for name, _ in rows] == [" ".join(finding) for finding in listed]
+
+
+def test_the_readme_summary_is_the_summary_of_the_full_tables() -> None:
+    """The README's protocol and finding tables are what tools/readme_tables.py makes of docs/protocols.md's
+    generated tables (which tests/test_cli.py holds to a fresh ``check --all``)."""
+    tables = _tool("readme_tables")
+    full = tables.between(PROTOCOLS_PAGE.read_text(encoding="utf-8"), tables.BEGIN, tables.END)
+    shown = tables.between(README.read_text(encoding="utf-8"), tables.SUMMARY_BEGIN, tables.SUMMARY_END)
+    assert shown == tables.summary(full), "README's summary is stale: run python tools/readme_tables.py"
+    assert "| `dp-pause` |" in shown and "| `dp-pause stale-wave-after-resume` | `no_hang` | v0.21.0 |" in shown

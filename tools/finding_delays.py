@@ -1,12 +1,13 @@
 """The smallest ``max_delay`` at which each finding (a released variant violating a finding instance's
-``finding_properties``: README's Findings table) still shows its property's violation.
+``finding_properties``: the Findings table of docs/protocols.md) still shows its property's violation.
 
     python tools/finding_delays.py [FILTER ...]
 
 For each finding (those whose ``protocol variant instance property`` contains every FILTER) it checks
 the instance with ``max_delay`` = 0, 1, 2, ... (up to 12) and prints the first bound at which the
 finding's property is violated (``none`` if none up to 12). ``tests/test_readme.py`` checks that
-``FINDINGS`` lists every finding the model snapshot shows and that README's table has a row for each.
+``FINDINGS`` lists every finding the model snapshot shows and that docs/protocols.md's table of smallest
+bounds has a row for each.
 """
 
 from __future__ import annotations
