@@ -9,7 +9,7 @@ A model file that fails to load (an exception, or ``sys.exit``, while importing 
 is reported with its file and line and the problem, as a ``ModelFileError`` (a ``UsageError``
 carrying the file and line: the CLI's error object names them); a path that is no Python file is a
 plain ``UsageError``. A model file is code: importing it runs
-it (see the README's Trust section). ``load_model_file(path, timeout=S)`` stops an import that
+it (see docs/trust.md). ``load_model_file(path, timeout=S)`` stops an import that
 runs longer than ``S`` seconds with ``ModelLoadTimeout`` (in the main thread, with SIGALRM).
 """
 
