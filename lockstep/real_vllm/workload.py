@@ -3,10 +3,11 @@
 ``engine_arguments(model_directory)`` are the engine's settings: the tiny model (``config.json`` only,
 ``load_format="dummy"``, no tokenizer: prompts are token ids), ``data_parallel_size`` 2 with the ``uni``
 executor (the worker in the engine-core process: ``settings.keep_uniprocess_executor``), eager mode,
-float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, pauses
-(``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the protocol), runs
-``collective_rpc(all_reduce_over_data_parallel)``, resumes, adds the late requests and waits for every
-request to finish; it returns the ``Timeline`` of what the client saw, in order. Nothing here prints.
+float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, then in each of the
+scenario's cycles pauses (``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the
+protocol), runs ``collective_rpc(all_reduce_over_data_parallel)``, resumes and adds that cycle's late
+requests; it waits for every request to finish and returns the ``Timeline`` of what the client saw, in
+order. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -114,19 +115,22 @@ async def run_scenario(engine: Any, scenario: Scenario, timeline: Timeline | Non
 
     for index in range(scenario.requests):
         await add(index)
-    if scenario.pause_after_first_token and scenario.requests:
-        await until_finished("request-0", first_only=True)
-    await step(timeline, "pause_generation", engine.pause_generation(mode=scenario.pause_mode, clear_cache=False))
-    late = range(scenario.requests, scenario.requests + scenario.late_requests)
-    if scenario.late_phase == "paused":
-        for index in late:
-            await add(index)
-    results = await step(timeline, "collective_rpc", engine.collective_rpc(all_reduce_over_data_parallel))
-    timeline.rpc_results = [int(result) for result in results] if isinstance(results, list) else [int(results)]
-    await step(timeline, "resume_generation", engine.resume_generation())
-    if scenario.late_phase == "resumed":
-        for index in late:
-            await add(index)
+    newest = "request-0" if scenario.requests else None  # the request whose first token a pause waits for
+    for cycle in range(scenario.cycles):
+        late = scenario.late_in_cycle(cycle)
+        if scenario.pause_after_first_token and newest is not None and newest not in timeline.finished:
+            await until_finished(newest, first_only=True)
+        await step(timeline, "pause_generation", engine.pause_generation(mode=scenario.pause_mode, clear_cache=False))
+        if scenario.late_phase == "paused":
+            for index in late:
+                await add(index)
+        results = await step(timeline, "collective_rpc", engine.collective_rpc(all_reduce_over_data_parallel))
+        timeline.rpc_results += [int(result) for result in results] if isinstance(results, list) else [int(results)]
+        await step(timeline, "resume_generation", engine.resume_generation())
+        if scenario.late_phase == "resumed":
+            for index in late:
+                await add(index)
+        newest = f"request-{late[0]}" if late else newest
     waiting = [request_id for request_id in outputs if request_id not in timeline.finished]
     await asyncio.wait_for(asyncio.gather(*(until_finished(request_id) for request_id in waiting)), REQUEST_TIMEOUT)
     return timeline

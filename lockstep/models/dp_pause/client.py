@@ -17,6 +17,9 @@ parameters (defaults: the seed):
   ``barrier`` utility (``dist.barrier`` on the engines' ``dp_group``).
 - ``resumes``: how many times the client calls ``resume_generation``; an error reply (pause still
   in flight) and the no-op reply count as answers like a success.
+- ``pause_cycles``: how many times the client pauses, runs the collective_rpc (or barrier) and resumes;
+  after a cycle's resume returned it is back in the pausing phase (``client.cycle`` counts the cycles,
+  the pause mode is chosen again), and late requests may come in every cycle's phases.
 - ``abort_request``: the client may abort its last request once, at any time after adding it
   (``AsyncLLM.abort`` → ``DPLBAsyncMPClient.abort_requests_async``: ABORT to that request's engine,
   behind its ADD on the same socket); a request already finished is not affected.
@@ -299,15 +302,28 @@ def client_resume(model: State, rank: Term) -> Step:
 )
 def client_resume_returned(model: State) -> Step:
     """every engine answered RESUME"""
+    options = model.options
     base = returned(model, ClientPhase.RESUME, ClientPhase.DONE)
-    if model.options.resumes == 1:
+    if options.resumes == 1 and options.cycles == 1:
         return base
-    # call resume_generation again
-    rounds, resume_round = model.options.resumes, model.resume_round
-    again = resume_round < rounds - 1
     updates = dict(base.updates)
-    updates[model.client_phase] = if_then_else(again, ClientPhase.RESUME, ClientPhase.DONE)
-    updates[resume_round] = if_then_else(again, resume_round + 1, resume_round)
+    again: Term | None = None
+    if options.resumes > 1:  # call resume_generation again
+        resume_round = model.resume_round
+        again = resume_round < options.resumes - 1
+        updates[resume_round] = if_then_else(again, resume_round + 1, 0 if options.cycles > 1 else resume_round)
+    following: Term = ClientPhase.DONE
+    if options.cycles > 1:  # the next pause/resume cycle: the client may add requests, then pauses again
+        cycle = model.cycle
+        another = cycle < options.cycles - 1
+        if again is not None:
+            another = another & ~again
+        updates[cycle] = if_then_else(another, cycle + 1, cycle)
+        following = if_then_else(another, ClientPhase.PAUSE, ClientPhase.DONE)
+        modes = pause_modes(options)
+        if len(modes) > 1:  # pause_generation(mode=...) is chosen again for the next pause
+            updates[model.pause_mode] = if_then_else(another, modes[0][0], model.pause_mode)
+    updates[model.client_phase] = following if again is None else if_then_else(again, ClientPhase.RESUME, following)
     return Step(base.guard, updates)
 
 

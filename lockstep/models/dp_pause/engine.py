@@ -26,6 +26,7 @@ from lockstep.models.dp_pause.state import (
 )
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
+from lockstep.spec.sorts import Sort
 from lockstep.spec.terms import Term, conjunction, disjunction, if_then_else
 
 # A utility call reaches its method through EngineCoreProc._handle_client_request (UTILITY) and
@@ -412,13 +413,24 @@ def wave_start_sequence(model: State, rank: Term, running: Term, pending: Term) 
     actor="rank:{rank}",
     mirrors="execute_model / execute_dummy_batch returns → DPEngineCoreProc._has_global_unfinished_reqs",
 )
-def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
-    """The forward's DP all-reduce returned; _has_global_unfinished_reqs counts the step."""
+def finish_forward(model: State, variant: Variant, rank: Term, **chosen: Term) -> Step:
+    """The forward's DP all-reduce returned; _has_global_unfinished_reqs counts the step. With requests
+    of any length (``finish_choice``) the forward's ``finished`` requests are the ones that ended."""
     mode, requests, counter, engine_dp = model.mode, model.requests, model.step_counter, model.engine_dp
     running, finished_pending = model.engines_running, model.finished_pending
     real = mode[rank] == Mode.FORWARD_REAL
     extra: dict[Term, Term] = {}
-    if model.options.two_step:  # the admitted requests finish; when UNPAUSED the waiting ones are admitted now
+    allowed: Term | None = None
+    if model.options.any_length:  # any scheduled request may end in this forward: the choice says how many
+        admitted, finishing = model.running_requests, chosen["finished"]
+        unpaused = model.pause_state[rank] == PauseState.UNPAUSED
+        scheduled = if_then_else(unpaused, requests[rank], admitted[rank])  # PAUSED_NEW admits nothing new
+        allowed = if_then_else(real, finishing <= scheduled, finishing == 0)
+        remaining = requests[rank] - finishing
+        now_admitted = if_then_else(real, if_then_else(unpaused, remaining, admitted[rank] - finishing), admitted[rank])
+        extra[admitted] = admitted.set(rank, now_admitted)
+        local = if_then_else(unfinished(model, rank, local=remaining, admitted_now=now_admitted), 1, 0)
+    elif model.options.two_step:  # the admitted requests finish; when UNPAUSED the waiting ones are admitted now
         admitted = model.running_requests
         finishing = admitted[rank]
         remaining = if_then_else(real, requests[rank] - finishing, requests[rank])
@@ -447,7 +459,7 @@ def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
             extra[reports] = if_then_else(sync, reports, edge[reports])
             extra[was_running] = if_then_else(sync, was_running, edge[was_running])
     return Step(
-        returned,
+        returned if allowed is None else returned & allowed,
         {
             requests: requests.set(rank, remaining),
             finished_pending: finished_pending.set(rank, finished_pending[rank] | (real & (finishing > 0))),
@@ -458,6 +470,12 @@ def finish_forward(model: State, variant: Variant, rank: Term) -> Step:
             engine_dp.queue: if_then_else(sync, posted[engine_dp.queue], engine_dp.queue),
         },
     )
+
+
+def finish_choice(model: State) -> dict[str, Sort]:
+    """``finish_forward``'s parameters beyond the rank: with requests of any length (``request_steps`` = 0)
+    how many of the forward's requests ended (``finished``), a nondeterministic choice; none otherwise."""
+    return {"finished": model.sorts.Requests} if model.options.any_length else {}
 
 
 @action(

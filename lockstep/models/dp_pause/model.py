@@ -63,7 +63,11 @@ Faithfulness notes (read from the v0.20.0/v0.21.0 wheels):
   message turned ``has_work()`` from true to false while a pause future is pending: none does
   (only a pre-fix pause can, and it then replies at once; a post-fix pause sets
   ``engines_running``), so the model fires them exactly when vLLM would.
-- Requests run one forward (they finish in the forward that first schedules them).
+- Requests run one forward (they finish in the forward that first schedules them); ``request_steps`` = 2
+  admits them in one forward and finishes them in the next; ``request_steps`` = 0 lets every real forward
+  end any number of the requests it ran (``engine.finish_choice``), so a request may run any number of
+  forwards (a real run's 16-token requests replay; a request that never ends is then a behaviour, and L1/L2
+  are refused).
 - The mutant ``no-local-wakeup`` (P2(d)) differs from v0.21.0 only while the engine that took a
   stale-wave request has nothing to run: with the request it steps anyway (``has_work()``), and
   every stepped iteration sets ``engines_running`` off the sync boundary. So it needs the request
@@ -98,13 +102,14 @@ from lockstep.models.dp_pause.state import (
     POST_FIX,
     PRE_FIX,
     PauseMode,
+    State,
     Variant,
     declare,
     pause_modes,
 )
 from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
-from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
+from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, UsageError, VariantSpec
 from lockstep.spec.sorts import integers
 
 __all__ = [
@@ -125,6 +130,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     variant = Variant(variant_name)
     machine = Machine(f"dp-pause/{variant_name}", hang_bound=parameters["hang_bound"])
     model = declare(machine, variant, parameters)  # every variable and communicator
+    check_request_options(model)
     if variant.release.later:  # a release after v0.21.0: release_model.py binds its actions
         released = build_release(machine, model, variant)  # max_delay bounds its channels too
         bound_delay(
@@ -150,7 +156,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
         machine.add(engine.finish_resume, model, rank=Rank)
     machine.add(engine.notify_idle, model, rank=Rank)
     machine.add(engine.step, model, rank=Rank)
-    machine.add(engine.finish_forward, model, variant, rank=Rank)
+    machine.add(engine.finish_forward, model, variant, rank=Rank, sorts=engine.finish_choice(model))
     machine.add(engine.finish_sync, model, variant, rank=Rank)
     # the coordinator
     machine.add(coordinator.coordinator_first_request, model)
@@ -184,6 +190,17 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     machine.mirror(variant_sources(variant))
     bound_delay(machine, parameters["max_delay"], [name for name in machine.variables if name.startswith("channel.")])
     return machine
+
+
+def check_request_options(model: State) -> None:
+    """Refuse L1/L2 with requests of any length (``request_steps`` = 0): a request may run for ever, so no
+    bound on serving it holds, and a fair cycle of forwards that end nothing is a real behaviour."""
+    options = model.options
+    if options.any_length and (options.bounded_liveness or options.fair_liveness):
+        raise UsageError(
+            "dp-pause: request_steps = 0 (requests of any length) checks no response bound; set bounded_liveness "
+            "and fair_liveness to 0, or request_steps to 1 or 2"
+        )
 
 
 def response_bound_default(parameters: Mapping[str, int]) -> int:
@@ -227,7 +244,7 @@ PROTOCOL = Protocol(
             0,
             "requests the client may add after it began to pause (see late_window)",
             minimum=0,
-            maximum=2,
+            maximum=6,
         ),
         ParameterSpec(
             "late_window",
@@ -246,8 +263,9 @@ PROTOCOL = Protocol(
         ParameterSpec(
             "request_steps",
             1,
-            "forwards a request needs (2: a request can be running when pause comes)",
-            minimum=1,
+            "forwards a request needs (2: a request can be running when pause comes; 0: any number, each forward "
+            "chooses how many of its requests end)",
+            minimum=0,
             maximum=2,
         ),
         ParameterSpec(
@@ -258,20 +276,29 @@ PROTOCOL = Protocol(
             maximum=1,
         ),
         ParameterSpec("resumes", 1, "how many times the client calls resume_generation", minimum=1, maximum=3),
+        ParameterSpec(
+            "pause_cycles",
+            1,
+            "how many times the client pauses, runs collective_rpc (or the barrier) and resumes; late requests may "
+            "come in every cycle's phases",
+            minimum=1,
+            maximum=4,
+        ),
         ParameterSpec("sync_interval", 1, "steps between engine all-reduces (vLLM: 32)", minimum=1, maximum=32),
         ParameterSpec(
             "max_wave",
             4,
-            "largest wave number the model tracks (default: requests + late_requests + resumes + 2, and 2 more "
-            "with a second client)",
+            "largest wave number the model tracks (default: requests + late_requests + resumes + 2, 2 more "
+            "with a second client, 3 more per pause cycle after the first)",
             minimum=1,
-            maximum=10,
+            maximum=16,
             derived=lambda values: (
                 values["requests"]
                 + values["late_requests"]
                 + values["resumes"]
                 + 2
                 + 2 * (values.get("clients", 1) - 1)
+                + 3 * (values.get("pause_cycles", 1) - 1)
             ),
         ),
         ParameterSpec(

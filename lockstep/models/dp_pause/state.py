@@ -85,7 +85,8 @@ class Options:
     late_requests: int  # added in the phases late_window names
     late_window: int  # bit mask: 1 pausing, 2 paused, 4 resuming, 8 resumed, 16 between two resume calls
     pause_modes: int  # bit mask: 1 keep, 2 abort, 4 wait
-    two_step: bool  # request_steps = 2: a request is admitted in one forward and finishes in the next
+    two_step: bool  # request_steps = 2 or 0: scheduler.running is tracked (admitted requests)
+    any_length: bool  # request_steps = 0: a request finishes after any number of forwards (the forward chooses)
     barrier: bool  # rpc = 1: the client runs the test-only barrier instead of collective_rpc
     resumes: int
     sync_interval: int
@@ -101,6 +102,7 @@ class Options:
     clients: int  # front-end clients (API server processes); the second adds one request (clients.py)
     sleep_with_pause: int  # sleep_level = 1: 1 pause_generation, then sleep; 2 sleep, then pause_generation
     partial_wake: bool  # sleep_level = 1, resumes = 2: wake_up(["weights"]), then wake_up(["kv_cache"])
+    cycles: int  # pause_cycles: pause, collective_rpc (or barrier), resume, as many times
 
     @property
     def total(self) -> int:
@@ -120,7 +122,8 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         late_requests=parameters["late_requests"],
         late_window=parameters["late_window"],
         pause_modes=parameters["pause_modes"],
-        two_step=parameters["request_steps"] == 2,
+        two_step=parameters["request_steps"] in (0, 2),
+        any_length=parameters["request_steps"] == 0,
         barrier=parameters["rpc"] == 1,
         resumes=parameters["resumes"],
         sync_interval=parameters["sync_interval"],
@@ -136,6 +139,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         clients=parameters.get("clients", 1),
         sleep_with_pause=parameters.get("sleep_with_pause", 0),
         partial_wake=bool(parameters.get("partial_wake", 0)),
+        cycles=parameters.get("pause_cycles", 1),
     )
 
 
@@ -250,6 +254,7 @@ class State:
     publications: Term  # channel.publication, with stale_publications only
     first_request_inproc: Term  # channel.first_request_inproc, with lazy_first_request only
     resume_round: Term  # client.resume_round, with resumes > 1 only
+    cycle: Term  # client.cycle, with pause_cycles > 1 only
     last_request_rank: Term  # client.last_request_rank, with abort_request only
     aborted: Term  # client.aborted, with abort_request only
     pause_mode: Term  # client.pause_mode, with more than one of pause_modes only
@@ -404,6 +409,13 @@ def _client_variables(declared: _Declaration, options: Options, sorts: Sorts) ->
             0,
             "resume calls already answered",
             options.resumes > 1,
+        ),
+        cycle=variable(
+            "client.cycle",
+            integers(0, options.cycles - 1),
+            0,
+            "pause/resume cycles already completed",
+            options.cycles > 1,
         ),
         last_request_rank=variable(
             "client.last_request_rank", sorts.Rank, 0, "the engine the last request went to", options.abort_request
