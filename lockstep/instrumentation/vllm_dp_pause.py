@@ -82,7 +82,6 @@ from lockstep.instrumentation.vllm_releases import (
     EARLY_UNRECORDED,
     ENGINE_METHODS,
     LATER_UNRECORDED,
-    LEGACY_SYNC_INTERVAL,
     RUNTIME_RECORDING,
     MissingPatchTarget,
     Recording,
@@ -92,7 +91,6 @@ from lockstep.instrumentation.vllm_releases import (
 )
 from lockstep.spec.profile import RecorderProfile
 
-SYNC_INTERVAL = LEGACY_SYNC_INTERVAL  # DPEngineCoreProc._has_global_unfinished_reqs before 0.30.0: every 32nd step
 PARAMETERS_ENVIRONMENT = "LOCKSTEP_TRACE_PARAMETERS"
 VARIANT_ENVIRONMENT = "LOCKSTEP_TRACE_VARIANT"  # overrides the variant the release stands for
 UNRECORDED = list(EARLY_UNRECORDED)  # the v0.21.0 recording's (the runtime's); later releases: Recording.unrecorded
@@ -581,7 +579,6 @@ def install_runtime(role: str) -> Callable[[], None]:
 __all__ = [
     "PARAMETERS_ENVIRONMENT",
     "PROFILE",
-    "SYNC_INTERVAL",
     "UNRECORDED",
     "VARIANT_ENVIRONMENT",
     "MissingPatchTarget",
