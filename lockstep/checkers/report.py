@@ -132,7 +132,7 @@ def render(
         console.print(f"[yellow]stopped early: {result.stopped}; the result is partial[/yellow]")
     console.print(properties_table(result))
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+        console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
     shortest = result.counterexample
     if shortest is not None and shortest.path is not None:
         console.print(
@@ -165,11 +165,17 @@ def render(
     if trace_file is not None:
         console.print(f"trace: {trace_file}")
     if expected is not None:
-        match = expected == result.verdict.value
-        style = "green" if match else "bold red"
-        console.print(
-            Text(f"expected {expected}: {'as pinned' if match else 'DIFFERS from the pinned verdict'}", style=style)
-        )
+        console.print(_pinned_text(expected, result.verdict))
+
+
+def _pinned_text(expected: str, verdict: Verdict) -> Text:
+    """How a check's verdict stands to its instance's pinned one: as pinned, unsettled (an
+    inconclusive check contradicts nothing), or differing."""
+    if verdict is Verdict.INCONCLUSIVE:
+        return Text(f"expected {expected}: not settled by this check (inconclusive)", style="yellow")
+    if expected == verdict.value:
+        return Text(f"expected {expected}: as pinned", style="green")
+    return Text(f"expected {expected}: DIFFERS from the pinned verdict", style="bold red")
 
 
 def described(machine: Machine, name: str) -> str:

@@ -214,6 +214,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
                 "--all checks every built-in instance (of PROTOCOL if one is named, or the --model-file model's) "
                 "against its pin; it takes no variant, instance, --ranks, --set or --property"
             )
+        _require_abc_for_proofs(arguments)
         return _check_all(arguments, console)
     _validate_engine_options(arguments)
     if arguments.markdown:
@@ -279,6 +280,18 @@ def pinned_instances(protocols: Sequence[Protocol] | None = None) -> list[Instan
         for variant in protocol.variants
         if variant.name in spec.expected
     ]
+
+
+def _require_abc_for_proofs(arguments: argparse.Namespace) -> None:
+    """``--proofs`` re-proves pins measured with ABC's pdr: without it the run could not prove them,
+    so it is refused before the (long) table rather than reported as proofs lost."""
+    from lockstep.checkers.symbolic import abc
+
+    if getattr(arguments, "proofs", False) and abc.binary() is None:
+        raise UsageError(
+            f"--proofs re-proves the pinned pdr proofs, which need ABC's pdr: {abc.NOT_INSTALLED}; "
+            "--engine pdr runs without it (Houdini and Spacer alone)"
+        )
 
 
 def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:

@@ -103,18 +103,30 @@ def command_list(arguments: argparse.Namespace, console: Console) -> int:
 
 def _proof_table(protocols: list[Protocol]) -> Any:
     """Per post-fix seed safety property: proved for all depths by pdr (pinned, ``check --all
-    --proofs``), or checked exhaustively at the pinned sizes (``check --all``)."""
+    --proofs``), or checked exhaustively at the pinned sizes (``check --all``). The pins were
+    measured with ABC's pdr; an install without it is told so rather than promised them."""
     from rich.table import Table
+    from rich.text import Text
 
     from lockstep.checkers.proofs import BUDGET, PINNED, status
+    from lockstep.checkers.symbolic import abc
     from lockstep.spec.machine import PropertyKind
 
+    with_abc = abc.binary() is not None
     table = Table(
         title=f"post-fix seed safety properties (pdr proofs pinned at {BUDGET:.0f} s per property; "
         "sizes: the seed's, all-sizes facts: prove-lemmas)",
         title_justify="left",
+        caption=None
+        if with_abc
+        else Text(
+            f"{abc.NOT_INSTALLED}: this install's pdr is Houdini and Spacer alone, which may leave these "
+            "inconclusive; check --all --proofs needs ABC"
+        ),
+        caption_justify="left",
     )
-    for column in ("protocol", "proved for all depths (pdr)", "checked exhaustively at the pinned sizes"):
+    proved_column = "proved for all depths (pdr)" if with_abc else "proved for all depths by pdr with ABC (not here)"
+    for column in ("protocol", proved_column, "checked exhaustively at the pinned sizes"):
         table.add_column(column)
     for protocol in protocols:
         if "post-fix" not in [variant.name for variant in protocol.variants]:

@@ -49,6 +49,10 @@ class AbcAnswer:
     reason: str = ""
 
 
+INSTALL_HINT = "pip install 'lockstep[proofs]'"  # the extra that brings yosys-abc (the pyosys wheel)
+NOT_INSTALLED = f"ABC's pdr is not installed ({INSTALL_HINT} brings yosys-abc)"
+
+
 def binary() -> str | None:
     """The path of ``yosys-abc``, or None if it is not installed."""
     spec = importlib.util.find_spec("pyosys")

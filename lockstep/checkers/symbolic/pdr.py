@@ -345,7 +345,7 @@ class PropertyDirectedReachability:
     def _abc_circuit(self) -> Circuit | None:
         """The circuit ABC reads under the current lemmas, or None with a warning saying why ABC is not used."""
         if self.abc_program is None:
-            self._warn("ABC's pdr is not installed (pip install 'lockstep[proofs]' brings yosys-abc): Spacer only")
+            self._warn(f"{abc.NOT_INSTALLED}: the provers are Houdini and Spacer alone")
             return None
         started = time.monotonic()
         try:
