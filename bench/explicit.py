@@ -24,8 +24,8 @@ loading Triton's kernels, CUDA's first launches), as in ``check --all`` or a tes
 ratio to the first beside the others (with their medians and quartiles): two identical runs' spread,
 against which the ratio with/without symmetry can be read on a noisy machine.
 ``--native on|off|both``: ``bfs-vec`` with its successor and
-property loops compiled to C (``LOCKSTEP_NATIVE=1``, the library compiled before the first level,
-or loaded from the cache), or with the array kernels alone (``LOCKSTEP_NATIVE=0``); the engine
+property loops compiled to C (the ``kernels`` option ``c``, the library compiled before the first level,
+or loaded from the cache), or with the array kernels alone (``kernels`` ``arrays``); the engine
 column then reads ``bfs-vec+c`` or ``bfs-vec``. The default leaves the engine's own choice.
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import platform
 import resource
 import statistics
@@ -51,8 +50,7 @@ from lockstep.spec.protocol import parse_assignments
 def measure(
     ranks: int, engine: str, symmetry: bool, options: argparse.Namespace, native: str | None = None
 ) -> dict[str, object]:
-    if native is not None:  # this process's choice (each configuration runs in a fresh one)
-        os.environ["LOCKSTEP_NATIVE"] = native
+    kernels = {None: "auto", "1": "c", "0": "arrays"}[native]  # each configuration runs in a fresh process
     overrides = parse_assignments(options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
     machine = instance.machine()
@@ -80,6 +78,7 @@ def measure(
             compact=options.compact,
             limits=limits,
             chunk=options.chunk,
+            kernels=kernels,
         )
         setup = time.perf_counter() - started
         result = search.run()

@@ -5,12 +5,12 @@ compiled C successor loops) and analyses that decide verdicts (BMC's commuting p
 that another user could plant, or that a failed write left half-done, would run as the user or
 turn a violation into ``holds``. So:
 
-- **One root, private.** ``$LOCKSTEP_CACHE`` if set (``$LOCKSTEP_CACHE_DIR``, its older name, is
-  read too), else the user's cache directory (``platformdirs.user_cache_dir("lockstep")``, e.g.
-  ``~/.cache/lockstep``). A root lockstep creates is made ``0700``; a root that is not a
-  directory, not owned by this user or writable by group or others is refused (``CacheError``,
-  a usage error naming the folder). ``LOCKSTEP_KERNEL_CACHE=0`` keeps nothing between runs: the
-  root is then a private temporary folder of this process, removed when it exits (the Triton
+- **One root, private, one setting.** ``$LOCKSTEP_CACHE`` (``ENVIRONMENT``) if set, else the
+  user's cache directory (``platformdirs.user_cache_dir("lockstep")``, e.g. ``~/.cache/lockstep``).
+  A root lockstep creates is made ``0700``; a root that is not a directory, not owned by this user
+  or writable by group or others is refused (``CacheError``, a usage error naming the folder).
+  ``LOCKSTEP_CACHE=off`` (``OFF``; a folder named ``off`` is ``./off``) keeps nothing between runs:
+  the root is then a private temporary folder of this process, removed when it exits (the Triton
   modules and C libraries still need files to load).
 - **Every entry signed.** The root holds a 32-byte key (``key``, ``0600``, made once at random);
   an entry of kind ``K`` named ``STEM`` with suffix ``.EXT`` lives at ``K/STEM.MAC.EXT``, where
@@ -45,7 +45,9 @@ from pathlib import Path
 _KEY_FILE = "key"
 _KEY_BYTES = 32
 _MAC_HEX = 32  # 128 bits of the HMAC in each file name
-_temporary_root: Path | None = None  # LOCKSTEP_KERNEL_CACHE=0: this process's private folder
+ENVIRONMENT = "LOCKSTEP_CACHE"  # the one setting: the cache root, or OFF
+OFF = "off"
+_temporary_root: Path | None = None  # LOCKSTEP_CACHE=off: this process's private folder
 
 
 class CacheError(ValueError):
@@ -57,15 +59,15 @@ class CacheEntryRejected(UserWarning):
 
 
 def enabled() -> bool:
-    """Whether entries are kept between runs (``LOCKSTEP_KERNEL_CACHE=0`` says no)."""
-    return os.environ.get("LOCKSTEP_KERNEL_CACHE") != "0"
+    """Whether entries are kept between runs (``LOCKSTEP_CACHE=off`` says no)."""
+    return os.environ.get(ENVIRONMENT) != OFF
 
 
 def configured_root() -> Path:
     """The folder the environment names for the cache (not checked, not created)."""
-    for variable in ("LOCKSTEP_CACHE", "LOCKSTEP_CACHE_DIR"):
-        if os.environ.get(variable):
-            return Path(os.environ[variable]).expanduser()
+    configured = os.environ.get(ENVIRONMENT)
+    if configured and configured != OFF:
+        return Path(configured).expanduser()
     import platformdirs  # noqa: PLC0415 - only where a cache is used
 
     return Path(platformdirs.user_cache_dir("lockstep", appauthor=False))
@@ -243,4 +245,15 @@ if __name__ == "__main__":
     sys.exit(_install(sys.argv[1:]))
 
 
-__all__ = ["CacheEntryRejected", "CacheError", "Entry", "Store", "configured_root", "enabled", "private_folder", "root"]
+__all__ = [
+    "ENVIRONMENT",
+    "OFF",
+    "CacheEntryRejected",
+    "CacheError",
+    "Entry",
+    "Store",
+    "configured_root",
+    "enabled",
+    "private_folder",
+    "root",
+]

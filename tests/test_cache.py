@@ -3,7 +3,7 @@
 An entry reads back as written; its signature binds its kind, name and bytes (an entry copied under
 another name, or into another kind, does not verify); a file that does not verify is removed with
 a warning; many processes making the key at once agree on one whole key; a key or root that others
-can reach is refused; ``LOCKSTEP_KERNEL_CACHE=0`` gives a private folder of the process.
+can reach is refused; ``LOCKSTEP_CACHE=off`` gives a private folder of the process.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def test_a_key_others_can_read_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_root_others_can_write_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LOCKSTEP_KERNEL_CACHE", raising=False)
     monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path / "made"))
     assert root() == tmp_path / "made" and (tmp_path / "made").stat().st_mode & 0o777 == 0o700
     (tmp_path / "made").chmod(0o757)
@@ -83,8 +82,20 @@ def test_a_root_others_can_write_is_refused(tmp_path: Path, monkeypatch: pytest.
 def test_with_the_cache_off_the_root_is_a_private_folder_of_this_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
-    monkeypatch.setenv("LOCKSTEP_KERNEL_CACHE", "0")
+    monkeypatch.setenv("LOCKSTEP_CACHE", "off")
+    monkeypatch.chdir(tmp_path)
     private = root()
-    assert private != tmp_path and private.stat().st_mode & 0o777 == 0o700
+    assert private != tmp_path / "off" and not (tmp_path / "off").exists() and private.stat().st_mode & 0o777 == 0o700
     assert private.stat().st_uid == os.geteuid() and root() == private
+
+
+def test_the_root_is_one_setting_and_a_folder_named_off_is_written_as_a_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOCKSTEP_CACHE", "./off")
+    assert root().resolve() == tmp_path / "off" and (tmp_path / "off").stat().st_mode & 0o777 == 0o700
+    monkeypatch.delenv("LOCKSTEP_CACHE")
+    monkeypatch.setenv("LOCKSTEP_CACHE_DIR", str(tmp_path / "older-name"))  # no longer a setting
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
+    assert root() == tmp_path / "user-cache" / "lockstep" and not (tmp_path / "older-name").exists()

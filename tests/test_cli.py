@@ -259,7 +259,7 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, not to auto"),
+        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc and pdr, not to auto"),
         (["check", "dp-pause", "--solver-timeout", "5"], "--solver-timeout applies to --engine bmc"),
         (["check", "dp-pause", "--engine", "bmc"], "--engine bmc needs --depth K"),
         (
@@ -268,7 +268,7 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
         ),
         (
             ["check", "dp-pause", "--engine", "bmc", "--depth", "3", "--symmetry"],
-            "--symmetry applies to the explicit engines",
+            "--symmetry applies to --engine auto, bfs, dfs, bfs-vec and bfs-gpu, not to bmc",
         ),
     ],
 )

@@ -74,5 +74,5 @@ def test_houdini_past_its_deadline_keeps_nothing_mined() -> None:
 
 
 def test_mining_is_an_option_of_pdr_only() -> None:
-    with pytest.raises(UsageError, match="--mine-invariants applies to --engine pdr"):
+    with pytest.raises(UsageError, match="mine_invariants applies to engine pdr, not to bfs"):
         check(counter(), "bfs", mine_invariants=True)

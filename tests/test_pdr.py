@@ -184,7 +184,7 @@ def test_check_show_invariant_prints_the_rechecked_invariant(
         lines = [line for line in group.splitlines()[1:] if line.startswith("  ")]
         assert len(lines) <= 9 and all(len(line) <= 163 for line in lines), err
     assert main([*arguments, "--k", "2"]) == 2
-    assert "--k applies to --engine induction, not to pdr (use --depth)" in capsys.readouterr().err
+    assert "--k applies to --engine induction, not to pdr" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ ABC's pdr on the circuit

@@ -292,7 +292,7 @@ def test_a_construct_the_kernels_cannot_compile_is_named_and_auto_falls_back_to_
     )  # a map compared with a number
     machine.always("odd", Term(odd))
     finished = machine.finish()
-    with pytest.raises(UsageError, match=r"property odd: comparison of values of different shapes; use --engine bfs"):
+    with pytest.raises(UsageError, match=r"property odd: comparison of values of different shapes; use engine bfs"):
         check(finished, "bfs-vec")
     result = check(finished, "auto")
     assert result.engine == "bfs" and any("cannot compile" in warning for warning in result.warnings)

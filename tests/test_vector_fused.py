@@ -2,7 +2,7 @@
 
 The kernels run in Triton's interpreter on CPU tensors, the same kernel source a GPU compiles. The
 interpreter must be chosen before Triton is imported, so each check runs in a fresh process
-(``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``) that prints its results as JSON. (a) small pinned
+(``kernels="triton"``, ``TRITON_INTERPRET=1``) that prints its results as JSON. (a) small pinned
 instances of every protocol, pre- and post-fix: states, transitions, depth, verdicts and
 counterexamples equal; (b) a chunk with a step out of a sort or a failing store goes back to the
 array kernels and is reported alike; (c) generated code the reader does not know is refused by name;
@@ -57,8 +57,8 @@ def described(result):
     ]
 
 def both(machine):
-    search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu")
-    compact = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", compact=True)
+    search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", kernels="triton")
+    compact = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", compact=True, kernels="triton")
     outcome = {"fused": search.fused is not None, "hashed": type(compact.visited).__name__}
     runs = (
         ("gpu", search.run),
@@ -81,9 +81,11 @@ for label in sys.argv[1:]:
     elif label == "symmetry":
         machine = get_protocol("dp-pause").instance("post-fix", "seed", {}, ranks=3).machine()
         limits = Limits(max_states=30_000)
-        search = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True, limits=limits)
+        search = VectorSearch(
+            machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True, limits=limits, kernels="triton"
+        )
         fused = search.canonical == search.fused.canonical
-        probe = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True)
+        probe = VectorSearch(machine, TorchBackend("cpu"), engine="bfs-gpu", symmetry=True, kernels="triton")
         successors = probe.fused.expand(probe._initial()).states
         images, keys = probe.fused.canonical_keys(successors)
         agree = [
@@ -105,7 +107,7 @@ print(json.dumps(results))
 
 
 def fused_runs(*labels: str) -> dict[str, Any]:
-    environment = {**os.environ, "LOCKSTEP_FUSED": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     completed = subprocess.run(
         [sys.executable, "-c", CHILD, *labels], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600
     )
@@ -188,7 +190,7 @@ print(json.dumps({
 
 
 def test_the_fingerprint_kernel_and_the_hash_table_answer_as_the_reference() -> None:
-    environment = {**os.environ, "LOCKSTEP_FUSED": "1", "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    environment = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     completed = subprocess.run(
         [sys.executable, "-c", HASHED], cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600
     )

@@ -1,8 +1,8 @@
 """Tests for lockstep.checkers.vector.native: the C successor loop agrees with the array kernels.
 
 (a) every pinned instance up to 200k states: ``bfs-vec`` with the native kernels compiled before
-the first level (``LOCKSTEP_NATIVE=1``) gives exactly the states, transitions, depth, verdicts and
-counterexamples of the array kernels alone (``LOCKSTEP_NATIVE=0``), with and without
+the first level (``kernels="c"``) gives exactly the states, transitions, depth, verdicts and
+counterexamples of the array kernels alone (``kernels="arrays"``), with and without
 ``--compact``; (b) random guards, updates and invariants (negative operands of ``//`` and ``%``,
 booleans and integers mixed) search alike; (c) the spelling of the operators whose C meaning
 differs from numpy's; (d) no compiler, or a failing one, leaves the array kernels in charge, and
@@ -52,8 +52,7 @@ def native_run(
 ) -> CheckResult:
     """A ``bfs-vec`` search with the native kernels loaded before the first level (asserted);
     ``sets_used``: assert that the set loops (and, with symmetry, the C ``canonical``) were used."""
-    monkeypatch.setenv("LOCKSTEP_NATIVE", "1")
-    search = VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=compact, symmetry=symmetry)
+    search = VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=compact, symmetry=symmetry, kernels="c")
     assert search.native is not None and search.native.function is not None
     result = search.run()
     if sets_used:
@@ -65,11 +64,14 @@ def native_run(
 def arrays_run(
     machine: Machine | Instance, monkeypatch: pytest.MonkeyPatch, compact: bool = False, symmetry: bool = False
 ) -> CheckResult:
-    monkeypatch.setenv("LOCKSTEP_NATIVE", "0")
     if isinstance(machine, Instance):
         machine = machine.machine()
     # (the search itself, not check(): check hands a state where evaluate raises to bfs)
-    return VectorSearch(machine, NumpyBackend(), engine="bfs-vec", compact=compact, symmetry=symmetry).run()
+    search = VectorSearch(
+        machine, NumpyBackend(), engine="bfs-vec", compact=compact, symmetry=symmetry, kernels="arrays"
+    )
+    assert search.native is None
+    return search.run()
 
 
 @pytest.mark.parametrize("instance", INSTANCES, ids=[instance.label for instance in INSTANCES])
@@ -167,14 +169,12 @@ def test_without_a_compiler_or_with_a_failing_one_the_array_kernels_run(monkeypa
     monkeypatch.setenv("CC", "false")  # a compiler that fails
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     instance = INSTANCES[0]
-    monkeypatch.setenv("LOCKSTEP_NATIVE", "1")
-    search = VectorSearch(instance.machine(), NumpyBackend(), engine="bfs-vec")
+    search = VectorSearch(instance.machine(), NumpyBackend(), engine="bfs-vec", kernels="c")
     assert search.native is not None and search.native.failed and search.native.function is None
     assert summary(search.run()) == summary(arrays_run(instance, monkeypatch))
 
 
 def test_a_small_search_never_starts_the_compiler(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv("LOCKSTEP_NATIVE", raising=False)
     monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))  # nothing compiled before
     instance = INSTANCES[0]
     search = VectorSearch(instance.machine(), NumpyBackend(), engine="bfs-vec")
@@ -186,7 +186,6 @@ def test_a_small_search_never_starts_the_compiler(monkeypatch: pytest.MonkeyPatc
 def test_a_compile_started_in_the_background_installs_its_library_for_the_next_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("LOCKSTEP_NATIVE", raising=False)
     monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
     machine = next(instance for instance in INSTANCES if (recorded_states(instance) or 0) > 2 * native.THRESHOLD)
     search = VectorSearch(machine.machine(), NumpyBackend(), engine="bfs-vec")

@@ -2,7 +2,7 @@
 
 A second compilation of an unchanged machine reads the entry (the generator is not called) and
 gives the same source, tuples and results; a changed machine, parameter or symmetry flag gets
-another key; a corrupt entry is removed with a note and written again; ``LOCKSTEP_KERNEL_CACHE=0`` turns it off.
+another key; a corrupt entry is removed with a note and written again; ``LOCKSTEP_CACHE=off`` turns it off.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ def compiled(built: Machine, symmetry: bool = False) -> kernels.Kernels:
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOCKSTEP_CACHE", str(tmp_path))
-    monkeypatch.delenv("LOCKSTEP_KERNEL_CACHE", raising=False)
 
 
 class _Refused(kernels._Builder):
@@ -51,8 +50,9 @@ def test_an_unchanged_machine_is_read_back_not_generated(monkeypatch: pytest.Mon
         first.skipped,
         first.permutations,
     )
-    monkeypatch.setenv("LOCKSTEP_NATIVE", "0")
-    result = check(get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": 2}), "bfs-vec")
+    result = check(
+        get_protocol("dp-pause").instance("post-fix", "seed", overrides={"ranks": 2}), "bfs-vec", kernels="arrays"
+    )
     assert result.stats.states == 48_918  # the pinned count, from the kernels read back
 
 
@@ -81,6 +81,6 @@ def test_a_corrupt_entry_is_removed_with_a_note_and_written_again(tmp_path: Path
 
 
 def test_the_cache_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOCKSTEP_KERNEL_CACHE", "0")
+    monkeypatch.setenv("LOCKSTEP_CACHE", "off")
     compiled(machine())
     assert not (tmp_path / "kernels").exists()  # nothing kept in the cache folder between runs

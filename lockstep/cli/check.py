@@ -23,9 +23,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from lockstep.checkers import AUTO, SYMBOLIC_ENGINES, CheckResult, Limits, Statistics, check
+from lockstep.checkers import CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
-from lockstep.checkers.explicit import Progress
+from lockstep.checkers.engines import OptionError, Options, options_for
 from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.proofs import ProofCheck, check_pinned
 from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
@@ -33,7 +33,6 @@ from lockstep.checkers.result import PropertyResult
 from lockstep.cli.invocation import clock
 from lockstep.cli.listing import EXIT_INCONCLUSIVE, selected_protocols
 from lockstep.models import PROTOCOLS
-from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.output import write_stdout
 
@@ -49,7 +48,7 @@ def _limits(arguments: argparse.Namespace) -> Limits:
 PROGRESS_SECONDS = 30.0  # without a terminal (CI logs), one progress line on stderr this often
 
 
-def _run(instance: Instance, arguments: argparse.Namespace, console: Console) -> CheckResult:
+def _run(instance: Instance, arguments: argparse.Namespace, options: Options, console: Console) -> CheckResult:
     printed = [0.0]  # the engine's seconds at the last progress line (no terminal: no spinner)
     with clock(arguments).alarm(f"building the model {instance.label}"):  # a build() may never return
         machine = instance.machine()
@@ -72,72 +71,58 @@ def _run(instance: Instance, arguments: argparse.Namespace, console: Console) ->
                 printed[0] = stats.seconds
                 console.print(f"{text}, {stats.seconds:,.0f} s elapsed", markup=False, highlight=False, soft_wrap=True)
 
-        return _check(machine, arguments, progress)  # the engine stops itself on the clock (Limits.on)
+        try:  # the engine stops itself on the clock (Limits.on)
+            return check(machine, arguments.engine, options, progress=progress)
+        except OptionError as error:
+            raise UsageError(error.render(FLAGS)) from None
 
 
-def _check(machine: Machine, arguments: argparse.Namespace, progress: Progress) -> CheckResult:
-    """The engine's search of ``machine`` with the command's options."""
-    return check(
-        machine,
-        arguments.engine,
-        symmetry=arguments.symmetry,
-        limits=_limits(arguments),
-        compiled=not arguments.interpreted,
-        progress=progress,
-        depth=arguments.depth,
-        solver_timeout=arguments.solver_timeout,
-        induction_k=arguments.induction_k,
-        properties=arguments.properties or None,  # none named: every property
-        device=arguments.device,
-        compact=arguments.compact,
-        stop_at_first=arguments.stop_at_first,
-        workers=arguments.workers,
-        bmc_solver=arguments.bmc_solver,
-        reduction=arguments.reduction,
-        mine_invariants=arguments.mine_invariants,
-    )
+# each engine option's flag: an OptionError names fields, the command reports flags
+FLAGS = {
+    "engine": "--engine",
+    "properties": "--property",
+    "limits.max_states": "--max-states",
+    "limits.max_depth": "--max-depth",
+    "symmetry": "--symmetry",
+    "stop_at_first": "--stop-at-first",
+    "compiled": "--interpreted",
+    "compact": "--compact",
+    "workers": "--workers",
+    "kernels": "--kernels",
+    "device": "--device",
+    "depth": "--depth",
+    "k": "--k",
+    "solver_timeout": "--solver-timeout",
+    "solver": "--solver",
+    "reduction": "--reduction",
+    "mine_invariants": "--mine-invariants",
+}
 
 
-def _validate_engine_options(arguments: argparse.Namespace) -> None:
-    """Options that belong to the other family of engines are errors, not silently ignored."""
-    engine = arguments.engine
-    if engine in SYMBOLIC_ENGINES:
-        explicit = (
-            ("--max-depth", arguments.max_depth),
-            ("--max-states", arguments.max_states),
-            ("--symmetry", arguments.symmetry or None),
+def engine_options(arguments: argparse.Namespace) -> Options:
+    """The typed options of ``--engine`` made from the command's flags; a flag the engine does not
+    take (or a bad combination) is a ``UsageError`` naming the flags."""
+    try:
+        return options_for(
+            arguments.engine,
+            properties=arguments.properties or None,  # none named: every property
+            limits=_limits(arguments),
+            symmetry=arguments.symmetry,
+            stop_at_first=arguments.stop_at_first,
+            compiled=not arguments.interpreted,
+            compact=arguments.compact,
+            workers=arguments.workers,
+            kernels=arguments.kernels,
+            device=arguments.device,
+            depth=arguments.depth,
+            k=arguments.induction_k,
+            solver_timeout=arguments.solver_timeout,
+            solver=arguments.bmc_solver,
+            reduction=arguments.reduction,
+            mine_invariants=arguments.mine_invariants,
         )
-        for option, value in explicit:
-            if value is not None:
-                hint = "--k" if engine == "induction" else "--depth"
-                raise UsageError(
-                    f"{option} applies to the explicit engines (bfs, dfs); with --engine {engine} use {hint}"
-                )
-        if engine == "bmc" and arguments.depth is None:
-            raise UsageError("--engine bmc needs --depth K")
-        if engine in ("bmc", "pdr") and arguments.induction_k is not None:
-            raise UsageError(f"--k applies to --engine induction, not to {engine} (use --depth)")
-        if engine == "induction" and arguments.depth is not None:
-            raise UsageError("--depth applies to --engine bmc, not to induction (use --k)")
-        for option, value in (("--reduction", arguments.reduction), ("--solver", arguments.bmc_solver)):
-            if value is not None and engine != "bmc":
-                raise UsageError(f"{option} applies to --engine bmc, not to {engine}")
-        if arguments.bmc_solver == "cadical" and arguments.solver_timeout is not None:
-            raise UsageError("--solver-timeout needs --solver z3 (CaDiCaL queries cannot be interrupted)")
-    else:
-        symbolic = (
-            ("--depth", arguments.depth),
-            ("--k", arguments.induction_k),
-            ("--solver-timeout", arguments.solver_timeout),
-            ("--reduction", arguments.reduction),
-            ("--solver", arguments.bmc_solver),
-        )
-        for option, value in symbolic:
-            if value is not None:
-                owner = "--engine induction" if option == "--k" else "--engine bmc"
-                raise UsageError(f"{option} applies to {owner}, not to {engine}")
-        if arguments.interpreted and engine not in ("bfs", "dfs", AUTO):
-            raise UsageError(f"--interpreted applies to --engine bfs and dfs, not to {engine}")
+    except OptionError as error:
+        raise UsageError(error.render(FLAGS)) from None
 
 
 def check_trace_out(target: Path | None, inputs: Sequence[Path] = ()) -> None:
@@ -199,8 +184,8 @@ def _write_counterexample(instance: Instance, result: CheckResult, file: Path) -
 
 
 def command_check(arguments: argparse.Namespace, console: Console) -> int:
+    options = engine_options(arguments)
     if arguments.all:
-        _validate_engine_options(arguments)
         if any(
             (
                 arguments.variant,
@@ -215,8 +200,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
                 "against its pin; it takes no variant, instance, --ranks, --set or --property"
             )
         _require_abc_for_proofs(arguments)
-        return _check_all(arguments, console)
-    _validate_engine_options(arguments)
+        return _check_all(arguments, options, console)
     if arguments.markdown:
         raise UsageError("--markdown applies to check --all")
     if getattr(arguments, "proofs", False):
@@ -227,7 +211,7 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     overrides = parse_assignments(arguments.set)
     instance = protocol.instance(arguments.variant, arguments.instance, overrides, arguments.ranks)
     check_trace_out(arguments.trace_out, [arguments.model_file] if arguments.model_file else [])
-    result = _run(instance, arguments, console)
+    result = _run(instance, arguments, options, console)
     if arguments.workers > 1 and os.environ.get("RANK", "0") != "0":
         return result.exit_code  # a torchrun process other than rank 0: the same verdict, reported by rank 0
     inputs = [arguments.model_file] if arguments.model_file else []
@@ -327,7 +311,7 @@ class _Heartbeat:
                 self.console.print(f"… {self.doing}: {seconds:,.0f} s so far", markup=False, highlight=False)
 
 
-def _check_all(arguments: argparse.Namespace, console: Console) -> int:
+def _check_all(arguments: argparse.Namespace, options: Options, console: Console) -> int:
     rows: list[PinnedRow] = []
     payloads = []
     instances = pinned_instances(selected_protocols(arguments))
@@ -336,7 +320,7 @@ def _check_all(arguments: argparse.Namespace, console: Console) -> int:
             for position, instance in enumerate(instances, 1):
                 heartbeat.now(f"checking {instance.label} ({position} of {len(instances)})")
                 started = time.monotonic()
-                result = _run(instance, arguments, console)
+                result = _run(instance, arguments, options, console)
                 trace_file = _write_trace(instance, result, None, console)
                 rows.append(PinnedRow.of(instance, result))
                 payloads.append(result_json(result, instance, trace_file, states=arguments.json_states))

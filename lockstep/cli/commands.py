@@ -18,8 +18,6 @@ from lockstep.cli import completion
 from lockstep.cli.invocation import Invocation, call
 from lockstep.cli.numbers import NON_NEGATIVE, POSITIVE_INTEGER, POSITIVE_NUMBER
 
-# as lockstep.checkers.ENGINES (not imported here: it loads numpy; tests/test_cli_package.py holds them equal)
-ENGINES = ("auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr", "certify")
 # as lockstep.checkers.fuzz (which imports Hypothesis)
 DEFAULT_STEPS, DEFAULT_EXAMPLES, DEFAULT_SHRINK_SECONDS, DEFAULT_RUNTIME_EXAMPLES = 100, 1000, 30.0, 20
 TRACE_FORMATS = ("perfetto", "itf", "dot", "graphml")
@@ -158,8 +156,9 @@ def prove_lemmas(**options: Any) -> Invocation:
 @set_option
 @click.option(
     "--engine",
-    type=click.Choice(ENGINES),
     default="auto",
+    metavar="ENGINE",
+    shell_complete=completion.engines,
     help="auto (default): bfs-vec where it supports the model, else bfs; bfs: the reference search, "
     "shortest counterexamples; dfs; bfs-vec: compiled array kernels over packed states (numpy, one core); "
     "bfs-gpu: the same kernels with torch (--device); bmc: Z3 bounded model checking; induction: Z3 "
@@ -169,6 +168,15 @@ def prove_lemmas(**options: Any) -> Invocation:
     "set re-checked by Z3 as an inductive invariant proving each property bfs found holding",
 )
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
+@click.option(
+    "--kernels",
+    default="auto",
+    metavar="auto|arrays|c|triton",
+    shell_complete=completion.kernels,
+    help="bfs-vec, bfs-gpu: how successors are computed: arrays (the generated array kernels alone), c (bfs-vec: "
+    "their C spelling, compiled before the first level), triton (bfs-gpu: Triton kernels; on --device cpu in "
+    "Triton's interpreter, TRITON_INTERPRET=1), auto (default: C loops once a search is large, Triton on CUDA)",
+)
 @click.option(
     "--compact",
     is_flag=True,

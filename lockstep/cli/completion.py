@@ -5,7 +5,8 @@ every TAB that script runs ``lockstep`` with ``_LOCKSTEP_COMPLETE`` set (``bash_
 ``zsh_complete``, ``fish_complete``) and the words typed so far, and click answers with the
 candidates: command names, option names, choices, file names, and the functions here, which name
 protocols (``check <TAB>``), the named protocol's variants (``--variant <TAB>``), instances
-(``--instance <TAB>``), parameters (``--set <TAB>``) and properties (``--property <TAB>``), and
+(``--instance <TAB>``), parameters (``--set <TAB>``), properties (``--property <TAB>``), engines
+(``--engine <TAB>``) and kernels (``--kernels <TAB>``), and
 the runtime's protocols, variants and scenarios for ``run``. A name the model cannot resolve
 gives no candidates, never an error; model files are never imported on a TAB.
 """
@@ -106,6 +107,20 @@ def properties(ctx: click.Context, param: click.Parameter, incomplete: str) -> l
     except Exception:  # a name that does not resolve: no candidates, never a traceback on a TAB
         return []
     return _matching(((item.name, item.description) for item in machine.properties), incomplete)
+
+
+def engines(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The engines' names (``--engine``), from the engines' registry."""
+    from lockstep.checkers.engines import ENGINES
+
+    return _matching(((name, None) for name in ENGINES), incomplete)
+
+
+def kernels(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The vectorised engines' kernel choices (``--kernels``)."""
+    from lockstep.checkers.engines import KERNELS
+
+    return _matching(((name, None) for name in KERNELS), incomplete)
 
 
 def _runtime(ctx: click.Context) -> list[Any]:

@@ -8,8 +8,8 @@ signature, and under the name an unsigned cache used. The real ``lockstep`` comm
 marker is never written, the verdict is the pinned one, and a tampered entry is removed with a
 one-line note. The control signs the same payload with the cache's own key: then it does run (or
 flip the verdict), so each case would fail if verification were missing. The cache folder itself
-is refused when it is writable by others or belongs to another user, and ``LOCKSTEP_KERNEL_CACHE=0``
-reads nothing from it.
+is refused when it is writable by others or belongs to another user, and ``LOCKSTEP_CACHE=off``
+reads nothing from the folder the cache would otherwise be.
 """
 
 from __future__ import annotations
@@ -83,14 +83,14 @@ def _every_pair_payload(real: bytes, marker: Path) -> bytes:
 
 
 DP_PAUSE_PRE_FIX = ["check", "dp-pause", "--variant", "pre-fix"]
-FUSED = {"LOCKSTEP_FUSED": "1", "TRITON_INTERPRET": "1"}
-FUSED_CHECK = ["check", "pp-broadcast", "--variant", "pre-fix", "--engine", "bfs-gpu", "--device", "cpu"]
+FUSED = {"TRITON_INTERPRET": "1"}
+FUSED_CHECK = ["check", "pp-broadcast", "--variant", "pre-fix", "--engine", "bfs-gpu", "--device", "cpu", "--kernels"]
 BMC_CHECK = ["check", "pp-broadcast", "--variant", "pre-fix", "--engine", "bmc", "--depth", "12", "--reduction", "por"]
 KINDS = [
-    Kind("kernels", "*.json", DP_PAUSE_PRE_FIX, {"LOCKSTEP_NATIVE": "0"}, 1, _json_source_payload("source")),
-    Kind("native", "successors_*.so", DP_PAUSE_PRE_FIX, {"LOCKSTEP_NATIVE": "1"}, 1, _library_payload),
-    Kind("fused", "source_*.json", FUSED_CHECK, FUSED, 1, _json_source_payload("source")),
-    Kind("fused", "fused_*.py", FUSED_CHECK, FUSED, 1, _module_payload, generated=True),
+    Kind("kernels", "*.json", [*DP_PAUSE_PRE_FIX, "--kernels", "arrays"], {}, 1, _json_source_payload("source")),
+    Kind("native", "successors_*.so", [*DP_PAUSE_PRE_FIX, "--kernels", "c"], {}, 1, _library_payload),
+    Kind("fused", "source_*.json", [*FUSED_CHECK, "triton"], FUSED, 1, _json_source_payload("source")),
+    Kind("fused", "fused_*.py", [*FUSED_CHECK, "triton"], FUSED, 1, _module_payload, generated=True),
     Kind("bmc-commuting-pairs", "*.json", BMC_CHECK, {}, 1, _every_pair_payload, flips=True),
 ]
 IDENTIFIERS = ["kernels-source", "native-library", "fused-source", "fused-module", "bmc-commuting-pairs"]
@@ -187,11 +187,16 @@ def test_control_the_same_payload_signed_with_the_cache_key_does_take_effect(kin
 
 
 def test_with_the_cache_off_nothing_is_read_from_the_cache_folder(tmp_path: Path) -> None:
-    """``LOCKSTEP_KERNEL_CACHE=0``: a library planted in the cache folder is not loaded, even signed
-    (the audit found one loaded with the switch on)."""
+    """``LOCKSTEP_CACHE=off``: a library planted in the user's cache folder (the root when the setting
+    is unset) is not loaded, even signed (the audit found one loaded with the switch on)."""
     kind = KINDS[1]
     cache, marker = _signed_plants(kind, tmp_path)
-    _unchanged(kind, _run(kind, cache, {"LOCKSTEP_KERNEL_CACHE": "0"}), marker)
+    user_cache = tmp_path / "user-cache"
+    user_cache.mkdir()
+    cache.rename(user_cache / "lockstep")  # where platformdirs puts lockstep's cache under XDG_CACHE_HOME
+    completed = _run(kind, tmp_path / "unused", {"LOCKSTEP_CACHE": "off", "XDG_CACHE_HOME": str(user_cache)})
+    _unchanged(kind, completed, marker)
+    assert not (tmp_path / "unused").exists() and not (tmp_path / "off").exists()  # off is no folder name
 
 
 def test_the_default_cache_is_a_private_folder_of_the_user(tmp_path: Path) -> None:

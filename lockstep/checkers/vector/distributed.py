@@ -408,6 +408,7 @@ def check_distributed(
     limits: Limits | None = None,
     device: str | None = None,
     progress: Progress | None = None,
+    kernels: str = "auto",
 ) -> CheckResult:
     """Check ``machine`` with ``workers`` processes; the caller (every process, under torchrun) gets the result.
 
@@ -420,6 +421,7 @@ def check_distributed(
         "compact": compact,
         "stop_at_first": stop_at_first,
         "watched": watched,
+        "kernels": kernels,
         # the memory cap is the job's: each of the processes (one host) keeps to its share
         "limits": dataclasses.replace(shared, max_memory_bytes=max(1, shared.memory_cap() // workers)),
     }

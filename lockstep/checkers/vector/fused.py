@@ -16,9 +16,9 @@ not deterministic; the search orders successors by discovery key, as it does for
 kernels, so results are identical. A chunk in which any row steps out of a sort or fails to
 evaluate is flagged and handed back to the array kernels, which report it exactly.
 
-On CUDA they are compiled once per model (Triton's cache) and used by default (``LOCKSTEP_FUSED=0``
-turns them off). ``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1`` runs them on CPU tensors in Triton's
-interpreter, which is how the tests check them against ``bfs-vec``.
+On CUDA they are compiled once per model (Triton's cache) and used by default (the ``kernels`` option
+``arrays`` turns them off). ``kernels`` ``triton`` with ``TRITON_INTERPRET=1`` runs them on CPU
+tensors in Triton's interpreter, which is how the tests check them against ``bfs-vec``.
 """
 
 from __future__ import annotations

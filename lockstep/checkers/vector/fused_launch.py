@@ -6,8 +6,9 @@ before it is imported; the generation's result is kept beside it, named by a has
 the successor kernels over a chunk (one read-back per chunk: the successor count, the flag, the
 count per tuple) and the predicates kernel over new states. A chunk or a batch of states that a
 kernel flags goes back to the array kernels, which report it exactly. ``fused_kernels`` decides
-whether they apply: CUDA (unless ``LOCKSTEP_FUSED=0``), or Triton's interpreter on the CPU when
-asked for (``LOCKSTEP_FUSED=1 TRITON_INTERPRET=1``, set before Triton is imported). Each kernel's
+whether they apply: CUDA (unless the search's ``kernels`` option says ``arrays``), or Triton's
+interpreter on the CPU when asked for (``kernels`` ``triton`` and ``TRITON_INTERPRET=1``, set before
+Triton is imported). Each kernel's
 Triton source key is kept beside the module too (``source_keys``), so a later process does not parse
 every kernel's source again to find its compiled binary.
 """
@@ -302,14 +303,13 @@ class FusedKernels:
         return values, False
 
 
-def fused_kernels(arrays: Kernels, device: str) -> FusedKernels | None:
+def fused_kernels(arrays: Kernels, device: str, choice: str = "auto") -> FusedKernels | None:
     """The fused kernels for ``bfs-gpu`` on ``device``, or None where they do not apply: no Triton,
-    or ``LOCKSTEP_FUSED=0``. On a CPU device they run only when asked for, in Triton's interpreter
-    (``LOCKSTEP_FUSED=1`` and ``TRITON_INTERPRET=1``, both set before Triton is imported)."""
-    wanted = os.environ.get("LOCKSTEP_FUSED", "")
-    if wanted == "0":
+    or ``choice`` ``arrays``. On a CPU device they run only when asked for (``choice`` ``triton``), in
+    Triton's interpreter (``TRITON_INTERPRET=1``, set before Triton is imported)."""
+    if choice == "arrays":
         return None
-    if not device.startswith("cuda") and (wanted != "1" or os.environ.get("TRITON_INTERPRET") != "1"):
+    if not device.startswith("cuda") and (choice != "triton" or os.environ.get("TRITON_INTERPRET") != "1"):
         return None
     try:
         import torch

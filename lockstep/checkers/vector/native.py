@@ -21,8 +21,9 @@ verifies it and loads it at once (a private copy of the verified bytes, so the f
 loaded is the one that was verified); one that fails to verify or load is removed and compiled
 again. Where it is not cached, compiling costs more than a small model's whole search
 (docs/performance.md), so it starts in the background once a search has stored
-``THRESHOLD`` states and the array kernels go on until the library is there. ``LOCKSTEP_NATIVE=0``
-turns the native kernels off, ``=1`` compiles them before the first level (what the tests use).
+``THRESHOLD`` states and the array kernels go on until the library is there. The ``kernels`` option
+(``engines.VectorOptions``) ``arrays`` turns the native kernels off, ``c`` compiles them before the
+first level (what the tests use).
 No compiler, or a compiler that fails, leaves the array kernels in charge.
 """
 
@@ -487,14 +488,14 @@ class NativeKernels:
         return self._out, self._columns[0], self._columns[1], self._columns[2]  # capacity is self.capacity
 
 
-def native_kernels(arrays: Kernels) -> NativeKernels | None:
-    """The native kernels for ``bfs-vec``, or None: ``LOCKSTEP_NATIVE=0``, or no C compiler."""
-    wanted = os.environ.get("LOCKSTEP_NATIVE", "")
+def native_kernels(arrays: Kernels, choice: str = "auto") -> NativeKernels | None:
+    """The native kernels for ``bfs-vec``, or None: ``choice`` ``arrays``, or no C compiler. ``c``
+    compiles them before the first level; ``auto`` once a search is large enough (``THRESHOLD``)."""
     command = compiler()
-    if wanted == "0" or command is None:
+    if choice == "arrays" or command is None:
         return None
     try:
-        return NativeKernels(arrays, command, eager=wanted == "1")
+        return NativeKernels(arrays, command, eager=choice == "c")
     except OSError:  # the cache folder cannot be written: no library to build
         return None
 

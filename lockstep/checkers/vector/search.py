@@ -49,11 +49,11 @@ def vectorisable(machine: Machine, positions: frozenset[int] | None = None) -> s
     property among those checked, or a sort without a packed layout."""
     for position, prop in enumerate(machine.properties):
         if prop.kind is PropertyKind.LEADS_TO and (positions is None or position in positions):
-            return f"property {prop.name} is a leads-to property, which needs the state graph; use --engine bfs"
+            return f"property {prop.name} is a leads-to property, which needs the state graph (bfs checks it)"
     try:
         Layout(machine)
     except LayoutError as error:
-        return f"{error}; use --engine bfs"
+        return f"{error} (bfs checks it)"
     return None
 
 
@@ -78,17 +78,20 @@ class VectorSearch:
         limits: Limits | None = None,
         progress: Progress | None = None,
         chunk: int | None = None,
+        kernels: str = "auto",
     ) -> None:
         self.machine = machine.finish()
         try:
             self.layout = Layout(self.machine)
         except LayoutError as error:
-            raise Unsupported(f"{error}; use --engine bfs") from None
+            raise Unsupported(str(error)) from None
         self.backend = backend
         self.engine = engine
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
-        self.fused = fused_kernels(self.kernels, backend.device) if isinstance(backend, TorchBackend) else None
-        self.native = None if isinstance(backend, TorchBackend) else native_kernels(self.kernels)
+        # kernels (``engines.VectorOptions``): auto, arrays (the array kernels alone), c or triton
+        torch = isinstance(backend, TorchBackend)
+        self.fused = fused_kernels(self.kernels, backend.device, kernels) if torch else None
+        self.native = None if torch else native_kernels(self.kernels, kernels)
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
         self.canonical, self.canonical_keys = self.kernels.canonical, None  # fused: representatives with keys
