@@ -13,6 +13,11 @@ real recorder: nothing is stubbed.
 - A recorder that fails inside vLLM (the header's bounds say no request will come, so the first request's
   observed count is out of bounds) writes its error file and stops; vLLM runs the scenario to its end and
   the check is inconclusive, naming the recorder.
+- pp-broadcast (PP=2): the default scenario (a lone prompt of 3 chunks at the token budget, so two
+  all-chunked steps, then 3 tokens) conforms to the release's variant, with the engine core and both stages
+  recorded; on 0.31.0 and later (synchronous V1 with PP) no stage reaches the sampled-token broadcast. Its
+  recorder fails the same way when the header's bounds are too small (a prompt of 1 chunk), and vLLM
+  generates every token.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ _WHY = _vllm_import_error()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=f"needs a working vLLM: {_WHY}")
 
 
-def vllm_check(trace_dir: Path, *arguments: str) -> tuple[int, dict[str, Any], str]:
+def vllm_check(trace_dir: Path, *arguments: str, protocol: str = "dp-pause") -> tuple[int, dict[str, Any], str]:
     completed = subprocess.run(
         [
             sys.executable,
@@ -54,7 +59,7 @@ def vllm_check(trace_dir: Path, *arguments: str) -> tuple[int, dict[str, Any], s
             "lockstep",
             "vllm",
             "check",
-            "dp-pause",
+            protocol,
             "--trace-dir",
             str(trace_dir),
             "--json",
@@ -132,3 +137,65 @@ def test_a_recorder_failure_inside_vllm_stops_the_recording_and_vllm_runs_on(tmp
     judge(result)
     decide(result)
     assert result.verdict == "inconclusive" and "stopped" in result.reason, (result.verdict, result.reason)
+
+
+def test_pp_broadcasts_default_scenario_conforms_to_the_release(tmp_path: Path) -> None:
+    import jsonschema
+
+    from lockstep.instrumentation.vllm_pp_broadcast import release_variant
+    from lockstep.real_vllm.releases import detect
+
+    release = detect()
+    code, payload, stderr = vllm_check(tmp_path / "trace", "--timeout", str(RUN_SECONDS), protocol="pp-broadcast")
+    jsonschema.validate(payload, json.loads((ROOT / "lockstep" / "schemas" / "vllm-check.schema.json").read_text()))
+    assert payload["verdict"] == "conforms" and code == 0, (payload["reason"], stderr)
+    assert payload["variant"] == release_variant(release.version)
+    assert payload["run"]["timeline"]["finished"] and payload["recorder_failures"] == []
+    assert sorted(payload["replay"]["coverage"]["events_per_actor"]) == ["engine", "rank:0", "rank:1"]
+    trace_dir = Path(payload["trace_dir"])
+    assert {header["variant"] for header in headers(trace_dir).values()} == {payload["variant"]}
+    assert {"schedule", "process_output", "execute_model", "sample_tokens"} <= actions(trace_dir)
+    engine = [json.loads(line) for line in (trace_dir / "engine.jsonl").read_text().splitlines()[1:]]
+    rows = [
+        value
+        for event in engine
+        if event["action"] == "schedule"
+        for name, value in event["observed"].items()
+        if name.startswith("scheduler.steps")
+    ]
+    assert rows[:3] == [[1], [2], [3]]  # the prompt's 3 chunks, the first two all-chunked steps
+    if payload["variant"] in ("v0.31.0", "v0.33.0"):  # synchronous V1 with PP: nothing is broadcast
+        stages = [
+            json.loads(line)
+            for name in ("rank-0.jsonl", "rank-1.jsonl")
+            for line in (trace_dir / name).read_text().splitlines()[1:]
+        ]
+        samples = [event for event in stages if event["action"] == "sample_tokens"]
+        assert samples and not any(
+            any(value)
+            for event in samples
+            for name, value in event["observed"].items()
+            if name.startswith("rank.broadcast_issued")
+        )
+
+
+def test_a_pp_broadcast_recorder_failure_stops_the_recording_and_vllm_runs_on(tmp_path: Path) -> None:
+    from lockstep.instrumentation.vllm_pp_broadcast import release_variant
+    from lockstep.real_vllm import pipeline
+    from lockstep.real_vllm.check import CheckResult, decide, judge, run_driver
+    from lockstep.real_vllm.releases import detect
+
+    release, chosen = detect(), pipeline.scenario("long-prompt", 0)
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    wrong_bounds = {**chosen.model_parameters(), "chunks": 1}  # the fourth piece is beyond the model's bounds
+    run = run_driver(release, chosen, trace_dir, RUN_SECONDS, parameters=wrong_bounds, protocol="pp-broadcast")
+    assert run.outcome == "completed", run  # vLLM generated every token
+    assert set(run.timeline["finished"].values()) == {"length"}
+    failures = sorted(trace_dir.glob("*.error.json"))
+    assert failures and failures[0].name == "engine.error.json", sorted(path.name for path in trace_dir.iterdir())
+    assert "is beyond its bounds" in json.loads(failures[0].read_text())["error"]
+    result = CheckResult("pp-broadcast", release, release_variant(release.version), chosen, trace_dir, run)
+    judge(result)
+    decide(result)
+    assert result.verdict == "inconclusive" and "recorder of engine stopped" in result.reason, result.reason

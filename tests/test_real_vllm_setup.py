@@ -200,8 +200,9 @@ def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (("pp-broadcast",), "no real-engine check of 'pp-broadcast'; it checks: dp-pause"),
+        (("computed-tokens",), "no real-engine check of 'computed-tokens'; it checks: dp-pause, pp-broadcast"),
         (("dp-pause", "--scenario", "everything"), "no dp-pause scenario 'everything'"),
+        (("pp-broadcast", "--scenario", "script"), "no pp-broadcast scenario 'script'"),
     ],
 )
 def test_usage_errors_name_the_problem(arguments: tuple[str, ...], message: str) -> None:
@@ -216,3 +217,29 @@ def test_no_vllm_in_this_python_is_a_usage_error() -> None:
         pytest.skip("vLLM is installed in this Python (tests/test_real_vllm.py runs it)")
     completed = _cli("dp-pause")
     assert completed.returncode == 2 and "vLLM is not installed in this Python" in completed.stderr, completed.stderr
+
+
+def test_pp_broadcasts_scenarios_and_release_stay_within_the_models_bounds() -> None:
+    from lockstep.instrumentation.vllm_pp_broadcast import empty_step_bound, header_parameters, release_variant
+    from lockstep.models.pp_broadcast.model import PROTOCOL as PIPELINE
+    from lockstep.real_vllm import pipeline
+
+    long_prompt = pipeline.scenario("long-prompt", 0)
+    assert long_prompt.model_parameters() == {"requests": 1, "chunks": 3, "decodes": 2}
+    assert release_variant("0.32.0") == "v0.31.0" and release_variant("0.19.1") == "pre-fix"
+    with pytest.raises(UnsupportedRelease, match="cover 0.19.0 to 0.33.0"):
+        release_variant("0.18.0")
+    for seed in range(50):
+        drawn = pipeline.scenario("random", seed)
+        assert drawn.chunks >= 2  # at least one all-chunked step
+        parameters = header_parameters(drawn.model_parameters(), pipeline.STAGES)
+        assert parameters["empty_steps"] == empty_step_bound(parameters["decodes"])
+        instance = PIPELINE.instance("v0.31.0", overrides={k: v for k, v in parameters.items() if k != "unrecorded"})
+        assert instance.parameters["async_scheduling"] == 0  # bounds checked by the instance
+    with pytest.raises(pipeline.UnknownScenario, match="scenarios: long-prompt, random"):
+        pipeline.scenario("everything")
+
+
+def test_a_missing_pp_broadcast_patch_target_names_its_recorder() -> None:
+    with pytest.raises(MissingPatchTarget, match="the pp-broadcast recorder patches json.JSONDecoder.sample_tokens"):
+        find_target("json", "JSONDecoder.sample_tokens", recorder="pp-broadcast")

@@ -292,7 +292,10 @@ def _names_something(system: Any, name: str) -> bool:
     )
 
 
-PROFILES = {"vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause"}  # name -> module defining PROFILE
+PROFILES = {  # name -> module defining PROFILE
+    "vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause",
+    "vllm-pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
+}
 
 
 def _dp_pause_runtime(sizing: Mapping[str, int]) -> dict[str, int]:

@@ -440,13 +440,13 @@ def vllm(ctx: click.Context) -> None:
 @click.argument("protocol", metavar="PROTOCOL", shell_complete=completion.protocols)
 @click.option(
     "--scenario",
-    default="cycles",
-    show_default=True,
     metavar="NAME",
-    help="the workload: cycles (2 requests of 16 tokens, then twice a pause mid-request, collective_rpc, resume "
-    "and a late request of 16 tokens), script (the model's original client script: 2 requests of 2 tokens, a "
-    "pause mid-request, collective_rpc, resume, a late request) or random (--seed draws every choice within the "
-    "original script's bounds)",
+    help="the workload. dp-pause: cycles (the default; 2 requests of 16 tokens, then twice a pause "
+    "mid-request, collective_rpc, resume and a late request of 16 tokens), script (the model's original "
+    "client script: 2 requests of 2 tokens, a pause mid-request, collective_rpc, resume, a late request) or "
+    "random (--seed draws every choice within the original script's bounds); pp-broadcast: long-prompt (the "
+    "default; a 300-token prompt in 3 chunks, 3 tokens) or "
+    "random (--seed draws the prompt's length and the tokens)",
 )
 @click.option("--seed", type=NON_NEGATIVE, default=0, show_default=True, help="the scenario's seed")
 @click.option(
@@ -469,9 +469,10 @@ def vllm(ctx: click.Context) -> None:
 )
 @json_option
 def vllm_check(**options: Any) -> Invocation:
-    """Start the installed vLLM on the CPU (DP=2, a tiny model shipped with lockstep: no download), drive
-    PROTOCOL's scenario through it, record every actor, and replay the recording against the model
-    variant of the installed release: conforms (0), diverges or violated (1), the goals reached."""
+    """Start the installed vLLM on the CPU (DP=2, or PP=2 for pp-broadcast; a tiny model shipped with
+    lockstep: no download), drive PROTOCOL's scenario through it, record every actor, and replay the
+    recording against the model variant of the installed release: conforms (0), diverges or violated (1),
+    the goals reached."""
     return call("lockstep.cli.vllm:command_vllm_check", "vllm check", options)
 
 

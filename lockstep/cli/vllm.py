@@ -48,17 +48,17 @@ def _say(console: Any, text: str) -> None:
 def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     """Check the installed vLLM (see the module doc); the exit code."""
     from lockstep.models import get_protocol
-    from lockstep.real_vllm.check import DEFAULT_TIMEOUT, check_protocol, run_check
+    from lockstep.real_vllm.check import DEFAULT_TIMEOUT, check_protocol, release_variant, run_check
     from lockstep.real_vllm.releases import detect
-    from lockstep.real_vllm.scenarios import scenario
 
     timer = clock(arguments)
     try:
         check_protocol(arguments.protocol)
-        chosen = scenario(arguments.scenario, arguments.seed)
+        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed)
         release = detect()
+        modelled_by = release_variant(arguments.protocol, release)
         variant = (
-            release.variant
+            modelled_by
             if arguments.variant is None
             else get_protocol(arguments.protocol).variant(arguments.variant).name
         )
@@ -68,8 +68,8 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     with claim as folder:
         _say(
             console,
-            f"vllm check {arguments.protocol}: vLLM {release.version} is modelled by {release.variant}"
-            + (f" (judged by {variant})" if variant != release.variant else "")
+            f"vllm check {arguments.protocol}: vLLM {release.version} is modelled by {modelled_by}"
+            + (f" (judged by {variant})" if variant != modelled_by else "")
             + f"; scenario {chosen.name} (seed {chosen.seed}): {_describe(chosen)}; recording into {folder.resolve()}",
         )
         result = run_check(
@@ -82,7 +82,20 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     return code
 
 
+def _scenario(protocol: str, name: str | None, seed: int) -> Any:
+    """The protocol's scenario ``name`` (default: its default) with ``seed``; ValueError for an unknown name."""
+    if protocol == "pp-broadcast":
+        from lockstep.real_vllm import pipeline
+
+        return pipeline.scenario(name or pipeline.DEFAULT_SCENARIO, seed)
+    from lockstep.real_vllm.scenarios import DEFAULT_SCENARIO, scenario
+
+    return scenario(name or DEFAULT_SCENARIO, seed)
+
+
 def _describe(chosen: Any) -> str:
+    if hasattr(chosen, "describe"):  # a pp-broadcast scenario says what it is
+        return str(chosen.describe())
     late = f", {chosen.late_requests} more while {chosen.late_phase}" if chosen.late_requests else ""
     timing = " after a first token" if chosen.pause_after_first_token else ""
     cycles = f" ({chosen.cycles} cycles)" if chosen.cycles > 1 else ""

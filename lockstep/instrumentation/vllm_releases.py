@@ -96,8 +96,9 @@ VLLM_TARGETS = (
 POST_FIX_TARGETS = (("vllm.config", "ParallelConfig.sync_dp_state"),)  # the two-phase pause's consensus
 
 
-def find_target(module_name: str, path: str) -> Any:
-    """The object ``module_name``.``path`` names; ``MissingPatchTarget`` naming the first missing part."""
+def find_target(module_name: str, path: str, recorder: str = "dp-pause") -> Any:
+    """The object ``module_name``.``path`` names; ``MissingPatchTarget`` naming the first missing part (and
+    ``recorder``, the recorder that patches it)."""
     import importlib
 
     try:
@@ -108,7 +109,7 @@ def find_target(module_name: str, path: str) -> Any:
     for part in path.split(".") if path else ():
         if not hasattr(found, part):
             raise MissingPatchTarget(
-                f"{walked}.{part} does not exist (the dp-pause recorder patches {module_name}.{path})"
+                f"{walked}.{part} does not exist (the {recorder} recorder patches {module_name}.{path})"
             )
         found, walked = getattr(found, part), f"{walked}.{part}"
     return found

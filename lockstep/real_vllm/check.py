@@ -3,17 +3,20 @@
 ``run_check(protocol, scenario, trace_dir, ...)`` is the whole check, in the Python where vLLM is installed:
 
 1. **Release**: ``releases.detect()`` reads the installed ``vllm.__version__`` and maps it to the model
-   variant and recording of that release (refused, a usage error, for one no recording covers).
+   variant and recording of that release (refused, a usage error, for one no recording covers);
+   ``release_variant`` gives the protocol's variant (pp-broadcast: its model's release table).
 2. **Run**: the driver (``python -P -m lockstep.real_vllm.driver``) runs in a session of its own with
    lockstep's settings in its environment (``settings.environment``), the scenario's model bounds in
-   ``LOCKSTEP_TRACE_PARAMETERS`` and ``LOCKSTEP_TRACE_DIR`` set: every vLLM process records itself
-   (the client ``client.jsonl``, each engine core ``rank-N.jsonl``; the coordinator is unrecorded, as the
-   headers say). Its output goes to ``vllm.log`` in the trace folder, its progress to
-   ``driver-status.json``. When the run passes its deadline (``timeout``) the whole process group is
-   killed (vLLM's engines bind loopback ports and ``/dev/shm``: nothing may be left behind), and the
-   group is registered with lockstep's guardian, which kills it if this process dies first.
+   ``LOCKSTEP_TRACE_PARAMETERS``, ``LOCKSTEP_TRACE_DIR`` and the protocol (``LOCKSTEP_VLLM_PROTOCOL``) set:
+   every vLLM process records itself (dp-pause: the client ``client.jsonl``, each engine core
+   ``rank-N.jsonl``, the coordinator unrecorded, as the headers say; pp-broadcast: the engine core
+   ``engine.jsonl``, each PP worker ``rank-N.jsonl``). Its output goes to ``vllm.log`` in the trace
+   folder, its progress to ``driver-status.json``. When the run passes its deadline (``timeout``) the
+   whole process group is killed (vLLM's engines bind loopback ports and ``/dev/shm``: nothing may be
+   left behind), and the group is registered with lockstep's guardian, which kills it if this process dies first.
 3. **Judge**: the recording is merged and replayed against the release's variant (or ``variant``) with
-   the recorder's profile (``vllm_dp_pause.PROFILE``), every actor expected, through the one replay path
+   the recorder's profile (``recorder_profile``: ``vllm_dp_pause.PROFILE``, ``vllm_pp_broadcast.PROFILE``),
+   every actor expected (``expected_actors``), through the one replay path
    (``lockstep.checkers.conformance.replay_traces``) with the goal observer ``lockstep test-runtime``
    uses (``lockstep.checkers.goals.RuntimeGoals``): which of the model's coverage goals the real run
    reached.
@@ -41,13 +44,14 @@ from typing import Any
 from lockstep import record
 from lockstep.real_vllm import settings
 from lockstep.real_vllm.releases import Release
-from lockstep.real_vllm.scenarios import RANKS, Scenario
+from lockstep.real_vllm.scenarios import RANKS
 from lockstep.traces.output import write_atomically
 
-PROTOCOLS = ("dp-pause",)  # the protocols a real vLLM is checked for
+PROTOCOLS = ("dp-pause", "pp-broadcast")  # the protocols a real vLLM is checked for
 DEFAULT_TIMEOUT = 900.0  # seconds the real run may take (start-up included: 1-3 min on 2 cores)
 POLL_SECONDS = 0.5
 MODEL_DIRECTORY = Path(__file__).resolve().parent / "models" / "dense-moe-flag"
+MODEL_DIRECTORIES = {"dp-pause": MODEL_DIRECTORY, "pp-broadcast": MODEL_DIRECTORY.parent / "dense"}  # by protocol
 STATUS_FILE, SPEC_FILE, LOG_FILE = "driver-status.json", "driver-spec.json", "vllm.log"
 COMPLETED, REFUSED, FAILED, TIMEOUT, CRASHED = "completed", "refused", "failed", "timeout", "crashed"
 EXIT_CODES = {"conforms": 0, "diverges": 1, "violated": 1, "refused": 2, "inconclusive": 3, "crashed": 4}
@@ -89,7 +93,7 @@ class CheckResult:
     protocol: str
     release: Release
     variant: str
-    scenario: Scenario
+    scenario: Any  # a dp-pause ``Scenario`` or a pp-broadcast ``pipeline.PipelineScenario``
     trace_dir: Path
     run: Run
     replay: dict[str, Any] | None = None  # ReplayVerdict.to_json(), or None when nothing could be replayed
@@ -145,6 +149,36 @@ def check_protocol(protocol: str) -> None:
         )
 
 
+def release_variant(protocol: str, release: Release) -> str:
+    """The model variant of ``protocol`` that ``release`` stands for (``UnsupportedRelease`` where none does)."""
+    if protocol == "pp-broadcast":
+        from lockstep.instrumentation.vllm_pp_broadcast import release_variant as pipeline_variant
+
+        return pipeline_variant(release.version)
+    return release.variant
+
+
+def recorder_profile(protocol: str) -> Any:
+    """The ``RecorderProfile`` of ``protocol``'s recorder."""
+    if protocol == "pp-broadcast":
+        from lockstep.instrumentation.vllm_pp_broadcast import PROFILE as PIPELINE_PROFILE
+
+        return PIPELINE_PROFILE
+    from lockstep.instrumentation.vllm_dp_pause import PROFILE
+
+    return PROFILE
+
+
+def expected_actors(protocol: str) -> list[str]:
+    """Every actor a recording of ``protocol`` has: the client and each DP engine core, or the PP engine and
+    each stage."""
+    if protocol == "pp-broadcast":
+        from lockstep.real_vllm.pipeline import STAGES
+
+        return ["engine", *(f"rank:{rank}" for rank in range(STAGES))]
+    return ["client", *(f"rank:{rank}" for rank in range(RANKS))]
+
+
 def _read_status(path: Path) -> dict[str, Any]:
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
@@ -180,27 +214,31 @@ def _group_running(group: int) -> bool:
 
 def run_driver(
     release: Release,
-    scenario: Scenario,
+    scenario: Any,
     trace_dir: Path,
     timeout: float,
     parameters: dict[str, int] | None = None,
+    protocol: str = "dp-pause",
 ) -> Run:
     """Run the scenario on the installed vLLM, recording into ``trace_dir`` with the model bounds
     ``parameters`` (default: the scenario's); every process it started is gone when this returns (see
     the module doc)."""
     from lockstep.impl.lifetime import child_environment, guardian, python_command
     from lockstep.instrumentation.vllm_dp_pause import PARAMETERS_ENVIRONMENT
+    from lockstep.real_vllm.driver import PROTOCOL_ENVIRONMENT
 
     status_path, spec_path, log_path = trace_dir / STATUS_FILE, trace_dir / SPEC_FILE, trace_dir / LOG_FILE
     spec = {
+        "protocol": protocol,
         "scenario": scenario.to_json(),
-        "model": str(MODEL_DIRECTORY),
+        "model": str(MODEL_DIRECTORIES[protocol]),
         "version": release.version,
         "status": str(status_path),
     }
     write_atomically(spec_path, lambda file: file.write(json.dumps(spec, indent=1) + "\n"))
     environment = settings.environment(child_environment())
     environment[record.TRACE_DIRECTORY_ENVIRONMENT] = str(trace_dir.resolve())
+    environment[PROTOCOL_ENVIRONMENT] = protocol
     environment[PARAMETERS_ENVIRONMENT] = json.dumps(scenario.model_parameters() if parameters is None else parameters)
     started = time.monotonic()
     with open(log_path, "xb") as log:  # a new file in the claimed folder: a link planted there is refused
@@ -252,7 +290,6 @@ def judge(result: CheckResult) -> None:
     and failures (``verdict`` is set by ``decide``)."""
     from lockstep.checkers.conformance import replay_traces
     from lockstep.checkers.goals import RuntimeGoals, model_goals
-    from lockstep.instrumentation.vllm_dp_pause import PROFILE
     from lockstep.spec.protocol import UsageError
     from lockstep.traces.reader import TraceInputError
 
@@ -266,8 +303,8 @@ def judge(result: CheckResult) -> None:
             result.trace_dir,
             protocol=result.protocol,
             variant=result.variant,
-            profile=PROFILE,
-            expected_actors=["client", *(f"rank:{rank}" for rank in range(RANKS))],
+            profile=recorder_profile(result.protocol),
+            expected_actors=expected_actors(result.protocol),
             observe=observer.observe,
         )
     except (TraceInputError, UsageError, OSError) as error:
@@ -316,7 +353,7 @@ def decide(result: CheckResult) -> None:
 def run_check(
     protocol: str,
     release: Release,
-    scenario: Scenario,
+    scenario: Any,
     trace_dir: Path,
     *,
     variant: str | None = None,
@@ -325,8 +362,8 @@ def run_check(
     """Run ``scenario`` on the installed vLLM (``release``), recording into ``trace_dir`` (an empty folder
     this process holds), and judge the recording against ``variant`` (default: the release's)."""
     check_protocol(protocol)
-    run = run_driver(release, scenario, trace_dir, timeout)
-    result = CheckResult(protocol, release, variant or release.variant, scenario, trace_dir, run)
+    run = run_driver(release, scenario, trace_dir, timeout, protocol=protocol)
+    result = CheckResult(protocol, release, variant or release_variant(protocol, release), scenario, trace_dir, run)
     if run.outcome != REFUSED:
         judge(result)
     decide(result)
@@ -342,7 +379,10 @@ __all__ = [
     "UnknownProtocol",
     "check_protocol",
     "decide",
+    "expected_actors",
     "judge",
+    "recorder_profile",
+    "release_variant",
     "run_check",
     "run_driver",
 ]

@@ -5,10 +5,13 @@ coordinator with ``multiprocessing``'s ``spawn`` (the CPU platform forces it), a
 imports the parent's main module before it unpickles its target: this module, as ``__mp_main__``. Its
 import therefore calls ``prepare_process()`` in the driver and in every process vLLM spawns:
 ``settings.apply_in_process()`` (the environment, the ``uni`` executor kept) and, while
-``LOCKSTEP_TRACE_DIR`` is set, ``vllm_dp_pause.install_vllm()`` (the release's recording, patch
-targets checked). Nothing is asked of the user's environment (no ``sitecustomize``, no ``PYTHONPATH``).
+``LOCKSTEP_TRACE_DIR`` is set, the recorder of the protocol ``LOCKSTEP_VLLM_PROTOCOL`` names
+(``vllm_pp_broadcast.install_vllm()`` for ``pp-broadcast``, else ``vllm_dp_pause.install_vllm()``: the
+release's recording, patch targets checked). Nothing is asked of the user's environment (no
+``sitecustomize``, no ``PYTHONPATH``).
 
-SPEC is a JSON file written by ``lockstep.real_vllm.check``: the scenario, the model directory, the
+SPEC is a JSON file written by ``lockstep.real_vllm.check``: the protocol, the scenario (a dp-pause
+``Scenario`` or a pp-broadcast ``PipelineScenario``, run by ``workload`` or ``pipeline``), the model directory, the
 version the check detected and where to write the status. The status file (JSON, rewritten at each
 phase) says how far the run got (``phase``), the vLLM version the driver imported, and at the end the
 ``outcome`` with the client's timeline, or the error. Exit codes: 0 the scenario completed, 2 refused
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_COMPLETED, EXIT_REFUSED, EXIT_FAILED = 0, 2, 3
+PROTOCOL_ENVIRONMENT = "LOCKSTEP_VLLM_PROTOCOL"  # the protocol whose recorder every process installs (dp-pause)
 _prepared = False
 
 
@@ -41,7 +45,10 @@ def prepare_process() -> None:
 
     settings.apply_in_process()
     if record.recording_enabled():
-        from lockstep.instrumentation.vllm_dp_pause import install_vllm
+        if os.environ.get(PROTOCOL_ENVIRONMENT) == "pp-broadcast":
+            from lockstep.instrumentation.vllm_pp_broadcast import install_vllm
+        else:
+            from lockstep.instrumentation.vllm_dp_pause import install_vllm
 
         install_vllm()
     _prepared = True
@@ -86,9 +93,18 @@ def main(arguments: list[str]) -> int:
         status.update(phase="refused", outcome="refused", error=str(error))
         sys.stderr.write(f"lockstep: {error}\n")
         return EXIT_REFUSED
-    scenario = Scenario.from_json(spec["scenario"])
+
+    def noted(phase: str) -> None:
+        status.update(phase=phase)
+
     try:
-        timeline = asyncio.run(drive(Path(spec["model"]), scenario, lambda phase: status.update(phase=phase)))
+        if spec.get("protocol") == "pp-broadcast":
+            from lockstep.real_vllm import pipeline
+
+            chosen = pipeline.PipelineScenario.from_json(spec["scenario"])
+            timeline = pipeline.drive(Path(spec["model"]), chosen, noted)
+        else:
+            timeline = asyncio.run(drive(Path(spec["model"]), Scenario.from_json(spec["scenario"]), noted))
     except BaseException as error:  # vLLM's own failure (EngineDeadError, a timeout): the check reports it
         status.update(
             phase="failed",

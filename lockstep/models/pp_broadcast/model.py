@@ -228,7 +228,7 @@ PROTOCOL = Protocol(
         ParameterSpec("hang_bound", 30, "steps within which every posted PP op must complete", minimum=1, maximum=64),
         ParameterSpec("failures", 0, "1: the last rank's execute_model may raise once", minimum=0, maximum=1),
         ParameterSpec(
-            "empty_steps", 0, "steps the scheduler may leave empty (no scheduled tokens)", minimum=0, maximum=2
+            "empty_steps", 0, "steps the scheduler may leave empty (no scheduled tokens)", minimum=0, maximum=5
         ),
         max_delay_parameter(),
         *FEATURE_PARAMETERS,
