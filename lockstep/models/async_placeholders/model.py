@@ -62,6 +62,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lockstep.models.async_placeholders.properties import add_invariants, add_witnesses, set_final
+from lockstep.models.async_placeholders.releases import BISECTION, RELEASE_VARIANTS, V0_27_0
 from lockstep.models.async_placeholders.runner import bookkeeping, sample, update_states
 from lockstep.models.async_placeholders.scheduler import kv_load_failure, schedule, update_from_output
 from lockstep.models.async_placeholders.sources import sources
@@ -71,13 +72,13 @@ from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
 from lockstep.spec.sorts import BOOL, integers
 
-__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "build"]
+__all__ = ["POST_FIX", "PRE_FIX", "PROTOCOL", "V0_27_0", "build"]
 
 
 def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     """The async-placeholders machine for ``variant`` at the given parameter values."""
     machine = Machine(f"async-placeholders/{variant}")
-    state = declare(machine, parameters)
+    state = declare(machine, parameters, stale_output=variant == V0_27_0)
     # the scheduler
     machine.add(schedule, state, kind=Kind, chunk=BOOL, drafts=state.Drafts, history=BOOL)
     machine.add(update_from_output, state)
@@ -104,6 +105,7 @@ PROTOCOL = Protocol(
     variants=(
         VariantSpec(PRE_FIX, "forward scan: first_placeholder = ids.index(-1)", "vLLM v0.21.0"),
         VariantSpec(POST_FIX, "backward scan over the trailing -1 run", "vLLM v0.22.0"),
+        *RELEASE_VARIANTS,
     ),
     parameters=(
         ParameterSpec(
@@ -127,38 +129,38 @@ PROTOCOL = Protocol(
             "seed",
             "PR #42938: plain async decode with penalties; the forward scan reads the whole history",
             {},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
         ),
         InstanceSpec(
             "spec-decode",
             "async spec decode, two drafts: optimistic placeholders, fewer accepted",
             {"num_spec_tokens": 2},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
         ),
         InstanceSpec(
             "kv-load-failure",
             "spec decode with a sync KV-load failure that discards outputs: trims",
             {"num_spec_tokens": 1, "kv_load_failures": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
         ),
         InstanceSpec(
             "preemption",
             "skipped and preempted steps, chunked re-prefill, rebuilt lists",
             {"preemptions": 1, "chunked_prefill": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
         ),
         InstanceSpec(
             "all-operations",
             "every operation of P3(b) at once, output ids always needed",
             {"num_spec_tokens": 1, "preemptions": 1, "chunked_prefill": 1, "kv_load_failures": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
         ),
         InstanceSpec(
             "history-toggle",
             "the rows needing output ids come and go: a step without them registers no sampled ids, the next "
             "repair is skipped, and the repair after that writes one row over two steps' placeholders",
             {"history_toggles": 1},
-            {PRE_FIX: "violated", POST_FIX: "violated"},
+            {PRE_FIX: "violated", POST_FIX: "violated", V0_27_0: "violated"},
             finding="`InputBatch.set_async_sampled_token_ids` (None when no row needs output ids), "
             "`update_async_output_token_ids` (k = min(num_sampled, num_placeholders) over an accumulated run, then "
             "truncation), `_make_sampling_metadata` (v0.22.0 gates output ids per step), `_update_states` (the trim "
@@ -168,4 +170,5 @@ PROTOCOL = Protocol(
     ),
     build=build,
     rank_parameter=None,
+    release_table=tuple((release, variant) for release, variant, _ in BISECTION),
 )

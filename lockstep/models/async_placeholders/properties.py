@@ -162,6 +162,12 @@ def add_witnesses(machine: Machine, state: State) -> None:
             conjunction(state.phase == Phase.UPDATED, scheduled_here(state), ~state.prev_row, length > 0),
             "a request that missed a step rejoins the batch with its rebuilt list",
         )
+    if sizes.preemptions and state.stale is not None:
+        machine.sometimes(
+            "stale_output_in_flight",
+            conjunction(state.stale, ~state.to_scheduler.is_empty() | ~state.to_runner.is_empty()),
+            "v0.27.0: the request is preempted with a step in flight; placeholders are 0 and its output is stale",
+        )
     if sizes.chunked_prefill:
         machine.sometimes(
             "discarded_chunk", sampled & current(state).field("chunk"), "a non-final prefill chunk's row is discarded"

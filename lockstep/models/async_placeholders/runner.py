@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from lockstep.models.async_placeholders.scans import BACKWARD, FORWARD, first_placeholder, scan_cost
 from lockstep.models.async_placeholders.state import (
-    POST_FIX,
+    PRE_FIX,
     Phase,
     State,
     current,
@@ -72,7 +72,7 @@ def update_states(state: State) -> Step:
 @action(actor="runner")
 def sample(state: State, variant: str) -> Step:
     """_sample → update_async_output_token_ids: replace the trailing -1 run by the previous row's ids."""
-    scan = BACKWARD if variant == POST_FIX else FORWARD  # v0.22.0 walks back; v0.21.0 calls ids.index(-1)
+    scan = FORWARD if variant == PRE_FIX else BACKWARD  # v0.21.0 calls ids.index(-1); v0.22.0 on walk back
     elements, length, tokens = slots(state), state.length, state.tokens
     applies = conjunction(
         state.sampled_cpu,

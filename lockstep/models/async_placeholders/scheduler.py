@@ -7,6 +7,13 @@ which sends ``num_output_tokens`` = outputs + placeholders; ``_preempt_request``
 ``_update_request_with_output``: placeholders -= new tokens), with ``vllm/v1/engine/core.py``'s
 ``step_with_batch_queue`` (a queue of two steps).
 
+Preemption from v0.27.0 (variant ``v0.27.0``, built with ``scheduler.stale_output``):
+``_preempt_request`` sets ``num_output_placeholders = 0`` and ``num_stale_output_tokens =
+num_in_flight_tokens``; ``update_from_output`` delivers a stale step's tokens but, with ``is_stale``,
+neither subtracts its rejected drafts nor its new tokens from the placeholders; ``schedule`` keeps a
+preempted request waiting while deliverable stale output is in flight. Before v0.27.0 the placeholders
+survive the preemption and the in-flight output resolves them.
+
 Finished requests (faithfulness note): once ``num_output_tokens >= max_tokens``, ``check_stop``
 (``vllm/v1/core/sched/utils.py``) finishes the request in ``update_from_output``, preempted or
 not, and it leaves the queues, so the model gives a request with all ``max_tokens`` outputs no step
@@ -49,6 +56,8 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
     )
     if not sizes.preemptions:
         guard = conjunction(guard, run)
+    if state.stale is not None:  # v0.27.0: a preempted request waits until its stale output drained
+        guard = conjunction(guard, run.implies(~state.stale))
     entry = record_of(
         state.Scheduled,
         kind=kind,
@@ -58,13 +67,25 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
         outputs=outputs,
         history=history,
     )
-    return Step(
-        guard,
-        {
-            state.to_runner: state.to_runner.append(entry),
-            placeholders: if_then_else(produces, placeholders + 1 + drafts, placeholders),
-            prefilling: if_then_else(kind == Kind.PREEMPT, True, if_then_else(produces, False, prefilling)),
-        },
+    updates = {
+        state.to_runner: state.to_runner.append(entry),
+        placeholders: if_then_else(produces, placeholders + 1 + drafts, placeholders),
+        prefilling: if_then_else(kind == Kind.PREEMPT, True, if_then_else(produces, False, prefilling)),
+    }
+    if state.stale is not None:
+        # v0.27.0 _preempt_request: num_stale_output_tokens = num_in_flight_tokens, num_output_placeholders = 0
+        preempt = kind == Kind.PREEMPT
+        updates[placeholders] = if_then_else(preempt, 0, updates[placeholders])
+        updates[state.stale] = if_then_else(preempt, _run_in_flight(state), state.stale)
+    return Step(guard, updates)
+
+
+def _run_in_flight(state: State) -> Term:
+    """A step that scheduled the request is in the batch queue (the queue holds at most one here)."""
+    return if_then_else(
+        state.to_runner.is_empty(),
+        if_then_else(state.to_scheduler.is_empty(), False, state.to_scheduler.head().field("kind") == Kind.RUN),
+        state.to_runner.head().field("kind") == Kind.RUN,
     )
 
 
@@ -76,14 +97,17 @@ def update_from_output(state: State) -> Step:
     produced = (head.field("kind") == Kind.RUN) & ~head.field("chunk")
     accepted, drafts = head.field("accepted"), head.field("drafts")
     rejected_taken = if_then_else((drafts > 0) & (placeholders > 0), placeholders - (drafts - accepted), placeholders)
-    return Step(
-        ~state.to_scheduler.is_empty(),
-        {
-            state.to_scheduler: state.to_scheduler.tail(),
-            outputs: if_then_else(produced, outputs + accepted + 1, outputs),
-            placeholders: if_then_else(produced, rejected_taken - (accepted + 1), placeholders),
-        },
-    )
+    updates = {
+        state.to_scheduler: state.to_scheduler.tail(),
+        outputs: if_then_else(produced, outputs + accepted + 1, outputs),
+        placeholders: if_then_else(produced, rejected_taken - (accepted + 1), placeholders),
+    }
+    if state.stale is not None:
+        # v0.27.0: a stale output is delivered, but neither rolls back rejections nor resolves placeholders
+        stale = state.stale & (head.field("kind") == Kind.RUN)
+        updates[placeholders] = if_then_else(stale, placeholders, updates[placeholders])
+        updates[state.stale] = state.stale & ~stale
+    return Step(~state.to_scheduler.is_empty(), updates)
 
 
 @action(actor="scheduler")

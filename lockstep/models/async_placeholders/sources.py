@@ -8,10 +8,14 @@ Read from the v0.21.0 wheel (``pre-fix``) and the v0.22.0 wheel (``post-fix``):
 (``GPUModelRunner._update_states``, ``_sample``, ``_bookkeeping_sync``, ``sample_tokens``) and
 ``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.update_async_output_token_ids``,
 ``set_async_sampled_token_ids``). The two releases differ, for these actions, only in how
-``update_async_output_token_ids`` finds the trailing -1 run.
+``update_async_output_token_ids`` finds the trailing -1 run; ``v0.27.0`` (read from the v0.27.0
+and v0.33.0 wheels) adds the stale-output preemption to ``schedule`` and ``update_from_output``.
 """
 
 from __future__ import annotations
+
+from lockstep.models.async_placeholders.releases import V0_27_0
+from lockstep.spec.protocol import POST_FIX, PRE_FIX
 
 COMMON: dict[str, str] = {
     # the scheduler (engine core process)
@@ -36,6 +40,18 @@ SAMPLE: dict[str, str] = {
 }
 
 
+STALE_PREEMPTION: dict[str, str] = {
+    "schedule": "Scheduler.schedule (RUN: _make_cached_request_data sends num_output_tokens + placeholders; a "
+    "preempted request with num_stale_output_tokens waits; PREEMPT: _preempt_request zeroes "
+    "num_output_placeholders, num_stale_output_tokens = num_in_flight_tokens) → "
+    "AsyncScheduler._update_after_schedule (placeholders += num_sampled_tokens_per_step + drafts)",
+    "update_from_output": "Scheduler.update_from_output (output_is_stale: no rejection roll-back) → "
+    "Scheduler._update_request_with_output (num_output_placeholders -= new tokens unless is_stale)",
+}
+
+
 def sources(variant: str) -> dict[str, str]:
-    """The mapping for a variant: they differ only in ``sample`` (the scan)."""
-    return {**COMMON, "sample": SAMPLE[variant]}
+    """The mapping for a variant: the scan of ``sample``; from v0.27.0 the stale-output preemption."""
+    scan = SAMPLE[PRE_FIX] if variant == PRE_FIX else SAMPLE[POST_FIX]
+    later = STALE_PREEMPTION if variant == V0_27_0 else {}
+    return {**COMMON, "sample": scan, **later}

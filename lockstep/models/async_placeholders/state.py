@@ -76,6 +76,7 @@ class State:
     to_runner: Term  # the batch queue: steps scheduled, not yet executed
     to_scheduler: Term  # steps executed, output not yet processed
     kv_failures: Term
+    stale: Term | None  # v0.27.0 on: request.num_stale_output_tokens > 0 (None before: no such counter)
     # the last rank's runner (vllm/v1/worker/gpu_model_runner.py, gpu_input_batch.py)
     tokens: Term  # CachedRequestState.output_token_ids
     length: Term
@@ -96,7 +97,8 @@ class State:
     repair_steps: Term
 
 
-def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
+def declare(machine: Machine, parameters: Mapping[str, int], stale_output: bool = False) -> State:
+    """The state variables; ``stale_output`` (v0.27.0 on) adds the scheduler's stale-output counter."""
     sizes = sizes_of(parameters)
     capacity, drafts = sizes.capacity, sizes.drafts
     Count, Drafts, RowCount = integers(0, capacity), integers(0, drafts), integers(0, drafts + 1)
@@ -126,6 +128,14 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
             "queue.executed", SequenceSort(Result, 2), (), "steps executed, output not yet processed"
         ),
         kv_failures=variable("scheduler.kv_load_failures", integers(0, sizes.kv_load_failures), 0),
+        stale=variable(
+            "scheduler.stale_output",
+            BOOL,
+            False,
+            "request.num_stale_output_tokens > 0: a step scheduled before the preemption is still in flight",
+        )
+        if stale_output
+        else None,
         tokens=variable(
             "runner.output_token_ids",
             MapSort(Position, Token),
