@@ -5,16 +5,20 @@ from __future__ import annotations
 import itertools
 import time
 from functools import cache
+from pathlib import Path
 
 import pytest
 
+from lockstep.changes import mirrored_names
 from lockstep.checkers import CheckResult, Verdict, check
 from lockstep.checkers.symbolic.lemmas import prove
 from lockstep.cli import main
 from lockstep.models import get_protocol
 from lockstep.models.async_placeholders import LEMMAS, POST_FIX, PRE_FIX
 from lockstep.models.async_placeholders.lemmas import BACKWARD_EQUALS_FORWARD, BACKWARD_EQUALS_FORWARD_ANY_LIST
+from lockstep.models.async_placeholders.releases import BISECTION, V0_27_0
 from lockstep.models.async_placeholders.scans import BACKWARD, FORWARD, first_placeholder, scan_cost
+from lockstep.models.async_placeholders.state import Kind
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.semantics import unpack
 
@@ -260,3 +264,70 @@ def test_command_line_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "async-placeholders", "--variant", "post-fix"]) == 0
     assert main(["check", "async-placeholders", "--ranks", "2"]) == 2
     capsys.readouterr()
+
+
+# ---- releases v0.21.0-v0.33.0 and the ledger (docs/models/async-placeholders.md) ------------------------------
+
+LEDGER = Path(__file__).resolve().parent.parent / "docs" / "models" / "async-placeholders.md"
+
+
+def test_every_release_maps_to_its_variant() -> None:
+    """The release table is the bisection: 0.26.0 is post-fix, 0.27.0 and 0.33.0 the stale-output variant, and
+    releases before 0.21.0 are modelled by no variant."""
+    assert [release for release, _, _ in BISECTION][0] == "0.21.0"
+    assert [release for release, _, _ in BISECTION][-1] == "0.33.0"
+    expected = {"0.21.0": PRE_FIX, "0.22.1": POST_FIX, "0.26.0": POST_FIX, "0.27.0": V0_27_0, "0.33.0": V0_27_0}
+    for release, variant in expected.items():
+        found = PROTOCOL.release_variant(release)
+        assert found is not None and found.name == variant, release
+    assert PROTOCOL.release_variant("0.20.2") is None
+
+
+def test_preemption_from_v0_27_0_zeroes_the_placeholders_and_delivers_the_step_in_flight_stale() -> None:
+    """v0.27.0's _preempt_request: the request is preempted with its decode in flight; the placeholders are 0 at once
+    (post-fix keeps 1 until the output arrives), and the stale output adds its token without resolving any."""
+    later = explicit(V0_27_0, "preemption")
+    path = later.property_result("stale_output_in_flight").path
+    assert path is not None and [step.action for step in path.steps] == ["schedule", "schedule"]
+    assert [Kind.members[step.arguments["kind"]] for step in path.steps] == ["RUN", "PREEMPT"]
+    final = unpack(later.machine, path.final_state)
+    assert final["scheduler.placeholders"] == 0 and final["scheduler.stale_output"] is True
+    earlier = PROTOCOL.instance(POST_FIX, "preemption").machine()
+    assert "scheduler.stale_output" not in earlier.variables
+    assert later.property_result("stale_output_drains").verdict is Verdict.HOLDS
+
+
+def every_machine() -> list[object]:
+    return [
+        PROTOCOL.instance(variant.name, instance.name).machine()
+        for variant in PROTOCOL.variants
+        for instance in PROTOCOL.instances
+    ]
+
+
+def test_the_ledger_names_every_mirrored_function_action_variant_property_and_parameter() -> None:
+    """The ledger is checked against the model: a mirrored name, an action, a variant, a property or a parameter the
+    model adds fails this test until the ledger says what it is."""
+    text = LEDGER.read_text(encoding="utf-8")
+    machines = every_machine()
+    mirrored = {name for machine in machines for action in machine.actions for name in mirrored_names(action.mirrors)}  # type: ignore[attr-defined]
+    assert not sorted(name for name in mirrored - {"None", "True", "False"} if name not in text)
+    actions = {action.name for machine in machines for action in machine.actions}  # type: ignore[attr-defined]
+    assert not [name for name in sorted(actions) if f"`{name}`" not in text]
+    properties = {item.name for machine in machines for item in machine.properties} - {"in_bounds", "well_defined"}  # type: ignore[attr-defined]
+    assert not [name for name in sorted(properties) if f"`{name}`" not in text]
+    assert not [variant.name for variant in PROTOCOL.variants if f"`{variant.name}`" not in text]
+    assert not [parameter.name for parameter in PROTOCOL.parameters[:-1] if f"`{parameter.name}`" not in text]
+
+
+def test_the_ledger_release_table_is_the_bisection() -> None:
+    text = LEDGER.read_text(encoding="utf-8")
+    table = text[text.index("| release | variant |") : text.index("## Features")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:] if line.startswith("| ")]
+    listed = {
+        (release.strip(), variant.strip().strip("`"))
+        for releases, variant in rows
+        for release in releases.split(",")
+        if release.strip()
+    }
+    assert listed == {(release, variant) for release, variant, _ in BISECTION}

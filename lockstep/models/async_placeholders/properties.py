@@ -124,6 +124,12 @@ def _output_invariants(machine: Machine, state: State) -> None:
         "K2: every real token sits at its own output position",
     )
     machine.always("placeholders_nonnegative", state.placeholders >= 0, "K3: num_output_placeholders >= 0")
+    if state.stale is not None:
+        machine.always(
+            "stale_output_drains",
+            state.stale.implies(~state.to_runner.is_empty() | ~state.to_scheduler.is_empty()),
+            "v0.27.0: stale output is marked only while a step of it is in flight (it drains within the pipeline)",
+        )
 
 
 def add_invariants(machine: Machine, state: State) -> None:
