@@ -23,6 +23,7 @@ from rich.text import Text
 
 from lockstep.checkers.counterexample import blocked_summary, rows
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict
+from lockstep.spec.definitions import NO_DEADLOCK
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance
 from lockstep.spec.semantics import State
@@ -51,8 +52,41 @@ def properties_table(result: CheckResult) -> Table:
     for item in result.properties:
         kind = "built-in" if item.builtin else item.kind.value
         length = "" if item.path is None else str(item.path.length)
-        table.add_row(item.name, kind, verdict_text(item.verdict), length, item.detail)
+        table.add_row(item.name, kind, verdict_text(item.verdict), length, property_detail(result, item))
     return table
+
+
+def property_detail(result: CheckResult, item: PropertyResult) -> str:
+    """The sentence saying what the check established about one property: the engine's own detail
+    where it gave one, else one built from the verdict, the path and the search's statistics."""
+    if item.detail:
+        return item.detail
+    stats = result.stats
+    searched = None if stats.states is None else f"exhaustive search: {stats.states:,} distinct states"
+    if item.verdict is Verdict.HOLDS:
+        if item.kind is PropertyKind.SOMETIMES and item.path is not None:
+            return f"a state where it holds is reached in {_steps(item.path.length)}"
+        if item.kind is PropertyKind.LEADS_TO and searched is not None:
+            return f"every trigger is followed by the response on every fair run ({searched})"
+        if item.builtin and item.name == NO_DEADLOCK and searched is not None:
+            return f"no reachable state is a deadlock ({searched})"
+        if searched is not None:
+            return f"holds in every reachable state ({searched})"
+        return f"holds ({result.engine})"
+    if item.verdict is Verdict.VIOLATED and item.path is not None:
+        if item.kind is PropertyKind.ALWAYS:
+            return f"violated by a state reached in {_steps(item.path.length)}"
+        return f"violated: the path shown has {_steps(item.path.length)}"
+    if item.verdict is Verdict.HOLDS_WITHIN_BOUND:
+        return f"no violation within {_steps(stats.depth)}"
+    if item.verdict is Verdict.INCONCLUSIVE:
+        where = "" if stats.states is None else f" after {stats.states:,} states"
+        return f"not settled: the check stopped ({result.stopped or 'before a verdict'}){where}"
+    return f"{item.verdict.value} ({result.engine})"
+
+
+def _steps(count: int) -> str:
+    return f"{count:,} step" + ("" if count == 1 else "s")
 
 
 def _shorten(text: str) -> str:
@@ -186,7 +220,9 @@ def described(machine: Machine, name: str) -> str:
         return ""
 
 
-def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]:
+def property_json(item: PropertyResult, description: str = "", detail: str = "") -> dict[str, Any]:
+    """One property's entry in ``check --json``; ``detail``: what the check established
+    (``property_detail``), the engine's own detail where empty."""
     counterexample = item.counterexample
     witness = item.path if item.kind is PropertyKind.SOMETIMES and item.verdict is Verdict.HOLDS else None
     return {
@@ -194,6 +230,7 @@ def property_json(item: PropertyResult, description: str = "") -> dict[str, Any]
         "description": description,
         "kind": item.kind.value,
         "verdict": item.verdict.value,
+        "detail": detail or item.detail,
         "counterexample": None
         if counterexample is None
         else {"length": counterexample.length, "detail": item.detail, "loop_start": counterexample.loop_start},
@@ -236,7 +273,10 @@ def result_json(
         "engine": result.engine,
         "verdict": result.verdict.value,
         "expected": instance.expected,
-        "properties": [property_json(item, described(result.machine, item.name)) for item in result.properties],
+        "properties": [
+            property_json(item, described(result.machine, item.name), property_detail(result, item))
+            for item in result.properties
+        ],
         "stats": {
             "states": result.stats.states,
             "transitions": result.stats.transitions,
