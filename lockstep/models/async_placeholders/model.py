@@ -1,7 +1,9 @@
 """async-placeholders: the -1 placeholders of async scheduling and their repair (vLLM PR #42938).
 
-Mirrors vLLM **v0.21.0** (``pre-fix``: forward scan) and **v0.22.0** (``post-fix``: backward
-scan): ``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.add_request``,
+Mirrors vLLM **v0.21.0** (``pre-fix``: forward scan), **v0.22.0** (``post-fix``: backward
+scan, to v0.26.x) and **v0.27.0** (``v0.27.0``, to v0.33.0: preemption zeroes the placeholders and
+in-flight output is delivered stale; ``releases.py`` maps every release, ``docs/models/async-placeholders.md``
+is the ledger of what the model leaves out): ``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.add_request``,
 ``set_async_sampled_token_ids``, ``update_async_output_token_ids``, ``_make_sampling_metadata``),
 ``vllm/v1/worker/gpu_model_runner.py`` (``_update_states``: the optimistic spec-decode extend,
 the trim, the rebuild of resumed requests; ``_sample``; ``_bookkeeping_sync``;
@@ -164,7 +166,8 @@ PROTOCOL = Protocol(
             finding="`InputBatch.set_async_sampled_token_ids` (None when no row needs output ids), "
             "`update_async_output_token_ids` (k = min(num_sampled, num_placeholders) over an accumulated run, then "
             "truncation), `_make_sampling_metadata` (v0.22.0 gates output ids per step), `_update_states` (the trim "
-            "only shortens) (v0.22.0)",
+            "only shortens) (v0.22.0-v0.33.0; upstream: not reported, PR #27910 made rows without penalties tolerate "
+            "-1, not this misalignment)",
             finding_properties=("tokens_aligned",),
         ),
     ),
