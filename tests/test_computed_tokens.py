@@ -3,12 +3,16 @@ explicit-vs-BMC agreement on the pre-fix violations, and the k-induction proof o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from lockstep.changes import mirrored_names
 from lockstep.checkers import Verdict, check
 from lockstep.cli import main
 from lockstep.models import get_protocol
 from lockstep.models.computed_tokens import build
+from lockstep.models.computed_tokens.releases import BISECTION
 
 PROTOCOL = get_protocol("computed-tokens")
 
@@ -204,3 +208,58 @@ def test_cli_pre_fix_seed_exits_1_and_ranks_option_applies(capsys: pytest.Captur
     assert main(["check", "computed-tokens", "--variant", "pre-fix"]) == 1
     assert main(["check", "computed-tokens", "--variant", "post-fix", "--ranks", "2"]) == 0
     capsys.readouterr()
+
+
+# ---- releases v0.20.0-v0.33.0 and the ledger (docs/models/computed-tokens.md) ------------------------------------
+
+LEDGER = Path(__file__).resolve().parent.parent / "docs" / "models" / "computed-tokens.md"
+
+
+def test_every_release_maps_to_its_variant() -> None:
+    """The release table is the bisection: 0.20.0-0.21.0 are pre-fix, 0.22.0 to 0.33.0 post-fix, and releases
+    before 0.20.0 (no CPU mirror) are modelled by no variant."""
+    assert [release for release, _, _ in BISECTION][0] == "0.20.0"
+    assert [release for release, _, _ in BISECTION][-1] == "0.33.0"
+    expected = {
+        "0.20.0": "pre-fix",
+        "0.21.0": "pre-fix",
+        "0.22.0": "post-fix",
+        "0.27.1": "post-fix",
+        "0.33.0": "post-fix",
+    }
+    for release, variant in expected.items():
+        found = PROTOCOL.release_variant(release)
+        assert found is not None and found.name == variant, release
+    assert PROTOCOL.release_variant("0.19.1") is None
+
+
+def test_the_ledger_names_every_mirrored_function_action_variant_property_and_parameter() -> None:
+    """The ledger is checked against the model: a mirrored name, an action, a variant, a property or a parameter the
+    model adds fails this test until the ledger says what it is."""
+    text = LEDGER.read_text(encoding="utf-8")
+    machines = [
+        PROTOCOL.instance(variant.name, instance.name).machine()
+        for variant in PROTOCOL.variants
+        for instance in PROTOCOL.instances
+    ]
+    mirrored = {name for machine in machines for action in machine.actions for name in mirrored_names(action.mirrors)}
+    assert not sorted(name for name in mirrored if name not in text)
+    actions = {action.name for machine in machines for action in machine.actions}
+    assert not [name for name in sorted(actions) if f"`{name}`" not in text]
+    properties = {item.name for machine in machines for item in machine.properties} - {"in_bounds", "well_defined"}
+    assert not [name for name in sorted(properties) if f"`{name}`" not in text]
+    assert not [variant.name for variant in PROTOCOL.variants if f"`{variant.name}`" not in text]
+    assert not [parameter.name for parameter in PROTOCOL.parameters[:-1] if f"`{parameter.name}`" not in text]
+
+
+def test_the_ledger_release_table_is_the_bisection() -> None:
+    text = LEDGER.read_text(encoding="utf-8")
+    table = text[text.index("| release | variant |") : text.index("## Features")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:] if line.startswith("| ")]
+    listed = {
+        (release.strip(), variant.strip().strip("`"))
+        for releases, variant in rows
+        for release in releases.split(",")
+        if release.strip()
+    }
+    assert listed == {(release, variant) for release, variant, _ in BISECTION}

@@ -56,6 +56,9 @@ engine's order and on synchronous drafts in ``scheduler.py``, the rank order in 
   async, else pp_size); protocols.md's "one step in flight" is the PP = 1 case.
 - k-induction: ``invariants.py`` states how the scheduler's count, the queued records and each
   rank's GPU value hang together; with them U1, U3 and U4 of ``post-fix`` are 1-inductive.
+- Later releases: ``releases.py`` maps v0.20.0-v0.33.0 to the two variants (with one pipeline
+  stage nothing after v0.22.0 changes what the model has); ``docs/models/computed-tokens.md`` is
+  the ledger of what the model leaves out, including the v0.23.0 ``PPHandler`` path of ranks > 1.
 - Not modelled: preemption and resumption (``prefill_len > prompt_len``), prefix caching and
   KV-connector loads (``num_computed_tokens > 0`` at admission), EOS/stop strings (requests
   stop at ``max_tokens``), structured output, removal of finished requests from the runner,
@@ -68,6 +71,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lockstep.models.computed_tokens.properties import add_properties, strengthen
+from lockstep.models.computed_tokens.releases import BISECTION
 from lockstep.models.computed_tokens.runner import add_sample_tokens, execute_model, pp_receive
 from lockstep.models.computed_tokens.scheduler import schedule, update_from_output
 from lockstep.models.computed_tokens.sources import sources
@@ -190,4 +194,5 @@ PROTOCOL = Protocol(
     ),
     build=build,
     rank_parameter="ranks",
+    release_table=tuple((release, variant) for release, variant, _ in BISECTION),
 )

@@ -29,7 +29,7 @@ from lockstep.models.pd_kv_transfer.state import NOBODY, DecodePhase, Job, State
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
 from lockstep.spec.protocol import PRE_FIX
-from lockstep.spec.terms import Term, conjunction, if_then_else
+from lockstep.spec.terms import Term, TermLike, conjunction, if_then_else
 
 _SCHEDULER = "vllm/v1/core/sched/scheduler.py"
 _NIXL = "vllm/distributed/kv_transfer/kv_connector/v1/nixl/"
@@ -198,14 +198,12 @@ def decode_abort(state: State, variant: str, request: Term) -> Step:
     phase = state.decode_phase[request]
     waiting, parked = phase == DecodePhase.WAITING, phase == DecodePhase.REMOTE
     active = waiting | parked | (phase == DecodePhase.READY) | (phase == DecodePhase.RUNNING)
-    updates: dict[Term, object] = {
-            state.decode_phase: state.decode_phase.set(
-                request, if_then_else(parked, DecodePhase.HELD, DecodePhase.DONE)
-            ),
-            state.decode_owner: if_then_else(parked, state.decode_owner, _freed(state, request)),
-            state.job: if_then_else(waiting, state.job.set(request, Job.NOTIFY), state.job),
-            state.aborts_left: state.aborts_left - 1,
-            state.aborted: state.aborted.set(request, True),
+    updates: dict[Term, TermLike] = {
+        state.decode_phase: state.decode_phase.set(request, if_then_else(parked, DecodePhase.HELD, DecodePhase.DONE)),
+        state.decode_owner: if_then_else(parked, state.decode_owner, _freed(state, request)),
+        state.job: if_then_else(waiting, state.job.set(request, Job.NOTIFY), state.job),
+        state.aborts_left: state.aborts_left - 1,
+        state.aborted: state.aborted.set(request, True),
     }
     if variant == PRE_FIX:  # v0.29.0's start_load_kv registers the notify-only read in _recving_metadata too
         updates[state.recving_metadata] = if_then_else(

@@ -54,12 +54,11 @@ def set_final(machine: Machine, state: State) -> None:
 
 def add_invariants(machine: Machine, state: State) -> None:
     """The safety properties (see the module docstring for their sources)."""
-    reading = lambda request: state.job[request] == Job.READ  # noqa: E731
     machine.always(
         "no_foreign_read",
         all_of(
             state.Request,
-            lambda request: reading(request).implies(
+            lambda request: (state.job[request] == Job.READ).implies(
                 (state.prefill_owner[maximum(state.remote_block[request], 0)] == request)
                 & (state.decode_owner[maximum(state.decode_block[request], 0)] == request)
             ),
@@ -70,7 +69,7 @@ def add_invariants(machine: Machine, state: State) -> None:
         "no_free_under_transfer",
         all_of(
             state.Request,
-            lambda request: reading(request).implies(
+            lambda request: (state.job[request] == Job.READ).implies(
                 (state.prefill_phase[request] == PrefillPhase.HELD)
                 & (
                     (state.decode_phase[request] == DecodePhase.REMOTE)

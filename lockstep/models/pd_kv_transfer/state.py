@@ -123,7 +123,10 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
         DecodeBlock=DecodeBlock,
         Owner=Owner,
         prefill_phase=variable(
-            "prefill.phase", MapSort(Request, PrefillPhase), _per_request(count, PrefillPhase.WAITING), "P's request status"
+            "prefill.phase",
+            MapSort(Request, PrefillPhase),
+            _per_request(count, PrefillPhase.WAITING),
+            "P's request status",
         ),
         prefill_block=variable(
             "prefill.block",
@@ -182,7 +185,9 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
             _per_request(count, NOBODY),
             "the P block id D read from kv_transfer_params (remote_block_ids)",
         ),
-        job=variable("decode.job", MapSort(Request, Job), _per_request(count, Job.NONE), "D worker's work for the request"),
+        job=variable(
+            "decode.job", MapSort(Request, Job), _per_request(count, Job.NONE), "D worker's work for the request"
+        ),
         recving_metadata=variable(
             "decode.recving_metadata",
             MapSort(Request, BOOL),
@@ -201,7 +206,9 @@ def declare(machine: Machine, parameters: Mapping[str, int]) -> State:
             "fault.duplicated", integers(0, sizes.duplicated), sizes.duplicated, "notifications still to duplicate"
         ),
         failures_left=variable("fault.failures", integers(0, sizes.failures), sizes.failures, "reads still to fail"),
-        aborted=variable("ghost.aborted", MapSort(Request, BOOL), _per_request(count, False), "the request was aborted"),
+        aborted=variable(
+            "ghost.aborted", MapSort(Request, BOOL), _per_request(count, False), "the request was aborted"
+        ),
         transferred=variable(
             "ghost.transferred", MapSort(Request, BOOL), _per_request(count, False), "D read the request's KV from P"
         ),
