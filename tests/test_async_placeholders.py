@@ -34,6 +34,7 @@ INVARIANTS = (
     "list_matches_scheduler_count",
     "tokens_aligned",
     "placeholders_nonnegative",
+    "placeholders_count_in_flight",
     "no_deadlock",
 )
 # instance -> (states, transitions, {witness: length}); both variants share the state graph.
@@ -331,3 +332,19 @@ def test_the_ledger_release_table_is_the_bisection() -> None:
         if release.strip()
     }
     assert listed == {(release, variant) for release, variant, _ in BISECTION}
+
+
+def test_placeholders_count_the_outputs_in_flight_until_v0_27_0_zeroes_them_at_a_preemption() -> None:
+    """With a decode (one draft) and a preemption in the batch queue, post-fix counts 1 + 1 placeholders and
+    v0.27.0 none (stale output); each variant's property rejects the other's count."""
+    for variant, stale, expected in ((POST_FIX, None, 2), (V0_27_0, True, 0)):
+        machine = PROTOCOL.instance(variant, overrides={"num_spec_tokens": 1, "preemptions": 1}).machine()
+        predicate = next(item.predicate for item in machine.properties if item.name == "placeholders_count_in_flight")
+        base = {name: variable.initial for name, variable in machine.variables.items()}
+        run = (0, False, 1, 0, 0, True)  # RUN, not a chunk, one draft, sent, outputs, history
+        preempt = (2, False, 0, 2, 0, True)
+        if stale is not None:
+            base["scheduler.stale_output"] = stale
+        for placeholders in (0, 1, 2):
+            state = {**base, "queue.scheduled": (run, preempt), "scheduler.placeholders": placeholders}
+            assert evaluate(predicate, Environment(state)) is (placeholders == expected), (variant, placeholders)

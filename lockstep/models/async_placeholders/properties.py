@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from lockstep.models.async_placeholders.scans import BACKWARD, FORWARD, PLACEHOLDER, first_placeholder
 from lockstep.models.async_placeholders.state import (
+    Kind,
     Phase,
     State,
     current,
@@ -32,7 +33,7 @@ from lockstep.models.async_placeholders.state import (
     slots,
 )
 from lockstep.spec.machine import Machine
-from lockstep.spec.terms import Term, all_of, conjunction, count_of, minimum
+from lockstep.spec.terms import Term, all_of, conjunction, count_of, if_then_else, minimum
 
 
 def set_final(machine: Machine, state: State) -> None:
@@ -124,12 +125,34 @@ def _output_invariants(machine: Machine, state: State) -> None:
         "K2: every real token sits at its own output position",
     )
     machine.always("placeholders_nonnegative", state.placeholders >= 0, "K3: num_output_placeholders >= 0")
+    in_flight = _outputs_in_flight(state)
+    if state.stale is not None:  # v0.27.0: a preemption zeroes the count; the stale step no longer holds any
+        in_flight = if_then_else(state.stale, 0, in_flight)
+    machine.always(
+        "placeholders_count_in_flight",
+        state.placeholders == in_flight,
+        "num_output_placeholders is 1 + drafts for every output-producing step scheduled and not yet processed",
+    )
     if state.stale is not None:
         machine.always(
             "stale_output_drains",
             state.stale.implies(~state.to_runner.is_empty() | ~state.to_scheduler.is_empty()),
             "v0.27.0: stale output is marked only while a step of it is in flight (it drains within the pipeline)",
         )
+
+
+def _outputs_in_flight(state: State) -> Term:
+    """1 + drafts summed over the steps in the batch queue that produce an output (RUN, not a non-final chunk)."""
+
+    def produced(entry: Term) -> Term:
+        return if_then_else((entry.field("kind") == Kind.RUN) & ~entry.field("chunk"), 1 + entry.field("drafts"), 0)
+
+    total: Term | int = 0
+    for queue in (state.to_runner, state.to_scheduler):
+        total = total + if_then_else(queue.length() > 0, produced(queue.head()), 0)
+        total = total + if_then_else(queue.length() > 1, produced(queue.tail().head()), 0)
+    assert isinstance(total, Term)
+    return total
 
 
 def add_invariants(machine: Machine, state: State) -> None:
