@@ -44,7 +44,9 @@ run. Each repair records what the scan read (``repair.scan_steps``) and the run 
 Properties (protocols.md P3(d), ``properties.py``): I1 ``suffix_form``, I2
 ``repair_postcondition``, I3 ``scans_agree``, I4 ``batch_aliases_request_list``,
 ``scan_cost_bounded``, and K1 ``list_matches_scheduler_count``, K2 ``tokens_aligned``, K3
-``placeholders_nonnegative``; a violation of K1/K2 in post-fix is a finding or a model error.
+``placeholders_nonnegative``, ``placeholders_count_in_flight`` (and, in ``v0.27.0``,
+``stale_output_drains``); a violation of K1/K2 in post-fix is a finding or a model error. The
+ledger ``docs/models/async-placeholders.md`` names each property's source line.
 
 Faithfulness notes (read from the v0.21.0/v0.22.0 wheels; where they differ from protocols.md,
 the source wins; the notes on one actor or property are in its module):

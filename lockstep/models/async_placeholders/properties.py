@@ -9,6 +9,9 @@
   the ``num_output_tokens`` the scheduler sent (the trim only shortens; nothing lengthens).
   K2 ``tokens_aligned``: every real token sits at its own output position. K3
   ``placeholders_nonnegative`` (the scheduler's ``assert num_output_placeholders >= 0``).
+  ``placeholders_count_in_flight``: the scheduler's placeholders are 1 + drafts per output-producing
+  step in the batch queue (0 from a v0.27.0 preemption while that output is stale);
+  ``stale_output_drains`` (v0.27.0): stale output is marked only while a step of it is in flight.
 
 A violation of K1/K2 in post-fix is a finding or a model error. The cost bound is exact for the
 backward scan; the forward scan reads first_placeholder + 1 elements, so it breaks the bound once
