@@ -273,15 +273,23 @@ LEDGER = Path(__file__).resolve().parent.parent / "docs" / "models" / "async-pla
 
 
 def test_every_release_maps_to_its_variant() -> None:
-    """The release table is the bisection: 0.26.0 is post-fix, 0.27.0 and 0.33.0 the stale-output variant, and
-    releases before 0.21.0 are modelled by no variant."""
-    assert [release for release, _, _ in BISECTION][0] == "0.21.0"
+    """The release table is the bisection: up to 0.21.0 pre-fix, 0.26.0 post-fix, 0.27.0 and 0.33.0 the stale-output
+    variant, and releases before 0.19.0 are modelled by no variant."""
+    assert [release for release, _, _ in BISECTION][0] == "0.19.0"
     assert [release for release, _, _ in BISECTION][-1] == "0.33.0"
-    expected = {"0.21.0": PRE_FIX, "0.22.1": POST_FIX, "0.26.0": POST_FIX, "0.27.0": V0_27_0, "0.33.0": V0_27_0}
+    expected = {
+        "0.19.0": PRE_FIX,
+        "0.20.2": PRE_FIX,
+        "0.21.0": PRE_FIX,
+        "0.22.1": POST_FIX,
+        "0.26.0": POST_FIX,
+        "0.27.0": V0_27_0,
+        "0.33.0": V0_27_0,
+    }
     for release, variant in expected.items():
         found = PROTOCOL.release_variant(release)
         assert found is not None and found.name == variant, release
-    assert PROTOCOL.release_variant("0.20.2") is None
+    assert PROTOCOL.release_variant("0.18.1") is None
 
 
 def test_preemption_from_v0_27_0_zeroes_the_placeholders_and_delivers_the_step_in_flight_stale() -> None:

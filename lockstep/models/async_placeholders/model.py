@@ -2,8 +2,9 @@
 
 Mirrors vLLM **v0.21.0** (``pre-fix``: forward scan), **v0.22.0** (``post-fix``: backward
 scan, to v0.26.x) and **v0.27.0** (``v0.27.0``, to v0.33.0: preemption zeroes the placeholders and
-in-flight output is delivered stale; ``releases.py`` maps every release, ``docs/models/async-placeholders.md``
-is the ledger of what the model leaves out): ``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.add_request``,
+in-flight output is delivered stale; ``releases.py`` maps every release from v0.19.0,
+``docs/models/async-placeholders.md`` is the ledger of what the model leaves out):
+``vllm/v1/worker/gpu_input_batch.py`` (``InputBatch.add_request``,
 ``set_async_sampled_token_ids``, ``update_async_output_token_ids``, ``_make_sampling_metadata``),
 ``vllm/v1/worker/gpu_model_runner.py`` (``_update_states``: the optimistic spec-decode extend,
 the trim, the rebuild of resumed requests; ``_sample``; ``_bookkeeping_sync``;

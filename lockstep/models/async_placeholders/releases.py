@@ -1,4 +1,4 @@
-"""Every vLLM release from v0.21.0 to v0.33.0 as an async-placeholders variant.
+"""Every vLLM release from v0.19.0 to v0.33.0 as an async-placeholders variant.
 
 Found by diffing, release against release (the PyPI wheels), the functions the model mirrors
 (``sources.py``): ``InputBatch.add_request``, ``set_async_sampled_token_ids``,
@@ -21,7 +21,21 @@ from lockstep.spec.protocol import POST_FIX, PRE_FIX, VariantSpec
 V0_27_0 = "v0.27.0"  # _preempt_request zeroes num_output_placeholders; in-flight output is stale
 
 BISECTION: tuple[tuple[str, str, str], ...] = (
-    ("0.21.0", PRE_FIX, "the forward scan: first_placeholder = req_output_token_ids.index(-1)"),
+    (
+        "0.19.0",
+        PRE_FIX,
+        "the forward scan; _make_sampling_metadata needs output ids for penalties, bad words or logits processors",
+    ),
+    ("0.19.1", PRE_FIX, "as 0.19.0"),
+    ("0.20.0", PRE_FIX, "logprob_token_ids in the sampling metadata; drafter fallbacks (no list state)"),
+    ("0.20.1", PRE_FIX, "as 0.20.0"),
+    ("0.20.2", PRE_FIX, "as 0.20.0"),
+    (
+        "0.21.0",
+        PRE_FIX,
+        "_make_sampling_metadata also needs output ids `or not thinking_budget_tracks_reqs` (the model's history bit "
+        "is free); _update_states advances a non-last PP rank's num_tokens_no_spec (PP: not modelled)",
+    ),
     ("0.22.0", POST_FIX, "the backward scan (PR #42938); _make_sampling_metadata needs output ids per step"),
     ("0.22.1", POST_FIX, "as 0.22.0"),
     (
