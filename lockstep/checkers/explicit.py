@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from lockstep.checkers.definedness import undefined_at
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.liveness import Edge, StateGraph, check_leads_to
-from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict, bounds_detail
+from lockstep.checkers.result import (
+    CheckResult,
+    Path,
+    PropertyResult,
+    Statistics,
+    Step,
+    Verdict,
+    bounds_detail,
+    never_enabled_warning,
+)
 from lockstep.checkers.symmetry import Canonicalizer
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, Property, PropertyKind
 from lockstep.spec.semantics import InterpretedSystem, ModelError, State, Transition, TransitionSystem
@@ -226,12 +235,11 @@ class ExplicitSearch:
         ]
         for position in self.liveness:
             results[position] = self._liveness(position, complete)
-        warnings = [
-            f"action {action.name} was never enabled in the explored states"
-            for position, action in enumerate(self.machine.actions)
-            if position not in self.fired
+        never_enabled = [
+            action.name for position, action in enumerate(self.machine.actions) if position not in self.fired
         ]
-        return CheckResult(self.machine, self.order, results, stats, stopped, warnings)
+        warnings = [never_enabled_warning(name) for name in never_enabled]
+        return CheckResult(self.machine, self.order, results, stats, stopped, warnings, never_enabled)
 
     def _liveness(self, position: int, complete: bool) -> PropertyResult:
         prop = self.machine.properties[position]

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lockstep.checkers.counterexample import blocked_summary, rows
-from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict
+from lockstep.checkers.result import CheckResult, Path, PropertyResult, Verdict, never_enabled_warning
 from lockstep.spec.definitions import NO_DEADLOCK
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import Instance
@@ -151,8 +151,10 @@ def render(
     label: str,
     expected: str | None,
     trace_file: FilePath | None,
+    instance: Instance | None = None,
 ) -> None:
-    """The human report of one check."""
+    """The human report of one check (``instance``: the built-in one it checked, which tells an
+    action its parameters turn off from one never enabled for another reason)."""
     stats = result.stats
     if stats.states is None or stats.transitions is None:
         summary = f"  ({result.engine}: depth {stats.depth}, {stats.seconds:.2f} s)"
@@ -165,8 +167,11 @@ def render(
     if result.stopped is not None:
         console.print(f"[yellow]stopped early: {result.stopped}; the result is partial[/yellow]")
     console.print(properties_table(result))
-    for warning in result.warnings:
+    warnings, notes = warnings_and_notes(result, instance)
+    for warning in warnings:
         console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
+    for note in notes:
+        console.print(Text(f"note: {note}"))
     shortest = result.counterexample
     if shortest is not None and shortest.path is not None:
         console.print(
@@ -212,6 +217,25 @@ def _pinned_text(expected: str, verdict: Verdict) -> Text:
     return Text(f"expected {expected}: DIFFERS from the pinned verdict", style="bold red")
 
 
+def warnings_and_notes(result: CheckResult, instance: Instance | None) -> tuple[list[str], list[str]]:
+    """The warnings to show, and the notes. An action of a built-in protocol that no explored state
+    enabled is turned off by the instance's parameters or variant (every action of a built-in
+    protocol is enabled in some pinned instance: tests/test_idle_actions.py), so it is a note; one
+    that a model file or an overlay binds stays a warning: it may never be enabled at all."""
+    from lockstep.models import PROTOCOLS
+
+    if instance is None or instance.protocol.name not in PROTOCOLS:
+        return list(result.warnings), []
+    expected = [
+        name for name in result.never_enabled if not result.machine.action_named(name).mirrors.startswith("overlay ")
+    ]
+    hidden = {never_enabled_warning(name) for name in expected}
+    warnings = [warning for warning in result.warnings if warning not in hidden]
+    if not expected:
+        return warnings, []
+    return warnings, [f"not enabled in this instance (its parameters or variant turn it off): {', '.join(expected)}"]
+
+
 def described(machine: Machine, name: str) -> str:
     """The sentence a property was declared with ("" for none)."""
     try:
@@ -251,6 +275,7 @@ def result_json(
     """``check --json``'s object (``lockstep/schemas/check.schema.json``); with ``states`` the
     counterexample carries its states (see the module doc)."""
     shortest = result.counterexample
+    warnings, notes = warnings_and_notes(result, instance)
     counterexample: dict[str, Any] | None = None
     if shortest is not None and shortest.path is not None:
         counterexample = {
@@ -284,7 +309,8 @@ def result_json(
             "seconds": round(result.stats.seconds, 3),
         },
         "stopped": result.stopped,
-        "warnings": list(result.warnings),
+        "warnings": warnings,
+        "notes": notes,
         "counterexample": counterexample,
     }
 

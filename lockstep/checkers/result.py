@@ -94,6 +94,9 @@ class CheckResult:
     stats: Statistics
     stopped: str | None = None  # why the search stopped early: "max-states", "timeout", "interrupted"...
     warnings: list[str] = field(default_factory=list)
+    # explicit engines: the actions never enabled in the explored states (each also a warning here;
+    # the report tells those the instance's parameters turn off from the others)
+    never_enabled: list[str] = field(default_factory=list)
 
     @property
     def verdict(self) -> Verdict:
@@ -122,6 +125,11 @@ class CheckResult:
                 if best is None or best.path is None or result.path.length < best.path.length:
                     best = result
         return best
+
+
+def never_enabled_warning(action: str) -> str:
+    """The warning for an action that no explored state enabled."""
+    return f"action {action} was never enabled in the explored states"
 
 
 def bounds_detail(machine: Machine, name: str, target: State) -> str:

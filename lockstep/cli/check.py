@@ -219,7 +219,9 @@ def command_check(arguments: argparse.Namespace, console: Console) -> int:
     if arguments.json:
         write_stdout(json.dumps(result_json(result, instance, trace_file, states=arguments.json_states)) + "\n")
     else:
-        render(console, result, label=instance.label, expected=instance.expected, trace_file=trace_file)
+        render(
+            console, result, label=instance.label, expected=instance.expected, trace_file=trace_file, instance=instance
+        )
         if arguments.show_invariant:
             _show_invariants(console, result)
     return result.exit_code

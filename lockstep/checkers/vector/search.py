@@ -21,7 +21,14 @@ import numpy as np
 
 from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch, MemoryForecast
-from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict, bounds_detail
+from lockstep.checkers.result import (
+    CheckResult,
+    PropertyResult,
+    Statistics,
+    Verdict,
+    bounds_detail,
+    never_enabled_warning,
+)
 from lockstep.checkers.vector.backend import Backend, TorchBackend
 from lockstep.checkers.vector.fused_launch import Expansion, fused_kernels
 from lockstep.checkers.vector.kernels import Kernels, compile_kernels
@@ -507,18 +514,21 @@ class VectorSearch:
                 assert leaving.out_of_bounds is not None
                 detail = bounds_detail(machine, leaving.out_of_bounds, path.final_state)
             results.append(property_verdict(prop, path, detail, complete, bounded))
-        warnings = [
-            f"action {action.name} was never enabled in the explored states"
-            for position, action in enumerate(machine.actions)
-            if position not in self.fired
-        ]
+        never_enabled = [action.name for position, action in enumerate(machine.actions) if position not in self.fired]
+        warnings = [never_enabled_warning(name) for name in never_enabled]
         if not self.visited.exact and self.stored > 1:
             warnings.append(
                 f"--compact: states are told apart by 64-bit fingerprints; the chance that one was omitted is at most "
                 f"{omission_probability(self.stored):.1e}"
             )
         return CheckResult(
-            machine, self.engine, results, self.stats, None if stopped == "all-found" else stopped, warnings
+            machine,
+            self.engine,
+            results,
+            self.stats,
+            None if stopped == "all-found" else stopped,
+            warnings,
+            never_enabled,
         )
 
     @property
