@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from golden import check_golden
 
+from lockstep.changes import mirrored_names
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic.lemmas import prove
 from lockstep.cli import main
@@ -23,6 +24,7 @@ from lockstep.models.cudagraph_pp.descriptors import (
     dispatch_plan,
 )
 from lockstep.models.cudagraph_pp.lemmas import LEMMAS
+from lockstep.models.cudagraph_pp.releases import BISECTION
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.semantics import unpack
 
@@ -217,3 +219,59 @@ def test_z3_proves_the_lemma_and_refutes_the_counter_lemma() -> None:
     assert proved.outcome == "proved" and proved.as_expected
     refuted = prove(BEYOND)
     assert refuted.outcome == "refuted" and refuted.as_expected and refuted.counterexample == (2, 1)
+
+
+# ---- releases v0.18.0-v0.33.0 and the ledger (docs/models/cudagraph-pp.md) ---------------------------------------
+
+LEDGER = Path(__file__).resolve().parent.parent / "docs" / "models" / "cudagraph-pp.md"
+
+
+def test_every_release_maps_to_its_variant() -> None:
+    """The release table is the bisection: 0.18.0 is pre-fix (eager-only PP), 0.19.0 to 0.33.0 post-fix, and releases
+    before 0.18.0 are modelled by no variant."""
+    releases = [release for release, _, _ in BISECTION]
+    assert (releases[0], releases[-1]) == ("0.18.0", "0.33.0")
+    assert PROTOCOL.release_table == tuple((release, variant) for release, variant, _ in BISECTION)
+    expected = {
+        "0.18.0": "pre-fix",
+        "0.19.0": "post-fix",
+        "0.23.0": "post-fix",
+        "0.30.0": "post-fix",
+        "0.33.0": "post-fix",
+    }
+    for release, variant in expected.items():
+        found = PROTOCOL.release_variant(release)
+        assert found is not None and found.name == variant, release
+    assert PROTOCOL.release_variant("0.17.1") is None
+
+
+def test_the_ledger_names_every_mirrored_function_action_variant_property_and_parameter() -> None:
+    """The ledger is checked against the model: a mirrored name, an action, a variant, a property or a parameter the
+    model adds fails this test until the ledger says what it is."""
+    text = LEDGER.read_text(encoding="utf-8")
+    machines = [
+        PROTOCOL.instance(variant.name, instance.name).machine()
+        for variant in PROTOCOL.variants
+        for instance in PROTOCOL.instances
+    ]
+    mirrored = {name for machine in machines for action in machine.actions for name in mirrored_names(action.mirrors)}
+    assert not sorted(name for name in mirrored if name not in text)
+    actions = {action.name for machine in machines for action in machine.actions}
+    assert not [name for name in sorted(actions) if f"`{name}`" not in text]
+    properties = {item.name for machine in machines for item in machine.properties} - {"in_bounds", "well_defined"}
+    assert not [name for name in sorted(properties) if f"`{name}`" not in text]
+    assert not [variant.name for variant in PROTOCOL.variants if f"`{variant.name}`" not in text]
+    assert not [parameter.name for parameter in PROTOCOL.parameters if f"`{parameter.name}`" not in text]
+
+
+def test_the_ledger_release_table_is_the_bisection() -> None:
+    text = LEDGER.read_text(encoding="utf-8")
+    table = text[text.index("| release | variant |") : text.index("## Features")]
+    rows = [line.split("|")[1:3] for line in table.splitlines()[2:] if line.startswith("| ")]
+    listed = {
+        (release.strip(), variant.strip().strip("`"))
+        for releases, variant in rows
+        for release in releases.split(",")
+        if release.strip()
+    }
+    assert listed == {(release, variant) for release, variant, _ in BISECTION}

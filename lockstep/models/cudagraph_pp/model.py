@@ -50,6 +50,9 @@ capturing FULL graphs: R1) and ``no-send-wait`` (a step does not first wait on i
 isend: A3). The properties are protocols.md P5(d): A1, A2, A3, K1, S1, C1, D1, R1, each an
 ``always`` over what the last capture, receive and forward of each rank recorded.
 
+Later releases: ``releases.py`` maps v0.18.0-v0.33.0 to the two released variants (every release from
+v0.19.0 is ``post-fix``); ``docs/models/cudagraph-pp.md`` is the ledger of what each leaves out.
+
 Faithfulness notes (read from the v0.18.0/v0.19.0 wheels; where they differ from protocols.md,
 the source wins):
 - The manager's output buffers are sized by the **first warm-up run of the first descriptor
@@ -74,7 +77,8 @@ the source wins):
   rank every stage dispatches the same batch identically), dummy batches between steps (a DP
   rank's ``execute_dummy_batch`` does not wait the send handles, but in the order exec(N),
   sample(N) the non-last stage's ``sample_tokens`` has made its stream wait on ``pp_receive``'s
-  broadcast, which completes only after the last stage consumed step N, so after isend(N)), sampling,
+  broadcast, which completes only after the last stage consumed step N, so after isend(N); this holds up
+  to v0.22.1 only: from v0.23.0 the ``PPHandler`` receive is asynchronous, see the ledger), sampling,
   TP all-gather of the sent slices, spec decode
   beyond ``decode_query_len``.
 """
@@ -85,6 +89,7 @@ from collections.abc import Mapping
 
 from lockstep.models.cudagraph_pp import capture, engine, rank
 from lockstep.models.cudagraph_pp.properties import add_properties
+from lockstep.models.cudagraph_pp.releases import BISECTION
 from lockstep.models.cudagraph_pp.sources import sources
 from lockstep.models.cudagraph_pp.state import GraphMode, Key, Phase, declare
 from lockstep.models.cudagraph_pp.variants import (
@@ -219,4 +224,5 @@ PROTOCOL = Protocol(
     ),
     build=build,
     rank_parameter="ranks",
+    release_table=tuple((release, variant) for release, variant, _ in BISECTION),
 )
