@@ -300,7 +300,7 @@ def test_preemption_from_v0_27_0_zeroes_the_placeholders_and_delivers_the_step_i
     assert path is not None and [step.action for step in path.steps] == ["schedule", "schedule"]
     assert [Kind.members[step.arguments["kind"]] for step in path.steps] == ["RUN", "PREEMPT"]
     final = unpack(later.machine, path.final_state)
-    assert final["scheduler.placeholders"] == 0 and final["scheduler.stale_output"] is True
+    assert final["scheduler.placeholders"] == 0 and final["scheduler.stale_output"] == 1
     earlier = PROTOCOL.instance(POST_FIX, "preemption").machine()
     assert "scheduler.stale_output" not in earlier.variables
     assert later.property_result("stale_output_drains").verdict is Verdict.HOLDS
@@ -345,7 +345,7 @@ def test_the_ledger_release_table_is_the_bisection() -> None:
 def test_placeholders_count_the_outputs_in_flight_until_v0_27_0_zeroes_them_at_a_preemption() -> None:
     """With a decode (one draft) and a preemption in the batch queue, post-fix counts 1 + 1 placeholders and
     v0.27.0 none (stale output); each variant's property rejects the other's count."""
-    for variant, stale, expected in ((POST_FIX, None, 2), (V0_27_0, True, 0)):
+    for variant, stale, expected in ((POST_FIX, None, 2), (V0_27_0, 1, 0)):
         machine = PROTOCOL.instance(variant, overrides={"num_spec_tokens": 1, "preemptions": 1}).machine()
         predicate = next(item.predicate for item in machine.properties if item.name == "placeholders_count_in_flight")
         base = {name: variable.initial for name, variable in machine.variables.items()}
@@ -356,3 +356,23 @@ def test_placeholders_count_the_outputs_in_flight_until_v0_27_0_zeroes_them_at_a
         for placeholders in (0, 1, 2):
             state = {**base, "queue.scheduled": (run, preempt), "scheduler.placeholders": placeholders}
             assert evaluate(predicate, Environment(state)) is (placeholders == expected), (variant, placeholders)
+
+
+def test_finding_pipeline_queue_rebuilds_a_skipped_request_with_a_prompt_token() -> None:
+    """Three steps in flight (V1, three PP stages): step 1 schedules the request (one placeholder), step 2 skips it
+    (its row leaves the batch), step 3 schedules it again before step 1's output is processed: num_output_tokens is
+    1 (the placeholder) and the rebuild takes the last token of prompt + outputs, a prompt token. v0.27.0's resume
+    gate does not apply (the request was not preempted)."""
+    for variant in (POST_FIX, V0_27_0):
+        result = explicit(variant, "pipeline-queue")
+        path = result.property_result("tokens_aligned").path
+        assert path is not None and path.length == 10
+        kinds = [Kind.members[step.arguments["kind"]] for step in path.steps if step.action == "schedule"]
+        assert kinds == ["RUN", "SKIP", "RUN"]
+        final = unpack(result.machine, path.final_state)
+        assert (
+            final["runner.output_token_ids"][0] == PROTOCOL.instance(variant, "pipeline-queue").parameters["max_tokens"]
+        )  # the prompt's stand-in
+        assert final["scheduler.outputs"] == 0 and len(final["queue.executed"]) == 2
+    two_steps = explicit(POST_FIX, "preemption")  # the same operations with two steps in flight hold
+    assert two_steps.property_result("tokens_aligned").verdict is Verdict.HOLDS

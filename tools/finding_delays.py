@@ -25,6 +25,8 @@ FINDINGS: tuple[tuple[str, str, str, str], ...] = (
     ("dp-pause", "post-fix", "second-client-while-paused", "no_hang"),
     ("async-placeholders", "post-fix", "history-toggle", "tokens_aligned"),
     ("async-placeholders", "v0.27.0", "history-toggle", "tokens_aligned"),
+    ("async-placeholders", "post-fix", "pipeline-queue", "tokens_aligned"),
+    ("async-placeholders", "v0.27.0", "pipeline-queue", "tokens_aligned"),
     ("computed-tokens", "post-fix", "sync-pipeline-early-drafts", "U2_exact"),
     ("pp-broadcast", "post-fix", "failed-forward", "receive_only_on_non_last"),
     ("dp-pause", "v0.29.0", "wave-unseen-interval-2", "wave_seen_before_complete"),

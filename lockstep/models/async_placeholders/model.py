@@ -11,7 +11,7 @@ the trim, the rebuild of resumed requests; ``_sample``; ``_bookkeeping_sync``;
 ``sample_tokens``), ``vllm/v1/core/sched/scheduler.py`` (``_make_cached_request_data``,
 ``update_from_output``) and ``vllm/v1/core/sched/async_scheduler.py``
 (``_update_after_schedule``, ``_update_request_with_output``), ``vllm/v1/engine/core.py``
-(``step_with_batch_queue``, a queue of two steps).
+(``step_with_batch_queue``, ``batch_queue`` steps in flight: 2, or ``pp_size`` with PP).
 
 The story. With async scheduling the engine schedules step N+1 before step N's sampled tokens
 reach the CPU. The last pipeline rank's runner keeps, per request, ``output_token_ids``: the
@@ -127,6 +127,13 @@ PROTOCOL = Protocol(
             "chunked_prefill", 0, "1: (re)prefill may take non-final chunks (discarded rows)", minimum=0, maximum=1
         ),
         ParameterSpec("kv_load_failures", 0, "sync KV-load failures that discard outputs", minimum=0, maximum=2),
+        ParameterSpec(
+            "batch_queue",
+            2,
+            "steps in flight: 2 (async, one stage); pp_size with the V1 runner and PP (v0.19.0-v0.30.x)",
+            minimum=2,
+            maximum=3,
+        ),
         max_delay_parameter(),
     ),
     instances=(
@@ -159,6 +166,20 @@ PROTOCOL = Protocol(
             "every operation of P3(b) at once, output ids always needed",
             {"num_spec_tokens": 1, "preemptions": 1, "chunked_prefill": 1, "kv_load_failures": 1},
             {PRE_FIX: "violated", POST_FIX: "holds", V0_27_0: "holds"},
+        ),
+        InstanceSpec(
+            "pipeline-queue",
+            "the V1 runner with three pipeline stages and async scheduling: three steps in flight; a running request "
+            "skipped for a step is scheduled again while its first step's output is in flight, and the rebuild of "
+            "its list takes a prompt token for that output",
+            {"preemptions": 1, "batch_queue": 3},
+            {PRE_FIX: "violated", POST_FIX: "violated", V0_27_0: "violated"},
+            finding="`Scheduler._make_cached_request_data` (num_output_tokens counts the placeholder of a step in "
+            "flight; all_token_ids for a request not scheduled in the previous step), `GPUModelRunner._update_states` "
+            "(an unscheduled request leaves the batch; on its return `output_token_ids = "
+            "resumed_token_ids[-num_output_tokens:]`), `EngineCore.step_with_batch_queue` (pp_size steps in flight) "
+            "(V1 with PP >= 3 and async scheduling, v0.19.0-v0.30.x; v0.31.0 refuses it; upstream: not reported)",
+            finding_properties=("tokens_aligned",),
         ),
         InstanceSpec(
             "history-toggle",

@@ -23,6 +23,8 @@ The ``sometimes`` properties are witnesses that each operation of the instance i
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lockstep.models.async_placeholders.scans import BACKWARD, FORWARD, PLACEHOLDER, first_placeholder
 from lockstep.models.async_placeholders.state import (
     Kind,
@@ -30,13 +32,14 @@ from lockstep.models.async_placeholders.state import (
     State,
     current,
     ends_with_placeholder,
+    in_flight,
     last_token,
     scheduled_here,
     sent,
     slots,
 )
 from lockstep.spec.machine import Machine
-from lockstep.spec.terms import Term, all_of, conjunction, count_of, if_then_else, minimum
+from lockstep.spec.terms import Term, TermLike, all_of, conjunction, count_of, if_then_else, minimum
 
 
 def set_final(machine: Machine, state: State) -> None:
@@ -129,33 +132,39 @@ def _output_invariants(machine: Machine, state: State) -> None:
     )
     machine.always("placeholders_nonnegative", state.placeholders >= 0, "K3: num_output_placeholders >= 0")
     in_flight = _outputs_in_flight(state)
-    if state.stale is not None:  # v0.27.0: a preemption zeroes the count; the stale step no longer holds any
-        in_flight = if_then_else(state.stale, 0, in_flight)
+    if state.stale is not None:  # v0.27.0: a preemption zeroes the count; the stale steps no longer hold any
+        in_flight = if_then_else(state.stale > 0, 0, in_flight)
     machine.always(
         "placeholders_count_in_flight",
         state.placeholders == in_flight,
         "num_output_placeholders is 1 + drafts for every output-producing step scheduled and not yet processed",
     )
     if state.stale is not None:
+        runs = _count_in_flight(state, lambda entry: if_then_else(entry.field("kind") == Kind.RUN, 1, 0))
         machine.always(
             "stale_output_drains",
-            state.stale.implies(~state.to_runner.is_empty() | ~state.to_scheduler.is_empty()),
+            (state.stale == 0) | (state.stale == runs),
             "v0.27.0: stale output is marked only while a step of it is in flight (it drains within the pipeline)",
         )
 
 
-def _outputs_in_flight(state: State) -> Term:
-    """1 + drafts summed over the steps in the batch queue that produce an output (RUN, not a non-final chunk)."""
-
-    def produced(entry: Term) -> Term:
-        return if_then_else((entry.field("kind") == Kind.RUN) & ~entry.field("chunk"), 1 + entry.field("drafts"), 0)
-
+def _count_in_flight(state: State, weight: Callable[[Term], TermLike]) -> Term:
+    """``weight(entry)`` summed over the steps in the batch queue."""
     total: Term | int = 0
-    for queue in (state.to_runner, state.to_scheduler):
-        total = total + if_then_else(queue.length() > 0, produced(queue.head()), 0)
-        total = total + if_then_else(queue.length() > 1, produced(queue.tail().head()), 0)
+    for occupied, entry in in_flight(state):
+        total = total + if_then_else(occupied, weight(entry), 0)
     assert isinstance(total, Term)
     return total
+
+
+def _outputs_in_flight(state: State) -> Term:
+    """1 + drafts summed over the steps in the batch queue that produce an output (RUN, not a non-final chunk)."""
+    return _count_in_flight(
+        state,
+        lambda entry: if_then_else(
+            (entry.field("kind") == Kind.RUN) & ~entry.field("chunk"), 1 + entry.field("drafts"), 0
+        ),
+    )
 
 
 def add_invariants(machine: Machine, state: State) -> None:
@@ -197,7 +206,7 @@ def add_witnesses(machine: Machine, state: State) -> None:
     if sizes.preemptions and state.stale is not None:
         machine.sometimes(
             "stale_output_in_flight",
-            conjunction(state.stale, ~state.to_scheduler.is_empty() | ~state.to_runner.is_empty()),
+            state.stale > 0,
             "v0.27.0: the request is preempted with a step in flight; placeholders are 0 and its output is stale",
         )
     if sizes.chunked_prefill:

@@ -18,8 +18,9 @@ Faithfulness notes:
   model keeps the test in ``sample`` but never samples an empty row.
 - A rebuild (``req_index is None``) takes the last ``num_output_tokens`` of the scheduler's
   ``all_token_ids`` (prompt + outputs); ``num_output_tokens`` counts placeholders too, so a
-  rebuild with placeholders in flight would copy prompt tokens (K2 would show it). With a batch
-  queue of two, a request that missed step N has no step in flight when it is scheduled again.
+  rebuild with placeholders in flight copies prompt tokens (K2 shows it). With two steps in
+  flight a request that missed step N has no step in flight when it is scheduled again; with
+  three (``batch_queue=3``: PP) it may (the instance ``pipeline-queue``).
 """
 
 from __future__ import annotations

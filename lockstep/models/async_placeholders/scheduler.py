@@ -5,7 +5,7 @@ which sends ``num_output_tokens`` = outputs + placeholders; ``_preempt_request``
 ``update_from_output``; ``_handle_invalid_blocks``) and ``vllm/v1/core/sched/async_scheduler.py``
 (``AsyncScheduler._update_after_schedule``: placeholders += 1 + drafts;
 ``_update_request_with_output``: placeholders -= new tokens), with ``vllm/v1/engine/core.py``'s
-``step_with_batch_queue`` (a queue of two steps).
+``step_with_batch_queue`` (``batch_queue`` steps in flight).
 
 Preemption from v0.27.0 (variant ``v0.27.0``, built with ``scheduler.stale_output``):
 ``_preempt_request`` sets ``num_output_placeholders = 0`` and ``num_stale_output_tokens =
@@ -32,7 +32,7 @@ were discarded due to a sync-KV-load failure"): between steps the scheduler drop
 
 from __future__ import annotations
 
-from lockstep.models.async_placeholders.state import Kind, Phase, State
+from lockstep.models.async_placeholders.state import Kind, Phase, State, in_flight
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
 from lockstep.spec.terms import Term, conjunction, if_then_else, record_of
@@ -47,7 +47,7 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
     run = kind == Kind.RUN
     produces = run & ~chunk
     guard = conjunction(
-        state.to_runner.length() + state.to_scheduler.length() < 2,  # the batch queue holds two steps
+        state.to_runner.length() + state.to_scheduler.length() < sizes.batch_queue,  # step_with_batch_queue
         outputs < sizes.capacity,  # check_stop finished the request at max_tokens: it takes no more steps
         produces.implies(outputs + placeholders + 1 + drafts <= sizes.capacity),
         chunk.implies(run & prefilling) if sizes.chunked_prefill else ~chunk,
@@ -57,7 +57,7 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
     if not sizes.preemptions:
         guard = conjunction(guard, run)
     if state.stale is not None:  # v0.27.0: a preempted request waits until its stale output drained
-        guard = conjunction(guard, run.implies(~state.stale))
+        guard = conjunction(guard, run.implies(state.stale == 0))
     entry = record_of(
         state.Scheduled,
         kind=kind,
@@ -81,12 +81,12 @@ def schedule(state: State, kind: Term, chunk: Term, drafts: Term, history: Term)
 
 
 def _run_in_flight(state: State) -> Term:
-    """A step that scheduled the request is in the batch queue (the queue holds at most one here)."""
-    return if_then_else(
-        state.to_runner.is_empty(),
-        if_then_else(state.to_scheduler.is_empty(), False, state.to_scheduler.head().field("kind") == Kind.RUN),
-        state.to_runner.head().field("kind") == Kind.RUN,
-    )
+    """The steps in the batch queue that scheduled the request (num_in_flight_tokens, counted in steps)."""
+    total: Term | int = 0
+    for occupied, entry in in_flight(state):
+        total = total + if_then_else(occupied & (entry.field("kind") == Kind.RUN), 1, 0)
+    assert isinstance(total, Term)
+    return total
 
 
 @action(actor="scheduler")
@@ -104,9 +104,9 @@ def update_from_output(state: State) -> Step:
     }
     if state.stale is not None:
         # v0.27.0: a stale output is delivered, but neither rolls back rejections nor resolves placeholders
-        stale = state.stale & (head.field("kind") == Kind.RUN)
+        stale = (state.stale > 0) & (head.field("kind") == Kind.RUN)
         updates[placeholders] = if_then_else(stale, placeholders, updates[placeholders])
-        updates[state.stale] = state.stale & ~stale
+        updates[state.stale] = if_then_else(stale, state.stale - 1, state.stale)
     return Step(~state.to_scheduler.is_empty(), updates)
 
 

@@ -39,6 +39,7 @@ class Sizes:
     preemptions: bool  # the request may be skipped or preempted
     chunked_prefill: bool  # (re)prefill may take non-final chunks
     kv_load_failures: int  # sync KV-load failures that discard outputs
+    batch_queue: int  # steps in flight: 2 (one stage), pp_size (the V1 runner with PP, to v0.30.x)
 
     @property
     def prompt(self) -> int:
@@ -54,6 +55,7 @@ def sizes_of(parameters: Mapping[str, int]) -> Sizes:
         preemptions=parameters["preemptions"] == 1,
         chunked_prefill=parameters["chunked_prefill"] == 1,
         kv_load_failures=parameters["kv_load_failures"],
+        batch_queue=parameters["batch_queue"],
     )
 
 
@@ -76,7 +78,7 @@ class State:
     to_runner: Term  # the batch queue: steps scheduled, not yet executed
     to_scheduler: Term  # steps executed, output not yet processed
     kv_failures: Term
-    stale: Term | None  # v0.27.0 on: request.num_stale_output_tokens > 0 (None before: no such counter)
+    stale: Term | None  # v0.27.0 on: stale steps in flight (num_stale_output_tokens; None before: no such counter)
     # the last rank's runner (vllm/v1/worker/gpu_model_runner.py, gpu_input_batch.py)
     tokens: Term  # CachedRequestState.output_token_ids
     length: Term
@@ -123,16 +125,18 @@ def declare(machine: Machine, parameters: Mapping[str, int], stale_output: bool 
             "request.num_output_placeholders: outputs scheduled, not yet processed",
         ),
         prefilling=variable("scheduler.prefilling", BOOL, True, "the next scheduled step is (re)computing the prompt"),
-        to_runner=variable("queue.scheduled", SequenceSort(Scheduled, 2), (), "steps scheduled, not yet executed"),
+        to_runner=variable(
+            "queue.scheduled", SequenceSort(Scheduled, sizes.batch_queue), (), "steps scheduled, not yet executed"
+        ),
         to_scheduler=variable(
-            "queue.executed", SequenceSort(Result, 2), (), "steps executed, output not yet processed"
+            "queue.executed", SequenceSort(Result, sizes.batch_queue), (), "steps executed, output not yet processed"
         ),
         kv_failures=variable("scheduler.kv_load_failures", integers(0, sizes.kv_load_failures), 0),
         stale=variable(
             "scheduler.stale_output",
-            BOOL,
-            False,
-            "request.num_stale_output_tokens > 0: a step scheduled before the preemption is still in flight",
+            integers(0, sizes.batch_queue),
+            0,
+            "request.num_stale_output_tokens: steps scheduled before the preemption and still in flight",
         )
         if stale_output
         else None,
@@ -189,6 +193,17 @@ def current(state: State) -> Term:
 def scheduled_here(state: State) -> Term:
     """The runner's current step schedules the request."""
     return current(state).field("kind") == Kind.RUN
+
+
+def in_flight(state: State) -> list[tuple[Term, Term]]:
+    """Every slot of the batch queue, oldest first, as (occupied, entry): the executed steps, then the scheduled."""
+    slots_of: list[tuple[Term, Term]] = []
+    for queue in (state.to_scheduler, state.to_runner):
+        rest = queue
+        for position in range(state.sizes.batch_queue):
+            slots_of.append((queue.length() > position, rest.head()))
+            rest = rest.tail()
+    return slots_of
 
 
 def sent(state: State) -> Term:
