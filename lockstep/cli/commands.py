@@ -467,6 +467,20 @@ def vllm(ctx: click.Context) -> None:
     metavar="SECONDS",
     help="wall-clock limit of the whole check (default 900; the real run is killed at it: exit 3)",
 )
+@click.option(
+    "--model-file",
+    type=FILE,
+    metavar="PATH",
+    help="judge the recording by the model a Python file defines (its PROTOCOL, named PROTOCOL: an overlay of "
+    "the built-in model, say), its default variant unless --variant",
+)
+@click.option(
+    "--vllm-source",
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    metavar="PATH",
+    help="your vLLM checkout (or its vllm package): its changed Python files that PROTOCOL's actions mirror run "
+    "over the installed build; compiled parts or other files that differ are refused (exit 2)",
+)
 @json_option
 def vllm_check(**options: Any) -> Invocation:
     """Start the installed vLLM on the CPU (DP=2, or PP=2 for pp-broadcast; a tiny model shipped with

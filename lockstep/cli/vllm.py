@@ -1,8 +1,11 @@
 """The ``vllm check`` command of ``lockstep``: a real vLLM checked against its release's model.
 
 ``lockstep vllm check PROTOCOL [--scenario S] [--seed N] [--variant V] [--trace-dir D] [--timeout S]
-[--json]`` detects the installed vLLM (``lockstep.real_vllm.releases``), runs the scenario on it with
-every actor recorded and replays the recording (``lockstep.real_vllm.check.run_check``); this module
+[--model-file F] [--vllm-source PATH] [--json]`` detects the installed vLLM (``lockstep.real_vllm.releases``),
+with ``--vllm-source`` lays the user's changed files over it (``lockstep.real_vllm.source_overlay``: refused,
+exit 2, where compiled parts or files the protocol does not mirror differ), runs the scenario on it with
+every actor recorded and replays the recording (``lockstep.real_vllm.check.run_check``) against the
+release's variant or ``--model-file``'s protocol (an overlay, say); this module
 parses, holds the trace folder, prints progress and the verdict on stderr, and with ``--json`` one
 object on stdout (``lockstep/schemas/vllm-check.schema.json``). Exit codes: 0 conforms; 1 diverges or
 violated; 2 usage (an unknown protocol, scenario or variant, no vLLM, a release no recording covers, a
@@ -13,6 +16,7 @@ recorder stopped; the replay lacks evidence); 4 the driver was killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -52,20 +56,26 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     from lockstep.real_vllm.releases import detect
 
     timer = clock(arguments)
+    source_folder = contextlib.ExitStack()  # holds --vllm-source's overlay folder for the run
     try:
         check_protocol(arguments.protocol)
         chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed)
         release = detect()
         modelled_by = release_variant(arguments.protocol, release)
+        model = _model_file(arguments)
         variant = (
-            modelled_by
+            (modelled_by if model is None else model.default_variant)
             if arguments.variant is None
-            else get_protocol(arguments.protocol).variant(arguments.variant).name
+            else (model or get_protocol(arguments.protocol)).variant(arguments.variant).name
         )
+        overlay = _vllm_source(arguments, release.version, source_folder)  # refused before any trace folder
         claim = _trace_dir(arguments, safe_name(arguments.protocol, release.version))
     except ValueError as error:  # UsageError, UnsupportedRelease, NotInstalled, OutputError, unknown names
+        source_folder.close()
         return usage_error(console, str(error), arguments)
-    with claim as folder:
+    with source_folder, claim as folder:
+        if overlay is not None:
+            _say(console, f"vllm source {overlay.describe()}")
         _say(
             console,
             f"vllm check {arguments.protocol}: vLLM {release.version} is modelled by {modelled_by}"
@@ -73,13 +83,43 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
             + f"; scenario {chosen.name} (seed {chosen.seed}): {_describe(chosen)}; recording into {folder.resolve()}",
         )
         result = run_check(
-            arguments.protocol, release, chosen, folder, variant=variant, timeout=timer.within(DEFAULT_TIMEOUT)
+            arguments.protocol,
+            release,
+            chosen,
+            folder,
+            variant=variant,
+            timeout=timer.within(DEFAULT_TIMEOUT),
+            python_path=None if overlay is None else overlay.root,
+            model=model,
         )
     _render(console, result)
     if arguments.json:
         write_stdout(json.dumps({"schema_version": SCHEMA_VERSION, **result.to_json()}) + "\n")
     code: int = result.exit_code
     return code
+
+
+def _model_file(arguments: argparse.Namespace) -> Any:
+    """``--model-file``: the protocol it defines (named PROTOCOL), the recording's judge; None without it."""
+    if getattr(arguments, "model_file", None) is None:
+        return None
+    from lockstep.cli.listing import selected_protocols
+
+    (model,) = selected_protocols(arguments)
+    return model
+
+
+def _vllm_source(arguments: argparse.Namespace, release: str, folders: contextlib.ExitStack) -> Any:
+    """``--vllm-source``: the user's files laid over the installed vLLM (``source_overlay``) in a private
+    folder ``folders`` removes after the run; None without the option, ``SourceRefused`` where it is refused."""
+    source = getattr(arguments, "vllm_source", None)
+    if source is None:
+        return None
+    from lockstep.impl.lifetime import temporary_directory
+    from lockstep.real_vllm.source_overlay import installed_package, prepare
+
+    into = folders.enter_context(temporary_directory("lockstep-vllm-source-"))
+    return prepare(arguments.protocol, release, installed_package(), Path(source), into)
 
 
 def _scenario(protocol: str, name: str | None, seed: int) -> Any:

@@ -50,7 +50,14 @@ PR_SET_PDEATHSIG = 1
 GROUP_EXIT_SECONDS = 10.0
 OWNER_FILE = ".lockstep-owner"
 # every temporary directory a lockstep command makes (``temporary_directory``): what ``remove_abandoned`` may take
-PREFIXES = ("lockstep-run-", "lockstep-pool-", "lockstep-fuzz-runtime-", "lockstep-hypothesis-", "lockstep-abc-")
+PREFIXES = (
+    "lockstep-run-",
+    "lockstep-pool-",
+    "lockstep-fuzz-runtime-",
+    "lockstep-hypothesis-",
+    "lockstep-abc-",
+    "lockstep-vllm-source-",  # vllm check --vllm-source: the user's files over the installed vLLM
+)
 
 
 def python_command(module: str, *arguments: str) -> list[str]:

@@ -102,6 +102,7 @@ class CheckResult:
     recorder_failures: list[dict[str, Any]] = field(default_factory=list)
     verdict: str = "inconclusive"
     reason: str = ""
+    model: Any = None  # the Protocol that judges the recording (``--model-file``); None: the built-in one
 
     @property
     def exit_code(self) -> int:
@@ -219,10 +220,12 @@ def run_driver(
     timeout: float,
     parameters: dict[str, int] | None = None,
     protocol: str = "dp-pause",
+    python_path: Path | None = None,
 ) -> Run:
     """Run the scenario on the installed vLLM, recording into ``trace_dir`` with the model bounds
-    ``parameters`` (default: the scenario's); every process it started is gone when this returns (see
-    the module doc)."""
+    ``parameters`` (default: the scenario's); ``python_path`` goes first on every process's
+    ``PYTHONPATH`` (``--vllm-source``: ``source_overlay``). Every process it started is gone when this
+    returns (see the module doc)."""
     from lockstep.impl.lifetime import child_environment, guardian, python_command
     from lockstep.instrumentation.vllm_dp_pause import PARAMETERS_ENVIRONMENT
     from lockstep.real_vllm.driver import PROTOCOL_ENVIRONMENT
@@ -240,6 +243,8 @@ def run_driver(
     environment[record.TRACE_DIRECTORY_ENVIRONMENT] = str(trace_dir.resolve())
     environment[PROTOCOL_ENVIRONMENT] = protocol
     environment[PARAMETERS_ENVIRONMENT] = json.dumps(scenario.model_parameters() if parameters is None else parameters)
+    if python_path is not None:
+        environment["PYTHONPATH"] = os.pathsep.join([str(python_path), *filter(None, [environment.get("PYTHONPATH")])])
     started = time.monotonic()
     with open(log_path, "xb") as log:  # a new file in the claimed folder: a link planted there is refused
         process = subprocess.Popen(
@@ -301,7 +306,7 @@ def judge(result: CheckResult) -> None:
     try:
         verdict = replay_traces(
             result.trace_dir,
-            protocol=result.protocol,
+            protocol=result.protocol if result.model is None else result.model,
             variant=result.variant,
             profile=recorder_profile(result.protocol),
             expected_actors=expected_actors(result.protocol),
@@ -358,12 +363,16 @@ def run_check(
     *,
     variant: str | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    python_path: Path | None = None,
+    model: Any = None,
 ) -> CheckResult:
-    """Run ``scenario`` on the installed vLLM (``release``), recording into ``trace_dir`` (an empty folder
-    this process holds), and judge the recording against ``variant`` (default: the release's)."""
+    """Run ``scenario`` on the installed vLLM (``release``; ``python_path``: a ``source_overlay`` over it),
+    recording into ``trace_dir`` (an empty folder this process holds), and judge the recording against
+    ``variant`` (default: the release's) of ``model`` (a Protocol named ``protocol``; default: the built-in one)."""
     check_protocol(protocol)
-    run = run_driver(release, scenario, trace_dir, timeout, protocol=protocol)
+    run = run_driver(release, scenario, trace_dir, timeout, protocol=protocol, python_path=python_path)
     result = CheckResult(protocol, release, variant or release_variant(protocol, release), scenario, trace_dir, run)
+    result.model = model
     if run.outcome != REFUSED:
         judge(result)
     decide(result)
