@@ -142,13 +142,19 @@ def test_usage_errors_exit_2_with_a_message(
 
 @pytest.mark.parametrize(
     "arguments",
-    [["check", "dp-pause", "--max-states", "0"], ["check", "dp-pause", "--engine", "astar"], ["frobnicate"]],
+    [["check", "dp-pause", "--max-states", "0"], ["frobnicate"]],
 )
 def test_argument_errors_exit_2(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:
     with pytest.raises(SystemExit) as stopped:
         main(arguments)
     assert stopped.value.code == 2
     assert "lockstep: error:" in capsys.readouterr().err
+
+
+def test_an_unknown_engine_exits_2_naming_the_registry_s_engines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "dp-pause", "--engine", "astar"]) == 2
+    err = capsys.readouterr().err
+    assert "lockstep: error: unknown --engine 'astar'; engines: auto, bfs, dfs, bfs-vec, bfs-gpu, bmc" in err
 
 
 def test_limits_give_inconclusive_exit_3(capsys: pytest.CaptureFixture[str]) -> None:
