@@ -22,11 +22,7 @@ from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statisti
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance
 
-AUTO = "auto"
-VECTOR_ENGINES = ("bfs-vec", "bfs-gpu")
-EXPLICIT_ENGINES = ("bfs", "dfs", *VECTOR_ENGINES)
-SYMBOLIC_ENGINES = ("bmc", "induction", "pdr")
-CERTIFY = "certify"
+AUTO = "auto"  # the default engine, as ``lockstep check``'s
 
 
 def check(
@@ -60,11 +56,7 @@ def check(
 
 __all__ = [
     "AUTO",
-    "CERTIFY",
     "ENGINES",
-    "EXPLICIT_ENGINES",
-    "SYMBOLIC_ENGINES",
-    "VECTOR_ENGINES",
     "CheckResult",
     "Limits",
     "Path",
