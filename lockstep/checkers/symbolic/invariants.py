@@ -278,9 +278,11 @@ def _domain(sort: Sort | None) -> list[int] | None:
         return list(range(len(sort.members)))
     if isinstance(sort, BoolSort):
         return [0, 1]
+    if isinstance(sort, IntSort) and not sort.is_finite:
+        return None
     if isinstance(sort, IntSort | IndexSort):
-        values = list(islice(sort.values(), ENUMERABLE + 1)) if getattr(sort, "is_finite", True) else []
-        return [int(value) for value in values] if 0 < len(values) <= ENUMERABLE else None
+        values = [value for value in islice(sort.values(), ENUMERABLE + 1) if isinstance(value, int)]
+        return values if 0 < len(values) <= ENUMERABLE else None
     return None
 
 
@@ -315,7 +317,7 @@ def _by_index(restrictions: list[tuple[str, str]]) -> list[str]:
     groups: dict[tuple[str, str], list[str]] = {}
     for name, condition in restrictions:
         groups.setdefault((_INDEX.sub("[]", name), condition), []).append(name)
-    lines = []
+    lines: list[str] = []
     for (_, condition), names in groups.items():
         indices = [_INDEX.findall(name) for name in names]
         varying = [position for position in range(len(indices[0])) if len({row[position] for row in indices}) > 1]

@@ -25,6 +25,11 @@ again. Where it is not cached, compiling costs more than a small model's whole s
 (``engines.VectorOptions``) ``arrays`` turns the native kernels off, ``c`` compiles them before the
 first level (what the tests use).
 No compiler, or a compiler that fails, leaves the array kernels in charge.
+
+Under an explicit memory cap (``--max-memory``) the compiler's memory counts: it runs in the
+foreground (the search waits, so the two never add up) with its address space limited to what the
+search leaves under the cap (``ulimit -v``); a compile that needs more fails, and the array kernels
+go on.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from lockstep.cache import Entry, Store, root
+from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.vector import native_sets, native_symmetry
 from lockstep.checkers.vector.backend import _MULTIPLY_1, _MULTIPLY_2, _SEED
 from lockstep.checkers.vector.fused import _local_blocks, _number, parse
@@ -53,6 +59,7 @@ from lockstep.checkers.vector.native_sets import SETS_SOURCE, NativeSets
 from lockstep.checkers.vector.values import Unsupported
 
 THRESHOLD = 1 << 15  # stored states after which an uncached library is compiled (in the background)
+MINIMUM_COMPILE_KILOBYTES = 64 * 1024  # under a memory cap, less room than this: no compile
 _FLAGS = ("-O1", "-fwrapv", "-shared", "-fPIC")
 
 _HEADER = f"""#include <stdint.h>
@@ -318,8 +325,9 @@ def _opened(entry: Entry) -> Any:
 class NativeKernels:
     """One machine's compiled successor loop, loaded once its library exists."""
 
-    def __init__(self, arrays: Kernels, command: str, eager: bool) -> None:
+    def __init__(self, arrays: Kernels, command: str, eager: bool, memory_cap: int | None = None) -> None:
         self.arrays = arrays
+        self.memory_cap = memory_cap  # an explicit cap: the compiler runs in the foreground, within what is left
         self.words = arrays.layout.words
         self.tuples = len(arrays.tuples)
         self.command = [command, *_FLAGS]
@@ -355,7 +363,7 @@ class NativeKernels:
             self._build()
             if self.building is None:
                 return False
-        if not wait and self.building.poll() is None:
+        if not wait and self.memory_cap is None and self.building.poll() is None:
             return False
         self.building.wait()
         entry = self.store.read(self.stem, ".so") if self.building.returncode == 0 else None
@@ -382,6 +390,13 @@ class NativeKernels:
         install = [sys.executable, "-m", "lockstep.cache", "install", str(self.store.base), "native", self.stem]
         install += [".so", str(output)]
         quoted = " ".join(shlex.quote(part) for part in compile_command)
+        if self.memory_cap is not None:  # the compiler within what the search leaves under the cap
+            room = (self.memory_cap - resident_memory_bytes()) // 1024
+            if room < MINIMUM_COMPILE_KILOBYTES:
+                shutil.rmtree(build, ignore_errors=True)
+                self.failed = True
+                return
+            quoted = f"(ulimit -v {room} && exec {quoted})"
         installed = " ".join(shlex.quote(part) for part in install)
         self.building = subprocess.Popen(  # noqa: S603 - the configured compiler on our own generated source
             ["/bin/sh", "-c", f"{quoted} && {installed}; status=$?; rm -rf {shlex.quote(str(build))}; exit $status"],
@@ -488,14 +503,15 @@ class NativeKernels:
         return self._out, self._columns[0], self._columns[1], self._columns[2]  # capacity is self.capacity
 
 
-def native_kernels(arrays: Kernels, choice: str = "auto") -> NativeKernels | None:
+def native_kernels(arrays: Kernels, choice: str = "auto", memory_cap: int | None = None) -> NativeKernels | None:
     """The native kernels for ``bfs-vec``, or None: ``choice`` ``arrays``, or no C compiler. ``c``
-    compiles them before the first level; ``auto`` once a search is large enough (``THRESHOLD``)."""
+    compiles them before the first level; ``auto`` once a search is large enough (``THRESHOLD``).
+    ``memory_cap``: an explicit limit on memory, which the compiler stays within (module doc)."""
     command = compiler()
     if choice == "arrays" or command is None:
         return None
     try:
-        return NativeKernels(arrays, command, eager=choice == "c")
+        return NativeKernels(arrays, command, eager=choice == "c", memory_cap=memory_cap)
     except OSError:  # the cache folder cannot be written: no library to build
         return None
 

@@ -98,7 +98,11 @@ class VectorSearch:
         # kernels (``engines.VectorOptions``): auto, arrays (the array kernels alone), c or triton
         torch = isinstance(backend, TorchBackend)
         self.fused = fused_kernels(self.kernels, backend.device, kernels) if torch else None
-        self.native = None if torch else native_kernels(self.kernels, kernels)
+        self.native = (
+            None
+            if torch
+            else native_kernels(self.kernels, kernels, None if limits is None else limits.max_memory_bytes)
+        )
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
         self.canonical, self.canonical_keys = self.kernels.canonical, None  # fused: representatives with keys
