@@ -6,7 +6,8 @@ real recorder: nothing is stubbed.
 
 - The default scenario (2 requests of 16 tokens, then twice a pause in keep mode mid-request, a
   collective_rpc whose body all-reduces over both DP ranks' workers, the resume and a late request of 16
-  tokens) conforms to the variant of the installed release, with every actor recorded in the release's vocabulary (0.32.0:
+  tokens) conforms to the variant of the installed release, with every actor recorded in the release's
+  vocabulary (0.32.0:
   ``fire_idle_callbacks`` / ``synchronize_device``, ``dp_sync_interval`` 16, ``client_read_view``
   unrecorded), and the same recording diverges from ``pre-fix`` (and, for 0.32.0, from ``v0.29.0``, whose
   engines do not sync at a wave's first step). The ``--json`` object follows its schema.
