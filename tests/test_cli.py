@@ -35,6 +35,7 @@ def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture
         "async-placeholders",
         "computed-tokens",
         "cudagraph-pp",
+        "pd-kv-transfer",
     }
     seed = next(instance for instance in listing["dp-pause"]["instances"] if instance["name"] == "seed")
     assert (seed["expected"]["pre-fix"], seed["expected"]["post-fix"]) == ("violated", "holds") and listing["dp-pause"][
