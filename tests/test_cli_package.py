@@ -114,7 +114,14 @@ def complete(shell: str, words: str, current: str = "") -> list[str]:
 @pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
 def test_completion_names_protocols_variants_and_instances(shell: str) -> None:
     protocols = complete(shell, "lockstep check")
-    assert protocols == ["pp-broadcast", "dp-pause", "async-placeholders", "computed-tokens", "cudagraph-pp"]
+    assert protocols == [
+        "pp-broadcast",
+        "dp-pause",
+        "async-placeholders",
+        "computed-tokens",
+        "cudagraph-pp",
+        "pd-kv-transfer",
+    ]
     variants = complete(shell, "lockstep check dp-pause --variant")
     assert variants == [variant.name for variant in get_protocol("dp-pause").variants]  # dp-pause's, not every one's
     assert variants[:3] == ["pre-fix", "post-fix", "ignore-wave-while-paused"]
@@ -168,7 +175,14 @@ def test_bash_completes_with_the_script_lockstep_prints(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stderr
     variants, protocols = completed.stdout.splitlines()
     assert variants.split() == [variant.name for variant in get_protocol("dp-pause").variants]
-    assert protocols.split() == ["pp-broadcast", "dp-pause", "async-placeholders", "computed-tokens", "cudagraph-pp"]
+    assert protocols.split() == [
+        "pp-broadcast",
+        "dp-pause",
+        "async-placeholders",
+        "computed-tokens",
+        "cudagraph-pp",
+        "pd-kv-transfer",
+    ]
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
