@@ -60,6 +60,8 @@ FAST: list[tuple[str, int, tuple[str, ...] | None]] = [
     ("cudagraph-pp:missing-key:seed", 18, None),  # K1 10, A2 12
     ("cudagraph-pp:full-adjustment:seed", 18, None),  # R1 8
     ("cudagraph-pp:no-send-wait:seed", 18, None),  # A3 11, A2 14
+    ("pd-kv-transfer:pre-fix:seed", 20, None),  # transfer_completes 10; diameter 20
+    ("pd-kv-transfer:post-fix:seed", 20, None),  # transfer_completes 10; diameter 20
 ]
 # dp-pause seeds whose BFS lengths the fast tier leaves to the slow tier (too deep for BMC in CI):
 FAST_UNCOVERED = {

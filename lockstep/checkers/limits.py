@@ -130,16 +130,18 @@ class MemoryForecast:
     A chunk's growth understates what it allocates when it reuses pages an earlier chunk freed, so
     a lower rate never replaces a higher one. ``MARGIN`` goes on top, and ``UNMEASURED`` instead
     for a chunk expected to take more than ``REACH`` times the transitions of the largest chunk
-    measured (its rate is a guess until then)."""
+    measured (its rate is a guess until then). The chunks plan to stay under the cap less
+    ``RESERVE``, which is kept for allocations no chunk's forecast sees."""
 
     MARGIN = 1.25
     UNMEASURED = 2.0
+    RESERVE = 0.1  # of the cap, kept for what no chunk's forecast sees (numpy temporaries, the allocator's slack)
     REACH = 4
     SAMPLE = 4096
     MINIMUM = 1024
 
     def __init__(self, cap: int, prior: float) -> None:
-        self.cap = cap
+        self.cap = int(cap * (1 - self.RESERVE))  # what the chunks plan to stay under
         self.per_transition = prior
         self._largest = 0  # transitions of the chunk the rate was measured on
         self._resident = 0

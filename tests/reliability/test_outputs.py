@@ -45,7 +45,17 @@ from lockstep.traces.merge import open_traces
 TIMEOUT = 300  # seconds: a ceiling for a real run on a loaded machine, never what decides a test
 FULL, NULL = Path("/dev/full"), Path(os.devnull)
 VICTIM_TEXT = "the victim's own text\n"
-INPUTS = {"model_file", "choices", "counterexample", "paths", "flight_recorder", "mapping", "change", "source"}  # read
+INPUTS = {  # read
+    "model_file",
+    "choices",
+    "counterexample",
+    "paths",
+    "flight_recorder",
+    "mapping",
+    "change",
+    "source",
+    "vllm_source",
+}
 TAKEN = ("is being written by another lockstep", "already holds *.jsonl files", "is not empty")
 NO_DEFAULT_OUTPUT = {("run",), ("export",), ("graph",), ("trace", "merge"), ("show",)}  # without it: none, or stdout
 # outputs not run here as a command, and why; each is written by the helpers the commands above exercise

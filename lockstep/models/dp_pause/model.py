@@ -156,7 +156,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
         machine.add(engine.finish_resume, model, rank=Rank)
     machine.add(engine.notify_idle, model, rank=Rank)
     machine.add(engine.step, model, rank=Rank)
-    machine.add(engine.finish_forward, model, variant, rank=Rank, sorts=engine.finish_choice(model))
+    machine.add(engine.finish_forward, model, variant, sorts={"rank": Rank, **engine.finish_choice(model)})
     machine.add(engine.finish_sync, model, variant, rank=Rank)
     # the coordinator
     machine.add(coordinator.coordinator_first_request, model)
