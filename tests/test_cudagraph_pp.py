@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from golden import check_golden
+from ledgers import unnamed
 
-from lockstep.changes import mirrored_names
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.symbolic.lemmas import prove
 from lockstep.cli import main
@@ -249,18 +249,7 @@ def test_the_ledger_names_every_mirrored_function_action_variant_property_and_pa
     """The ledger is checked against the model: a mirrored name, an action, a variant, a property or a parameter the
     model adds fails this test until the ledger says what it is."""
     text = LEDGER.read_text(encoding="utf-8")
-    machines = [
-        PROTOCOL.instance(variant.name, instance.name).machine()
-        for variant in PROTOCOL.variants
-        for instance in PROTOCOL.instances
-    ]
-    mirrored = {name for machine in machines for action in machine.actions for name in mirrored_names(action.mirrors)}
-    assert not sorted(name for name in mirrored if name not in text)
-    actions = {action.name for machine in machines for action in machine.actions}
-    assert not [name for name in sorted(actions) if f"`{name}`" not in text]
-    properties = {item.name for machine in machines for item in machine.properties} - {"in_bounds", "well_defined"}
-    assert not [name for name in sorted(properties) if f"`{name}`" not in text]
-    assert not [variant.name for variant in PROTOCOL.variants if f"`{variant.name}`" not in text]
+    assert unnamed(PROTOCOL, text) == {"mirrored": [], "action": [], "property": [], "variant": []}
     assert not [parameter.name for parameter in PROTOCOL.parameters if f"`{parameter.name}`" not in text]
 
 
