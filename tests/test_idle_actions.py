@@ -71,6 +71,17 @@ def test_an_action_the_instances_parameters_turn_off_is_a_note(capsys: pytest.Ca
     assert "warning:" not in output and "note: not enabled in this instance" in output
 
 
+def test_a_search_that_stopped_claims_nothing_about_the_instance(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two levels of dp-pause see few actions: the note says the search did not cover the states,
+    not that the instance's parameters turn the others off."""
+    main(["check", "dp-pause", "--engine", "bfs-vec", "--max-depth", "2", "--json", "--trace-out", "/dev/null"])
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] in ("holds-within-bound", "inconclusive"), document["verdict"]
+    assert len(document["notes"]) == 1 and document["notes"][0].startswith(
+        "not enabled in the states explored (the search did not cover them all): "
+    ), document["notes"]
+
+
 def test_an_overlay_action_never_enabled_stays_a_warning(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     model = tmp_path / "dead.py"
     model.write_text(OVERLAY_WITH_A_DEAD_ACTION)

@@ -221,7 +221,8 @@ def warnings_and_notes(result: CheckResult, instance: Instance | None) -> tuple[
     """The warnings to show, and the notes. An action of a built-in protocol that no explored state
     enabled is turned off by the instance's parameters or variant (every action of a built-in
     protocol is enabled in some pinned instance: tests/test_idle_actions.py), so it is a note; one
-    that a model file or an overlay binds stays a warning: it may never be enabled at all."""
+    that a model file or an overlay binds stays a warning: it may never be enabled at all. Only a
+    search that covered every state (verdict holds) says the instance turns it off."""
     from lockstep.models import PROTOCOLS
 
     if instance is None or instance.protocol.name not in PROTOCOLS:
@@ -233,7 +234,10 @@ def warnings_and_notes(result: CheckResult, instance: Instance | None) -> tuple[
     warnings = [warning for warning in result.warnings if warning not in hidden]
     if not expected:
         return warnings, []
-    return warnings, [f"not enabled in this instance (its parameters or variant turn it off): {', '.join(expected)}"]
+    names = ", ".join(expected)
+    if result.verdict is not Verdict.HOLDS:  # a search that stopped or was bounded saw only part of the space
+        return warnings, [f"not enabled in the states explored (the search did not cover them all): {names}"]
+    return warnings, [f"not enabled in this instance (its parameters or variant turn it off): {names}"]
 
 
 def described(machine: Machine, name: str) -> str:
