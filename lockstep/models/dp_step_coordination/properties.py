@@ -1,0 +1,52 @@
+"""The properties of dp-step-coordination, each with the source lines it comes from, and the final states.
+
+- ``no_collective_mismatch`` (built in): no two ranks of a group block in different collectives at
+  the same position. vLLM's groups (``get_dp_group()``, the EP group, the engine ``dp_group``) are
+  NCCL or gloo communicators that match ops by order only: ``dp_utils.py`` ``_run_ar`` and every
+  MoE all-to-all assume every rank posts the same op at the same position.
+- ``no_hang`` (built in): every posted collective completes within ``hang_bound`` steps, and no
+  state without an enabled step has one pending (a rank waiting in one group while its peer waits
+  in another is such a state).
+- ``no_stuck_request``: where nothing can move any more, no rank still has work (a request of a
+  rank that left the loop, or of a wave that ended under it, is never served).
+- witnesses: ``dummy_step`` (a rank with nothing to run steps with a dummy batch so its peers'
+  collectives complete: ``run_busy_loop``'s ``execute_dummy_batch``) and ``all_ranks_finish``
+  (every request served, the wave over on every rank).
+
+No assert of ``_determine_batch_execution_and_padding``/``coordinate_batch_across_dp`` depends on
+anything but the all-reduce's own result, which every rank of one all-reduce shares; the model
+has no engine assert to reach (see docs/models/dp-step-coordination.md).
+"""
+
+from __future__ import annotations
+
+from lockstep.models.dp_step_coordination.state import Phase, State
+from lockstep.spec.machine import Machine
+from lockstep.spec.terms import Term, all_of, conjunction
+
+
+def _idle(state: State, rank: Term) -> Term:
+    """The rank's wave is over: at its loop head, not running, nothing to run."""
+    return conjunction(state.phase[rank] == Phase.LOOP, ~state.engines_running[rank], state.work[rank] == 0)
+
+
+def set_final(machine: Machine, state: State) -> None:
+    """A run ends when the wave is over on every rank (requests not yet added would start a new
+    wave through the coordinator: dp-pause's model)."""
+    machine.set_final(all_of(state.Rank, lambda rank: _idle(state, rank)))
+
+
+def add_properties(machine: Machine, state: State) -> None:
+    """``no_stuck_request`` and the witnesses (the collective properties are built in)."""
+    machine.always(
+        "no_stuck_request",
+        True,
+        "no rank keeps unserved work where nothing can move",
+        at_deadlock=all_of(state.Rank, lambda rank: state.work[rank] == 0),
+    )
+    machine.sometimes("dummy_step", state.dummy_ran, "a rank runs a dummy batch so its peers' collectives complete")
+    machine.sometimes(
+        "all_ranks_finish",
+        conjunction(state.requests_left == 0, all_of(state.Rank, lambda rank: _idle(state, rank))),
+        "every request is served and the wave ends on every rank",
+    )
