@@ -78,6 +78,10 @@ class Statistics:
     depth: int = 0
     seconds: float = 0.0
     frontier: int | None = None  # in a progress report: states waiting to be expanded
+    walks: int | None = None  # swarm: the random walks run (``transitions``: their steps)
+    distinct_estimate: int | None = None  # swarm: distinct states seen, estimated (HyperLogLog)
+    # seconds per phase of the engine's run (kernels, search, counterexample...), in the order run
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def states_per_second(self) -> float:
