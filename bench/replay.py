@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from lockstep.checkers import system_for
-from lockstep.checkers.replay import Replayer, ReplayOptions
+from lockstep.checkers.conformance.replay import Replayer, ReplayOptions
 from lockstep.spec.collectives import Communicator, all_reduce_sum
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.sorts import IndexSort, MapSort, enum, integers

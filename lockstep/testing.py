@@ -3,7 +3,7 @@
 ``assert_conforms(paths, protocol="dp-pause")`` replays trace files (or a trace directory) that a
 program recorded with ``lockstep.record`` (or lockstep's runtime) against the model named by their
 header, or by ``protocol``/``variant`` (the trace never widens its own check: see
-``lockstep.checkers.conformance``), and raises ``AssertionError`` with the replay's explanation
+``lockstep.checkers.conformance.judgement``), and raises ``AssertionError`` with the replay's explanation
 unless they conform. ``assert_fuzz_clean("dp-pause", variant="post-fix")`` fuzzes a model (a
 built-in protocol's instance, a ``Protocol`` of your own, or a ``Machine``) with Hypothesis and
 raises ``AssertionError`` with the counterexample's steps if a safety property fails.
@@ -35,12 +35,12 @@ def replay_traces(
     **options: Any,
 ) -> dict[str, Any]:
     """Replay ``paths`` against the model the caller names (``protocol``: a registered name or a
-    ``Protocol``; ``lockstep.checkers.conformance``:
+    ``Protocol``; ``lockstep.checkers.conformance.judgement``:
     ``instance``, ``parameters``, ``unrecorded``, ``profile``, ``trust_header``,
     ``expected_actors``, ``required_actions``, ``required_witnesses``, ``require_complete``); the
     replay's JSON result (``verdict``, ``event``, ``property``, ``explanation``, ``coverage``,
     ``exempt``, ...) plus ``model`` and ``warnings``."""
-    from lockstep.checkers.conformance import replay_traces as replay
+    from lockstep.checkers.conformance.judgement import replay_traces as replay
 
     return replay(paths, protocol=protocol, variant=variant, max_candidates=max_candidates, **options).to_json()
 

@@ -1,4 +1,4 @@
-"""The one replay path (``lockstep.checkers.conformance``): every entry point gives one trace one
+"""The one replay path (``lockstep.checkers.conformance.judgement``): every entry point gives one trace one
 verdict, the trace cannot widen its own check, and conforming needs evidence."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
-from lockstep.checkers.fuzz.runtime import replay_example
+from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
 from lockstep.cli import main
 from lockstep.cli.runtime import replay_run
+from lockstep.harness.runtime_fuzzing import replay_example
 from lockstep.impl.runtime import RunConfig
 from lockstep.testing import assert_conforms
 from lockstep.testing import replay_traces as library_replay

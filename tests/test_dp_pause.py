@@ -244,7 +244,7 @@ def test_every_action_names_the_vllm_functions_it_mirrors() -> None:
 def test_counterexample_swimlanes_name_the_vllm_functions() -> None:
     from rich.console import Console
 
-    from lockstep.checkers.report import steps_json, swimlanes
+    from lockstep.cli.report import steps_json, swimlanes
 
     result = check(PROTOCOL.instance("pre-fix"), engine="bfs")
     shortest = result.counterexample

@@ -1,4 +1,4 @@
-"""Tests for lockstep.checkers.explicit (through ``check``): verdicts, paths and counts known by hand."""
+"""Tests for lockstep.checkers.explicit.search (through ``check``): verdicts, paths and counts known by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from lockstep.checkers import CheckResult, Limits, Path, PropertyResult, Statistics, Verdict, check, system_for
 from lockstep.checkers.counterexample import first_invalid_step
-from lockstep.checkers.explicit import ExplicitSearch
+from lockstep.checkers.explicit.search import ExplicitSearch
 from lockstep.checkers.result import EXIT_CODES
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, PropertyKind, Step
 from lockstep.spec.protocol import UsageError

@@ -11,10 +11,10 @@ import pydot
 import pytest
 
 from lockstep.checkers import check
-from lockstep.checkers.trace_values import decode
 from lockstep.cli import main
 from lockstep.models import get_protocol
 from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort
+from lockstep.spec.trace_values import decode
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "traces"
 COUNTEREXAMPLE = FIXTURES / "dp-pause-pre-fix-seed.jsonl"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.checkers.flight_recorder import diagnose, diagnose_directory
-from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
+from lockstep.checkers.flight_recorder.diagnosis import diagnose, diagnose_directory
+from lockstep.cli.flight_recorder_report import diagnosis_to_json, render
 from lockstep.traces.flight_recorder import FlightRecorderError, read_directory, read_dump, restricted_loads
 
 FIXTURES = Path(__file__).resolve().parent / "data" / "flight-recorder"
@@ -266,11 +266,12 @@ def test_lockstep_replay_flight_recorder_refuses_bad_input(capsys: pytest.Captur
 # runtime-dp-pause and runtime-pp-broadcast: real dumps of lockstep's runtime hanging (recorded with
 # `lockstep run --flight-recorder` by tools/record_flight_recorder.py); see each folder's README.
 def _model_check(name: str, protocol: str, variant: str, mapping: bool = True) -> object:
-    from lockstep.checkers.flight_recorder_mapping import read_mapping
-    from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.model_check import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.projection import read_mapping
+    from lockstep.models import get_protocol
 
     directory = read_directory(FIXTURES / name)  # "runtime-pp-broadcast-nccl/nccl": the mapping is one folder up
-    model = model_instance(protocol, variant, None, len(directory.dumps))
+    model = model_instance(get_protocol(protocol), variant, None, len(directory.dumps))
     if not mapping:
         return check_dumps(directory, model)
     folder = next(path for path in (FIXTURES / name, (FIXTURES / name).parent) if (path / MAPPING).exists())
@@ -285,7 +286,7 @@ def _model_check(name: str, protocol: str, variant: str, mapping: bool = True) -
 
 
 def test_the_runtime_dp_pause_hang_is_the_pre_fix_models_hang() -> None:
-    from lockstep.checkers.flight_recorder_model import ModelCheck
+    from lockstep.checkers.flight_recorder.model_check import ModelCheck
 
     for mapping in (True, False):  # from the run's mapping file, and guessed
         check = _model_check("runtime-dp-pause", "dp-pause", "pre-fix", mapping)
@@ -304,7 +305,7 @@ def test_the_runtime_dp_pause_hang_is_the_pre_fix_models_hang() -> None:
 
 
 def test_the_runtime_pp_broadcast_mutant_hang_is_the_mutants_hang_and_not_the_post_fix_models() -> None:
-    from lockstep.checkers.flight_recorder_model import ModelCheck
+    from lockstep.checkers.flight_recorder.model_check import ModelCheck
 
     check = _model_check("runtime-pp-broadcast", "pp-broadcast", "skip-disagree")
     assert isinstance(check, ModelCheck)
@@ -317,7 +318,7 @@ def test_the_runtime_pp_broadcast_mutant_hang_is_the_mutants_hang_and_not_the_po
 
 
 def test_a_lost_ring_buffer_prefix_becomes_wildcards_and_is_said() -> None:
-    from lockstep.checkers.flight_recorder_mapping import plan_projection
+    from lockstep.checkers.flight_recorder.projection import plan_projection
     from lockstep.models import get_protocol
 
     directory = read_directory(FIXTURES / "gloo-wrapped" / "pickle")
@@ -331,7 +332,7 @@ def test_a_lost_ring_buffer_prefix_becomes_wildcards_and_is_said() -> None:
 
 
 def test_the_runtimes_acks_are_dropped_and_peers_kept() -> None:
-    from lockstep.checkers.flight_recorder_mapping import _sequence
+    from lockstep.checkers.flight_recorder.projection import _sequence
 
     def entry(name: str, sequence: int) -> object:
         return read_dump_entry(name, sequence)

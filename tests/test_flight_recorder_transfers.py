@@ -18,9 +18,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from lockstep.checkers.flight_recorder import diagnose_directory
-from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render
+from lockstep.checkers.flight_recorder.diagnosis import diagnose_directory
 from lockstep.cli import main
+from lockstep.cli.flight_recorder_report import diagnosis_to_json, render
 from lockstep.traces.flight_recorder import restricted_loads
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +71,9 @@ def test_the_nccl_pp_dumps_against_the_model_say_what_a_dump_without_the_broadca
     README): the dumps are two completed transfers, which skip-disagree (and post-fix) can post
     with nothing pending, so the check says consistent, not hang; pre-fix would have broadcast
     between the two transfers, so it diverges."""
-    from lockstep.checkers.flight_recorder_mapping import read_mapping
-    from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.model_check import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.projection import read_mapping
+    from lockstep.models import get_protocol
     from lockstep.traces.flight_recorder import read_directory
 
     directory = read_directory(NCCL / "nccl")
@@ -82,7 +83,7 @@ def test_the_nccl_pp_dumps_against_the_model_say_what_a_dump_without_the_broadca
     for variant in ("skip-disagree", "post-fix", "pre-fix"):
         results[variant] = check_dumps(
             directory,
-            model_instance("pp-broadcast", variant, None, 2),
+            model_instance(get_protocol("pp-broadcast"), variant, None, 2),
             mapping=mapping.groups,
             mapping_file=str(MAPPING),
             acknowledged=mapping.acknowledged,

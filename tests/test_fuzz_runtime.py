@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lockstep.checkers.fuzz.runtime import fuzz_runtime
+from lockstep.harness.runtime_fuzzing import fuzz_runtime
 from lockstep.impl.launcher import launch
 from lockstep.impl.protocols import RUNTIME_PROTOCOLS
 

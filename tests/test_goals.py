@@ -1,4 +1,4 @@
-"""Coverage goals from a model (``lockstep.checkers.goals``): what the goals are, that each reached
+"""Coverage goals from a model (``lockstep.checkers.conformance.goals``): what the goals are, that each reached
 goal's path is a real model path ending where the goal holds, that the covering paths pass
 through every reached goal, and that replaying a goal path's model trace (the judge
 ``test-runtime`` applies to runtime traces) reaches the goals its path covers."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from lockstep.checkers import system_for
-from lockstep.checkers.conformance import replay_traces
+from lockstep.checkers.conformance.goals import KINDS, GoalSearch, RuntimeGoals, covering_paths, find_goals, label_of
+from lockstep.checkers.conformance.judgement import replay_traces
 from lockstep.checkers.counterexample import first_invalid_step, write_counterexample
-from lockstep.checkers.goals import KINDS, GoalSearch, RuntimeGoals, covering_paths, find_goals, label_of
 from lockstep.models import get_protocol
 from lockstep.spec.protocol import Instance
 
@@ -80,7 +80,7 @@ def test_labels_do_not_depend_on_how_bound_variables_were_named() -> None:
 def test_dp_pause_goals_name_the_partial_vote_and_the_wave_after_consensus() -> None:
     """The issue's two states no random run reached are goals of the post-fix model (the catalogue
     alone: the search is below)."""
-    from lockstep.checkers.goals import _Catalogue
+    from lockstep.checkers.conformance.goals import _Catalogue
 
     labels = {goal.label for goal in _Catalogue(get_protocol("dp-pause").instance("post-fix").machine()).goals}
     assert PARTIAL_VOTE in labels and WAVE_AFTER_CONSENSUS in labels

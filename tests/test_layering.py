@@ -98,9 +98,14 @@ def impl_imports_traces_only(item: Import) -> str | None:
     if (
         in_folder(item, "impl")
         and item.root == "lockstep"
-        and not item.within("lockstep.traces", "lockstep.impl", "lockstep.models", "lockstep.spec.vocabulary")
+        and not item.within(
+            "lockstep.traces", "lockstep.impl", "lockstep.models", "lockstep.spec.vocabulary", "lockstep.lifetime"
+        )
     ):
-        allowed = "lockstep.traces, lockstep.impl, lockstep.models and lockstep.spec.vocabulary (the model's names)"
+        allowed = (
+            "lockstep.traces, lockstep.impl, lockstep.models, lockstep.spec.vocabulary (the model's names) "
+            "and lockstep.lifetime"
+        )
         return f"imports {item.target}: impl imports only {allowed}"
     return None
 

@@ -1,4 +1,4 @@
-"""The runtime's processes end with their parent and leave nothing behind (``lockstep.impl.lifetime``).
+"""The runtime's processes end with their parent and leave nothing behind (``lockstep.lifetime``).
 
 ``lockstep run`` and ``lockstep fuzz --impl`` are started as real subprocesses and killed with
 SIGKILL (or SIGTERM) once their ranks are up; within a generous deadline no process they started

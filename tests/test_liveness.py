@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from lockstep.checkers import Verdict, check
 from lockstep.checkers.counterexample import first_invalid_step
-from lockstep.checkers.liveness import _components
+from lockstep.checkers.explicit.liveness import _components
 from lockstep.spec.machine import Machine, Step
 from lockstep.spec.semantics import InterpretedSystem
 from lockstep.spec.sorts import IndexSort, MapSort, integers

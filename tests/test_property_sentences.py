@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from lockstep.checkers import check
-from lockstep.checkers.report import property_detail
 from lockstep.checkers.result import Verdict
 from lockstep.cli import main
+from lockstep.cli.report import property_detail
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine, PropertyKind
 

@@ -24,8 +24,8 @@ import pytest
 
 from lockstep.checkers import check
 from lockstep.checkers.counterexample import rows
-from lockstep.checkers.report import result_json
 from lockstep.cli import main
+from lockstep.cli.report import result_json
 from lockstep.models import get_protocol
 from lockstep.models.external import load_model_file
 

@@ -15,7 +15,7 @@ import pytest
 from test_trace_reader import FIXTURES, PRE_FIX, run
 
 from lockstep.checkers import system_for
-from lockstep.checkers.replay import ReplayOptions, replay
+from lockstep.checkers.conformance.replay import ReplayOptions, replay
 from lockstep.models import get_protocol
 from lockstep.traces.merge import open_traces
 

@@ -47,7 +47,7 @@ def run(*arguments: str, timeout: float = 60) -> tuple[int, dict[str, Any], floa
 def replay_verdict(folder: Path) -> str:
     """Conformance of the run's traces with the dp-pause model the header instantiates."""
     from lockstep.checkers import system_for
-    from lockstep.checkers.replay import ReplayOptions, default_unrecorded, replay
+    from lockstep.checkers.conformance.replay import ReplayOptions, default_unrecorded, replay
     from lockstep.models.dp_pause import PROTOCOL
     from lockstep.traces.merge import open_traces
 

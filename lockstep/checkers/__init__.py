@@ -16,7 +16,7 @@ from typing import Any
 
 from lockstep.checkers.engines import ENGINES, Field, OptionError, Options, engine_named, options_for, selected
 from lockstep.checkers.engines import system_for as system_for
-from lockstep.checkers.explicit import Progress
+from lockstep.checkers.explicit.search import Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Step, Verdict
 from lockstep.spec.machine import Machine

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 from lockstep.checkers.definedness import UndefinedOperation
-from lockstep.checkers.explicit import ExplicitSearch, Progress
+from lockstep.checkers.explicit.search import ExplicitSearch, Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, PropertyResult, Verdict
 from lockstep.checkers.vector import Unsupported, VectorSearch, vectorisable

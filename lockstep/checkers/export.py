@@ -39,14 +39,14 @@ from typing import IO, Any
 import networkx as nx
 
 from lockstep.checkers.counterexample import changes
-from lockstep.checkers.explicit import ExplicitSearch
+from lockstep.checkers.explicit.search import ExplicitSearch
 from lockstep.checkers.limits import Limits
-from lockstep.checkers.trace_values import ValueMismatch, decode, decode_key
 from lockstep.spec.definitions import PropertyKind
 from lockstep.spec.expressions import variables_of
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import InterpretedSystem, State, fingerprint, unpack
 from lockstep.spec.sorts import BoolSort, EnumSort, IndexSort, IntSort, MapSort, RecordSort, SequenceSort, Sort, Value
+from lockstep.spec.trace_values import ValueMismatch, decode, decode_key
 from lockstep.traces.export import Annotations, StepNotes, Violation
 from lockstep.traces.reader import Record
 

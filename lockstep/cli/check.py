@@ -27,13 +27,14 @@ from lockstep.checkers import CheckResult, Limits, Statistics, check
 from lockstep.checkers.counterexample import write_counterexample
 from lockstep.checkers.engines import OptionError, Options, options_for
 from lockstep.checkers.limits import resident_memory_bytes
-from lockstep.checkers.proofs import ProofCheck, check_pinned
-from lockstep.checkers.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.checkers.result import PropertyResult
+from lockstep.checkers.symbolic.proofs import ProofCheck, check_pinned
 from lockstep.cli.invocation import clock
 from lockstep.cli.listing import EXIT_INCONCLUSIVE, selected_protocols
+from lockstep.cli.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
 from lockstep.models import PROTOCOLS
-from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
+from lockstep.models.proofs import BUDGET, PINNED
+from lockstep.spec.protocol import POST_FIX, Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.output import write_stdout
 
 EXIT_OK, EXIT_VIOLATED = 0, 1
@@ -284,7 +285,12 @@ def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:
     """With ``--proofs``: pdr re-proves each post-fix seed's pinned properties (``checkers.proofs``)."""
     if not getattr(arguments, "proofs", False):
         return []
-    return [proof for protocol in selected_protocols(arguments) for proof in check_pinned(protocol)]
+    return [
+        proof
+        for protocol in selected_protocols(arguments)
+        if protocol.name in PINNED
+        for proof in check_pinned(protocol.name, protocol.instance(POST_FIX).machine(), PINNED[protocol.name], BUDGET)
+    ]
 
 
 class _Heartbeat:

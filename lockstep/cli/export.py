@@ -12,8 +12,8 @@ the file and line; ITF of a trace without full states exits 2.
 
 **The model is the caller's**, chosen as ``lockstep replay`` chooses it (``--protocol`` or
 ``--model-file``, ``--variant``, ``--instance``, ``--set``, ``--profile``, ``--trust-header``; see
-``lockstep.checkers.replay_model``), and the highlight comes from the one replay path
-(``lockstep.checkers.conformance.replay_traces``). A recording of ``lockstep run`` replays with
+``lockstep.checkers.conformance.model_choice``), and the highlight comes from the one replay path
+(``lockstep.checkers.conformance.judgement.replay_traces``). A recording of ``lockstep run`` replays with
 ``--profile runtime`` (its header's ``settle_before_resume``, ``hang_bound``, ... are the runtime
 profile's, not the default instance's). Where replay refuses the trace (a header that would widen
 the check, without ``--trust-header``), ``show`` still draws the picture, without the highlight,
@@ -45,20 +45,20 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from lockstep.checkers.conformance import replay_traces
+from lockstep.checkers.conformance.judgement import replay_traces
+from lockstep.checkers.conformance.model_choice import recorder_profile, resolve_model
 from lockstep.checkers.counterexample import blocked_summary
 from lockstep.checkers.export import ExportError, state_graph, to_dot, trace_annotations, write_itf
-from lockstep.checkers.replay_model import recorder_profile, resolve_model
-from lockstep.checkers.report import described, swimlanes
 from lockstep.checkers.result import Path as ResultPath
 from lockstep.checkers.result import Step
-from lockstep.checkers.trace_values import decode
 from lockstep.cli.failures import io_message
 from lockstep.cli.listing import one_protocol
+from lockstep.cli.report import described, swimlanes
 from lockstep.models import get_protocol
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.spec.semantics import InterpretedSystem
+from lockstep.spec.trace_values import decode
 from lockstep.traces.export import Annotations, Violation, write_dot, write_graphml, write_perfetto
 from lockstep.traces.merge import TraceInput, open_traces
 from lockstep.traces.output import OutputError, refuse_inputs, write_atomically, write_output, write_stdout
@@ -100,7 +100,7 @@ def _judge(arguments: argparse.Namespace, header: dict[str, Any]) -> dict[str, A
 
 
 def _model(trace: TraceInput, judge: dict[str, Any]) -> tuple[Instance | None, str]:
-    """The caller's model of ``trace`` (``lockstep.checkers.replay_model``), or None and why replay
+    """The caller's model of ``trace`` (``lockstep.checkers.conformance.model_choice``), or None and why replay
     refuses it (a header that would widen the check, a header naming no model)."""
     try:
         return resolve_model(trace, **judge).instance, ""

@@ -100,7 +100,7 @@ def command_fuzz_runtime(arguments: argparse.Namespace, console: Console) -> int
                 "built-in protocols' scenarios)",
                 arguments,
             )
-    from lockstep.checkers.fuzz.runtime import fuzz_runtime
+    from lockstep.harness.runtime_fuzzing import fuzz_runtime
 
     try:
         settings = {}
@@ -211,7 +211,7 @@ def _write_trace(
 def render_fuzz(console: Console, result: FuzzResult, label: str, trace_file: Path | None) -> None:
     """The human report of one fuzzing session."""
     from lockstep.checkers.counterexample import blocked_summary
-    from lockstep.checkers.report import swimlanes
+    from lockstep.cli.report import swimlanes
 
     outcome = result.outcome.value
     seed = f"seed {result.seed} (--seed re-runs it)"

@@ -108,8 +108,8 @@ def _proof_table(protocols: list[Protocol]) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from lockstep.checkers.proofs import BUDGET, PINNED, status
     from lockstep.checkers.symbolic import abc
+    from lockstep.models.proofs import BUDGET, PINNED, status
     from lockstep.spec.machine import PropertyKind
 
     with_abc = abc.binary() is not None

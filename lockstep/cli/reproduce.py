@@ -80,8 +80,8 @@ def _check_path(path: str) -> None:
     """The counterexample is a path of its model: replayed against the model its header names, it
     does not diverge (an edited or corrupted file would otherwise drive the runtime somewhere the
     model never goes, and its outcome would be read as the counterexample's)."""
-    from lockstep.checkers.conformance import replay_traces
-    from lockstep.checkers.replay_result import DIVERGES
+    from lockstep.checkers.conformance.judgement import replay_traces
+    from lockstep.checkers.conformance.result import DIVERGES
     from lockstep.spec.protocol import UsageError
     from lockstep.traces.reader import TraceInputError
 

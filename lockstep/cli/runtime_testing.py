@@ -3,7 +3,7 @@
 ``lockstep test-runtime PROTOCOL|--model-file PATH [--variant V] [--instance I] [--backend gloo|nccl]
 [--hang-timeout S] [--timeout S] [--max-paths N] [--fail-fast] [--seed S] [--trace-dir DIR] [--json]``
 (a model file's protocol is named as a protocol the runtime runs, an edited copy of it) computes the model's coverage
-goals (``lockstep.checkers.goals``: every action with its arguments, every guard conjunct true and
+goals (``lockstep.checkers.conformance.goals``: every action with its arguments, every guard conjunct true and
 false, every branch condition of an update, every ``sometimes`` witness, the states one step from
 violating an ``always`` property, the highest level of each bounded-response monitor), finds a
 shortest model path to each and a few paths that together pass through all of them, and drives
@@ -94,7 +94,7 @@ def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str
 
 def _replay(config: Any, goals: Any, protocol: Any) -> dict[str, Any]:
     """The run's traces replayed against ``protocol`` (the model the paths came from) at the run's parameters."""
-    from lockstep.checkers.conformance import HeaderMismatch, replay_traces, runtime_expectations
+    from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces, runtime_expectations
     from lockstep.traces.reader import TraceInputError
 
     try:
@@ -151,8 +151,8 @@ def command_test_runtime(arguments: argparse.Namespace, console: Any) -> int:
 def _test_paths(arguments: argparse.Namespace, console: Any, timer: Clock, instance: Any, folder: Path) -> int:
     """The model's goal search and the runs of ``command_test_runtime`` in ``folder``; the exit code."""
     from lockstep.checkers import system_for
+    from lockstep.checkers.conformance.goals import RuntimeGoals, covering_paths, find_goals
     from lockstep.checkers.counterexample import write_counterexample
-    from lockstep.checkers.goals import RuntimeGoals, covering_paths, find_goals
     from lockstep.cli.reproduce import read_counterexample, reproduction_config
     from lockstep.cli.runtime import check_devices, deadline
     from lockstep.impl.launcher import launch

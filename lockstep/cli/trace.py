@@ -9,7 +9,7 @@ object
 candidate_states_max, ...}`` (``lockstep/schemas/replay.schema.json``). A final line cut short by
 a killed run is a warning; the events before it decide the exit code.
 
-The model is the caller's (``lockstep.checkers.conformance``): protocol and variant from
+The model is the caller's (``lockstep.checkers.conformance.judgement``): protocol and variant from
 ``--protocol`` / ``--variant`` (else the header's), the instance from ``--instance``, parameters
 from ``--set NAME=VALUE`` or a recorder ``--profile`` (else the instance's; the header may supply
 only the parameters that size the run, such as ranks), unrecorded actions from ``--unrecorded``
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
-from lockstep.checkers.conformance import ReplayVerdict, replay_traces
-from lockstep.checkers.replay import ReplayResult
+from lockstep.checkers.conformance.judgement import ReplayVerdict, replay_traces
+from lockstep.checkers.conformance.replay import ReplayResult
 from lockstep.cli.failures import io_file, usage_error
 from lockstep.spec.protocol import Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.merge import TraceInput, merge_to_file, open_traces
@@ -37,7 +37,7 @@ from lockstep.traces.output import write_stdout
 from lockstep.traces.reader import TraceInputError
 
 if TYPE_CHECKING:
-    from lockstep.checkers.flight_recorder_model import ModelCheck
+    from lockstep.checkers.flight_recorder.model_check import ModelCheck
     from lockstep.traces.flight_recorder import FlightRecorderDirectory
 
 EXIT_OK = 0
@@ -116,8 +116,8 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
     input (the message names the file; its control characters escaped), 3 when nothing could be
     compared (gloo groups with one poster; a model check that maps no group) or the model check's
     search bound came first."""
-    from lockstep.checkers.flight_recorder import diagnose
-    from lockstep.checkers.flight_recorder_report import diagnosis_to_json, render, render_model_check
+    from lockstep.checkers.flight_recorder.diagnosis import diagnose
+    from lockstep.cli.flight_recorder_report import diagnosis_to_json, render, render_model_check
     from lockstep.traces.flight_recorder import FlightRecorderError, read_directory
     from lockstep.traces.swimlanes import printable
 
@@ -167,8 +167,9 @@ def _replay_flight_recorder(arguments: argparse.Namespace, console: Console) -> 
 def _check_flight_recorder(arguments: argparse.Namespace, directory: FlightRecorderDirectory) -> ModelCheck:
     """The dumps against ``--protocol``'s model, mapped by ``--mapping``, else by the mapping file
     ``lockstep run --flight-recorder`` wrote beside them (when it ran the same protocol), else guessed."""
-    from lockstep.checkers.flight_recorder_mapping import find_mapping, read_mapping
-    from lockstep.checkers.flight_recorder_model import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.model_check import check_dumps, model_instance
+    from lockstep.checkers.flight_recorder.projection import find_mapping, read_mapping
+    from lockstep.models import get_protocol
 
     notes = []
     path = arguments.mapping
@@ -183,7 +184,9 @@ def _check_flight_recorder(arguments: argparse.Namespace, directory: FlightRecor
             )
         else:
             notes.append(f"{found} maps the groups of a {beside.protocol} run: not used; the mapping is guessed")
-    model = model_instance(arguments.protocol, arguments.variant, arguments.instance, len(directory.dumps))
+    model = model_instance(
+        get_protocol(arguments.protocol), arguments.variant, arguments.instance, len(directory.dumps)
+    )
     check = check_dumps(
         directory,
         model,

@@ -115,7 +115,7 @@ def _vllm_source(arguments: argparse.Namespace, release: str, folders: contextli
     source = getattr(arguments, "vllm_source", None)
     if source is None:
         return None
-    from lockstep.impl.lifetime import temporary_directory
+    from lockstep.lifetime import temporary_directory
     from lockstep.real_vllm.source_overlay import installed_package, prepare
 
     into = folders.enter_context(temporary_directory("lockstep-vllm-source-"))

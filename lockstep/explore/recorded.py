@@ -1,7 +1,7 @@
 """A trace read into explorer steps, through lockstep's one replay path.
 
 ``recorded_session`` replays a trace (a model counterexample, a runtime or vLLM recording: files or a
-trace directory) against the caller's model with ``lockstep.checkers.conformance.replay_traces``,
+trace directory) against the caller's model with ``lockstep.checkers.conformance.judgement.replay_traces``,
 the function ``lockstep replay`` and ``lockstep show`` call, so the explorer's verdict, divergence
 and explanation are replay's own. Its ``observe`` hook hands over replay's candidate set before
 each event; the candidates after an event are the model states the page shows beside it (the first
@@ -23,7 +23,7 @@ import itertools
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from lockstep.checkers.conformance import replay_traces
+from lockstep.checkers.conformance.judgement import replay_traces
 from lockstep.explore.session import (
     DOCUMENT_VERSION,
     ExploredStep,

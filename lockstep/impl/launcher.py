@@ -6,7 +6,7 @@ all in one new process group; rank 0 starts the coordinator and client processes
 that group. Every listener is bound to 127.0.0.1: the launcher binds the rendezvous store's
 socket itself and hands it to rank 0 (``STORE_FD_ENVIRONMENT``), and gloo is told to use the
 loopback interface (``GLOO_SOCKET_IFNAME=lo``) unless the environment names another. Every
-process is started with ``lockstep.impl.lifetime``'s ``python -P`` (nothing imported from the
+process is started with ``lockstep.lifetime``'s ``python -P`` (nothing imported from the
 current directory) and dies with its parent; the process group and the run directory are
 registered with this process's guardian, which removes them if this process is killed.
 It then polls every process's status board (see ``lockstep.impl.runtime``):
@@ -53,8 +53,8 @@ from typing import IO, Any
 
 from lockstep.impl.choices import ChoiceDivergence, read_choices, read_divergence
 from lockstep.impl.flight_recorder import flight_recorder_environment, request_dumps
-from lockstep.impl.lifetime import child_environment, guardian, python_command
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
+from lockstep.lifetime import child_environment, guardian, python_command
 
 COMPLETED, HANG, ERROR, INCONCLUSIVE = "completed", "hang diagnosed", "runtime error", "inconclusive"
 CRASHED = "process crashed"

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import IO
 
 from lockstep.impl.launcher import COMPLETED, ERROR, Outcome, start_ranks, watch_run
-from lockstep.impl.lifetime import guardian
 from lockstep.impl.runtime import RunConfig
+from lockstep.lifetime import guardian
 
 START_TIMEOUT = 120.0
 

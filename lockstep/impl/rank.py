@@ -10,7 +10,7 @@ The protocol's package (``lockstep.impl.protocols``) provides ``run_rank`` (and 
 Under torchrun only ranks join the group: rank 0 makes the run directory and the socket key,
 shares them over the default group, and starts the protocol's helper processes (dp-pause: the
 coordinator and client) itself, and a watchdog that diagnoses a hang; rank 0's guardian
-(``lockstep.impl.lifetime``) removes the run directory when rank 0 ends. Exit status: 0 finished, 1 timed out in a
+(``lockstep.lifetime``) removes the run directory when rank 0 ends. Exit status: 0 finished, 1 timed out in a
 collective
 (hung), 3 another failure.
 """
@@ -32,9 +32,9 @@ from lockstep.impl import distributed, flight_recorder
 from lockstep.impl.arguments import add_run_arguments, config_from_arguments
 from lockstep.impl.distributed import CollectiveTimeout, Groups, share_object
 from lockstep.impl.launcher import Watchdog, hang_diagnosis
-from lockstep.impl.lifetime import die_with_parent, guardian
 from lockstep.impl.protocols import runtime_protocol
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig
+from lockstep.lifetime import die_with_parent, guardian
 
 
 def _join(protocol: ModuleType, config: RunConfig) -> Groups:

@@ -17,8 +17,8 @@
 3. **Judge**: the recording is merged and replayed against the release's variant (or ``variant``) with
    the recorder's profile (``recorder_profile``: ``vllm_dp_pause.PROFILE``, ``vllm_pp_broadcast.PROFILE``),
    every actor expected (``expected_actors``), through the one replay path
-   (``lockstep.checkers.conformance.replay_traces``) with the goal observer ``lockstep test-runtime``
-   uses (``lockstep.checkers.goals.RuntimeGoals``): which of the model's coverage goals the real run
+   (``lockstep.checkers.conformance.judgement.replay_traces``) with the goal observer ``lockstep test-runtime``
+   uses (``lockstep.checkers.conformance.goals.RuntimeGoals``): which of the model's coverage goals the real run
    reached.
 
 The verdict (``CheckResult.verdict``, exit code): ``refused`` (2: the driver found another release or a

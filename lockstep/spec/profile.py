@@ -1,6 +1,6 @@
 """Recorder profiles: what a recorder defined in code does not record, and the model parameters
 its recordings stand for. A profile is the caller's word, never the trace's: replay
-(``lockstep.checkers.conformance``) compares a trace header with it and refuses a header that
+(``lockstep.checkers.conformance.judgement``) compares a trace header with it and refuses a header that
 would widen the check. Pure Python; imports nothing of the project.
 """
 

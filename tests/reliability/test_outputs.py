@@ -426,7 +426,7 @@ class Mislabelled:
 
 
 def test_fuzz_impl_keeps_the_failing_traces_without_following_a_planted_link(tmp_path: Path) -> None:
-    from lockstep.checkers.fuzz.runtime import fuzz_runtime
+    from lockstep.harness.runtime_fuzzing import fuzz_runtime
 
     victim = tmp_path / "victim.txt"
     victim.write_text(VICTIM_TEXT)

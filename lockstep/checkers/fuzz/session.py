@@ -2,7 +2,7 @@
 
 A session without a seed draws one, so that its report always names the seed that re-runs it.
 Hypothesis keeps caches under ``.hypothesis/`` in the current directory even without an example
-database; a session keeps them in a temporary folder (``lockstep.impl.lifetime.temporary_directory``:
+database; a session keeps them in a temporary folder (``lockstep.lifetime.temporary_directory``:
 removed afterwards, and by the guardian if the session is killed), unless the user names one with
 ``HYPOTHESIS_STORAGE_DIRECTORY`` (Hypothesis's own setting).
 """
@@ -28,7 +28,7 @@ def hypothesis_storage() -> Iterator[None]:
         return
     from hypothesis.configuration import set_hypothesis_home_dir
 
-    from lockstep.impl.lifetime import temporary_directory
+    from lockstep.lifetime import temporary_directory
 
     with temporary_directory("lockstep-hypothesis-", keep=False) as folder:
         set_hypothesis_home_dir(str(folder))

@@ -2,7 +2,7 @@
 
 The ``yosys-abc`` binary comes with the ``pyosys`` wheel (``pip install lockstep[proofs]``); it is
 found next to that package (without importing it) or on ``PATH``. Each property is one run, a
-subprocess with its own temporary directory (``lockstep.impl.lifetime.temporary_directory``; it
+subprocess with its own temporary directory (``lockstep.lifetime.temporary_directory``; it
 and the process are removed by the guardian if lockstep is killed): ``read_aiger``, ``pdr -T`` with the time limit,
 ``-n -c`` (generalisation with ``down`` and counterexamples to generalisation, Hassan, Bradley and
 Somenzi, FMCAD 2013; docs/performance.md has its measurements against ABC's default),
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockstep.checkers.symbolic.budget import KILL_AFTER, cpu_limited
-from lockstep.impl.lifetime import guardian, temporary_directory
+from lockstep.lifetime import guardian, temporary_directory
 
 GRACE = 5.0  # seconds past ``pdr -T`` before the process is killed
 WALL_FACTOR = 20.0  # ``pdr -T`` (wall seconds) is this many times the CPU limit, unless a deadline is nearer
@@ -132,7 +132,7 @@ def _children_cpu() -> float:
 def _answer(program: str, script: str, directory: Path, cpu: int, seconds: float) -> tuple[str, int]:
     """ABC's output (stdout, then stderr) for ``script`` run in ``directory``, and its exit status;
     the process may use ``cpu`` seconds of CPU (``RLIMIT_CPU``) and lives at most ``seconds`` of wall
-    time. It is in its own group, registered with the guardian (``lockstep.impl.lifetime``): it is
+    time. It is in its own group, registered with the guardian (``lockstep.lifetime``): it is
     killed if lockstep is, rather than left computing until its limit."""
     with subprocess.Popen(
         [program, "-c", script],

@@ -11,7 +11,7 @@ when asked. Its CPU time is read from ``/proc`` (``budget.process_cpu_seconds``)
 CPU seconds, like the provers'.
 
 The child is its own process group, registered with the guardian and killed with SIGKILL by its
-parent death signal (``lockstep.impl.lifetime``), so it never outlives the command; it ignores
+parent death signal (``lockstep.lifetime``), so it never outlives the command; it ignores
 the terminal's Ctrl-C (its parent stops it). ``stop`` kills it and waits for it.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 from lockstep.checkers.result import PropertyResult
 from lockstep.checkers.symbolic.bmc import BoundedModelChecker, TranslationBug
 from lockstep.checkers.symbolic.budget import process_cpu_seconds
-from lockstep.impl.lifetime import PARENT_ENVIRONMENT, die_with_parent, guardian
+from lockstep.lifetime import PARENT_ENVIRONMENT, die_with_parent, guardian
 from lockstep.spec.machine import Machine
 
 POLL_SECONDS = 0.2  # how long ``wait`` blocks on the child's reports between checks

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import z3
 
-from lockstep.checkers.explicit import ExplicitSearch, Progress
+from lockstep.checkers.explicit.search import ExplicitSearch, Progress
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, PropertyResult, Statistics, Verdict
 from lockstep.checkers.symbolic.bmc import TranslationBug

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import z3
 
-from lockstep.checkers.explicit import ExplicitSearch
+from lockstep.checkers.explicit.search import ExplicitSearch
 from lockstep.checkers.limits import Limits
 from lockstep.checkers.symbolic.encoding import Encoding, flatten
 from lockstep.checkers.symbolic.houdini import inductive_subset as one_by_one

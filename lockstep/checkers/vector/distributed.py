@@ -53,7 +53,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
+from lockstep.checkers.explicit.search import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, Statistics
 from lockstep.checkers.vector.backend import Backend, make_backend

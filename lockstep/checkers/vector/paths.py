@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from lockstep.checkers.definedness import UndefinedOperation, undefined_at
-from lockstep.checkers.explicit import transition_step
+from lockstep.checkers.explicit.search import transition_step
 from lockstep.checkers.result import Path, Step
 from lockstep.checkers.symmetry import Canonicalizer, argument_permuters
 from lockstep.checkers.vector.backend import NumpyBackend

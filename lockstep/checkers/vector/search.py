@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from lockstep.checkers.explicit import FIRST_VIOLATION, Progress, first_violation, property_verdict
+from lockstep.checkers.explicit.search import FIRST_VIOLATION, Progress, first_violation, property_verdict
 from lockstep.checkers.limits import Limits, LimitWatch, MemoryForecast
 from lockstep.checkers.result import (
     CheckResult,

@@ -254,7 +254,7 @@ def main(config_path: str, coordinator_address: str) -> int:
 
 if __name__ == "__main__":  # run the imported module's main, whose Client an instrumentation can patch
     from lockstep.impl.dp_pause import client as imported
-    from lockstep.impl.lifetime import die_with_parent
+    from lockstep.lifetime import die_with_parent
 
     die_with_parent()  # a child of rank 0: it ends with it
     sys.exit(imported.main(sys.argv[1], sys.argv[2]))

@@ -20,9 +20,9 @@ import sys
 from typing import Any
 
 from lockstep.impl.dp_pause.parameters import DpPauseConfig, instrument
-from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import accept, announce, listen, ready, receive
+from lockstep.lifetime import die_with_parent
 
 ACTOR = "coordinator"
 

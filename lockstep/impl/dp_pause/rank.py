@@ -21,9 +21,9 @@ from lockstep.impl.distributed import Groups, describe_torch, leave_together, sh
 from lockstep.impl.dp_pause.engine import DPEngineCoreProc
 from lockstep.impl.dp_pause.parameters import DpPauseConfig, instrument
 from lockstep.impl.dp_pause.scenario import arrivals_for
-from lockstep.impl.lifetime import child_environment, python_command
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, connect
+from lockstep.lifetime import child_environment, python_command
 
 
 def start_helpers(config_path: str) -> tuple[list[subprocess.Popen[str]], tuple[str, int], tuple[str, int]]:

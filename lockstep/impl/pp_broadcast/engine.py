@@ -29,10 +29,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
-from lockstep.impl.lifetime import die_with_parent
 from lockstep.impl.pp_broadcast.scenario import VOCABULARY, setting, workload
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import Recorder, RunConfig, StatusBoard, accept, announce, listen, receive
+from lockstep.lifetime import die_with_parent
 
 ACTOR = "engine"
 

@@ -16,10 +16,10 @@ import subprocess
 import torch
 
 from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
-from lockstep.impl.lifetime import child_environment, python_command
 from lockstep.impl.pp_broadcast.worker import Worker
 from lockstep.impl.process import open_process
 from lockstep.impl.runtime import RunConfig, connect
+from lockstep.lifetime import child_environment, python_command
 
 
 def start_engine(config_path: str) -> tuple[subprocess.Popen[str], tuple[str, int]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from lockstep.checkers.flight_recorder import (
+from lockstep.checkers.flight_recorder.diagnosis import (
     Diagnosis,
     GroupDiagnosis,
     PostedOperation,
@@ -27,7 +27,7 @@ from lockstep.traces.flight_recorder import Frame
 from lockstep.traces.swimlanes import printable
 
 if TYPE_CHECKING:
-    from lockstep.checkers.flight_recorder_model import ModelCheck
+    from lockstep.checkers.flight_recorder.model_check import ModelCheck
 
 _LIBRARY_PARTS = ("/torch/", "/multiprocessing/", "<string>", "/runpy.py", "/threading.py")
 

@@ -1,7 +1,7 @@
 """What a conformance replay is asked and what it answers: ``ReplayOptions``, ``ReplayResult``
 (verdict, event, failed property, explanation, figures; ``to_json`` is ``lockstep replay
 --json``'s object) and ``default_unrecorded`` (which actions a recording leaves to the replay).
-``lockstep.checkers.replay`` runs the replay and re-exports these names.
+``lockstep.checkers.conformance.replay`` runs the replay and re-exports these names.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Three pieces, used by the launcher, the rank pool and every process they start:
   be killed when its parent dies, and exits at once if the parent named in the environment is
   already gone (the parent may die between the fork and the ``prctl``). The signal follows the
   parent *thread* that started the child, so start children from a thread that outlives them.
-- ``guardian()``: one small process per lockstep process (``python -m lockstep.impl.lifetime``,
+- ``guardian()``: one small process per lockstep process (``python -m lockstep.lifetime``,
   in its own session, so a terminal's Ctrl-C or a ``kill`` of the parent's group spares it)
   that holds the read end of a pipe from its parent. The parent registers the process groups it
   starts and the temporary directories it makes (``protect``) and forgets them when it has
@@ -129,7 +129,7 @@ class Guardian:
         remove_abandoned()
         self._lock = threading.Lock()
         self._process = subprocess.Popen(
-            python_command("lockstep.impl.lifetime"),
+            python_command("lockstep.lifetime"),
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

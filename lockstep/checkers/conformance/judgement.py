@@ -5,7 +5,7 @@ the pytest plugin all call it, so one trace gets one verdict whichever way it is
 
 **The trace does not choose its judge.** The model's instance, parameters and unrecorded actions
 come from the caller (its arguments) or from a ``RecorderProfile`` defined in code
-(``lockstep.checkers.replay_model`` resolves them; ``lockstep show`` and ``export`` use it too). The
+(``lockstep.checkers.conformance.model_choice`` resolves them; ``lockstep show`` and ``export`` use it too). The
 header's values are compared with the caller's:
 
 - a parameter the run sizes (``SIZING``: ranks, requests, ...; the protocol's rank parameter) and
@@ -18,7 +18,7 @@ header's values are compared with the caller's:
 
 **Conforms means evidence.** The verdict carries coverage: events per actor, actions taken,
 ``sometimes`` witnesses reached and missed, guard conjuncts seen true and false (opt-in,
-``guard_coverage``: ``lockstep.checkers.guard_coverage``), and whether the trace reached a final state (the
+``guard_coverage``: ``lockstep.checkers.conformance.guard_coverage``), and whether the trace reached a final state (the
 model's ``final`` predicate). A conforming replay is downgraded to ``inconclusive`` when the
 trace has no events, when an expected actor (by default every rank of the instance that is not
 exempt by the caller or a profile, not by a trusted header) has none, when a required action or witness is missing, or,
@@ -34,9 +34,8 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.checkers.guard_coverage import GuardCoverage
-from lockstep.checkers.replay import CONFORMS, EXIT_CODES, INCONCLUSIVE, Replayer, ReplayOptions, ReplayResult
-from lockstep.checkers.replay_model import (
+from lockstep.checkers.conformance.guard_coverage import GuardCoverage
+from lockstep.checkers.conformance.model_choice import (
     PROFILES,
     RUNTIME_PROFILES,
     SIZING,
@@ -48,6 +47,14 @@ from lockstep.checkers.replay_model import (
     recorder_profile,
     resolve_exemptions,
     resolve_model,
+)
+from lockstep.checkers.conformance.replay import (
+    CONFORMS,
+    EXIT_CODES,
+    INCONCLUSIVE,
+    Replayer,
+    ReplayOptions,
+    ReplayResult,
 )
 from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
@@ -144,7 +151,7 @@ def replay_traces(
     model the caller names (see the module doc); ``profile`` a ``RecorderProfile`` or its name
     (``runtime``, ``vllm-dp-pause``). ``observe(system, candidates, bindings)`` is called before
     each event with the candidate states and the event's model bindings (action position,
-    arguments), and once at the end with no bindings (``lockstep.checkers.goals``). Raises
+    arguments), and once at the end with no bindings (``lockstep.checkers.conformance.goals``). Raises
     ``TraceInputError`` (``HeaderMismatch`` among them) or ``UsageError`` for bad input."""
     if isinstance(source, TraceInput):
         trace = source

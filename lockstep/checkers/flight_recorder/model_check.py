@@ -30,17 +30,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lockstep.checkers.flight_recorder import group_key
-from lockstep.checkers.flight_recorder_mapping import (
+from lockstep.checkers.flight_recorder.diagnosis import group_key
+from lockstep.checkers.flight_recorder.projection import (
     ObservedOperation,
     ProjectionPlan,
     describe_posted,
     plan_projection,
 )
-from lockstep.models import get_protocol
 from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import NO_COLLECTIVE_MISMATCH, NO_HANG, PropertyKind
-from lockstep.spec.protocol import Instance
+from lockstep.spec.protocol import Instance, Protocol
 from lockstep.spec.semantics import State, Transition, TransitionSystem
 from lockstep.traces.flight_recorder import FlightRecorderDirectory
 
@@ -87,9 +86,8 @@ class ModelCheck:
         }
 
 
-def model_instance(protocol: str, variant: str | None, instance: str | None, ranks: int | None) -> Instance:
+def model_instance(chosen: Protocol, variant: str | None, instance: str | None, ranks: int | None) -> Instance:
     """The caller's model, sized to the dump's ranks when the caller named no instance."""
-    chosen = get_protocol(protocol)
     if instance is None and ranks is not None and chosen.rank_parameter is not None:
         return chosen.instance(variant, None, ranks=ranks)
     return chosen.instance(variant, instance)

@@ -8,15 +8,11 @@ on the number of ranks is proved for the seed's ranks only; the all-sizes facts 
 of ``lockstep prove-lemmas``. Every other post-fix property is checked exhaustively at the pinned
 sizes by the explicit engines (``check --all``), or remains open where pdr answers unknown.
 
-``status`` gives one property's standing for ``lockstep list``; ``check_pinned`` runs pdr on the
-pinned properties (``check --all --proofs``) and says which are not proved as pinned.
+``status`` gives one property's standing for ``lockstep list``; ``check --all --proofs`` re-runs pdr
+on the pinned properties (``lockstep.checkers.symbolic.proofs``) and says which are not proved as pinned.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
-
-from lockstep.spec.protocol import Protocol
 
 BUDGET = 60.0  # CPU seconds of the provers per property (BMC and Houdini run first, once per model)
 
@@ -76,36 +72,3 @@ EXHAUSTIVE = "checked exhaustively at the pinned sizes"
 def status(protocol: str, prop: str) -> str:
     """A post-fix seed property's standing: proved by pdr (pinned), else checked exhaustively."""
     return PROVED if prop in PINNED.get(protocol, ()) else EXHAUSTIVE
-
-
-@dataclass(frozen=True)
-class ProofCheck:
-    """One pinned proof re-run: the property, whether pdr proved it, the seconds, the detail."""
-
-    protocol: str
-    prop: str
-    proved: bool
-    seconds: float
-    detail: str
-
-
-def check_pinned(protocol: Protocol, budget: float = BUDGET) -> list[ProofCheck]:
-    """Run pdr on the pinned properties of ``protocol``'s post-fix seed, each within ``budget`` CPU seconds."""
-    from lockstep.checkers.result import Verdict
-    from lockstep.checkers.symbolic.pdr import PropertyDirectedReachability
-
-    names = PINNED.get(protocol.name, ())
-    if not names:
-        return []
-    machine = protocol.instance("post-fix").machine()
-    positions = {prop.name: position for position, prop in enumerate(machine.properties)}
-    missing = [name for name in names if name not in positions]
-    only = frozenset(positions[name] for name in names if name in positions)
-    prover = PropertyDirectedReachability(machine, property_timeout=budget, only=only, beside=True)
-    result = prover.run()
-    rows = [ProofCheck(protocol.name, name, False, 0.0, "the model has no such property") for name in missing]
-    for item in result.properties:
-        attempt = prover.attempts.get(item.name)
-        seconds = 0.0 if attempt is None else attempt.seconds
-        rows.append(ProofCheck(protocol.name, item.name, item.verdict is Verdict.HOLDS, seconds, item.detail))
-    return rows

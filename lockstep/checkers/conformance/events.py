@@ -1,4 +1,4 @@
-"""How replay reads one trace event in the model's terms (``lockstep.checkers.replay``'s ``Replayer`` is one).
+"""How replay reads one trace event in the model's terms (``conformance.replay``'s ``Replayer`` is one).
 
 An ``EventReader`` holds, for one built ``Machine``, every action's argument space and the actor
 each binding steps, the variables' slots and the communicators, and turns an event into:
@@ -21,11 +21,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockstep.checkers.trace_values import ValueMismatch, decode, decode_key
 from lockstep.spec.collectives import Communicator
 from lockstep.spec.machine import Machine
 from lockstep.spec.semantics import State, argument_space
 from lockstep.spec.sorts import MapSort, Value
+from lockstep.spec.trace_values import ValueMismatch, decode, decode_key
 from lockstep.traces.reader import Record, TraceInputError
 
 MEMO_LIMIT = 1 << 16  # entries per memo table before it is cleared

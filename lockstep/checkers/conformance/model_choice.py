@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.checkers.replay_result import default_unrecorded
+from lockstep.checkers.conformance.result import default_unrecorded
 from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
 from lockstep.spec.protocol import Instance, Protocol, UsageError

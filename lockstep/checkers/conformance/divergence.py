@@ -15,7 +15,7 @@ from lockstep.spec.semantics import State, explain_guard
 from lockstep.spec.sorts import MapSort, Sort
 
 if TYPE_CHECKING:
-    from lockstep.checkers.replay import Binding, Check, Replayer
+    from lockstep.checkers.conformance.replay import Binding, Check, Replayer
     from lockstep.traces.reader import Record
 
 SHOWN_CANDIDATES = 5

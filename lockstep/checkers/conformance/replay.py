@@ -39,8 +39,8 @@ or the observed values the model contradicts. The candidate set growing beyond
 the candidate set plus bounded memo tables of successors and property values per state.
 
 **Reading an event** in the model's terms (bindings, observed checks, collectives, unrecorded
-entries) is ``lockstep.checkers.replay_events``'s ``EventReader``, which ``Replayer`` extends; the
-verdict types are ``lockstep.checkers.replay_result``'s. Both stay importable from here.
+entries) is ``lockstep.checkers.conformance.events``'s ``EventReader``, which ``Replayer`` extends; the
+verdict types are ``lockstep.checkers.conformance.result``'s. Both stay importable from here.
 
 **Speed.** A run revisits few candidate sets and few distinct events (without index and clock),
 so each set is interned as a ``_Node`` holding its property verdicts and, per event, the step it
@@ -53,7 +53,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from lockstep.checkers.replay_events import (
+from lockstep.checkers.conformance.events import (
     Binding,
     Check,
     EventReader,
@@ -61,7 +61,7 @@ from lockstep.checkers.replay_events import (
     frozen_key,
     matches,
 )
-from lockstep.checkers.replay_result import (
+from lockstep.checkers.conformance.result import (
     CONFORMS,
     DIVERGES,
     EXIT_CODES,
@@ -368,7 +368,7 @@ class Replayer(EventReader):
         checks: tuple[Check, ...],
         problem: str | None,
     ) -> bool:
-        from lockstep.checkers.divergence import explain
+        from lockstep.checkers.conformance.divergence import explain
 
         explanation = explain(self, record, candidates, bindings, checks, problem)
         result = self._result(DIVERGES, record.event["index"], explanation)

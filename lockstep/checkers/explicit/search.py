@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lockstep.checkers.definedness import undefined_at
+from lockstep.checkers.explicit.liveness import Edge, StateGraph, check_leads_to
 from lockstep.checkers.limits import Limits, LimitWatch
-from lockstep.checkers.liveness import Edge, StateGraph, check_leads_to
 from lockstep.checkers.result import (
     CheckResult,
     Path,
@@ -229,6 +229,7 @@ class ExplicitSearch:
             stopped = "interrupted"
         stats.states = len(self.states)
         stats.seconds = time.monotonic() - started
+        stats.phases["search"] = stats.seconds  # the phase profile: the search, then the paths and verdicts
         complete = stopped is None and not frontier and not truncated
         results = [
             self._verdict(position, complete, truncated and stopped is None) for position in range(len(properties))
@@ -239,6 +240,7 @@ class ExplicitSearch:
             action.name for position, action in enumerate(self.machine.actions) if position not in self.fired
         ]
         warnings = [never_enabled_warning(name) for name in never_enabled]
+        stats.phases["counterexample"] = time.monotonic() - started - stats.seconds
         return CheckResult(self.machine, self.order, results, stats, stopped, warnings, never_enabled)
 
     def _liveness(self, position: int, complete: bool) -> PropertyResult:

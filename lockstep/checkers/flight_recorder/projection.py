@@ -1,5 +1,5 @@
 """Which dump group is which model communicator, and the per-(rank, communicator) op sequences a
-model execution must project onto (``lockstep.checkers.flight_recorder_model`` searches).
+model execution must project onto (``lockstep.checkers.flight_recorder.model_check`` searches).
 
 A mapping file is JSON: ``{"groups": {"<group name or pg_id N>": "<communicator>" or null},
 "acknowledged": ["<communicator>", ...], "runtime_only": ["<name>", ...]}`` (``lockstep run
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
 
-from lockstep.checkers.flight_recorder import group_key
+from lockstep.checkers.flight_recorder.diagnosis import group_key
 from lockstep.spec.collectives import Communicator, Kind
 from lockstep.spec.machine import Machine
 from lockstep.traces.flight_recorder import (

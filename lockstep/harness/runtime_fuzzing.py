@@ -6,7 +6,7 @@ seed and, per actor, a list of option indices that the run's choice source takes
 next choices, whatever they are (message arrival order and delay, request placement, draft
 acceptance, chunk sizes; ``lockstep.impl.choices.indexed``); beyond the list the drawn seed
 decides. The run records its trace; the trace is replayed against the model of the same variant
-(``lockstep.checkers.conformance.runtime_replay``), which compares the runtime's observed state with the
+(``lockstep.checkers.conformance.judgement.runtime_replay``), which compares the runtime's observed state with the
 model's projection after every event. An example fails when
 
 - the runtime and the model disagree (replay ``diverges``, or the trace cannot be read): the
@@ -24,7 +24,7 @@ The first failing example is the result (Hypothesis's shrinking is off: each exa
 multi-process run of seconds). A ``runner`` runs one configuration: ``launch`` (fresh processes
 per example) or a ``RankPool``'s ``run`` (long-lived rank processes reset per example).
 Its working directory (under ``LOCKSTEP_RUN_ROOT`` when set) is registered with the guardian
-(``lockstep.impl.lifetime``), which removes it if this process is killed.
+(``lockstep.lifetime``), which removes it if this process is killed.
 Imports Hypothesis and the runtime lazily; engines return values and never print.
 """
 
@@ -196,15 +196,15 @@ def fuzz_runtime(
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
-    from lockstep.checkers.conformance import runtime_expectations
+    from lockstep.checkers.conformance.judgement import runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
     from lockstep.impl.arguments import check_model_bounds, setting_values
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import INCONCLUSIVE, launch
-    from lockstep.impl.lifetime import guardian
     from lockstep.impl.pool import RankPool
     from lockstep.impl.protocols import RUNTIME_PROTOCOLS
     from lockstep.impl.runtime import RunConfig
+    from lockstep.lifetime import guardian
 
     known = RUNTIME_PROTOCOLS.get(protocol)
     if known is None:
@@ -343,7 +343,7 @@ def replay_example(trace_dir: str | Path, expected: Mapping[str, Any]) -> dict[s
     """One example's traces replayed (the one replay path, ``replay_traces``) against the model
     ``expected`` names (``runtime_expectations`` of its config, taken before the run): the
     verdict's JSON, or ``unreadable`` with the reason."""
-    from lockstep.checkers.conformance import replay_traces
+    from lockstep.checkers.conformance.judgement import replay_traces
     from lockstep.traces.reader import TraceInputError
 
     try:
