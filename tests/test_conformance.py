@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces, runtime_expectations, runtime_replay
+from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces
 from lockstep.cli import main
 from lockstep.cli.runtime import replay_run
 from lockstep.harness.runtime_fuzzing import replay_example
+from lockstep.harness.runtime_replay import runtime_expectations, runtime_replay
 from lockstep.impl.runtime import RunConfig
 from lockstep.testing import assert_conforms
 from lockstep.testing import replay_traces as library_replay

@@ -158,6 +158,34 @@ def test_the_uniprocess_executor_is_kept_where_it_was_asked_for() -> None:
     assert undone.parallel_config.distributed_executor_backend == "mp"
 
 
+class CpuLikeScheduling:
+    """As vLLM's ``CpuPlatform.check_and_update_config`` (0.32.0, platforms/cpu.py:329-331): async scheduling off."""
+
+    @classmethod
+    def check_and_update_config(cls, vllm_config: Any) -> None:
+        vllm_config.scheduler_config.async_scheduling = False
+
+
+def _scheduling(asked: bool | None) -> Any:
+    return SimpleNamespace(scheduler_config=SimpleNamespace(async_scheduling=asked))
+
+
+def test_async_scheduling_is_kept_where_it_was_asked_for() -> None:
+    undo = settings.keep_async_scheduling(CpuLikeScheduling)
+    try:
+        asked, unset, refused = _scheduling(True), _scheduling(None), _scheduling(False)
+        for config in (asked, unset, refused):
+            CpuLikeScheduling.check_and_update_config(config)
+        assert asked.scheduler_config.async_scheduling is True
+        assert unset.scheduler_config.async_scheduling is False  # the platform's choice where none was asked for
+        assert refused.scheduler_config.async_scheduling is False
+    finally:
+        undo()
+    undone = _scheduling(True)
+    CpuLikeScheduling.check_and_update_config(undone)
+    assert undone.scheduler_config.async_scheduling is False
+
+
 def test_scenarios_stay_within_the_models_bounds() -> None:
     cycles = scenario("cycles", 0)
     assert cycles.model_parameters() == {
@@ -200,7 +228,10 @@ def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (("computed-tokens",), "no real-engine check of 'computed-tokens'; it checks: dp-pause, pp-broadcast"),
+        (
+            ("cudagraph-pp",),
+            "no real-engine check of 'cudagraph-pp'; it checks: dp-pause, pp-broadcast, computed-tokens",
+        ),
         (("dp-pause", "--scenario", "everything"), "no dp-pause scenario 'everything'"),
         (("pp-broadcast", "--scenario", "script"), "no pp-broadcast scenario 'script'"),
     ],

@@ -235,8 +235,8 @@ class Canonicalizer:
         """The least image of ``state`` (``min`` of every permutation's image, as tuples compare),
         found lazily: images are compared variable by variable, in order, computing only the
         variables that some permutation moves and only until one image is least; then that image
-        alone is built (at 3 ranks of dp-pause most states are told apart by their first moved
-        variables, where building every image whole took most of ``bfs --symmetry``'s time)."""
+        alone is built (most states are told apart by their first moved variables, where building
+        every image whole would cost most of ``bfs --symmetry``'s time)."""
         alive = self._all
         for position, functions in self._columns:
             value = state[position]

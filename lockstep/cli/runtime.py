@@ -152,7 +152,7 @@ def replay_run(config: Any, console: Any, timer: Clock | None = None) -> dict[st
     what the command's clock ``timer`` has left (past it: verdict inconclusive, ``stopped`` timeout)."""
     if config.trace_dir is None:
         return None
-    from lockstep.checkers.conformance.judgement import runtime_replay
+    from lockstep.harness.runtime_replay import runtime_replay
     from lockstep.traces.reader import TraceInputError
 
     try:

@@ -94,7 +94,8 @@ def _verdict(outcome: str, message: str, replayed: dict[str, Any] | None) -> str
 
 def _replay(config: Any, goals: Any, protocol: Any) -> dict[str, Any]:
     """The run's traces replayed against ``protocol`` (the model the paths came from) at the run's parameters."""
-    from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces, runtime_expectations
+    from lockstep.checkers.conformance.judgement import HeaderMismatch, replay_traces
+    from lockstep.harness.runtime_replay import runtime_expectations
     from lockstep.traces.reader import TraceInputError
 
     try:

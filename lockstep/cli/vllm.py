@@ -128,6 +128,10 @@ def _scenario(protocol: str, name: str | None, seed: int) -> Any:
         from lockstep.real_vllm import pipeline
 
         return pipeline.scenario(name or pipeline.DEFAULT_SCENARIO, seed)
+    if protocol == "computed-tokens":
+        from lockstep.real_vllm import scheduling
+
+        return scheduling.scenario(name or scheduling.DEFAULT_SCENARIO, seed)
     from lockstep.real_vllm.scenarios import DEFAULT_SCENARIO, scenario
 
     return scenario(name or DEFAULT_SCENARIO, seed)

@@ -6,7 +6,7 @@ seed and, per actor, a list of option indices that the run's choice source takes
 next choices, whatever they are (message arrival order and delay, request placement, draft
 acceptance, chunk sizes; ``lockstep.impl.choices.indexed``); beyond the list the drawn seed
 decides. The run records its trace; the trace is replayed against the model of the same variant
-(``lockstep.checkers.conformance.judgement.runtime_replay``), which compares the runtime's observed state with the
+(``lockstep.harness.runtime_replay``), which compares the runtime's observed state with the
 model's projection after every event. An example fails when
 
 - the runtime and the model disagree (replay ``diverges``, or the trace cannot be read): the
@@ -196,8 +196,8 @@ def fuzz_runtime(
     from hypothesis import seed as hypothesis_seed
     from hypothesis import settings as hypothesis_settings
 
-    from lockstep.checkers.conformance.judgement import runtime_expectations
     from lockstep.checkers.fuzz.session import chosen_seed, hypothesis_storage
+    from lockstep.harness.runtime_replay import runtime_expectations
     from lockstep.impl.arguments import check_model_bounds, setting_values
     from lockstep.impl.choices import indexed
     from lockstep.impl.launcher import INCONCLUSIVE, launch

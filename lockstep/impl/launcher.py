@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -55,6 +55,7 @@ from lockstep.impl.choices import ChoiceDivergence, read_choices, read_divergenc
 from lockstep.impl.flight_recorder import flight_recorder_environment, request_dumps
 from lockstep.impl.runtime import AUTHKEY_ENVIRONMENT, RunConfig, read_statuses
 from lockstep.lifetime import child_environment, guardian, python_command
+from lockstep.loopback import LOOPBACK, loopback_environment, loopback_store
 
 COMPLETED, HANG, ERROR, INCONCLUSIVE = "completed", "hang diagnosed", "runtime error", "inconclusive"
 CRASHED = "process crashed"
@@ -62,7 +63,6 @@ EXIT_CODES = {COMPLETED: 0, HANG: 1, ERROR: 3, INCONCLUSIVE: 3, CRASHED: 4}
 BLOCKED = ("collective", "receive", "timed_out")
 STORE_FD_ENVIRONMENT = "LOCKSTEP_STORE_FD"  # rank 0's inherited socket for the rendezvous store
 STORE_ENVIRONMENT = "LOCKSTEP_STORE"  # set: the ranks build their own store (not torchrun's env://)
-LOOPBACK = "127.0.0.1"  # every listener of a run binds this address only
 
 
 @dataclass
@@ -237,24 +237,6 @@ def launch(config: RunConfig, deadline: float = 120.0, keep_run_dir: bool = Fals
             shutil.rmtree(run_dir, ignore_errors=True)
             guardian().release(directory=run_dir)
     return outcome
-
-
-def loopback_store() -> socket.socket:
-    """A listening socket on 127.0.0.1 at a free port, for rank 0's rendezvous store (a store that
-    binds its own port listens on every interface)."""
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.bind((LOOPBACK, 0))
-    listener.listen(128)
-    return listener
-
-
-def loopback_environment(environment: Mapping[str, str]) -> dict[str, str]:
-    """The variables that keep a job's processes on the loopback interface: MASTER_ADDR, and gloo's
-    GLOO_SOCKET_IFNAME=lo unless ``environment`` names an interface (or there is no ``lo``)."""
-    variables = {"MASTER_ADDR": LOOPBACK}
-    if "GLOO_SOCKET_IFNAME" not in environment and Path("/sys/class/net/lo").exists():
-        variables["GLOO_SOCKET_IFNAME"] = "lo"
-    return variables
 
 
 def start_ranks(

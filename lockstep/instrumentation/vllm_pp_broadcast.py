@@ -52,14 +52,14 @@ longer holds keeps its last ``output_token_ids`` length.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep import record
+from lockstep.instrumentation.vllm_guard import Guarded, wrap
 from lockstep.instrumentation.vllm_releases import MissingPatchTarget, UnsupportedRelease, find_target, release_number
 from lockstep.spec.profile import RecorderProfile
 from lockstep.traces import JSONValue
@@ -133,35 +133,6 @@ def header_parameters(sizing: Mapping[str, int], ranks: int) -> dict[str, Any]:
     return record.parameters(PROTOCOL, **values)
 
 
-@dataclass
-class Guarded:
-    """One process's recording: its recorder, and whether it stopped (after the first failure)."""
-
-    actor: str
-    recorder: record.TraceRecorder | None = None
-    stopped: bool = False
-
-    @contextlib.contextmanager
-    def guard(self) -> Iterator[None]:
-        """Run a recording step; its first error is written beside the trace and stops the recording."""
-        try:
-            yield
-        except Exception as error:  # nothing may reach vLLM
-            self.stop(error)
-
-    def stop(self, error: BaseException) -> None:
-        self.stopped = True
-        record.write_failure(self.actor, error, recorder=RECORDER)
-        recorder, self.recorder = self.recorder, None
-        if recorder is not None:
-            with contextlib.suppress(Exception):
-                recorder.close()
-
-    @property
-    def active(self) -> bool:
-        return not self.stopped and record.recording_enabled()
-
-
 def _sizing() -> dict[str, int]:
     found = json.loads(os.environ.get(PARAMETERS_ENVIRONMENT) or "{}")
     if not isinstance(found, dict):
@@ -202,7 +173,7 @@ class EngineRecording(Guarded):
     """The engine core's events: ``schedule``, ``schedule_empty``, ``process_output``."""
 
     def __init__(self, ranks: int) -> None:
-        super().__init__(ENGINE)
+        super().__init__(ENGINE, RECORDER)
         self.ranks = ranks
         self.requests = Requests()
         self.pieces: list[int] = []
@@ -252,7 +223,7 @@ class RankRecording(Guarded):
     """A pipeline stage's events: ``execute_model``, ``execute_model_empty``, ``sample_tokens``."""
 
     def __init__(self, rank: int, ranks: int) -> None:
-        super().__init__(f"rank:{rank}")
+        super().__init__(f"rank:{rank}", RECORDER)
         self.rank, self.ranks, self.last = rank, ranks, ranks - 1
         self.requests = Requests()
         self.lengths: list[int] = []
@@ -366,13 +337,6 @@ def _rank_recording() -> RankRecording:
     return _rank
 
 
-def _wrap(owner: type, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
-    original = owner.__dict__[name]
-    replacement = functools.wraps(original)(make(original))
-    setattr(owner, name, replacement)
-    return lambda: setattr(owner, name, original)
-
-
 def install_vllm() -> Callable[[], None]:
     """Patch the installed vLLM (targets checked first: ``MissingPatchTarget``); returns the undo."""
     check_targets()
@@ -445,12 +409,12 @@ def install_vllm() -> Callable[[], None]:
 
         return make
 
-    undo.append(_wrap(executor_class, "execute_model", execute_model_of_executor))
-    undo.append(_wrap(scheduler_class, "update_from_output", update_from_output))
-    undo.append(_wrap(worker_class, "execute_model", execute_model_of_worker))
-    undo.append(_wrap(worker_class, "sample_tokens", sample_tokens_of_worker))
-    undo.append(_wrap(runner_class, "_pp_broadcast_prev_sampled_token_ids", broadcast_of_runner(False)))
-    undo.append(_wrap(runner_class, "_pp_receive_prev_sampled_token_ids_to_input_batch", broadcast_of_runner(True)))
+    undo.append(wrap(executor_class, "execute_model", execute_model_of_executor))
+    undo.append(wrap(scheduler_class, "update_from_output", update_from_output))
+    undo.append(wrap(worker_class, "execute_model", execute_model_of_worker))
+    undo.append(wrap(worker_class, "sample_tokens", sample_tokens_of_worker))
+    undo.append(wrap(runner_class, "_pp_broadcast_prev_sampled_token_ids", broadcast_of_runner(False)))
+    undo.append(wrap(runner_class, "_pp_receive_prev_sampled_token_ids_to_input_batch", broadcast_of_runner(True)))
 
     def undo_all() -> None:
         for step in reversed(undo):

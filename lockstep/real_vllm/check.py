@@ -47,11 +47,15 @@ from lockstep.real_vllm.releases import Release
 from lockstep.real_vllm.scenarios import RANKS
 from lockstep.traces.output import write_atomically
 
-PROTOCOLS = ("dp-pause", "pp-broadcast")  # the protocols a real vLLM is checked for
+PROTOCOLS = ("dp-pause", "pp-broadcast", "computed-tokens")  # the protocols a real vLLM is checked for
 DEFAULT_TIMEOUT = 900.0  # seconds the real run may take (start-up included: 1-3 min on 2 cores)
 POLL_SECONDS = 0.5
 MODEL_DIRECTORY = Path(__file__).resolve().parent / "models" / "dense-moe-flag"
-MODEL_DIRECTORIES = {"dp-pause": MODEL_DIRECTORY, "pp-broadcast": MODEL_DIRECTORY.parent / "dense"}  # by protocol
+MODEL_DIRECTORIES = {  # by protocol
+    "dp-pause": MODEL_DIRECTORY,
+    "pp-broadcast": MODEL_DIRECTORY.parent / "dense",
+    "computed-tokens": MODEL_DIRECTORY.parent / "dense",
+}
 STATUS_FILE, SPEC_FILE, LOG_FILE = "driver-status.json", "driver-spec.json", "vllm.log"
 COMPLETED, REFUSED, FAILED, TIMEOUT, CRASHED = "completed", "refused", "failed", "timeout", "crashed"
 EXIT_CODES = {"conforms": 0, "diverges": 1, "violated": 1, "refused": 2, "inconclusive": 3, "crashed": 4}
@@ -152,31 +156,37 @@ def check_protocol(protocol: str) -> None:
 
 def release_variant(protocol: str, release: Release) -> str:
     """The model variant of ``protocol`` that ``release`` stands for (``UnsupportedRelease`` where none does)."""
-    if protocol == "pp-broadcast":
-        from lockstep.instrumentation.vllm_pp_broadcast import release_variant as pipeline_variant
-
-        return pipeline_variant(release.version)
-    return release.variant
+    if protocol == "dp-pause":
+        return release.variant
+    return str(_recorder(protocol).release_variant(release.version))
 
 
-def recorder_profile(protocol: str) -> Any:
-    """The ``RecorderProfile`` of ``protocol``'s recorder."""
-    if protocol == "pp-broadcast":
-        from lockstep.instrumentation.vllm_pp_broadcast import PROFILE as PIPELINE_PROFILE
+def recorder_profile(protocol: str, scenario: Any = None) -> Any:
+    """The ``RecorderProfile`` of ``protocol``'s recorder (computed-tokens: the one of ``scenario``'s
+    scheduling, synchronous or async)."""
+    if protocol == "computed-tokens" and scenario is not None:
+        return _recorder(protocol).profile_of(bool(scenario.asynchronous))
+    return _recorder(protocol).PROFILE
 
-        return PIPELINE_PROFILE
-    from lockstep.instrumentation.vllm_dp_pause import PROFILE
 
-    return PROFILE
+def _recorder(protocol: str) -> Any:
+    """The module that records ``protocol`` (``driver.RECORDERS``)."""
+    import importlib
+
+    from lockstep.real_vllm.driver import RECORDERS
+
+    return importlib.import_module(RECORDERS[protocol])
 
 
 def expected_actors(protocol: str) -> list[str]:
-    """Every actor a recording of ``protocol`` has: the client and each DP engine core, or the PP engine and
-    each stage."""
+    """Every actor a recording of ``protocol`` has: the client and each DP engine core, the PP engine and
+    each stage, or the scheduler."""
     if protocol == "pp-broadcast":
         from lockstep.real_vllm.pipeline import STAGES
 
         return ["engine", *(f"rank:{rank}" for rank in range(STAGES))]
+    if protocol == "computed-tokens":
+        return ["scheduler"]
     return ["client", *(f"rank:{rank}" for rank in range(RANKS))]
 
 
@@ -308,7 +318,7 @@ def judge(result: CheckResult) -> None:
             result.trace_dir,
             protocol=result.protocol if result.model is None else result.model,
             variant=result.variant,
-            profile=recorder_profile(result.protocol),
+            profile=recorder_profile(result.protocol, result.scenario),
             expected_actors=expected_actors(result.protocol),
             observe=observer.observe,
         )

@@ -6,12 +6,13 @@ imports the parent's main module before it unpickles its target: this module, as
 import therefore calls ``prepare_process()`` in the driver and in every process vLLM spawns:
 ``settings.apply_in_process()`` (the environment, the ``uni`` executor kept) and, while
 ``LOCKSTEP_TRACE_DIR`` is set, the recorder of the protocol ``LOCKSTEP_VLLM_PROTOCOL`` names
-(``vllm_pp_broadcast.install_vllm()`` for ``pp-broadcast``, else ``vllm_dp_pause.install_vllm()``: the
-release's recording, patch targets checked). Nothing is asked of the user's environment (no
-``sitecustomize``, no ``PYTHONPATH``).
+(``RECORDERS``: ``vllm_pp_broadcast.install_vllm()`` for ``pp-broadcast``, ``vllm_computed_tokens`` for
+``computed-tokens``, else ``vllm_dp_pause.install_vllm()``: the release's recording, patch targets
+checked). Nothing is asked of the user's environment (no ``sitecustomize``, no ``PYTHONPATH``).
 
 SPEC is a JSON file written by ``lockstep.real_vllm.check``: the protocol, the scenario (a dp-pause
-``Scenario`` or a pp-broadcast ``PipelineScenario``, run by ``workload`` or ``pipeline``), the model directory, the
+``Scenario``, a pp-broadcast ``PipelineScenario`` or a computed-tokens ``SchedulingScenario``, run by
+``workload``, ``pipeline`` or ``scheduling``), the model directory, the
 version the check detected and where to write the status. The status file (JSON, rewritten at each
 phase) says how far the run got (``phase``), the vLLM version the driver imported, and at the end the
 ``outcome`` with the client's timeline, or the error. Exit codes: 0 the scenario completed, 2 refused
@@ -32,6 +33,11 @@ from typing import Any
 
 EXIT_COMPLETED, EXIT_REFUSED, EXIT_FAILED = 0, 2, 3
 PROTOCOL_ENVIRONMENT = "LOCKSTEP_VLLM_PROTOCOL"  # the protocol whose recorder every process installs (dp-pause)
+RECORDERS = {  # protocol -> the module whose install_vllm() records it (and whose PROFILE replay assumes)
+    "dp-pause": "lockstep.instrumentation.vllm_dp_pause",
+    "pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
+    "computed-tokens": "lockstep.instrumentation.vllm_computed_tokens",
+}
 _prepared = False
 
 
@@ -45,12 +51,10 @@ def prepare_process() -> None:
 
     settings.apply_in_process()
     if record.recording_enabled():
-        if os.environ.get(PROTOCOL_ENVIRONMENT) == "pp-broadcast":
-            from lockstep.instrumentation.vllm_pp_broadcast import install_vllm
-        else:
-            from lockstep.instrumentation.vllm_dp_pause import install_vllm
+        import importlib
 
-        install_vllm()
+        recorder = RECORDERS.get(os.environ.get(PROTOCOL_ENVIRONMENT, ""), RECORDERS["dp-pause"])
+        importlib.import_module(recorder).install_vllm()
     _prepared = True
 
 
@@ -103,6 +107,11 @@ def main(arguments: list[str]) -> int:
 
             chosen = pipeline.PipelineScenario.from_json(spec["scenario"])
             timeline = pipeline.drive(Path(spec["model"]), chosen, noted)
+        elif spec.get("protocol") == "computed-tokens":
+            from lockstep.real_vllm import scheduling
+
+            scheduled = scheduling.SchedulingScenario.from_json(spec["scenario"])
+            timeline = scheduling.drive(Path(spec["model"]), scheduled, noted)
         else:
             timeline = asyncio.run(drive(Path(spec["model"]), Scenario.from_json(spec["scenario"]), noted))
     except BaseException as error:  # vLLM's own failure (EngineDeadError, a timeout): the check reports it

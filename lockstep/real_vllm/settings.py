@@ -12,8 +12,13 @@ the recorder needs it, with nothing asked of the user (no ``sitecustomize``, no 
   all-reduce of every forward (``dp_utils._run_ar``), runs in a process of its own that the recorder's
   actor ``rank:N`` does not cover. The patch restores ``uni`` after the platform hook when the engine
   arguments asked for it, so the engine core and its worker are one process.
+- ``keep_async_scheduling``: the same hook sets ``scheduler_config.async_scheduling = False`` ("async
+  scheduling is not required on CPU"); the patch restores it when the engine arguments asked for it
+  (``async_scheduling=True``). vLLM's CPU worker already replaces CUDA streams and events by no-ops
+  (``vllm/v1/worker/cpu/shm.py``), so the ``AsyncScheduler``, the engine's batch queue and the V1 runner's
+  async output path then run unchanged. Nothing changes for arguments that leave it unset.
 
-``apply_in_process()`` does both in the process that calls it (the variables for what it starts, the
+``apply_in_process()`` does all three in the process that calls it (the variables for what it starts, the
 patch for what it configures); ``lockstep.real_vllm.driver`` calls it at import, which is how every
 process vLLM spawns gets it (see there). Nothing here imports vLLM before it is called.
 """
@@ -71,13 +76,53 @@ def keep_uniprocess_executor(platform_class: Any) -> Callable[[], None]:
     return undo
 
 
+def keep_async_scheduling(platform_class: Any) -> Callable[[], None]:
+    """Wrap ``platform_class.check_and_update_config`` so that a config that asked for async scheduling
+    (``scheduler_config.async_scheduling`` True) still has it afterwards; returns the function undoing it."""
+    saved = vars(platform_class).get("check_and_update_config")
+    original = platform_class.check_and_update_config  # bound to the class
+
+    @functools.wraps(original)
+    def check_and_update_config(cls: Any, vllm_config: Any) -> Any:
+        scheduler_config = vllm_config.scheduler_config
+        asked = scheduler_config.async_scheduling
+        result = original(vllm_config)
+        if asked is True and not scheduler_config.async_scheduling:
+            scheduler_config.async_scheduling = True
+        return result
+
+    platform_class.check_and_update_config = classmethod(check_and_update_config)
+
+    def undo() -> None:
+        if saved is None:
+            delattr(platform_class, "check_and_update_config")
+        else:
+            platform_class.check_and_update_config = saved
+
+    return undo
+
+
 def apply_in_process() -> Callable[[], None]:
-    """Apply ``ENVIRONMENT`` and ``keep_uniprocess_executor`` to this process (imports vLLM's CPU
-    platform); returns the function undoing the patch (the variables stay)."""
+    """Apply ``ENVIRONMENT``, ``keep_uniprocess_executor`` and ``keep_async_scheduling`` to this process
+    (imports vLLM's CPU platform); returns the function undoing the patches (the variables stay)."""
     os.environ.update(ENVIRONMENT)
     from vllm.platforms.cpu import CpuPlatform  # type: ignore[import-not-found]
 
-    return keep_uniprocess_executor(CpuPlatform)
+    undo_executor = keep_uniprocess_executor(CpuPlatform)
+    undo_scheduling = keep_async_scheduling(CpuPlatform)
+
+    def undo() -> None:
+        undo_scheduling()
+        undo_executor()
+
+    return undo
 
 
-__all__ = ["ENVIRONMENT", "UNIPROCESS", "apply_in_process", "environment", "keep_uniprocess_executor"]
+__all__ = [
+    "ENVIRONMENT",
+    "UNIPROCESS",
+    "apply_in_process",
+    "environment",
+    "keep_async_scheduling",
+    "keep_uniprocess_executor",
+]

@@ -8,11 +8,10 @@ A goal is one of
 - ``guard``: a guard conjunct of an action is true, or false, for some argument binding;
 - ``decision``: a Boolean condition inside an action's updates (a comparison or a flag read,
   with no bound variable) is true, or false, when the action fires: the branch the step takes.
-  dp-pause post-fix's "a partial pause vote at a sync point" is ``finish_sync: votes % 2 != 0``
-  true, "a START_DP_WAVE arriving after consensus" ``handle_start_wave: ignore_start_dp_wave[rank]``
-  true; and an operand of an ``and`` (``or``) that is false (true) while every other operand is
-  true (false), so it alone decides the branch (``... ~ignore_start_dp_wave[rank] false decides
-  ...``: a START_DP_WAVE the post-fix engine would have applied, but ignores after consensus);
+  ``finish_sync: votes % 2 != 0`` true is "a partial vote at a sync point"; and an operand of an
+  ``and`` (``or``) that is false (true) while every other operand is true (false), so it alone
+  decides the branch (``... ~ignored[rank] false decides ...``: a message the action would have
+  applied, but ignores);
 - ``witness``: a ``sometimes`` property holds;
 - ``near-violation``: one enabled step leads to a state that violates an ``always`` property
   (the state itself does not);

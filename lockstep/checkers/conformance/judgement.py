@@ -1,7 +1,8 @@
 """The one replay path: ``replay_traces`` checks a recorded trace against a model the caller chose.
 
-``lockstep replay``, ``lockstep run`` (its own traces), ``fuzz --impl``, ``lockstep.testing`` and
-the pytest plugin all call it, so one trace gets one verdict whichever way it is checked.
+``lockstep replay``, ``lockstep run`` (its own traces, ``lockstep.harness.runtime_replay``),
+``fuzz --impl``, ``lockstep.testing`` and the pytest plugin all call it, so one trace gets one verdict
+whichever way it is checked.
 
 **The trace does not choose its judge.** The model's instance, parameters and unrecorded actions
 come from the caller (its arguments) or from a ``RecorderProfile`` defined in code
@@ -56,7 +57,6 @@ from lockstep.checkers.conformance.replay import (
     ReplayOptions,
     ReplayResult,
 )
-from lockstep.models import get_protocol
 from lockstep.spec.profile import RecorderProfile
 from lockstep.spec.protocol import Instance, Protocol, UsageError
 from lockstep.traces.merge import TraceInput, open_traces
@@ -271,26 +271,6 @@ def _complete(replayer: Replayer) -> bool:
     return any(replayer.system.is_final(state) for state in states)
 
 
-def runtime_expectations(config: Any) -> dict[str, Any]:
-    """What a ``lockstep run`` (or ``fuzz --impl``) run's traces are replayed against, taken from the
-    run's config before it runs: its protocol, variant and the parameters the runtime records
-    (``model_parameters(config)``). Pass it to ``replay_traces`` as keywords."""
-    import importlib
-
-    from lockstep.impl.protocols import RUNTIME_PROTOCOLS
-
-    known = RUNTIME_PROTOCOLS[config.protocol]
-    values = importlib.import_module(f"{known.package}.parameters").model_parameters(config)
-    declared = {parameter.name for parameter in get_protocol(config.protocol).parameters}
-    parameters = {name: int(value) for name, value in values.items() if name in declared}
-    return {"protocol": config.protocol, "variant": config.variant, "parameters": parameters}
-
-
-def runtime_replay(config: Any, trace_dir: PathLike) -> ReplayVerdict:
-    """Replay a run's traces with the run's own model (``runtime_expectations``)."""
-    return replay_traces(trace_dir, **runtime_expectations(config))
-
-
 __all__ = [
     "PROFILES",
     "RUNTIME_PROFILES",
@@ -306,6 +286,4 @@ __all__ = [
     "resolve_exemptions",
     "resolve_model",
     "replay_traces",
-    "runtime_expectations",
-    "runtime_replay",
 ]

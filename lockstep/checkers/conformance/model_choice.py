@@ -292,9 +292,11 @@ def _names_something(system: Any, name: str) -> bool:
     )
 
 
-PROFILES = {  # name -> module defining PROFILE
+PROFILES = {  # name -> module defining PROFILE (or module:ATTRIBUTE)
     "vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause",
     "vllm-pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
+    "vllm-computed-tokens": "lockstep.instrumentation.vllm_computed_tokens",
+    "vllm-computed-tokens-async": "lockstep.instrumentation.vllm_computed_tokens:ASYNC_PROFILE",
 }
 
 
@@ -323,7 +325,8 @@ def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> Recor
     elif name in PROFILES:
         import importlib
 
-        found = importlib.import_module(PROFILES[name]).PROFILE
+        module, _, attribute = PROFILES[name].partition(":")
+        found = getattr(importlib.import_module(module), attribute or "PROFILE")
     else:
         raise UsageError(f"no recorder profile {name!r}; profiles: runtime, {', '.join(PROFILES)}")
     if found is not None and found.protocol != protocol:

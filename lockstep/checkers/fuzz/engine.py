@@ -43,8 +43,8 @@ from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
 DEFAULT_STEPS = 100
 DEFAULT_EXAMPLES = 1000
 DEFAULT_SHRINK_SECONDS = 30.0
-# Rule calls a stateful run fits in Hypothesis's choice buffer, with room to spare (about 250 fit
-# for dp-pause). Longer examples take up to steps / BURST_DIVISOR steps per step_or_end call
+# Rule calls a stateful run fits in Hypothesis's choice buffer, with room to spare (a few hundred
+# fit for the shipped models). Longer examples take up to steps / BURST_DIVISOR steps per step_or_end call
 # (state_machine.py); step_or_end is one rule call in several, so bursts must be long.
 RULE_CALLS, BURST_DIVISOR = 200, 25
 

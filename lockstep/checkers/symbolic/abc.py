@@ -68,7 +68,7 @@ def prove(program: str, aiger: bytes, limit: float, *, engine: str = "pdr", wall
     """Run ``pdr`` on one single-output circuit for at most ``limit`` seconds of CPU (and ``wall``
     seconds of wall time where given); ``engine="bmc3"`` runs ABC's bounded model checker instead
     (it only finds counterexamples and witnesses). ``pdr -n -c`` can stop on an internal assertion
-    of ABC (seen after 470 s on dp-pause): then ``pdr`` with ABC's default generalisation has the
+    of ABC (seen on the largest shipped model): then ``pdr`` with ABC's default generalisation has the
     CPU time left."""
     if engine != "pdr":
         return _run(program, aiger, "bmc3", limit, wall)

@@ -1,8 +1,8 @@
 """BMC in its own process beside the provers: the pdr portfolio's search for counterexamples.
 
 The provers (Houdini, ABC's ``pdr``, Spacer) settle a property by proving it; a violation deeper
-than the first BMC phase would never be found by them quickly (docs/performance.md: dp-pause
-pre-fix at 2 ranks). So BMC keeps
+than the first BMC phase would never be found by them quickly (docs/performance.md measures
+it). So BMC keeps
 unrolling, depth after depth, in a process of its own (``fork``: the machine is not sent, the
 child has it) while the provers run in this one. After every depth the child reports how far each
 property is checked and the properties a path decided (a violation or a witness, each already

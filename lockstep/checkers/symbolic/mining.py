@@ -15,7 +15,7 @@ satisfying every candidate may step out of one). ``inductive_subset`` (Houdini, 
 asks whether any candidate can be broken, and every candidate the model breaks is dropped at once)
 keeps the largest inductive subset, and only that subset is assumed; the certificates Z3 re-checks
 include it, so no proof rests on the sampling. Houdini over thousands of candidates is slow on a
-large model (docs/performance.md: dp-pause at 2 ranks), so it has a deadline; past it nothing mined
+large model (docs/performance.md), so it has a deadline; past it nothing mined
 is assumed. ``formulas`` builds each fact in the reading in
 force (integers for Z3, bit-vectors of the encoding's width for ABC's circuit).
 """

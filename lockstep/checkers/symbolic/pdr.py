@@ -113,8 +113,8 @@ class Attempt:
 # fraction of its time limit; later stages assume the invariants that earlier ones proved in the
 # same reading. "integers": mathematical integers (linear arithmetic). "bits": bit-vectors of the
 # encoding's sound width, bit-blasted (``xform.bit_blast``); with z3 4.x/5.x Spacer answers fast
-# there but its invariants are often not inductive (pp-broadcast's S1_broadcast_matching: a model
-# that fails its own transition clauses), so lockstep's re-check rejects them; not used by default.
+# there but its invariants are often not inductive (on a shipped model: an invariant that fails
+# its own transition clauses), so lockstep's re-check rejects them; not used by default.
 # "abc": ABC's pdr on the circuit (skipped when ``yosys-abc`` is not installed). The order is by
 # measurement (README, ``bench/symbolic.py --pdr``): ABC proves in seconds what Spacer proves in
 # tens of seconds or not at all, and Spacer keeps a share for what ABC leaves open.

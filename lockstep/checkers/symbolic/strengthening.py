@@ -7,7 +7,7 @@ the circuit, either the same predicate in the bit-vector reading of the encoding
 model's own predicates: Houdini's survivors) or the blocked cubes of an earlier ABC proof. In the
 circuit (``circuit.Assumptions``) a state that violates a lemma is never bad, so ABC need not
 exclude it. By default only the bad output is masked and the sort domains are not assumed: gating
-the steps too (``stutter``) or assuming the domains made ABC slower on dp-pause (measured in
+the steps too (``stutter``) or assuming the domains made ABC slower (measured in
 docs/performance.md).
 
 Soundness does not rest on the lemmas being right: ABC's invariant is conjoined with every lemma

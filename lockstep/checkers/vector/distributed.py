@@ -58,7 +58,7 @@ from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, Statistics
 from lockstep.checkers.vector.backend import Backend, make_backend
 from lockstep.checkers.vector.search import VectorSearch, _Found
-from lockstep.impl.launcher import LOOPBACK, loopback_environment, loopback_store
+from lockstep.loopback import LOOPBACK, loopback_environment, loopback_store
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import UsageError
 

@@ -139,7 +139,7 @@ def source_keys(path: Path, kernels: dict[str, Any]) -> bool:
 
     A Triton kernel's source key (``JITFunction.cache_key``, part of the key of its compiled binary in
     Triton's cache) is a hash of its source and of what it calls, made by parsing and walking that
-    source again in every process: ~16 ms a kernel of dp-pause at 3 ranks (0.4-0.8 s for 28 kernels).
+    source again in every process (docs/performance.md measures it).
     The generated module's file is named by a hash of its whole source, so the keys saved beside it
     are the keys of that very source; a key Triton has already computed is left as it is."""
     entry = _STORE.read(*_keys_name(path))

@@ -71,7 +71,7 @@ class Kernels:
 @functools.lru_cache(maxsize=32)
 def _compiled(source: str, filename: str) -> CodeType:
     """The code object of a generated source, compiled once per process (``check --all`` and a
-    benchmark's repeats check the same models again; compiling dp-pause's takes ~0.05-0.1 s)."""
+    benchmark's repeats check the same models again)."""
     return compile(source, filename, "exec")
 
 
