@@ -35,6 +35,7 @@ def test_list_names_protocol_variants_and_releases(capsys: pytest.CaptureFixture
         "async-placeholders",
         "computed-tokens",
         "cudagraph-pp",
+        "dp-step-coordination",
         "pd-kv-transfer",
     }
     seed = next(instance for instance in listing["dp-pause"]["instances"] if instance["name"] == "seed")
@@ -266,7 +267,7 @@ def test_max_memory_stops_with_exit_3(capsys: pytest.CaptureFixture[str]) -> Non
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc and pdr, not to auto"),
+        (["check", "dp-pause", "--depth", "5"], "--depth applies to --engine bmc, pdr and swarm, not to auto"),
         (["check", "dp-pause", "--solver-timeout", "5"], "--solver-timeout applies to --engine bmc"),
         (["check", "dp-pause", "--engine", "bmc"], "--engine bmc needs --depth K"),
         (

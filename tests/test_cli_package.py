@@ -120,6 +120,7 @@ def test_completion_names_protocols_variants_and_instances(shell: str) -> None:
         "async-placeholders",
         "computed-tokens",
         "cudagraph-pp",
+        "dp-step-coordination",
         "pd-kv-transfer",
     ]
     variants = complete(shell, "lockstep check dp-pause --variant")
@@ -181,6 +182,7 @@ def test_bash_completes_with_the_script_lockstep_prints(tmp_path: Path) -> None:
         "async-placeholders",
         "computed-tokens",
         "cudagraph-pp",
+        "dp-step-coordination",
         "pd-kv-transfer",
     ]
 

@@ -62,6 +62,8 @@ FAST: list[tuple[str, int, tuple[str, ...] | None]] = [
     ("cudagraph-pp:no-send-wait:seed", 18, None),  # A3 11, A2 14
     ("pd-kv-transfer:pre-fix:seed", 20, None),  # transfer_completes 10; diameter 20
     ("pd-kv-transfer:post-fix:seed", 20, None),  # transfer_completes 10; diameter 20
+    ("dp-step-coordination:pre-fix:seed", 36, None),  # dummy_step 1, all_ranks_finish 36; diameter 36
+    ("dp-step-coordination:post-fix:seed", 20, None),  # dummy_step 1, all_ranks_finish 20; diameter 20
 ]
 # dp-pause seeds whose BFS lengths the fast tier leaves to the slow tier (too deep for BMC in CI):
 FAST_UNCOVERED = {

@@ -10,8 +10,10 @@
 - ``no_stuck_request``: where nothing can move any more, no rank still has work (a request of a
   rank that left the loop, or of a wave that ended under it, is never served).
 - witnesses: ``dummy_step`` (a rank with nothing to run steps with a dummy batch so its peers'
-  collectives complete: ``run_busy_loop``'s ``execute_dummy_batch``) and ``all_ranks_finish``
-  (every request served, the wave over on every rank).
+  collectives complete: ``run_busy_loop``'s ``execute_dummy_batch``), ``all_ranks_finish``
+  (every request served, the wave over on every rank) and, where batches may be overlong,
+  ``drafter_skipped`` (a rank's batch did not fit the drafter: ``sample_tokens`` took the branch
+  the variants differ in).
 
 No assert of ``_determine_batch_execution_and_padding``/``coordinate_batch_across_dp`` depends on
 anything but the all-reduce's own result, which every rank of one all-reduce shares; the model
@@ -50,3 +52,9 @@ def add_properties(machine: Machine, state: State) -> None:
         conjunction(state.requests_left == 0, all_of(state.Rank, lambda rank: _idle(state, rank))),
         "every request is served and the wave ends on every rank",
     )
+    if state.sizes.overlong and state.sizes.drafts:
+        machine.sometimes(
+            "drafter_skipped",
+            state.draft_skipped,
+            "a rank's batch does not fit the drafter (_input_fits_in_drafter is false)",
+        )
