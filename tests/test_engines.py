@@ -73,7 +73,7 @@ def test_check_is_lookup_plus_validation() -> None:
 
 
 def test_one_registry_names_every_engine_with_typed_options() -> None:
-    assert list(ENGINES) == ["auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr", "certify"]
+    assert list(ENGINES) == ["auto", "bfs", "dfs", "bfs-vec", "bfs-gpu", "bmc", "induction", "pdr", "certify", "swarm"]
     for name, engine in ENGINES.items():
         assert isinstance(engine, Engine) and engine.name == name
         assert dataclasses.is_dataclass(engine.options) and issubclass(engine.options, Options)
@@ -97,7 +97,12 @@ def test_options_made_from_fields_or_given_whole_check_alike() -> None:
     ("engine", "fields", "library", "flags"),
     [
         ("bfs-vec", {"device": "cpu"}, "device applies to engine bfs-gpu, not to bfs-vec", "--device applies to"),
-        ("bfs", {"depth": 3}, "depth applies to engine bmc and pdr, not to bfs", "--depth applies to --engine bmc"),
+        (
+            "bfs",
+            {"depth": 3},
+            "depth applies to engine bmc, pdr and swarm, not to bfs",
+            "--depth applies to --engine bmc",
+        ),
         ("bmc", {}, "engine bmc needs depth K", "--engine bmc needs --depth K"),
         ("bmc", {"depth": 2, "solver": "cadical", "solver_timeout": 5.0}, "solver_timeout needs solver z3", None),
         ("pdr", {"k": 2}, "k applies to engine induction, not to pdr", "--k applies to --engine induction"),

@@ -23,6 +23,7 @@ from lockstep.checkers.limits import Limits
 from lockstep.checkers.result import CheckResult, PropertyResult, Verdict
 from lockstep.checkers.vector import Unsupported, VectorSearch, vectorisable
 from lockstep.spec.compiler import CompiledSystem
+from lockstep.spec.layout import Layout, LayoutError
 from lockstep.spec.machine import Machine, PropertyKind
 from lockstep.spec.protocol import UsageError
 from lockstep.spec.semantics import InterpretedSystem, TransitionSystem
@@ -127,6 +128,29 @@ class AutoOptions(VectorOptions):
     """``auto``: ``bfs-vec``'s options, and ``compiled=False`` (the reference interpreter, so bfs)."""
 
     compiled: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class SwarmOptions(Options):
+    """``swarm``: ``walks`` random walks (default 20,000) of at most ``depth`` steps each (default
+    200; each walk draws its own bound from half of it up), every random choice fixed by ``seed``
+    (None: a fresh one, reported); of ``limits`` only the time counts."""
+
+    walks: int | None = None
+    depth: int | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_states", "max_depth"):
+            if self.limits is not None and getattr(self.limits, name) is not None:
+                raise OptionError(
+                    Field(f"limits.{name}"), " applies to the exhaustive engines; a swarm is bounded by ",
+                    Field("walks"), " and ", Field("depth"),
+                )  # fmt: skip
+        for name in ("walks", "depth"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise OptionError(Field(name), f" must be at least 1, not {value}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -308,6 +332,44 @@ class AutoEngine:
 
 
 @dataclass(frozen=True)
+class SwarmEngine:
+    """``swarm``: random walks in a batch through ``bfs-vec``'s kernels, stopping at the first
+    violation, whose walk is replayed through ``evaluate`` and shortened; never "holds"."""
+
+    name: Literal["swarm"] = "swarm"
+    options: type[SwarmOptions] = SwarmOptions
+
+    def supports(self, machine: Machine, options: SwarmOptions) -> str | None:
+        try:
+            Layout(machine)
+        except LayoutError as error:
+            return f"{error} (bfs checks it)"
+        return None
+
+    def run(self, machine: Machine, options: SwarmOptions, progress: Progress | None) -> CheckResult:
+        import random
+
+        from lockstep.checkers.vector.swarm import DEFAULT_DEPTH, DEFAULT_WALKS, Swarm
+
+        only = selected(machine, options.properties)
+        try:
+            swarm = Swarm(
+                machine,
+                walks=DEFAULT_WALKS if options.walks is None else options.walks,
+                depth=DEFAULT_DEPTH if options.depth is None else options.depth,
+                seed=random.SystemRandom().randrange(1 << 32) if options.seed is None else options.seed,
+                watched=only,
+                limits=options.limits,
+                progress=progress,
+            )
+        except Unsupported as error:
+            raise OptionError(
+                Field("engine"), f" swarm cannot check {machine.name}: {error}; use ", Field("engine"), " bfs"
+            ) from None
+        return _restricted(swarm.run(), only)
+
+
+@dataclass(frozen=True)
 class BmcEngine:
     """``bmc``: the Z3 (or CaDiCaL) unrolling to ``depth``; safety only (leads-to is inconclusive)."""
 
@@ -415,6 +477,7 @@ ENGINES: dict[str, Engine] = {
         InductionEngine(),
         PdrEngine(),
         CertifyEngine(),
+        SwarmEngine(),
     )
 }
 _ALIASES = {"induction_k": "k", "bmc_solver": "solver"}  # check()'s older keyword names
@@ -584,6 +647,7 @@ __all__ = [
     "OptionError",
     "Options",
     "PdrOptions",
+    "SwarmOptions",
     "SymbolicOptions",
     "VectorOptions",
     "engine_named",

@@ -165,7 +165,9 @@ def prove_lemmas(**options: Any) -> Invocation:
     "k-induction; pdr: BMC to --depth (default 10), then Houdini, ABC's pdr and Z3 Spacer with BMC going on "
     "beside them, --solver-timeout CPU seconds per property (default 60), proved only with an inductive "
     "invariant lockstep re-checked (shown in --json), else inconclusive; certify: bfs to the end, its reachable "
-    "set re-checked by Z3 as an inductive invariant proving each property bfs found holding",
+    "set re-checked by Z3 as an inductive invariant proving each property bfs found holding; swarm: --walks "
+    "random walks (numpy) through bfs-vec's kernels, stopping at the first violation, its walk shortened by delta "
+    "debugging (never holds: exit 3 where nothing is found)",
 )
 @click.option("--device", metavar="DEVICE", help="bfs-gpu: cuda (default), cuda:N or cpu")
 @click.option(
@@ -195,7 +197,18 @@ def prove_lemmas(**options: Any) -> Invocation:
     help="bfs-vec/bfs-gpu: partition the search across N processes (torch.distributed)",
 )
 @click.option(
-    "--depth", type=NON_NEGATIVE, metavar="K", help="bmc: steps to unroll (bounded checking); pdr: its first BMC phase"
+    "--depth",
+    type=NON_NEGATIVE,
+    metavar="K",
+    help="bmc: steps to unroll (bounded checking); pdr: its first BMC phase; swarm: the longest walk (default 200)",
+)
+@click.option("--walks", type=POSITIVE_INTEGER, metavar="N", help="swarm: random walks to run (default 20,000)")
+@click.option(
+    "--seed",
+    "swarm_seed",
+    type=NON_NEGATIVE,
+    metavar="S",
+    help="swarm: the seed of every random choice (default: a fresh one, reported; the same seed takes the same walks)",
 )
 @click.option(
     "--mine-invariants",

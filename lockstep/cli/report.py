@@ -156,7 +156,14 @@ def render(
     """The human report of one check (``instance``: the built-in one it checked, which tells an
     action its parameters turn off from one never enabled for another reason)."""
     stats = result.stats
-    if stats.states is None or stats.transitions is None:
+    if stats.walks is not None:  # a swarm: walks and steps, the distinct states an estimate
+        steps = stats.transitions or 0
+        summary = (
+            f"  ({result.engine}: {stats.walks:,} walks, {steps:,} steps, ~{stats.distinct_estimate or 0:,} distinct "
+            f"states (HyperLogLog estimate), depth {stats.depth}, {stats.seconds:.2f} s, "
+            f"{steps / stats.seconds if stats.seconds > 0 else 0:,.0f} steps/s)"
+        )
+    elif stats.states is None or stats.transitions is None:
         summary = f"  ({result.engine}: depth {stats.depth}, {stats.seconds:.2f} s)"
     else:
         summary = (
@@ -311,6 +318,9 @@ def result_json(
             "transitions": result.stats.transitions,
             "depth": result.stats.depth,
             "seconds": round(result.stats.seconds, 3),
+            **({} if result.stats.walks is None else {"walks": result.stats.walks}),
+            **({} if result.stats.distinct_estimate is None else {"distinct_estimate": result.stats.distinct_estimate}),
+            "phases": {name: round(seconds, 4) for name, seconds in result.stats.phases.items()},
         },
         "stopped": result.stopped,
         "warnings": warnings,

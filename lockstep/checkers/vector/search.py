@@ -87,6 +87,7 @@ class VectorSearch:
         chunk: int | None = None,
         kernels: str = "auto",
     ) -> None:
+        began = time.monotonic()
         self.machine = machine.finish()
         try:
             self.layout = Layout(self.machine)
@@ -95,6 +96,7 @@ class VectorSearch:
         self.backend = backend
         self.engine = engine
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, backend.namespace(), symmetry)
+        generated = time.monotonic()
         # kernels (``engines.VectorOptions``): auto, arrays (the array kernels alone), c or triton
         torch = isinstance(backend, TorchBackend)
         self.fused = fused_kernels(self.kernels, backend.device, kernels) if torch else None
@@ -103,6 +105,7 @@ class VectorSearch:
             if torch
             else native_kernels(self.kernels, kernels, None if limits is None else limits.max_memory_bytes)
         )
+        compiled = time.monotonic()
         self.visited = VisitedSet(backend, self.layout.words, exact=not compact)
         self.fingerprint = backend.fingerprint
         self.canonical, self.canonical_keys = self.kernels.canonical, None  # fused: representatives with keys
@@ -132,6 +135,9 @@ class VectorSearch:
         self.fired: set[int] = set()
         self.stored = 0
         self.stats = Statistics()
+        # the phase profile: the array kernels generated (or read from the cache) and compiled, then
+        # their C or Triton spelling compiled or loaded (``run`` adds the search and the counterexamples)
+        self.stats.phases.update(kernels=generated - began, compiled_kernels=compiled - generated)
         self._offsets: np.ndarray | None = None
         self._pending: dict[int, tuple[int, _Found]] = {}  # this chunk's candidate findings, by property
         self._branching = 1.0  # transitions per state of the last chunk expanded (the next one's estimate)
@@ -162,8 +168,11 @@ class VectorSearch:
             stopped = "max-memory"  # the device or host is full: what was explored stands, the rest is unknown
         stats.states = self.stored
         stats.seconds = time.monotonic() - started
+        stats.phases["search"] = stats.seconds
         complete = stopped is None and not truncated
-        return self._result(complete, truncated and stopped is None, stopped)
+        result = self._result(complete, truncated and stopped is None, stopped)
+        stats.phases["counterexample"] = time.monotonic() - started - stats.seconds
+        return result
 
     def _initial_state(self) -> tuple[Any, Any]:
         """The initial state's packed words (its representative, with symmetry), as a frontier, and its
