@@ -87,6 +87,30 @@ def test_help_imports_nothing_heavy(command: str) -> None:
         assert "lockstep.models" not in loaded and "lockstep.impl" not in loaded
 
 
+@pytest.mark.parametrize("engine", ["auto", "bfs", "swarm"])
+def test_a_check_imports_no_solver_or_device_library(engine: str) -> None:
+    """``lockstep check`` with an explicit engine never imports z3, torch, triton or Hypothesis: they
+    are the symbolic, GPU and fuzzing engines' (a warm check of a small model is under a second)."""
+    probe = (
+        "import sys\nfrom lockstep.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    words = [
+        "check",
+        "pd-kv-transfer",
+        "--engine",
+        engine,
+        "--json",
+        *(["--walks", "50", "--seed", "1"] if engine == "swarm" else []),
+    ]
+    completed = subprocess.run(
+        [sys.executable, "-c", probe, *words], capture_output=True, text=True, timeout=120, env=environment(), cwd=ROOT
+    )
+    assert json.loads(completed.stdout)["engine"] == ("bfs-vec" if engine == "auto" else engine), completed.stderr
+    loaded = {name.split(".")[0] for name in completed.stderr.split()}
+    assert not loaded & {"torch", "z3", "triton", "hypothesis"}, completed.stderr[-2000:]
+
+
 def complete(shell: str, words: str, current: str = "") -> list[str]:
     """The candidates click answers a shell with (``_LOCKSTEP_COMPLETE``), for ``words`` and the word ``current``."""
     typed = f"{words} {current}" if current or shell == "fish" else f"{words} "

@@ -158,3 +158,13 @@ def test_swarm_options_are_checked() -> None:
         options_for("swarm", walks=0)
     with pytest.raises(OptionError, match="seed"):
         options_for("bfs", seed=3)
+
+
+def test_the_seed_bug_at_eight_ranks() -> None:
+    """dp-pause's seed bug at 8 ranks (``large``: sync_interval 32, hang_bound 64), beyond what an
+    exhaustive search of this machine reaches, is found and its shortened path confirmed."""
+    machine = get_protocol("dp-pause").instance("pre-fix", "large").machine()
+    result = check(machine, "swarm", options_for("swarm", walks=200_000, depth=200, seed=2))
+    violated = result.counterexample
+    assert violated is not None and violated.path is not None
+    _confirm(result.machine, violated.name, violated.path)

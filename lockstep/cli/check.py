@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -28,7 +29,6 @@ from lockstep.checkers.counterexample import write_counterexample
 from lockstep.checkers.engines import OptionError, Options, options_for
 from lockstep.checkers.limits import resident_memory_bytes
 from lockstep.checkers.result import PropertyResult
-from lockstep.checkers.symbolic.proofs import ProofCheck, check_pinned
 from lockstep.cli.invocation import clock
 from lockstep.cli.listing import EXIT_INCONCLUSIVE, selected_protocols
 from lockstep.cli.report import SCHEMA_VERSION, PinnedRow, markdown_tables, render, result_json, summary_table
@@ -36,6 +36,9 @@ from lockstep.models import PROTOCOLS
 from lockstep.models.proofs import BUDGET, PINNED
 from lockstep.spec.protocol import POST_FIX, Instance, Protocol, UsageError, parse_assignments
 from lockstep.traces.output import write_stdout
+
+if TYPE_CHECKING:  # z3 is imported by --proofs alone (a plain check never needs it)
+    from lockstep.checkers.symbolic.proofs import ProofCheck
 
 EXIT_OK, EXIT_VIOLATED = 0, 1
 
@@ -289,6 +292,8 @@ def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:
     """With ``--proofs``: pdr re-proves each post-fix seed's pinned properties (``checkers.proofs``)."""
     if not getattr(arguments, "proofs", False):
         return []
+    from lockstep.checkers.symbolic.proofs import check_pinned
+
     return [
         proof
         for protocol in selected_protocols(arguments)
