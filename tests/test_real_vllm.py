@@ -200,3 +200,34 @@ def test_a_pp_broadcast_recorder_failure_stops_the_recording_and_vllm_runs_on(tm
     judge(result)
     decide(result)
     assert result.verdict == "inconclusive" and "recorder of engine stopped" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("name", ["chunked-prefill", "async-chunked-prefill"])
+def test_computed_tokens_scheduler_conforms_to_the_release(tmp_path: Path, name: str) -> None:
+    import jsonschema
+
+    from lockstep.instrumentation.vllm_computed_tokens import release_variant
+    from lockstep.real_vllm.releases import detect
+
+    release = detect()
+    code, payload, stderr = vllm_check(
+        tmp_path / "trace", "--scenario", name, "--timeout", str(RUN_SECONDS), protocol="computed-tokens"
+    )
+    jsonschema.validate(payload, json.loads((ROOT / "lockstep" / "schemas" / "vllm-check.schema.json").read_text()))
+    assert payload["verdict"] == "conforms" and code == 0, (payload["reason"], stderr)
+    assert payload["variant"] == release_variant(release.version)
+    assert set(payload["run"]["timeline"]["finished"].values()) == {"length"}
+    assert payload["recorder_failures"] == []
+    trace_dir = Path(payload["trace_dir"])
+    assert {header["parameters"]["async_scheduling"] for header in headers(trace_dir).values()} == {
+        int(name.startswith("async"))
+    }
+    scheduled = [
+        json.loads(line)["observed"]
+        for line in (trace_dir / "scheduler.jsonl").read_text().splitlines()[1:]
+        if json.loads(line)["action"] == "schedule"
+    ]
+    assert scheduled[0]["scheduler.num_computed_tokens"] == [3, 0]  # request 0's prompt cut at the budget
+    assert scheduled[1]["scheduler.is_prefill_chunk"] == [False, True]  # request 1 admitted as a chunk
+    placeholders = {value for row in scheduled for value in row["scheduler.num_output_placeholders"]}
+    assert (max(placeholders) > 0) == name.startswith("async")  # async scheduling was kept on
