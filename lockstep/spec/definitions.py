@@ -1,8 +1,8 @@
 """The records a ``Machine`` is made of: state variables, actions, properties and ``Step``.
 
 Frozen data the engines read (``StateVariable``, ``Action``, ``Property`` with its
-``PropertyKind``), the names of the built-in properties, and ``Step``, what an action function
-returns. ``lockstep.spec.machine`` builds them and re-exports every name here.
+``PropertyKind`` and the vLLM ``Source`` lines that state it), the names of the built-in properties,
+and ``Step``, what an action function returns. ``lockstep.spec.machine`` builds them and re-exports every name here.
 """
 
 from __future__ import annotations
@@ -52,6 +52,61 @@ class Action:
         return self.actor.format(**rendered)
 
 
+SOURCE_KINDS = ("assert", "raise", "comment", "docstring", "code", "test")
+"""What a ``Source`` line is: an ``assert``, a ``raise``, an invariant stated in a comment or a docstring, the
+code that establishes it, or the oracle of one of vLLM's tests."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where vLLM states a property: lines ``line``..``last_line`` of ``file`` in ``function``, as the PyPI wheel
+    of ``release`` has them (``"0.33.0"``); for a vLLM test's oracle, ``file`` is under ``tests/``, as the
+    release's source distribution has it, and ``function`` is the test. ``kind`` is one of ``SOURCE_KINDS``."""
+
+    release: str
+    file: str
+    line: int
+    function: str
+    kind: str
+    last_line: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = [
+            problem
+            for problem, bad in (
+                ("release is empty", not self.release.strip()),
+                ("file is empty", not self.file.strip()),
+                ("function is empty", not self.function.strip()),
+                ("line must be a positive integer", not isinstance(self.line, int) or self.line < 1),
+                (
+                    "last_line must not be before line",
+                    self.last_line is not None and (not isinstance(self.last_line, int) or self.last_line < self.line),
+                ),
+                (f"kind must be one of {', '.join(SOURCE_KINDS)}", self.kind not in SOURCE_KINDS),
+            )
+            if bad
+        ]
+        if problems:
+            raise DefinitionError(f"source {self.file}:{self.line} ({self.function}): {'; '.join(problems)}")
+
+    def __str__(self) -> str:
+        lines = f"{self.line}" if self.last_line in (None, self.line) else f"{self.line}-{self.last_line}"
+        return f"{self.file}:{lines} {self.function} ({self.kind}, {self.release})"
+
+
+SourceLike = Source | Sequence[Source]
+"""What ``source=`` of a property declaration takes: one ``Source`` or several."""
+
+
+def sources_of(given: SourceLike | None, where: str) -> tuple[Source, ...]:
+    """``given`` as a tuple of ``Source``; a ``DefinitionError`` naming ``where`` for anything else."""
+    items = () if given is None else (given,) if isinstance(given, Source) else tuple(given)
+    wrong = [item for item in items if not isinstance(item, Source)]
+    if wrong:
+        raise DefinitionError(f"{where}: source= takes Source records, not {wrong[0]!r}")
+    return items
+
+
 @dataclass(frozen=True)
 class Property:
     name: str
@@ -62,6 +117,7 @@ class Property:
     builtin: bool = False
     trigger: Expression | None = None  # leads-to: once this holds, ``predicate`` must eventually hold
     fair: tuple[str, ...] | None = None  # leads-to: the weakly fair actions (None: every action)
+    sources: tuple[Source, ...] = ()  # the vLLM lines that state it (no effect on any check)
 
 
 class DoubleWrite(DefinitionError):

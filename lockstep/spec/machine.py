@@ -29,10 +29,13 @@ from lockstep.spec.definitions import (
     DoubleWrite,
     Property,
     PropertyKind,
+    Source,
+    SourceLike,
     StateVariable,
     Step,
     Updates,
     double_write,
+    sources_of,
 )
 from lockstep.spec.evaluation import Environment, evaluate
 from lockstep.spec.expressions import Constant, Expression, Operation, Operator, Parameter, Variable, walk
@@ -242,17 +245,28 @@ class Machine:
         self.properties.append(prop)
 
     def always(
-        self, name: str, predicate: TermLike, description: str = "", *, at_deadlock: TermLike | None = None
+        self,
+        name: str,
+        predicate: TermLike,
+        description: str = "",
+        *,
+        at_deadlock: TermLike | None = None,
+        source: SourceLike | None = None,
     ) -> None:
-        """An invariant: ``predicate`` holds in every reachable state."""
+        """An invariant: ``predicate`` holds in every reachable state. ``source``: the vLLM line(s) that
+        state it (``Source``); no check reads them."""
         term = _boolean(predicate, f"property {name!r}")
         deadlock = None if at_deadlock is None else _boolean(at_deadlock, f"property {name!r}").expression
-        self._add_property(Property(name, PropertyKind.ALWAYS, term.expression, description, deadlock))
+        cited = sources_of(source, f"property {name!r}")
+        self._add_property(Property(name, PropertyKind.ALWAYS, term.expression, description, deadlock, sources=cited))
 
-    def sometimes(self, name: str, predicate: TermLike, description: str = "") -> None:
+    def sometimes(
+        self, name: str, predicate: TermLike, description: str = "", *, source: SourceLike | None = None
+    ) -> None:
         """A witness: some reachable state satisfies ``predicate`` (catches vacuous models)."""
         term = _boolean(predicate, f"property {name!r}")
-        self._add_property(Property(name, PropertyKind.SOMETIMES, term.expression, description))
+        cited = sources_of(source, f"property {name!r}")
+        self._add_property(Property(name, PropertyKind.SOMETIMES, term.expression, description, sources=cited))
 
     def leads_to(
         self,
@@ -262,6 +276,7 @@ class Machine:
         description: str = "",
         *,
         fair: tuple[str, ...] | None = None,
+        source: SourceLike | None = None,
     ) -> None:
         """Liveness: every time ``trigger`` holds, ``response`` holds then or later, on every run in
         which the ``fair`` actions (default: all) are weakly fair: an action instance (an action
@@ -272,7 +287,15 @@ class Machine:
         term = _boolean(response, f"property {name!r}")
         self._check_references(f"property {name!r}", condition.expression, set())
         self._add_property(
-            Property(name, PropertyKind.LEADS_TO, term.expression, description, trigger=condition.expression, fair=fair)
+            Property(
+                name,
+                PropertyKind.LEADS_TO,
+                term.expression,
+                description,
+                trigger=condition.expression,
+                fair=fair,
+                sources=sources_of(source, f"property {name!r}"),
+            )
         )
 
     def respond_within(
@@ -285,6 +308,7 @@ class Machine:
         *,
         response_actions: tuple[str, ...] = (),
         at_deadlock: TermLike | None = None,
+        source: SourceLike | None = None,
     ) -> None:
         """Bounded response: once ``trigger`` holds, ``response`` holds (or one of ``response_actions``
         fires) within ``bound`` steps: in the state ``bound`` steps after the trigger it must hold.
@@ -298,6 +322,7 @@ class Machine:
                 (counter < bound).expression,
                 description or f"within {bound} steps",
                 deadlock,
+                sources=sources_of(source, f"property {name!r}"),
             )
         )
 
@@ -321,6 +346,18 @@ class Machine:
             )
         )
         return counter
+
+    def cite(self, sources: Mapping[str, SourceLike]) -> None:
+        """Name the vLLM line(s) each property comes from, from a table ``{property: Source or sources}``
+        (the ``source=`` of a declaration, for models that keep the table in one place); a table entry
+        replaces what the declaration gave. One table serves every variant and instance of a model, so
+        an entry for a property this machine does not declare is passed over (a misspelt name leaves
+        its property without a source, which the models' tests refuse)."""
+        self._open("property sources")
+        cited = {name: sources_of(given, f"property {name!r}") for name, given in sources.items()}
+        self.properties = [
+            replace(prop, sources=cited[prop.name]) if prop.name in cited else prop for prop in self.properties
+        ]
 
     def add_builtin(self, prop: Property) -> None:
         """Used by libraries on top of the language (collectives) to add their built-in properties."""
@@ -541,6 +578,7 @@ __all__ = [
     "Machine",
     "Property",
     "PropertyKind",
+    "Source",
     "StateVariable",
     "Step",
     "Updates",

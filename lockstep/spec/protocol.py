@@ -96,6 +96,9 @@ class InstanceSpec:
     # the properties the finding is about: the table lists the released variants that violate one of them
     # (none named: every released variant pinned violated, with its shortest counterexample)
     finding_properties: tuple[str, ...] = ()
+    # what vLLM's issues and PRs say of the finding: "known: issue #N, fixed by PR #M (0.24.0)", "related: ...", or
+    # "new" (searched, not found); the findings table shows it
+    upstream: str = ""
 
     def __post_init__(self) -> None:
         _require_name(self.name, "an instance")

@@ -70,7 +70,7 @@ from lockstep.models.async_placeholders.properties import add_invariants, add_wi
 from lockstep.models.async_placeholders.releases import BISECTION, RELEASE_VARIANTS, V0_27_0
 from lockstep.models.async_placeholders.runner import bookkeeping, sample, update_states
 from lockstep.models.async_placeholders.scheduler import kv_load_failure, schedule, update_from_output
-from lockstep.models.async_placeholders.sources import sources
+from lockstep.models.async_placeholders.sources import PROPERTY_SOURCES, sources
 from lockstep.models.async_placeholders.state import POST_FIX, PRE_FIX, Kind, declare
 from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
@@ -99,6 +99,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     add_witnesses(machine, state)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    machine.cite(PROPERTY_SOURCES)
     bound_delay(machine, parameters["max_delay"], ["queue.scheduled", "queue.executed"])
     return machine
 
@@ -180,6 +181,7 @@ PROTOCOL = Protocol(
             "resumed_token_ids[-num_output_tokens:]`), `EngineCore.step_with_batch_queue` (pp_size steps in flight) "
             "(V1 with PP >= 3 and async scheduling, v0.19.0-v0.30.x; v0.31.0 refuses it; upstream: not reported)",
             finding_properties=("tokens_aligned",),
+            upstream="related: PR #41177 (closed, not merged) describes the gap; not reported",
         ),
         InstanceSpec(
             "history-toggle",
@@ -193,6 +195,7 @@ PROTOCOL = Protocol(
             "only shortens) (v0.22.0-v0.33.0; upstream: not reported, PR #27910 made rows without penalties tolerate "
             "-1, not this misalignment)",
             finding_properties=("tokens_aligned",),
+            upstream="related: PR #27910 (merged) tolerates -1 placeholders; the misalignment not reported",
         ),
     ),
     build=build,

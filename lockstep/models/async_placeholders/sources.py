@@ -15,6 +15,15 @@ and v0.33.0 wheels) adds the stale-output preemption to ``schedule`` and ``updat
 from __future__ import annotations
 
 from lockstep.models.async_placeholders.releases import V0_27_0
+from lockstep.models.vllm_files import (
+    ASYNC_SCHEDULER,
+    ASYNC_SCHEDULER_TESTS,
+    ASYNC_SCHEDULING_TESTS,
+    SCHEDULER,
+    V1_INPUT_BATCH,
+    V1_MODEL_RUNNER,
+)
+from lockstep.spec.machine import Source
 from lockstep.spec.protocol import POST_FIX, PRE_FIX
 
 COMMON: dict[str, str] = {
@@ -55,3 +64,51 @@ def sources(variant: str) -> dict[str, str]:
     scan = SAMPLE[PRE_FIX] if variant == PRE_FIX else SAMPLE[POST_FIX]
     later = STALE_PREEMPTION if variant == V0_27_0 else {}
     return {**COMMON, "sample": scan, **later}
+
+
+# Where vLLM states each property: the release's lines (the wheel's vllm/..., the sdist's tests/...).
+PROPERTY_SOURCES: dict[str, tuple[Source, ...]] = {
+    "suffix_form": (Source("0.33.0", V1_INPUT_BATCH, 1072, "InputBatch.update_async_output_token_ids", "code", 1077),),
+    "unused_slots_empty": (
+        Source("0.33.0", V1_INPUT_BATCH, 1081, "InputBatch.update_async_output_token_ids", "comment", 1082),
+    ),
+    "repair_postcondition": (
+        Source("0.33.0", V1_INPUT_BATCH, 1063, "InputBatch.update_async_output_token_ids", "comment"),
+        Source("0.33.0", V1_INPUT_BATCH, 1081, "InputBatch.update_async_output_token_ids", "comment", 1082),
+    ),
+    "scans_agree": (Source("0.33.0", V1_INPUT_BATCH, 1072, "InputBatch.update_async_output_token_ids", "code", 1077),),
+    "batch_aliases_request_list": (
+        Source("0.33.0", V1_INPUT_BATCH, 354, "InputBatch.add_request", "code"),
+        Source("0.33.0", V1_INPUT_BATCH, 358, "InputBatch.add_request", "code"),
+        Source("0.33.0", V1_INPUT_BATCH, 910, "InputBatch._make_sampling_metadata", "code"),
+    ),
+    "scan_cost_bounded": (
+        Source("0.33.0", V1_INPUT_BATCH, 1072, "InputBatch.update_async_output_token_ids", "code", 1077),
+    ),
+    "list_matches_scheduler_count": (
+        Source("0.33.0", V1_MODEL_RUNNER, 1410, "GPUModelRunner._update_states", "comment", 1412),
+        Source("0.33.0", SCHEDULER, 1967, "Scheduler._make_cached_request_data", "code", 1969),
+    ),
+    "tokens_aligned": (Source("0.33.0", ASYNC_SCHEDULING_TESTS, 46, "test_without_spec_decoding", "test"),),
+    "placeholders_nonnegative": (
+        Source("0.33.0", SCHEDULER, 2769, "Scheduler._update_request_with_output", "assert"),
+        Source("0.33.0", ASYNC_SCHEDULER_TESTS, 540, "test_kv_pressure_preemption_with_inflight_output", "test"),
+    ),
+    "placeholders_count_in_flight": (
+        Source("0.33.0", ASYNC_SCHEDULER, 39, "AsyncScheduler._update_after_schedule", "comment", 44),
+        Source("0.33.0", SCHEDULER, 2766, "Scheduler._update_request_with_output", "code", 2769),
+        Source("0.33.0", SCHEDULER, 2360, "Scheduler.update_from_output", "code", 2364),
+        Source("0.33.0", ASYNC_SCHEDULER_TESTS, 36, "test_stop_by_max_tokens", "test"),
+    ),
+    "stale_output_drains": (
+        Source("0.33.0", SCHEDULER, 1085, "Scheduler.schedule", "comment", 1087),
+        Source("0.33.0", SCHEDULER, 2323, "Scheduler.update_from_output", "assert"),
+        Source(
+            "0.33.0",
+            ASYNC_SCHEDULER_TESTS,
+            603,
+            "test_reset_prefix_cache_with_inflight_output_under_kv_pressure",
+            "test",
+        ),
+    ),
+}

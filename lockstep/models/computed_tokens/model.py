@@ -74,7 +74,7 @@ from lockstep.models.computed_tokens.properties import add_properties, strengthe
 from lockstep.models.computed_tokens.releases import BISECTION
 from lockstep.models.computed_tokens.runner import add_sample_tokens, execute_model, pp_receive
 from lockstep.models.computed_tokens.scheduler import schedule, update_from_output
-from lockstep.models.computed_tokens.sources import sources
+from lockstep.models.computed_tokens.sources import PROPERTY_SOURCES, sources
 from lockstep.models.computed_tokens.state import POST_FIX, PRE_FIX, declare
 from lockstep.spec.delay import bound_delay, max_delay_parameter
 from lockstep.spec.machine import Machine
@@ -104,6 +104,7 @@ def build(variant: str, parameters: Mapping[str, int], *, invariants_as_properti
         strengthen(machine, state, invariants_as_properties)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    machine.cite(PROPERTY_SOURCES)
     bound_delay(machine, parameters["max_delay"], ["engine.batch", "engine.results"])
     return machine
 
@@ -190,6 +191,7 @@ PROTOCOL = Protocol(
             "V2 `DraftTokensHandler.get_draft_tokens` ([-1]*k for the last sampled batch), "
             "`Scheduler.update_draft_token_ids` (reads the latest `is_prefill_chunk`), `Scheduler.schedule` (v0.22.0)",
             finding_properties=("U2_exact",),
+            upstream="related: issue #52071 and PR #52179 (open), the V2 PP form from 0.23.0",
         ),
     ),
     build=build,

@@ -14,6 +14,9 @@ the CPU mirror ``num_computed_tokens_np`` moves: ``postprocess`` (v0.21.0) or ``
 
 from __future__ import annotations
 
+from lockstep.models.vllm_files import ASYNC_SCHEDULER_TESTS, SCHEDULER, V2_ATTENTION_STATE, V2_MODEL_RUNNER
+from lockstep.spec.machine import Source
+
 PRE_FIX_SOURCES: dict[str, str] = {
     # the scheduler (engine core process)
     "schedule": "EngineCore.step / step_with_batch_queue → Scheduler.schedule (_make_cached_request_data: "
@@ -44,3 +47,33 @@ POST_FIX_SOURCES: dict[str, str] = {
 def sources(variant: str) -> dict[str, str]:
     """The mapping for a variant."""
     return dict(POST_FIX_SOURCES if variant == "post-fix" else PRE_FIX_SOURCES)
+
+
+# Where vLLM states each property: the release's lines (the wheel's vllm/..., the sdist's tests/...).
+PROPERTY_SOURCES: dict[str, tuple[Source, ...]] = {
+    "U1_sound": (
+        Source("0.33.0", V2_MODEL_RUNNER, 1534, "GPUModelRunner.prepare_inputs", "comment"),
+        Source("0.33.0", V2_ATTENTION_STATE, 199, "DefaultModelState.prepare_attn", "code"),
+    ),
+    "U2_exact": (
+        Source("0.33.0", V2_MODEL_RUNNER, 1271, "GPUModelRunner.update_requests", "comment"),
+        Source("0.33.0", V2_MODEL_RUNNER, 1278, "GPUModelRunner.update_requests", "code"),
+    ),
+    "U3_bounded_slack": (Source("0.33.0", SCHEDULER, 2355, "Scheduler.update_from_output", "comment", 2364),),
+    "U3_within_max_model_len": (
+        Source("0.33.0", SCHEDULER, 851, "Scheduler.schedule", "comment", 856),
+        Source("0.33.0", ASYNC_SCHEDULER_TESTS, 69, "test_no_spec_decode_padding_up_to_max_model_len", "test"),
+    ),
+    "U4_prefill_progress": (
+        Source("0.33.0", V2_MODEL_RUNNER, 1285, "GPUModelRunner.update_requests", "code", 1289),
+        Source("0.33.0", V2_MODEL_RUNNER, 1335, "GPUModelRunner.gather_batch_req_state", "code", 1338),
+    ),
+    "U5_padding": (
+        Source("0.33.0", V2_ATTENTION_STATE, 181, "DefaultModelState.prepare_attn", "code"),
+        Source("0.33.0", V2_MODEL_RUNNER, 1534, "GPUModelRunner.prepare_inputs", "comment", 1536),
+    ),
+    "U6_mirror_converges": (
+        Source("0.33.0", V2_MODEL_RUNNER, 1271, "GPUModelRunner.update_requests", "comment"),
+        Source("0.33.0", V2_MODEL_RUNNER, 1278, "GPUModelRunner.update_requests", "code"),
+    ),
+}

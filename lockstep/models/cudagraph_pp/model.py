@@ -90,7 +90,7 @@ from collections.abc import Mapping
 from lockstep.models.cudagraph_pp import capture, engine, rank
 from lockstep.models.cudagraph_pp.properties import add_properties
 from lockstep.models.cudagraph_pp.releases import BISECTION
-from lockstep.models.cudagraph_pp.sources import sources
+from lockstep.models.cudagraph_pp.sources import PROPERTY_SOURCES, sources
 from lockstep.models.cudagraph_pp.state import GraphMode, Key, Phase, declare
 from lockstep.models.cudagraph_pp.variants import (
     FULL_ADJUSTMENT,
@@ -139,6 +139,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     add_properties(machine, state, flags)
     declared = {action.name for action in machine.actions}
     machine.mirror({name: text for name, text in sources(variant).items() if name in declared})
+    machine.cite(PROPERTY_SOURCES)
     return machine
 
 

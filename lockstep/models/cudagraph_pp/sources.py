@@ -10,6 +10,17 @@ one line of it): ``vllm/v1/engine/core.py`` (``EngineCore.step``), ``vllm/v1/wor
 
 from __future__ import annotations
 
+from lockstep.models.vllm_files import (
+    CUDAGRAPH_TESTS,
+    CUDAGRAPH_UTILS,
+    GPU_WORKER,
+    GPU_WORKER_TESTS,
+    V2_INPUT_BATCH,
+    V2_INPUT_BATCH_TESTS,
+    V2_MODEL_RUNNER,
+)
+from lockstep.spec.machine import Source
+
 WAIT = "wait _pp_send_work"
 COPY_IN = "copy every key of the received tensors into self.intermediate_tensors[:num_tokens_after_padding]"
 
@@ -68,3 +79,46 @@ def sources(variant: str) -> dict[str, str]:
     if variant == "pre-fix":
         return dict(PRE_FIX_SOURCES)
     return {**POST_FIX_SOURCES, **MUTATED.get(variant, {})}
+
+
+# Where vLLM states each property: the release's lines (the wheel's vllm/..., the sdist's tests/...).
+PROPERTY_SOURCES: dict[str, tuple[Source, ...]] = {
+    "A1_address_stability": (
+        Source("0.33.0", V2_MODEL_RUNNER, 543, "GPUModelRunner.load_model", "comment", 546),
+        Source("0.33.0", CUDAGRAPH_UTILS, 699, "ModelCudaGraphManager.capture.create_forward_fn", "assert"),
+    ),
+    "A2_freshness": (
+        Source("0.33.0", V2_MODEL_RUNNER, 2026, "GPUModelRunner.execute_model", "comment"),
+        Source("0.33.0", V2_MODEL_RUNNER, 2031, "GPUModelRunner.execute_model", "code", 2033),
+    ),
+    "A3_sender_reuse": (
+        Source("0.33.0", GPU_WORKER, 1337, "Worker.execute_model", "comment", 1342),
+        Source("0.33.0", GPU_WORKER_TESTS, 443, "test_execute_model_waits_previous_pp_send_before_forward", "test"),
+    ),
+    "K1_key_sets": (
+        Source("0.33.0", V2_MODEL_RUNNER, 2033, "GPUModelRunner.execute_model", "code"),
+        Source("0.33.0", CUDAGRAPH_UTILS, 666, "ModelCudaGraphManager.capture.store_capture_output", "code"),
+    ),
+    "S1_sizes": (
+        Source("0.33.0", V2_MODEL_RUNNER, 2031, "GPUModelRunner.execute_model", "code"),
+        Source("0.33.0", V2_MODEL_RUNNER, 548, "GPUModelRunner.load_model", "code"),
+        Source("0.33.0", V2_MODEL_RUNNER, 881, "GPUModelRunner._dummy_run", "assert"),
+    ),
+    "C1_capture_order": (
+        Source("0.33.0", CUDAGRAPH_UTILS, 444, "CudaGraphManager.capture", "comment", 447),
+        Source("0.33.0", CUDAGRAPH_UTILS, 377, "CudaGraphManager._init_candidates", "code"),
+        Source("0.33.0", CUDAGRAPH_UTILS, 664, "ModelCudaGraphManager.capture.store_capture_output", "code", 666),
+    ),
+    "D1_dummy_batch_bounds": (
+        Source("0.33.0", V2_INPUT_BATCH, 143, "InputBatch.make_dummy", "assert"),
+        Source("0.33.0", V2_MODEL_RUNNER, 870, "GPUModelRunner._dummy_run", "assert"),
+        Source("0.33.0", CUDAGRAPH_UTILS, 676, "ModelCudaGraphManager.capture.create_forward_fn", "code"),
+        Source("0.33.0", V2_INPUT_BATCH_TESTS, 29, "test_make_dummy_distributes_remainder", "test"),
+    ),
+    "R1_replay_compatibility": (
+        Source("0.33.0", CUDAGRAPH_UTILS, 111, "_is_compatible", "code", 138),
+        Source("0.33.0", CUDAGRAPH_UTILS, 557, "CudaGraphManager.run_fullgraph", "assert", 560),
+        Source("0.33.0", CUDAGRAPH_TESTS, 420, "test_mixed_batch_never_selects_a_uniform_decode_graph", "test"),
+        Source("0.33.0", CUDAGRAPH_TESTS, 383, "test_uniform_decode_pads_up_to_full_graph", "test"),
+    ),
+}

@@ -190,6 +190,7 @@ CLIENT_INSTANCES = (
         "other), `run_busy_loop` → `execute_dummy_batch` alone (v0.21.0, v0.25.0, v0.29.0; v0.33.0 has no "
         "FIRST_REQ and no hang: its verdict is the known `wave_seen_before_complete`)",
         finding_properties=("no_hang",),
+        upstream="new (searched for several API servers, FIRST_REQ and resume)",
     ),
     InstanceSpec(
         "second-client-while-paused",
@@ -207,5 +208,6 @@ CLIENT_INSTANCES = (
         "ADD after `resume_scheduler`), `DPEngineCoreProc.add_request` (no wake-up for a current-wave request), "
         "`run_busy_loop` (v0.29.0: rank 0's `start_wave` only after the forward) (v0.21.0, v0.25.0, v0.29.0)",
         finding_properties=("no_hang",),
+        upstream="new; PR #38761 (closed) is the one-client form PR #39366 fixed; 0.33.0's rejection closes it",
     ),
 )

@@ -95,7 +95,7 @@ from lockstep.models.dp_pause.release_model import (
 )
 from lockstep.models.dp_pause.release_verdicts import with_release_verdicts
 from lockstep.models.dp_pause.releases import BISECTION
-from lockstep.models.dp_pause.sources import variant_sources
+from lockstep.models.dp_pause.sources import PROPERTY_SOURCES, variant_sources
 from lockstep.models.dp_pause.state import (
     IGNORE_WHILE_PAUSED,
     NO_LOCAL_WAKEUP,
@@ -133,6 +133,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     check_request_options(model)
     if variant.release.later:  # a release after v0.21.0: release_model.py binds its actions
         released = build_release(machine, model, variant)  # max_delay bounds its channels too
+        released.cite(PROPERTY_SOURCES)
         bound_delay(
             released, parameters["max_delay"], [name for name in released.variables if name.startswith("channel.")]
         )
@@ -188,6 +189,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
         machine.declare_symmetric(Rank, tuple(range(1, options.ranks)))
     add_properties(machine, model, variant)
     machine.mirror(variant_sources(variant))
+    machine.cite(PROPERTY_SOURCES)
     bound_delay(machine, parameters["max_delay"], [name for name in machine.variables if name.startswith("channel.")])
     return machine
 
@@ -384,6 +386,7 @@ PROTOCOL = Protocol(
             "`run_busy_loop` → `execute_dummy_batch`; coordinator `process_input_socket` (FIRST_REQ with a stale "
             "wave excludes nobody); `DPAsyncMPClient` stats task (v0.21.0)",
             finding_properties=("no_hang",),
+            upstream="new (vLLM's issues and PRs searched for a START_DP_WAVE applied after resume)",
         ),
         InstanceSpec(
             "modes",
@@ -422,6 +425,7 @@ PROTOCOL = Protocol(
             finding="`DPEngineCoreProc.resume_scheduler` (the `engines_running` no-op vs `has_unfinished_dp` barrier, "
             "decided per rank), `run_busy_loop` → `execute_dummy_batch` / `_has_global_unfinished_reqs` (v0.21.0)",
             finding_properties=("no_hang",),
+            upstream="related: PR #55229 (open) makes a duplicate resume idempotent, the same mechanism",
         ),
         InstanceSpec(
             "request-after-resume",
@@ -434,6 +438,7 @@ PROTOCOL = Protocol(
             "coordinator `process_input_socket` (FIRST_REQ sets `engines_running`; only `wave_complete` clears it), "
             "`DPEngineCoreProc.add_request` (no wake-up for a current-wave request) (v0.21.0)",
             finding_properties=("coordinator_idle_when_quiet",),
+            upstream="known: RFC #51476 (problem 1), fixed by PR #51481 (first in 0.29.0)",
         ),
         InstanceSpec(
             "aborted-stale-request",

@@ -36,6 +36,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`DPEngineCoreProc.run_busy_loop` (rank 0's `start_wave` after its first step, v0.29.0 on) "
         "(v0.25.0, v0.29.0, v0.33.0)",
         finding_properties=("drained_when_idle",),
+        upstream="new (RFC #51476 and PR #51481 are the opposite latch: the view stuck at running)",
     ),
     InstanceSpec(
         "pause-device-busy",
@@ -47,6 +48,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "resolves the pause future, `DPEngineCoreProc.run_busy_loop` → `execute_dummy_batch` returns before its "
         "kernels finish (v0.25.0; v0.29.0 adds `EngineCore._finish_pause` → `collective_rpc('synchronize_device')`)",
         finding_properties=("device_idle_after_pause",),
+        upstream="known: RFC #51476 (problem 3), fixed by PR #52914 (first in 0.29.0)",
     ),
     InstanceSpec(
         "drain-after-add",
@@ -61,6 +63,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "publication overwrites it), `DPCoordinatorProc` poll-timeout publication, "
         "`AsyncLLM.wait_for_requests_to_drain` (v0.25.0, v0.29.0, v0.33.0)",
         finding_properties=("drained_while_adding",),
+        upstream="new (searched with drain-after-resume)",
     ),
     InstanceSpec(
         "wave-unseen",
@@ -78,6 +81,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`_has_global_unfinished_reqs` (v0.30.0: step 1 syncs), `DPCoordinatorProc.process_input_socket` "
         "(FIRST_REQ / start_wave / wave_complete in arrival order) (v0.25.0, v0.30.0, v0.33.0)",
         finding_properties=("wave_seen_before_complete",),
+        upstream="new (the start_wave edge, core.py 2544-2550, was added for this class of race)",
     ),
     InstanceSpec(  # (w18review) v0.29.0's wave-unseen: its first step is never a sync step, so interval 2
         "wave-unseen-interval-2",
@@ -93,6 +97,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`run_busy_loop` (no `start_wave` while `pending_pause`; `wave_complete` at the consensus), "
         "`_has_global_unfinished_reqs` (v0.29.0)",
         finding_properties=("wave_seen_before_complete",),
+        upstream="new (wave-unseen's mechanism at vLLM's sync cadence)",
     ),
     InstanceSpec(
         "sleep",
@@ -138,6 +143,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "the `has_unfinished_dp` barrier where the wave has ended, decided per rank), `_has_global_unfinished_reqs` "
         "(the wave's end between the two ranks' copies) (v0.23.0; v0.25.0 violates only the seed's drain properties)",
         finding_properties=("forward_only_awake", "no_hang"),
+        upstream="known: issue #44395, fixed by PR #44483 (first in 0.24.0)",
     ),
     InstanceSpec(
         "reject-while-paused",

@@ -112,7 +112,7 @@ from lockstep.models.pp_broadcast import engine, handler, stream, worker
 from lockstep.models.pp_broadcast.properties import add_properties
 from lockstep.models.pp_broadcast.release_verdicts import with_release_verdicts
 from lockstep.models.pp_broadcast.releases import BISECTION, FEATURE_PARAMETERS, RELEASE_VARIANTS
-from lockstep.models.pp_broadcast.sources import sources
+from lockstep.models.pp_broadcast.sources import PROPERTY_SOURCES, sources
 from lockstep.models.pp_broadcast.state import Phase, Sizes, declare
 from lockstep.models.pp_broadcast.variants import (
     POST_FIX,
@@ -179,6 +179,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     declared = {action.name for action in machine.actions}
     mirrored = sources(variant, state.sizes.runner, state.sizes.async_scheduling, state.sizes.handler)
     machine.mirror({name: text for name, text in mirrored.items() if name in declared})
+    machine.cite(PROPERTY_SOURCES)
     queues = [group.queue.expression.name for group in (state.pp, state.ppb) if group is not None]  # type: ignore[union-attr]
     bound_delay(machine, parameters["max_delay"], queues)
     return machine
@@ -295,6 +296,7 @@ PROTOCOL = Protocol(
             "(`assert not pp.is_last_rank`), `Worker.execute_model`, `EngineCore.step_with_batch_queue` (None from "
             "sample_tokens means execute_model failed) (v0.20.0; v0.21.0 guards with `not pp.is_last_rank`)",
             finding_properties=("receive_only_on_non_last",),
+            upstream="known: issue #41612, fixed by PR #40749 (first in 0.21.0)",
         ),
         InstanceSpec(
             "empty-step",

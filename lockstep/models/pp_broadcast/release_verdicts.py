@@ -55,6 +55,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "PP and async scheduling). Upstream: known, issue #57755 and failure 2 of issue #49355 (open; PR #49443 open); "
         "v0.31.0 turns async scheduling off for V1 with PP (PR #56250)",
         finding_properties=("sampled_one_column", "draft_inputs_known"),
+        upstream="known: issues #57755 and #49355 (open; PR #49443 open); 0.31.0 runs V1 PP synchronously",
     ),
     InstanceSpec(
         "structured-output",
@@ -70,6 +71,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "the oldest step is not the one whose token the grammar lacks (v0.19.0-v0.30.0). Upstream: known, issue "
         "#45014, closed by refusing V1 with PP and async scheduling (PR #56250, v0.31.0)",
         finding_properties=("grammar_bitmask_current",),
+        upstream="known: issue #45014, closed by PR #56250 (0.31.0 refuses V1 PP with async scheduling)",
     ),
     InstanceSpec(
         "sync",
@@ -101,6 +103,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`WorkerProc.worker_busy_loop` (the execute_model exception only logged and replied to the exec future) "
         "(v0.23.0-v0.33.0; the V2 runner returns None). Upstream: not found (issues and PRs searched): new",
         finding_properties=("failure_reaches_engine",),
+        upstream="new (searched for the empty output after a failed execute_model)",
     ),
     InstanceSpec(
         "sync-structured-output",
@@ -121,6 +124,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`pp.device_group`, blocking form, every step) before `PPHandler` (v0.19.0-v0.22.1). Upstream: known, fixed "
         "by PR #42187 (v0.23.0)",
         finding_properties=("no_false_dependency",),
+        upstream="known: fixed by PR #42187 (first in 0.23.0)",
     ),
     InstanceSpec(
         "v2-chunks-then-decode",
@@ -168,6 +172,7 @@ RELEASE_INSTANCES: tuple[InstanceSpec, ...] = (
         "`broadcast_drafts`). Upstream: known, both reported in PR #46994 (merged; the transport is PR #50514, "
         "v0.30.0); PR #52295 (open) proposes the draft sync again",
         finding_properties=("no_collective_mismatch", "draft_inputs_known"),
+        upstream="known: PR #46994 (merged) and its transport PR #50514 (first in 0.30.0); PR #52295 (open)",
     ),
 )
 

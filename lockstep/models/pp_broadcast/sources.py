@@ -15,6 +15,22 @@ they name the kernel or NCCL call the stream runs.
 from __future__ import annotations
 
 from lockstep.models.pp_broadcast.variants import release_of
+from lockstep.models.vllm_files import (
+    ASYNC_SCHEDULING_TESTS,
+    EAGLE3_PIPELINE_TESTS,
+    ENGINE_CORE,
+    GPU_WORKER,
+    PIPELINE_PARALLEL_TESTS,
+    PP_UTILS,
+    RUNNER_OUTPUTS,
+    SCHEDULER,
+    SCHEDULER_OUTPUT,
+    V1_INPUT_BATCH,
+    V1_MODEL_RUNNER,
+    V1_MODEL_RUNNER_TESTS,
+    V2_MODEL_RUNNER,
+)
+from lockstep.spec.machine import Source
 
 RECEIVE = "_pp_receive_prev_sampled_token_ids_to_input_batch"
 BROADCAST = "_pp_broadcast_prev_sampled_token_ids"
@@ -150,3 +166,117 @@ def sources(variant: str, runner: int = 1, async_scheduling: bool = True, handle
         sample += GUARD_V019
     spec_decode_failure = SPEC_DECODE_FAILURE if async_scheduling else {}  # the broadcast's shape assert
     return {**COMMON, **FAILURE, **EMPTY, **spec_decode_failure, **STRUCTURED_OUTPUT, "sample_tokens": sample}
+
+
+# Where vLLM states each property: the release's lines (the wheel's vllm/..., the sdist's tests/...).
+PROPERTY_SOURCES: dict[str, tuple[Source, ...]] = {
+    "S1_broadcast_matching": (
+        Source("0.33.0", V1_MODEL_RUNNER, 4537, "GPUModelRunner._pp_broadcast_prev_sampled_token_ids", "comment", 4539),
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER,
+            4551,
+            "GPUModelRunner._pp_receive_prev_sampled_token_ids_to_input_batch",
+            "comment",
+            4552,
+        ),
+    ),
+    "S2_predicate_agreement": (
+        Source("0.33.0", V1_MODEL_RUNNER, 3897, "GPUModelRunner._is_all_reqs_chunked_prefill", "docstring", 3901),
+    ),
+    "S3_no_stale_read": (
+        Source("0.33.0", V1_MODEL_RUNNER, 1749, "GPUModelRunner._prepare_input_ids", "docstring", 1751),
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER,
+            4558,
+            "GPUModelRunner._pp_receive_prev_sampled_token_ids_to_input_batch",
+            "comment",
+            4559,
+        ),
+    ),
+    "reads_latest_token": (
+        Source("0.33.0", SCHEDULER, 1946, "Scheduler._make_cached_request_data", "comment", 1950),
+        Source("0.33.0", V2_MODEL_RUNNER, 1208, "GPUModelRunner.update_pp_decode_requests", "comment", 1209),
+        Source("0.33.0", ASYNC_SCHEDULING_TESTS, 46, "test_without_spec_decoding", "test"),
+        Source("0.33.0", PIPELINE_PARALLEL_TESTS, 343, "test_tp_language_generation", "test"),
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER_TESTS,
+            1035,
+            "test_update_states_pp_async_multi_request_keeps_rank_state_consistent",
+            "test",
+        ),
+    ),
+    "S4_placeholder_agreement": (
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER,
+            4567,
+            "GPUModelRunner._pp_receive_prev_sampled_token_ids_to_input_batch",
+            "comment",
+            4568,
+        ),
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER_TESTS,
+            1035,
+            "test_update_states_pp_async_multi_request_keeps_rank_state_consistent",
+            "test",
+        ),
+    ),
+    "S5_rpc_order": (Source("0.33.0", V1_MODEL_RUNNER, 3912, "GPUModelRunner.execute_model", "raise", 3914),),
+    "no_false_dependency": (
+        Source("0.33.0", V1_MODEL_RUNNER, 4537, "GPUModelRunner._pp_broadcast_prev_sampled_token_ids", "comment", 4538),
+        Source("0.33.0", PP_UTILS, 56, "PPHandler", "docstring", 58),
+    ),
+    "sample_only_with_state": (
+        Source("0.33.0", V1_MODEL_RUNNER, 4532, "GPUModelRunner._pp_broadcast_prev_sampled_token_ids", "assert"),
+        Source("0.33.0", PP_UTILS, 240, "PPHandler.broadcast", "assert"),
+    ),
+    "receive_only_on_non_last": (
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER,
+            4547,
+            "GPUModelRunner._pp_receive_prev_sampled_token_ids_to_input_batch",
+            "assert",
+        ),
+        Source("0.33.0", PP_UTILS, 180, "PPHandler.receive", "assert"),
+        Source(
+            "0.33.0",
+            V1_MODEL_RUNNER_TESTS,
+            379,
+            "test_sample_tokens_receives_pp_sampled_ids_only_on_non_last_rank",
+            "test",
+        ),
+    ),
+    "return_only_after_failure": (
+        Source("0.33.0", V1_MODEL_RUNNER, 4277, "GPUModelRunner.sample_tokens", "code"),
+        Source("0.33.0", ENGINE_CORE, 785, "EngineCore.step_with_batch_queue", "comment", 786),
+        Source("0.33.0", V2_MODEL_RUNNER, 2153, "GPUModelRunner.sample_tokens", "comment"),
+    ),
+    "failure_reaches_engine": (
+        Source("0.33.0", ENGINE_CORE, 785, "EngineCore.step_with_batch_queue", "comment", 786),
+        Source("0.23.0", RUNNER_OUTPUTS, 287, "ModelRunnerOutput.with_kv_conn_output_only", "docstring", 288),
+    ),
+    "sampled_one_column": (
+        Source("0.33.0", V1_MODEL_RUNNER, 4534, "GPUModelRunner._pp_broadcast_prev_sampled_token_ids", "assert", 4536),
+    ),
+    "draft_inputs_known": (
+        Source("0.33.0", V1_INPUT_BATCH, 514, "InputBatch.update_req_spec_token_ids", "comment", 516),
+        Source("0.33.0", PP_UTILS, 166, "PPHandler.broadcast_drafts", "docstring"),
+        Source("0.33.0", EAGLE3_PIPELINE_TESTS, 52, "test_eagle3_pipeline_parallel_acceptance", "test"),
+    ),
+    "grammar_bitmask_current": (
+        Source("0.33.0", SCHEDULER_OUTPUT, 282, "SchedulerOutput", "comment", 283),
+        Source("0.33.0", SCHEDULER, 2432, "Scheduler.update_from_output", "code"),
+    ),
+    "no_sample_on_empty_step": (
+        Source("0.33.0", ENGINE_CORE, 743, "EngineCore.step_with_batch_queue", "comment", 744),
+    ),
+    "no_pp_op_on_empty_step": (
+        Source("0.33.0", GPU_WORKER, 1345, "Worker.execute_model", "code", 1346),
+        Source("0.33.0", V1_MODEL_RUNNER, 3955, "GPUModelRunner.execute_model", "code"),
+    ),
+}
