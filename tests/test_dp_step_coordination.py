@@ -8,6 +8,7 @@ import pytest
 
 from lockstep.checkers import Verdict, check
 from lockstep.models.dp_step_coordination import POST_FIX, PRE_FIX, PROTOCOL
+from lockstep.models.dp_step_coordination.state import V0_29_0
 
 COLLECTIVES = ("no_collective_mismatch", "no_hang", "no_deadlock")
 
@@ -52,6 +53,24 @@ def test_post_fix_overlong_batch_runs_the_drafter_dummy_run() -> None:
     assert result.verdict is Verdict.HOLDS
     skipped = result.property_result("drafter_skipped")
     assert skipped.verdict is Verdict.HOLDS and skipped.path is not None  # the fixed branch is reached
+
+
+def test_v0_29_0_has_the_drafter_fix_and_the_old_sync() -> None:
+    """0.25.0-0.29.0: the overlong batch runs the drafter's dummy_run (holds, as 0.33.0), the sync waits for
+    step ``dp_sync_interval`` (the wave's shortest end as 0.24.0's)."""
+    assert check(PROTOCOL.instance(V0_29_0, "overlong-draft"), engine="bfs").verdict is Verdict.HOLDS
+    finish = check(PROTOCOL.instance(V0_29_0, "seed"), engine="bfs").property_result("all_ranks_finish").path
+    assert finish is not None and finish.length == 36
+
+
+def test_every_release_from_0_19_0_to_0_33_0_maps_to_its_variant() -> None:
+    expected = {
+        **dict.fromkeys(["0.19.0", "0.19.1", "0.20.2", "0.21.0", "0.22.1", "0.23.0", "0.24.0"], PRE_FIX),
+        **dict.fromkeys(["0.25.0", "0.25.1", "0.26.0", "0.27.1", "0.28.0", "0.29.0"], V0_29_0),
+        **dict.fromkeys(["0.30.0", "0.31.0", "0.32.0", "0.33.0"], POST_FIX),
+    }
+    assert {release: PROTOCOL.release_variant(release).name for release in expected} == expected  # type: ignore[union-attr]
+    assert PROTOCOL.release_variant("0.18.0") is None
 
 
 def test_a_dense_drafter_blocks_the_ranks_in_different_groups() -> None:

@@ -24,11 +24,10 @@ protocol is dp-pause's model. Here one wave runs from the initial state (every r
 
 from __future__ import annotations
 
-from lockstep.models.dp_step_coordination.state import Phase, State
+from lockstep.models.dp_step_coordination.state import Phase, State, skips_drafter, syncs_at_step_one
 from lockstep.models.dp_step_coordination.worker import TARGET, drafter_ops, program
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.protocol import PRE_FIX
 from lockstep.spec.terms import Term, TermLike, conjunction, if_then_else
 
 _CORE = "vllm/v1/engine/core.py"
@@ -37,14 +36,14 @@ _RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 
 def _sync_now(state: State, variant: str, rank: Term) -> Term:
     """``_has_global_unfinished_reqs``: the all-reduce runs on this iteration (after
-    ``step_counter += 1``): v0.30.0 on at step 1 and every ``dp_sync_interval``-th step; v0.24.0
+    ``step_counter += 1``): v0.30.0 on at step 1 and every ``dp_sync_interval``-th step; before,
     every ``32``-nd (the interval as a parameter: the release's 32 made small)."""
     counter = state.step_counter[rank]
     following = counter % state.sizes.sync_interval + 1
     on_interval = following == state.sizes.sync_interval
-    if variant == PRE_FIX:
-        return on_interval
-    return on_interval | (counter == 0)
+    if syncs_at_step_one(variant):
+        return on_interval | (counter == 0)
+    return on_interval
 
 
 def _begin(state: State, variant: str, rank: Term, ops: tuple[TermLike, ...]) -> dict[Term, TermLike]:
@@ -87,12 +86,12 @@ def add_request(state: State, rank: Term) -> Step:
 )
 def execute_model(state: State, variant: str, rank: Term, fits: Term) -> Step:
     """The rank's scheduler has requests: it runs a real step. The target forward, then the
-    drafter: ``propose`` if the batch fits it; if not, v0.33.0 runs the drafter's dummy_run
+    drafter: ``propose`` if the batch fits it; if not, v0.25.0 on runs the drafter's dummy_run
     (the same collectives), v0.24.0 skips the drafter."""
     sizes = state.sizes
     drafter = drafter_ops(sizes)
     updates = _begin(state, variant, rank, TARGET + drafter)
-    if sizes.drafts and sizes.overlong and variant == PRE_FIX:
+    if sizes.drafts and sizes.overlong and skips_drafter(variant):
         sync = _sync_now(state, variant, rank)
         updates[state.program] = state.program.set(
             rank,

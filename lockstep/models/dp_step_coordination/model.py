@@ -25,7 +25,9 @@ The variants differ in ``sample_tokens``: a rank whose batch does not fit the dr
 dummy batch runs the drafter's dummy_run: the drafter's collectives face the next step's target
 collectives (vLLM PR #40589, "[Bugfix] Fix dp mtp hang", first in the v0.25.0 wheel). v0.25.0 on
 runs ``self.drafter.dummy_run(num_tokens=1)`` instead. And ``_has_global_unfinished_reqs`` syncs
-every 32nd step in v0.24.0; v0.30.0 on at step 1 and every ``dp_sync_interval``-th.
+every 32nd step up to v0.29.0; v0.30.0 on at step 1 and every ``dp_sync_interval``-th. The variant
+``v0.29.0`` (releases 0.25.0-0.29.0) has the first fix and the old sync; ``releases.py`` maps every
+release from 0.19.0 to 0.33.0.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from lockstep.models.dp_step_coordination.engine import (
     stop_rank,
 )
 from lockstep.models.dp_step_coordination.properties import add_properties, set_final
-from lockstep.models.dp_step_coordination.state import POST_FIX, PRE_FIX, declare
+from lockstep.models.dp_step_coordination.releases import BISECTION
+from lockstep.models.dp_step_coordination.state import POST_FIX, PRE_FIX, V0_29_0, declare
 from lockstep.models.dp_step_coordination.worker import post_collective
 from lockstep.spec.machine import Machine
 from lockstep.spec.protocol import InstanceSpec, ParameterSpec, Protocol, VariantSpec
@@ -77,6 +80,11 @@ PROTOCOL = Protocol(
             "a rank whose batch does not fit the drafter skips the drafter's collectives",
             "vLLM v0.24.0",
         ),
+        VariantSpec(
+            V0_29_0,
+            "the drafter's dummy_run for an overlong batch; the unfinished-requests sync every 32nd step",
+            "vLLM v0.29.0",
+        ),
         VariantSpec(POST_FIX, "every rank posts the drafter's collectives every step", "vLLM v0.33.0"),
     ),
     parameters=(
@@ -112,39 +120,40 @@ PROTOCOL = Protocol(
             "seed",
             "two ranks, one request, one draft token: real and dummy steps line up",
             {},
-            {PRE_FIX: "holds", POST_FIX: "holds"},
+            {PRE_FIX: "holds", V0_29_0: "holds", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "overlong-draft",
             "a batch beyond the drafter's max_model_len on one rank",
             {"overlong": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", V0_29_0: "holds", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "overlong-mtp",
             "three MTP draft tokens, two requests of two steps, three ranks, one overlong batch",
             {"ranks": 3, "requests": 2, "steps": 2, "drafts": 3, "overlong": 1, "dp_sync_interval": 3},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", V0_29_0: "holds", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "overlong-eagle",
             "a dense EAGLE head (all-reduces only) and an overlong batch: the ranks block in different groups",
             {"moe_drafter": 0, "overlong": 1},
-            {PRE_FIX: "violated", POST_FIX: "holds"},
+            {PRE_FIX: "violated", V0_29_0: "holds", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "sync-interval",
             "three ranks, two requests of three steps, dp_sync_interval 3, no drafter",
             {"ranks": 3, "requests": 2, "steps": 3, "drafts": 0, "dp_sync_interval": 3},
-            {PRE_FIX: "holds", POST_FIX: "holds"},
+            {PRE_FIX: "holds", V0_29_0: "holds", POST_FIX: "holds"},
         ),
         InstanceSpec(
             "rank-stops",
             "a rank stops while the wave runs: its peers block in their next collective",
             {"stops": 1},
-            {PRE_FIX: "violated", POST_FIX: "violated"},
+            {PRE_FIX: "violated", V0_29_0: "violated", POST_FIX: "violated"},
         ),
     ),
     build=build,
     rank_parameter="ranks",
+    release_table=tuple((release, variant) for release, variant, _ in BISECTION),
 )

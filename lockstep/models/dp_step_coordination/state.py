@@ -24,6 +24,22 @@ from lockstep.spec.protocol import PRE_FIX as PRE_FIX
 from lockstep.spec.sorts import BOOL, IndexSort, MapSort, SequenceSort, enum, integers
 from lockstep.spec.terms import Term
 
+V0_29_0 = "v0.29.0"
+"""vLLM v0.25.0-v0.29.0: the drafter's dummy_run for an overlong batch (as post-fix), the sync every 32nd
+step (as pre-fix)."""
+
+
+def skips_drafter(variant: str) -> bool:
+    """``sample_tokens`` posts no drafter collective for a batch that does not fit the drafter (v0.24.0 and
+    before); from v0.25.0 it runs ``drafter.dummy_run(num_tokens=1)`` under DP."""
+    return variant == PRE_FIX
+
+
+def syncs_at_step_one(variant: str) -> bool:
+    """``_has_global_unfinished_reqs`` all-reduces at step 1 of a wave too (v0.30.0 on)."""
+    return variant == POST_FIX
+
+
 Phase = enum("Phase", ["LOOP", "STEPPING", "STOPPED"])
 """An engine core's place in ``DPEngineCoreProc.run_busy_loop``: at the loop head
 (``_process_input_queue``, deciding the next iteration); inside an iteration, posting its
