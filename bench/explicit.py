@@ -23,6 +23,17 @@ loading Triton's kernels, CUDA's first launches), as in ``check --all`` or a tes
 ``--control`` (with ``--interleave``) adds a second run without symmetry to each pair and prints its
 ratio to the first beside the others (with their medians and quartiles): two identical runs' spread,
 against which the ratio with/without symmetry can be read on a noisy machine.
+``--whole PROTOCOL/VARIANT/INSTANCE ...`` measures what a user waits for instead: per engine
+(``--engines``, swarm included) and instance, the whole ``lockstep check`` process's wall-clock
+seconds cold (``LOCKSTEP_CACHE`` a new empty folder: kernels generated and compiled) and warm (the
+same folder, once runs between leave it unchanged), beside the engine's own seconds
+(``stats.seconds``), and the phase profile of both: Python's start-up (``python -c pass``),
+importing the CLI, building the model, the engine's phases (``Statistics.phases``: kernels
+generated or read back, their C or Triton spelling compiled or loaded before the search, the
+search, the counterexamples; ``auto`` kernels compile C in the background, inside the search; what
+the engine does outside them, such as its lazy imports, is ``engine other``) and rendering the
+report. The profile runs in a process of its own (``--profile-child``; cold in a second new cache
+folder, warm in the filled one) whose wall-clock seconds less these phases are ``other``.
 ``--native on|off|both``: ``bfs-vec`` with its successor and
 property loops compiled to C (the ``kernels`` option ``c``, the library compiled before the first level,
 or loaded from the cache), or with the array kernels alone (``kernels`` ``arrays``); the engine
@@ -32,24 +43,31 @@ column then reads ``bfs-vec+c`` or ``bfs-vec``. The default leaves the engine's 
 from __future__ import annotations
 
 import argparse
+import io
+import json
 import multiprocessing
+import os
 import platform
 import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-
-from lockstep.checkers import Limits, check
-from lockstep.checkers.limits import resident_memory_bytes
-from lockstep.checkers.vector.backend import make_backend
-from lockstep.checkers.vector.search import VectorSearch
-from lockstep.models import get_protocol
-from lockstep.spec.protocol import parse_assignments
+from pathlib import Path
 
 
 def measure(
     ranks: int, engine: str, symmetry: bool, options: argparse.Namespace, native: str | None = None
 ) -> dict[str, object]:
+    from lockstep.checkers import Limits, check
+    from lockstep.checkers.limits import resident_memory_bytes
+    from lockstep.checkers.vector.backend import make_backend
+    from lockstep.checkers.vector.search import VectorSearch
+    from lockstep.models import get_protocol
+    from lockstep.spec.protocol import parse_assignments
+
     kernels = {None: "auto", "1": "c", "0": "arrays"}[native]  # each configuration runs in a fresh process
     overrides = parse_assignments(options.set)
     instance = get_protocol("dp-pause").instance("post-fix", "seed", overrides, ranks=ranks)
@@ -111,7 +129,9 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 3])
-    parser.add_argument("--engines", nargs="+", default=["bfs", "bfs-vec"], choices=["bfs", "bfs-vec", "bfs-gpu"])
+    parser.add_argument(
+        "--engines", nargs="+", default=["bfs", "bfs-vec"], choices=["bfs", "bfs-vec", "bfs-gpu", "swarm"]
+    )
     parser.add_argument("--symmetry", choices=["off", "on", "both"], default="both")
     parser.add_argument("--device", default="cuda", help="bfs-gpu's device (cuda or cpu)")
     parser.add_argument("--compact", action="store_true", help="the vectorised engines keep fingerprints only")
@@ -146,7 +166,20 @@ def main() -> None:
         help="--interleave: a second run without symmetry in each pair (triples, the order rotating), and "
         "the ratios of the two runs without symmetry printed beside the others: how far two identical runs differ",
     )
+    parser.add_argument(
+        "--whole",
+        nargs="+",
+        metavar="PROTOCOL/VARIANT/INSTANCE",
+        help="whole-process seconds, cold and warm, and their phase profile, per engine and instance",
+    )
+    parser.add_argument("--profile-child", nargs=3, metavar=("ENGINE", "INSTANCE", "CACHE"), help=argparse.SUPPRESS)
     options = parser.parse_args()
+    if options.profile_child:
+        print(json.dumps(profile(*options.profile_child)))
+        return
+    if options.whole:
+        whole_processes(options.whole, options.engines)
+        return
     if options.control and (not options.interleave or options.symmetry != "both"):
         parser.error("--control adds a run to each pair: add --interleave (and --symmetry both)")
     if options.warm and not options.interleave:
@@ -177,6 +210,127 @@ def main() -> None:
             for symmetry in kept:
                 print_row(
                     ranks, symmetry, [run(ranks, engine, symmetry, options, native) for _ in range(options.repeat)]
+                )
+
+
+# ------------------------------------------------------------------------- whole processes (--whole)
+PHASES = (
+    "start-up",
+    "imports",
+    "model",
+    "kernels",
+    "compiled_kernels",
+    "search",
+    "counterexample",
+    "engine other",
+    "report",
+    "other",
+)
+
+
+def profile(engine: str, label: str, cache: str) -> dict[str, float]:
+    """The phases of one ``lockstep check`` done in this fresh process as the command does it (the
+    CLI's modules, the model, the engine, the rendered report), with ``LOCKSTEP_CACHE`` at ``cache``."""
+    os.environ["LOCKSTEP_CACHE"] = cache
+    started = time.perf_counter()
+    from rich.console import Console
+
+    import lockstep.cli.check
+    import lockstep.cli.root  # noqa: F401 - what `lockstep check` imports before it checks
+    from lockstep.checkers import check
+    from lockstep.checkers.engines import options_for
+    from lockstep.cli.report import render
+    from lockstep.models import get_protocol
+
+    imported = time.perf_counter()
+    protocol, variant, name = label.split("/")
+    instance = get_protocol(protocol).instance(variant, name)
+    machine = instance.machine()
+    built = time.perf_counter()
+    fields = {"seed": 1} if engine == "swarm" else {}
+    result = check(machine, engine, options_for(engine, **fields))
+    checked = time.perf_counter()
+    render(Console(file=io.StringIO(), width=140), result, label=instance.label, expected=None, trace_file=None)
+    rendered = time.perf_counter()
+    phases = dict(result.stats.phases)
+    return {
+        "imports": imported - started,
+        "model": built - imported,
+        **phases,
+        "engine other": checked - built - sum(phases.values()),
+        "report": rendered - checked,
+        "engine seconds": result.stats.seconds,
+        "states": float(result.stats.states or result.stats.transitions or 0),
+        "in process": rendered - started,
+    }
+
+
+def wall(command: list[str], cache: str, folder: str) -> float:
+    """The wall-clock seconds of ``command`` run to its end in ``folder`` with ``LOCKSTEP_CACHE`` at ``cache``."""
+    started = time.perf_counter()
+    subprocess.run(
+        command,
+        cwd=folder,
+        env={**os.environ, "LOCKSTEP_CACHE": cache},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
+    )
+    return time.perf_counter() - started
+
+
+def filled(command: list[str], cache: str, folder: str, most: int = 4) -> int:
+    """Run ``command`` until a run leaves the cache as it found it (the C library of ``bfs-vec``'s
+    ``auto`` kernels is compiled in the background and lands a run or two after the first); how many ran."""
+    for count in range(1, most + 1):
+        before = sorted(str(path) for path in Path(cache).rglob("*"))
+        wall(command, cache, folder)
+        if sorted(str(path) for path in Path(cache).rglob("*")) == before:
+            return count
+    return most
+
+
+def whole_processes(labels: list[str], engines: list[str]) -> None:
+    """Per engine and instance: ``lockstep check``'s whole process cold and warm, and the phase profile."""
+    print(f"python {platform.python_version()} on {platform.machine()} ({platform.node()}), {os.cpu_count()} cores")
+    lockstep = str(Path(sys.executable).parent / "lockstep")
+    with tempfile.TemporaryDirectory() as folder:
+        start_up = wall([sys.executable, "-c", "pass"], "off", folder)
+        version = wall([lockstep, "--version"], "off", folder)
+        print(f"python -c pass: {start_up:.3f} s; lockstep --version: {version:.3f} s")
+        print(
+            f"{'engine':>8} {'instance':<34} {'engine s':>8} {'cold s':>7} {'warm s':>7} {'states/s cold':>14} "
+            f"{'states/s warm':>14}  phases cold | warm (s)"
+        )
+        for label in labels:
+            for engine in engines:
+                protocol, variant, name = label.split("/")
+                command = [lockstep, "check", protocol, "--variant", variant, "--instance", name, "--engine", engine]
+                command += ["--seed", "1"] if engine == "swarm" else []
+                cache, profiled = tempfile.mkdtemp(dir=folder), tempfile.mkdtemp(dir=folder)
+                cold = wall(command, cache, folder)
+                fills = filled(command, cache, folder)
+                warm = wall(command, cache, folder)
+                script = [sys.executable, __file__, "--profile-child", engine, label]
+                phases = []
+                for kind in ("cold", "warm"):
+                    began = time.perf_counter()
+                    where = profiled if kind == "cold" else cache
+                    output = subprocess.run([*script, where], capture_output=True, text=True, check=True).stdout
+                    measured = {**json.loads(output), "start-up": start_up}
+                    accounted = sum(measured.get(phase, 0.0) for phase in PHASES if phase != "other")
+                    measured["other"] = time.perf_counter() - began - accounted  # the profile process's own rest
+                    phases.append(measured)
+                states = phases[1]["states"]
+                split = "; ".join(
+                    f"{phase} {phases[0].get(phase, 0.0):.2f} | {phases[1].get(phase, 0.0):.2f}"
+                    for phase in PHASES
+                    if phase in phases[0] or phase in ("start-up", "other")
+                )
+                print(
+                    f"{engine:>8} {label:<34} {phases[1]['engine seconds']:>8.2f} {cold:>7.2f} {warm:>7.2f} "
+                    f"{states / cold:>14,.0f} {states / warm:>14,.0f}  {split} ({fills} untimed runs filled the cache)",
+                    flush=True,
                 )
 
 

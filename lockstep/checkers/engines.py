@@ -13,6 +13,7 @@ torch only by ``bfs-gpu``'s or a partitioned search's.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
@@ -537,8 +538,11 @@ def _explicit(
     only: frozenset[int] | None,
     compiled: bool,
 ) -> CheckResult:
+    began = time.monotonic()
+    system = system_for(machine, compiled)
+    generated = time.monotonic() - began  # the phase profile: the model's Python code generated and compiled
     search = ExplicitSearch(
-        system_for(machine, compiled),
+        system,
         order=order,
         symmetry=options.symmetry,
         limits=options.limits,
@@ -546,7 +550,9 @@ def _explicit(
         stop_at_first=options.stop_at_first,
         watched=only,
     )
-    return search.run()
+    result = search.run()
+    result.stats.phases = {"kernels": generated, **result.stats.phases}
+    return result
 
 
 def _vector(
