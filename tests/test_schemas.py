@@ -51,6 +51,8 @@ def test_check_outputs_follow_the_schema(
         ["check", "dp-pause", "--json", "--max-depth", "5"],
         ["check", "dp-pause", "--variant", "pre-fix", "--engine", "bmc", "--depth", "3", "--json"],
         ["check", "dp-pause", "--engine", "induction", "--k", "1", "--property", "in_bounds", "--json"],
+        ["check", "dp-pause", "--variant", "pre-fix", "--engine", "swarm", "--seed", "1", "--json"],
+        ["check", "dp-pause", "--engine", "swarm", "--walks", "20", "--depth", "10", "--seed", "1", "--json"],
     ):
         check.validate(output(capsys, *arguments))
     with pytest.raises(jsonschema.ValidationError):
