@@ -231,3 +231,28 @@ def test_computed_tokens_scheduler_conforms_to_the_release(tmp_path: Path, name:
     assert scheduled[1]["scheduler.is_prefill_chunk"] == [False, True]  # request 1 admitted as a chunk
     placeholders = {value for row in scheduled for value in row["scheduler.num_output_placeholders"]}
     assert (max(placeholders) > 0) == name.startswith("async")  # async scheduling was kept on
+
+
+@pytest.mark.parametrize("name", ["penalties", "chunked-prefill"])
+def test_async_placeholders_conform_to_the_release(tmp_path: Path, name: str) -> None:
+    import jsonschema
+
+    from lockstep.instrumentation.vllm_async_placeholders import release_variant
+    from lockstep.real_vllm.releases import detect
+
+    release = detect()
+    code, payload, stderr = vllm_check(
+        tmp_path / "trace", "--scenario", name, "--timeout", str(RUN_SECONDS), protocol="async-placeholders"
+    )
+    jsonschema.validate(payload, json.loads((ROOT / "lockstep" / "schemas" / "vllm-check.schema.json").read_text()))
+    assert payload["verdict"] == "conforms" and code == 0, (payload["reason"], stderr)
+    assert payload["variant"] == release_variant(release.version)
+    assert payload["recorder_failures"] == [] and set(payload["run"]["timeline"]["finished"].values()) == {"length"}
+    trace_dir = Path(payload["trace_dir"])
+    assert sorted(payload["replay"]["coverage"]["events_per_actor"]) == ["runner", "scheduler"]
+    samples = [
+        json.loads(line)["observed"]["runner.output_token_ids"]
+        for line in (trace_dir / "runner.jsonl").read_text().splitlines()[1:]
+        if json.loads(line)["action"] == "sample"
+    ]
+    assert [0, 1, 2, -1] in samples  # async scheduling was kept on: placeholders, repaired one step later

@@ -132,6 +132,10 @@ def _scenario(protocol: str, name: str | None, seed: int) -> Any:
         from lockstep.real_vllm import scheduling
 
         return scheduling.scenario(name or scheduling.DEFAULT_SCENARIO, seed)
+    if protocol == "async-placeholders":
+        from lockstep.real_vllm import placeholders
+
+        return placeholders.scenario(name or placeholders.DEFAULT_SCENARIO, seed)
     from lockstep.real_vllm.scenarios import DEFAULT_SCENARIO, scenario
 
     return scenario(name or DEFAULT_SCENARIO, seed)

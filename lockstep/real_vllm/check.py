@@ -47,7 +47,7 @@ from lockstep.real_vllm.releases import Release
 from lockstep.real_vllm.scenarios import RANKS
 from lockstep.traces.output import write_atomically
 
-PROTOCOLS = ("dp-pause", "pp-broadcast", "computed-tokens")  # the protocols a real vLLM is checked for
+PROTOCOLS = ("dp-pause", "pp-broadcast", "computed-tokens", "async-placeholders")  # checked on a real vLLM
 DEFAULT_TIMEOUT = 900.0  # seconds the real run may take (start-up included: 1-3 min on 2 cores)
 POLL_SECONDS = 0.5
 MODEL_DIRECTORY = Path(__file__).resolve().parent / "models" / "dense-moe-flag"
@@ -55,6 +55,7 @@ MODEL_DIRECTORIES = {  # by protocol
     "dp-pause": MODEL_DIRECTORY,
     "pp-broadcast": MODEL_DIRECTORY.parent / "dense",
     "computed-tokens": MODEL_DIRECTORY.parent / "dense",
+    "async-placeholders": MODEL_DIRECTORY.parent / "dense",
 }
 STATUS_FILE, SPEC_FILE, LOG_FILE = "driver-status.json", "driver-spec.json", "vllm.log"
 COMPLETED, REFUSED, FAILED, TIMEOUT, CRASHED = "completed", "refused", "failed", "timeout", "crashed"
@@ -180,13 +181,15 @@ def _recorder(protocol: str) -> Any:
 
 def expected_actors(protocol: str) -> list[str]:
     """Every actor a recording of ``protocol`` has: the client and each DP engine core, the PP engine and
-    each stage, or the scheduler."""
+    each stage, the scheduler (and the runner)."""
     if protocol == "pp-broadcast":
         from lockstep.real_vllm.pipeline import STAGES
 
         return ["engine", *(f"rank:{rank}" for rank in range(STAGES))]
     if protocol == "computed-tokens":
         return ["scheduler"]
+    if protocol == "async-placeholders":
+        return ["scheduler", "runner"]
     return ["client", *(f"rank:{rank}" for rank in range(RANKS))]
 
 

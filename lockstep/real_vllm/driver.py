@@ -6,18 +6,19 @@ imports the parent's main module before it unpickles its target: this module, as
 import therefore calls ``prepare_process()`` in the driver and in every process vLLM spawns:
 ``settings.apply_in_process()`` (the environment, the ``uni`` executor kept) and, while
 ``LOCKSTEP_TRACE_DIR`` is set, the recorder of the protocol ``LOCKSTEP_VLLM_PROTOCOL`` names
-(``RECORDERS``: ``vllm_pp_broadcast.install_vllm()`` for ``pp-broadcast``, ``vllm_computed_tokens`` for
-``computed-tokens``, else ``vllm_dp_pause.install_vllm()``: the release's recording, patch targets
-checked). Nothing is asked of the user's environment (no ``sitecustomize``, no ``PYTHONPATH``).
+(``RECORDERS``: ``vllm_pp_broadcast`` for ``pp-broadcast``, ``vllm_computed_tokens`` for ``computed-tokens``,
+``vllm_async_placeholders`` for ``async-placeholders``, else ``vllm_dp_pause``; its ``install_vllm()``: the
+release's recording, patch targets checked). Nothing is asked of the user's environment (no
+``sitecustomize``, no ``PYTHONPATH``).
 
 SPEC is a JSON file written by ``lockstep.real_vllm.check``: the protocol, the scenario (a dp-pause
-``Scenario``, a pp-broadcast ``PipelineScenario`` or a computed-tokens ``SchedulingScenario``, run by
-``workload``, ``pipeline`` or ``scheduling``), the model directory, the
-version the check detected and where to write the status. The status file (JSON, rewritten at each
-phase) says how far the run got (``phase``), the vLLM version the driver imported, and at the end the
-``outcome`` with the client's timeline, or the error. Exit codes: 0 the scenario completed, 2 refused
-(a release no recording covers, a missing patch target, another vLLM than the check detected), 3 the
-scenario failed in vLLM (an exception: in the status file and on stderr).
+``Scenario``, a pp-broadcast ``PipelineScenario``, a computed-tokens ``SchedulingScenario`` or an
+async-placeholders ``PlaceholderScenario``, run by ``workload``, ``pipeline``, ``scheduling`` or
+``placeholders``), the model directory, the version the check detected and where to write the status.
+The status file (JSON, rewritten at each phase) says how far the run got (``phase``), the vLLM version the
+driver imported, and at the end the ``outcome`` with the client's timeline, or the error. Exit codes: 0 the
+scenario completed, 2 refused (a release no recording covers, a missing patch target, another vLLM than the
+check detected), 3 the scenario failed in vLLM (an exception: in the status file and on stderr).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ RECORDERS = {  # protocol -> the module whose install_vllm() records it (and who
     "dp-pause": "lockstep.instrumentation.vllm_dp_pause",
     "pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
     "computed-tokens": "lockstep.instrumentation.vllm_computed_tokens",
+    "async-placeholders": "lockstep.instrumentation.vllm_async_placeholders",
 }
 _prepared = False
 
@@ -112,6 +114,11 @@ def main(arguments: list[str]) -> int:
 
             scheduled = scheduling.SchedulingScenario.from_json(spec["scenario"])
             timeline = scheduling.drive(Path(spec["model"]), scheduled, noted)
+        elif spec.get("protocol") == "async-placeholders":
+            from lockstep.real_vllm import placeholders
+
+            tracked = placeholders.PlaceholderScenario.from_json(spec["scenario"])
+            timeline = placeholders.drive(Path(spec["model"]), tracked, noted)
         else:
             timeline = asyncio.run(drive(Path(spec["model"]), Scenario.from_json(spec["scenario"]), noted))
     except BaseException as error:  # vLLM's own failure (EngineDeadError, a timeout): the check reports it

@@ -21,7 +21,8 @@ engine arguments asked for); off, the engine runs ``EngineCore.step``. In the mo
 preemption at these sizes), the ``uni`` executor and the engine core in the driver's own process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by ``drive``): one process records the scheduler. ``drive`` starts
 an ``LLM``, generates, and shuts it down; it returns the ``Timeline`` of what the client saw. Nothing here
-prints; vLLM is imported only inside ``drive``.
+prints; vLLM is imported only inside ``generate`` (which ``drive`` and the async-placeholders workloads,
+``placeholders``, call).
 """
 
 from __future__ import annotations
@@ -134,22 +135,29 @@ def prompt(request: int, length: int) -> list[int]:
 
 def drive(model_directory: Path, chosen: SchedulingScenario, noted: Callable[[str], None]) -> Timeline:
     """Start the engine in this process, generate ``chosen``'s requests, shut it down; ``noted`` hears each phase."""
+    prompts = [prompt(request, chosen.prompt_tokens) for request in range(chosen.requests)]
+    sampling = [{"max_tokens": chosen.max_tokens}] * chosen.requests
+    return generate(engine_arguments(model_directory, chosen), prompts, sampling, noted)
+
+
+def generate(
+    arguments: dict[str, Any], prompts: list[list[int]], sampling: list[dict[str, Any]], noted: Callable[[str], None]
+) -> Timeline:
+    """Start an ``LLM`` with ``arguments`` in this process (the engine core in it too), generate each prompt with
+    its ``SamplingParams`` keywords (no detokenizing, EOS ignored), shut it down; ``noted`` hears each phase."""
     os.environ[MULTIPROCESSING_ENVIRONMENT] = "0"
     from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
     from vllm.inputs import TokensPrompt  # type: ignore[import-not-found]
 
     timeline = Timeline()
     noted("starting the engine")
-    engine = LLM(**engine_arguments(model_directory, chosen))
+    engine = LLM(**arguments)
     timeline.note("engine ready")
     try:
         noted("running the scenario")
-        parameters = SamplingParams(max_tokens=chosen.max_tokens, detokenize=False, ignore_eos=True)
-        prompts = [
-            TokensPrompt(prompt_token_ids=prompt(request, chosen.prompt_tokens)) for request in range(chosen.requests)
-        ]
+        parameters = [SamplingParams(detokenize=False, ignore_eos=True, **keywords) for keywords in sampling]
         timeline.note("generate called")
-        for output in engine.generate(prompts, parameters):
+        for output in engine.generate([TokensPrompt(prompt_token_ids=ids) for ids in prompts], parameters):
             completion = output.outputs[0]
             timeline.finished[str(output.request_id)] = str(completion.finish_reason)
             timeline.note(
@@ -171,6 +179,7 @@ __all__ = [
     "UnknownScenario",
     "drive",
     "engine_arguments",
+    "generate",
     "prompt",
     "scenario",
 ]

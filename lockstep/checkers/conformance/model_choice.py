@@ -297,6 +297,7 @@ PROFILES = {  # name -> module defining PROFILE (or module:ATTRIBUTE)
     "vllm-pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
     "vllm-computed-tokens": "lockstep.instrumentation.vllm_computed_tokens",
     "vllm-computed-tokens-async": "lockstep.instrumentation.vllm_computed_tokens:ASYNC_PROFILE",
+    "vllm-async-placeholders": "lockstep.instrumentation.vllm_async_placeholders",
 }
 
 
