@@ -23,13 +23,17 @@ has no engine assert to reach (see docs/models/dp-step-coordination.md).
 from __future__ import annotations
 
 from lockstep.models.dp_step_coordination.state import Phase, State
-from lockstep.spec.machine import Machine
+from lockstep.spec.machine import Machine, Source
 from lockstep.spec.terms import Term, all_of, conjunction
 
 
 def _idle(state: State, rank: Term) -> Term:
     """The rank's wave is over: at its loop head, not running, nothing to run."""
     return conjunction(state.phase[rank] == Phase.LOOP, ~state.engines_running[rank], state.work[rank] == 0)
+
+
+_CORE = "vllm/v1/engine/core.py"
+_RUNNER = "vllm/v1/worker/gpu_model_runner.py"
 
 
 def set_final(machine: Machine, state: State) -> None:
@@ -45,16 +49,24 @@ def add_properties(machine: Machine, state: State) -> None:
         True,
         "no rank keeps unserved work where nothing can move",
         at_deadlock=all_of(state.Rank, lambda rank: state.work[rank] == 0),
+        source=Source("0.33.0", _CORE, 2514, "DPEngineCoreProc.run_busy_loop", "code", 2517),
     )
-    machine.sometimes("dummy_step", state.dummy_ran, "a rank runs a dummy batch so its peers' collectives complete")
+    machine.sometimes(
+        "dummy_step",
+        state.dummy_ran,
+        "a rank runs a dummy batch so its peers' collectives complete",
+        source=Source("0.33.0", _CORE, 2503, "DPEngineCoreProc.run_busy_loop", "comment", 2507),
+    )
     machine.sometimes(
         "all_ranks_finish",
         conjunction(state.requests_left == 0, all_of(state.Rank, lambda rank: _idle(state, rank))),
         "every request is served and the wave ends on every rank",
+        source=Source("0.33.0", _CORE, 2535, "DPEngineCoreProc.run_busy_loop", "comment", 2537),
     )
     if state.sizes.overlong and state.sizes.drafts:
         machine.sometimes(
             "drafter_skipped",
             state.draft_skipped,
             "a rank's batch does not fit the drafter (_input_fits_in_drafter is false)",
+            source=Source("0.33.0", _RUNNER, 4390, "GPUModelRunner.sample_tokens", "comment", 4392),
         )
