@@ -32,9 +32,10 @@ from lockstep.instrumentation.vllm_releases import (
     recording_for,
     release_number,
 )
+from lockstep.models import get_protocol
 from lockstep.models.dp_pause.releases import BISECTION
 from lockstep.real_vllm import releases, settings
-from lockstep.real_vllm.scenarios import UnknownScenario, scenario
+from lockstep.real_vllm.scenarios import PAUSE_MODES, SYNC_INTERVAL, Scenario, UnknownScenario, scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -207,12 +208,29 @@ def test_scenarios_stay_within_the_models_bounds() -> None:
         "max_wave": 6,
     }
     for seed in range(50):
-        drawn = scenario("random", seed)
+        drawn = scenario("random-script", seed)
         assert 1 <= drawn.requests <= 3 and 0 <= drawn.late_requests <= 2 and drawn.max_tokens in (1, 2)
         assert len(drawn.ranks) == drawn.requests + drawn.late_requests and set(drawn.ranks) <= {0, 1}
-        assert scenario("random", seed) == drawn  # a seed names one scenario
-    with pytest.raises(UnknownScenario, match="scenarios: cycles, script, random"):
+        assert scenario("random-script", seed) == drawn  # a seed names one scenario
+    with pytest.raises(UnknownScenario, match="scenarios: cycles, script, random, random-script, pause-at-progress"):
         scenario("everything")
+
+
+def test_free_scenarios_stay_within_the_models_bounds() -> None:
+    """Every free scenario's header fits the model (requests, wave bound) and names every mode it pauses in;
+    a seed names one scenario; the model-guided ones aim where their names say."""
+    protocol = get_protocol("dp-pause")
+    for name in ("random", "pause-at-progress", "pause-at-sync", "pause-at-wave-boundary"):
+        for seed in range(30):
+            drawn = scenario(name, seed)
+            assert scenario(name, seed) == drawn and Scenario.from_json(drawn.to_json()) == drawn
+            parameters = drawn.model_parameters()
+            protocol.instance("v0.30.0", None, {**parameters, "free_client": 1})  # within every declared bound
+            modes = {step[1] for step in drawn.steps if step[0] == "pause"}
+            assert parameters["pause_modes"] == sum(PAUSE_MODES[mode] for mode in modes)
+    assert ("tokens", 0, SYNC_INTERVAL - 2) in scenario("pause-at-sync", 0).steps
+    boundary = scenario("pause-at-wave-boundary", 0).steps
+    assert boundary[0][3] == SYNC_INTERVAL and boundary[1:3] == (("finished", 0), ("pause", "keep"))
 
 
 def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:

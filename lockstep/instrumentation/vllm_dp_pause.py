@@ -97,31 +97,37 @@ UNRECORDED = list(EARLY_UNRECORDED)  # the v0.21.0 recording's (the runtime's); 
 
 
 def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
-    """Waves bounded by the requests and pause cycles (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set: the
-    requests added before and after the first pause, and 3 more per cycle), the response bound as
-    ``record.parameters`` writes it (the declared default)."""
+    """Waves bounded by the requests, pause cycles and resumes (as ``$LOCKSTEP_TRACE_PARAMETERS`` is set:
+    the requests added before and after the first pause, and per cycle 2 more and one per resume), the
+    response bound as ``record.parameters`` writes it (the declared default)."""
     from lockstep.models import get_protocol
 
     return {
-        "max_wave": max_wave(sizing["requests"], sizing.get("late_requests", 0), sizing.get("pause_cycles", 1)),
+        "max_wave": max_wave(
+            sizing["requests"],
+            sizing.get("late_requests", 0),
+            sizing.get("pause_cycles", 1),
+            sizing.get("resumes", 1),
+        ),
         "response_bound": get_protocol("dp-pause").parameter("response_bound").default,
     }
 
 
-def max_wave(requests: int, late_requests: int = 0, cycles: int = 1) -> int:
-    """The largest wave a recorded run is judged with: one per request, and 3 more per pause/resume cycle (a
-    pause's kick-start wave, a resumed one, the one after)."""
-    return requests + late_requests + 3 * cycles
+def max_wave(requests: int, late_requests: int = 0, cycles: int = 1, resumes: int = 1) -> int:
+    """The largest wave a recorded run is judged with: one per request, and per pause/resume cycle a pause's
+    kick-start wave, one per resume call and one more (the model's ``max_wave`` with ``free_client``)."""
+    return requests + late_requests + cycles * (resumes + 2)
 
 
 # What replay may assume of this recorder (``lockstep replay --profile vllm-dp-pause``), every release's:
-# the actions above are left out (a name the judged variant lacks exempts nothing), and the client
-# resumes without waiting for control messages to settle.
+# the actions above are left out (a name the judged variant lacks exempts nothing), the client
+# resumes without waiting for control messages to settle, and it follows no script: the recorder
+# writes whatever calls the real client makes (the model's free client, within the header's budgets).
 PROFILE = RecorderProfile(
     "vllm-dp-pause",
     "dp-pause",
     tuple(dict.fromkeys((*EARLY_UNRECORDED, *LATER_UNRECORDED))),
-    {"settle_before_resume": 0},
+    {"settle_before_resume": 0, "free_client": 1},
     _profile_values,
 )
 CALLS = {
@@ -147,11 +153,12 @@ class Targets:
 
 def header_parameters(ranks: int, sync_interval: int, unrecorded: tuple[str, ...] = EARLY_UNRECORDED) -> dict[str, Any]:
     """The model's parameters for the trace header: the run's ranks and sync interval, the
-    client's no-settling resume, the unrecorded actions, then ``$LOCKSTEP_TRACE_PARAMETERS``."""
+    client's no-settling resume and free script, the unrecorded actions, then ``$LOCKSTEP_TRACE_PARAMETERS``."""
     values: dict[str, Any] = {
         "ranks": ranks,
         "sync_interval": sync_interval,
         "settle_before_resume": 0,
+        "free_client": 1,
         "unrecorded": list(unrecorded),
     }
     values.update(json.loads(os.environ.get(PARAMETERS_ENVIRONMENT) or "{}"))

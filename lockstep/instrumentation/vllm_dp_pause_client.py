@@ -1,14 +1,14 @@
 """The client half of the dp-pause vLLM instrumentation (``vllm_dp_pause``): ``DPLBAsyncMPClient``.
 
-``client_add_request`` is written before ``_send_input(ADD)`` sends (with the ``send:`` clock of
-the FIRST_REQ that ``add_request_async`` sends right after it when ``engines_running`` is false),
-``client_<call>`` before ``_call_utility_async`` sends one utility call to one engine, and
-``client_<call>_returned`` after ``call_utility_async`` has every engine's reply (one ``recv:``
-clock per engine). vLLM's are coroutine functions and lockstep's runtime's plain ones; the
-wrappers follow the original. The header's variant, sync interval and unrecorded names are the
-release's (``Recording``). As on the engine side, a failing write stops the client's recording
-(``client.error.json`` beside the trace) and never reaches vLLM. Imports only the standard library
-and ``lockstep.record``.
+``client_add_request`` is written before ``_send_input(ADD)`` sends (with the ``send:`` clock of the FIRST_REQ
+that ``add_request_async`` sends right after it when ``engines_running`` is false), ``client_<call>`` before
+``_call_utility_async`` sends one utility call to one engine, and ``client_<call>_returned`` after
+``call_utility_async`` has every engine's reply (one ``recv:`` clock per engine). A pause in another mode than
+the client's last one (at first the lowest mode the header's ``pause_modes`` allows) is preceded by
+``client_choose_pause_mode``. vLLM's are coroutine functions and lockstep's runtime's plain ones; the wrappers
+follow the original. The header's variant, sync interval and unrecorded names are the release's
+(``Recording``). As on the engine side, a failing write stops the client's recording (``client.error.json``
+beside the trace) and never reaches vLLM. Imports only the standard library and ``lockstep.record``.
 """
 
 from __future__ import annotations
@@ -30,14 +30,17 @@ from lockstep.instrumentation.vllm_dp_pause import (
 from lockstep.instrumentation.vllm_releases import Recording
 
 ACTOR = "client"
+PAUSE_MODES = ("keep", "abort", "wait")  # bit i of the header's pause_modes: the model's PauseMode members in order
 
 
 class ClientTrace:
     """The recording of the front-end client (actor ``client``); ``failed`` once a write failed."""
 
-    def __init__(self, recorder: record.TraceRecorder, ranks: int, recording: Recording) -> None:
+    def __init__(self, recorder: record.TraceRecorder, ranks: int, recording: Recording, pause_modes: int = 1) -> None:
         self.recorder, self.ranks, self.recording, self.lock = recorder, ranks, recording, threading.Lock()
         self.failed = False
+        allowed = [mode for bit, mode in enumerate(PAUSE_MODES) if pause_modes & (1 << bit)]
+        self.pause_mode = allowed[0] if allowed else PAUSE_MODES[0]  # the model's client.pause_mode
 
     def write(self, write: Callable[[], None]) -> None:
         """Run one guarded write: the first failure writes the error file and stops this recording."""
@@ -70,7 +73,8 @@ def _client_trace(client: Any, recording: Recording) -> ClientTrace | None:
         except Exception as error:
             record.write_failure(ACTOR, error, release=recording.release)
             return None
-        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks, recording)
+        modes = int(parameters.get("pause_modes", 1))
+        _clients[id(client)] = None if recorder is None else ClientTrace(recorder, ranks, recording, modes)
     return _clients[id(client)]
 
 
@@ -127,6 +131,10 @@ def patch_client(client_class: type, recording: Recording, undo: list[Callable[[
 
         def write() -> None:
             rank = int.from_bytes(engine, "little")
+            mode = str(args[0]) if method == "pause_scheduler" and args else trace.pause_mode
+            if mode != trace.pause_mode:  # pause_generation(mode=...) in another mode than the last
+                trace.recorder.event("client_choose_pause_mode", {"mode": mode.upper()})
+                trace.pause_mode = mode
             trace.recorder.event(CALLS[method], {"rank": rank}, None, trace.recorder.send(f"client>rank:{rank}"))
 
         trace.write(write)

@@ -6,8 +6,8 @@ executor (the worker in the engine-core process: ``settings.keep_uniprocess_exec
 float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, then in each of the
 scenario's cycles pauses (``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the
 protocol), runs ``collective_rpc(all_reduce_over_data_parallel)``, resumes and adds that cycle's late
-requests; it waits for every request to finish and returns the ``Timeline`` of what the client saw, in
-order. Nothing here prints.
+requests; a free scenario's ``steps`` are run in order instead (``run_steps``). It waits for every request
+to finish and returns the ``Timeline`` of what the client saw, in order. Nothing here prints.
 """
 
 from __future__ import annotations
@@ -88,6 +88,8 @@ async def run_scenario(engine: Any, scenario: Scenario, timeline: Timeline | Non
     from vllm.inputs import TokensPrompt  # type: ignore[import-not-found]
 
     timeline = timeline or Timeline()
+    if scenario.steps:
+        return await run_steps(engine, scenario, timeline)
     parameters = SamplingParams(max_tokens=scenario.max_tokens, detokenize=False, ignore_eos=True)
     outputs: dict[str, Any] = {}
 
@@ -136,6 +138,70 @@ async def run_scenario(engine: Any, scenario: Scenario, timeline: Timeline | Non
     return timeline
 
 
+async def run_steps(engine: Any, scenario: Scenario, timeline: Timeline) -> Timeline:
+    """Run a free scenario's steps in order (``scenarios``' module doc): each request's outputs are drained
+    by a task of its own, which counts its tokens, so a step may wait for a request's progress."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    tokens: dict[int, int] = {}
+    finished: dict[int, asyncio.Event] = {}
+    progressed = asyncio.Condition()
+    drains: list[asyncio.Task[None]] = []
+
+    async def drain(index: int, collector: Any) -> None:
+        request_id = f"request-{index}"
+        while True:
+            output = await collector.get()
+            count = len(output.outputs[0].token_ids) if output.outputs else 0
+            async with progressed:
+                tokens[index] = max(tokens.get(index, 0), count)
+                if output.finished:
+                    reason = output.outputs[0].finish_reason if output.outputs else None
+                    timeline.finished[request_id] = str(reason)
+                    timeline.note(f"{request_id} finished ({reason}, {count} tokens)")
+                    finished[index].set()
+                progressed.notify_all()
+            if output.finished:
+                return
+
+    async def until(condition: Callable[[], bool]) -> None:
+        async with progressed:
+            await asyncio.wait_for(progressed.wait_for(condition), REQUEST_TIMEOUT)
+
+    for kind, *values in scenario.steps:
+        if kind == "add":
+            index, rank, max_tokens = values
+            parameters = SamplingParams(max_tokens=max_tokens, detokenize=False, ignore_eos=True)
+            finished[index] = asyncio.Event()
+            collector = await engine.add_request(
+                f"request-{index}", TokensPrompt(prompt_token_ids=prompt(index)), parameters, data_parallel_rank=rank
+            )
+            timeline.note(f"added request-{index} ({max_tokens} tokens) to rank {rank}")
+            drains.append(asyncio.create_task(drain(index, collector)))
+        elif kind == "tokens":
+            index, count = values
+
+            def reached(index: int = index, count: int = count) -> bool:
+                return tokens.get(index, 0) >= count or finished[index].is_set()
+
+            await until(reached)
+            timeline.note(f"request-{index} has {tokens.get(index, 0)} tokens")
+        elif kind == "finished":
+            await until(finished[values[0]].is_set)
+        elif kind == "pause":
+            await step(
+                timeline, f"pause_generation({values[0]})", engine.pause_generation(mode=values[0], clear_cache=False)
+            )
+        elif kind == "rpc":
+            results = await step(timeline, "collective_rpc", engine.collective_rpc(all_reduce_over_data_parallel))
+            timeline.rpc_results += [int(result) for result in results] if isinstance(results, list) else [int(results)]
+        elif kind == "resume":
+            await step(timeline, "resume_generation", engine.resume_generation())
+    await asyncio.wait_for(asyncio.gather(*drains), REQUEST_TIMEOUT)
+    return timeline
+
+
 async def step(timeline: Timeline, name: str, call: Any) -> Any:
     """Await one client call, noting when it began and returned."""
     timeline.note(f"{name} called")
@@ -176,5 +242,6 @@ __all__ = [
     "engine_arguments",
     "prompt",
     "run_scenario",
+    "run_steps",
     "start_engine",
 ]

@@ -23,6 +23,17 @@ parameters (defaults: the seed):
 - ``abort_request``: the client may abort its last request once, at any time after adding it
   (``AsyncLLM.abort`` → ``DPLBAsyncMPClient.abort_requests_async``: ABORT to that request's engine,
   behind its ADD on the same socket); a request already finished is not affected.
+- ``free_client`` = 1: no script. The client adds its ``requests`` + ``late_requests`` at any time and
+  makes its calls in any order and number, one call at a time (each awaited, as ``AsyncLLM``'s caller
+  does): ``pause_generation`` (or ``sleep``) at most ``pause_cycles`` times in all (``client.cycle``
+  counts the calls begun), in any mode ``pause_modes`` allows (chosen anew before any call), also while
+  paused; ``resume_generation`` (or ``wake_up``) at most ``resumes`` × ``pause_cycles`` times
+  (``client.resume_round``), also when not paused; ``collective_rpc`` (or the barrier) any number of
+  times, but only while paused (after a pause returned and before the next resume: its body's
+  collective spans every rank, and a rank in a wave would not join it). ``client.phase`` is the call in
+  flight, or, between calls, where the client stands: REQUESTS (never paused), RPC (paused), DONE
+  (resumed). The budgets keep the waves, and so the state space, bounded; a recording's header
+  gives its run's numbers (``lockstep vllm check`` replays every real recording with this client).
 
 How the client sees the coordinator (core_client.py, identical in v0.20.0 and v0.21.0). The
 stats task (``_ensure_stats_update_task`` → ``run_engine_stats_update_task``, 1188-1292) owns
@@ -49,7 +60,7 @@ from lockstep.models.dp_pause.state import ClientPhase, MessageKind, State, mess
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
 from lockstep.spec.sorts import BOOL
-from lockstep.spec.terms import Term, TermLike, all_of, disjunction, if_then_else, map_of, sequence_of
+from lockstep.spec.terms import Term, TermLike, all_of, any_of, disjunction, if_then_else, map_of, sequence_of
 
 # bit i of late_window: late requests may come in that phase (bit 4: see late_allowed)
 WINDOW_PHASES = (ClientPhase.PAUSE, ClientPhase.RPC, ClientPhase.RESUME, ClientPhase.DONE)
@@ -139,9 +150,12 @@ def client_add_request(model: State, rank: Term) -> Step:
     view_running, view_wave, first_request = model.client_running, model.client_wave, model.first_request
     in_order = (phase == ClientPhase.REQUESTS) & (sent < options.requests)
     late = late_allowed(model)
-    if late is not None:
+    if options.free:  # any time
+        in_order = sent < options.total
+    elif late is not None:
         in_order = in_order | ((sent >= options.requests) & (sent < options.total) & late)
     last = (phase == ClientPhase.REQUESTS) & (sent + 1 == options.requests)
+    phases = {} if options.free else {phase: if_then_else(last, ClientPhase.PAUSE, phase)}
     remembered = {model.last_request_rank: rank} if options.abort_request else {}
     if options.lazy_first_request:  # only queued for the stats task
         queued = model.first_request_inproc
@@ -158,7 +172,7 @@ def client_add_request(model: State, rank: Term) -> Step:
             channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ADD, view_wave))),
             **first,
             sent: sent + 1,
-            phase: if_then_else(last, ClientPhase.PAUSE, phase),
+            **phases,
         },
     )
 
@@ -184,6 +198,9 @@ def client_choose_pause_mode(model: State, mode: Term) -> Step:
     """pause_generation(mode=...): the mode is chosen before the first pause is sent."""
     modes = [chosen for chosen, _ in pause_modes(model.options)]
     none_sent = all_of(model.Rank, lambda r: ~model.sent_to[r])
+    if model.options.free:  # between any two calls, another of the allowed modes
+        allowed = disjunction(*[mode == name for name in modes])
+        return Step(none_sent & (mode != model.pause_mode) & allowed, {model.pause_mode: mode})
     choosable = disjunction(*[mode == name for name in modes[1:]])
     return Step(
         (model.client_phase == ClientPhase.PAUSE) & none_sent & (model.pause_mode == modes[0]) & choosable,
@@ -215,8 +232,39 @@ def settled(model: State) -> Term:
     return result
 
 
+def may_begin(model: State, phase: Term) -> tuple[Term, dict[Term, TermLike]]:
+    """The free client may begin a call of ``phase`` now (see the module doc), and the budget counter it
+    spends: no call in flight; a pause (or sleep) or a resume (or wake_up) within its budget; a
+    collective_rpc (or barrier) only while paused."""
+    options, none_sent = model.options, all_of(model.Rank, lambda r: ~model.sent_to[r])
+    if phase.expression == ClientPhase.PAUSE.expression:
+        return none_sent & (model.cycle < options.cycles), {model.cycle: model.cycle + 1}
+    if phase.expression == ClientPhase.RESUME.expression:
+        spent = model.resume_round
+        return none_sent & (spent < options.resume_calls), {spent: spent + 1}
+    return none_sent & (model.client_phase == ClientPhase.RPC), {}
+
+
+def send_free(model: State, phase: Term, call: Term, rank: Term, ready: Term | None) -> Step:
+    """The free client sends ``call`` to ``rank``: the next engine of the call in flight, or the first of a
+    call it begins (``may_begin``)."""
+    channel, sent_to = model.from_client, model.sent_to
+    begin, spent = may_begin(model, phase)
+    in_call = (model.client_phase == phase) & any_of(model.Rank, lambda r: sent_to[r]) & ~sent_to[rank]
+    guard = in_call | begin
+    updates: dict[Term, TermLike] = {
+        channel: channel.set(rank, channel[rank].append(call)),
+        sent_to: sent_to.set(rank, True),
+        model.client_phase: phase,
+    }
+    updates.update({counter: if_then_else(begin, value, counter) for counter, value in spent.items()})
+    return Step(guard if ready is None else guard & ready, updates)
+
+
 def send(model: State, phase: Term, call: Term, rank: Term, ready: Term | None = None) -> Step:
     """``call_utility_async`` sends this phase's ``call`` to ``rank`` (once)."""
+    if model.options.free:
+        return send_free(model, phase, call, rank, ready)
     channel, sent_to = model.from_client, model.sent_to
     guard = (model.client_phase == phase) & ~sent_to[rank]
     return Step(
@@ -264,7 +312,7 @@ def client_collective_rpc(model: State, rank: Term) -> Step:
 @action(actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered → collective_rpc returns")
 def client_collective_rpc_returned(model: State) -> Step:
     """every engine answered RPC"""
-    return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
+    return returned(model, ClientPhase.RPC, ClientPhase.RPC if model.options.free else ClientPhase.RESUME)
 
 
 @action(
@@ -278,7 +326,7 @@ def client_barrier(model: State, rank: Term) -> Step:
 @action(actor="client", mirrors="DPLBAsyncMPClient.call_utility_async: every engine answered the barrier")
 def client_barrier_returned(model: State) -> Step:
     """every engine answered BARRIER"""
-    return returned(model, ClientPhase.RPC, ClientPhase.RESUME)
+    return returned(model, ClientPhase.RPC, ClientPhase.RPC if model.options.free else ClientPhase.RESUME)
 
 
 @action(
@@ -304,7 +352,7 @@ def client_resume_returned(model: State) -> Step:
     """every engine answered RESUME"""
     options = model.options
     base = returned(model, ClientPhase.RESUME, ClientPhase.DONE)
-    if options.resumes == 1 and options.cycles == 1:
+    if (options.resumes == 1 and options.cycles == 1) or options.free:  # the free client counts when it begins
         return base
     updates = dict(base.updates)
     again: Term | None = None

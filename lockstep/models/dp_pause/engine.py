@@ -350,11 +350,30 @@ def notify_idle(model: State, rank: Term) -> Step:
     actor="rank:{rank}",
     mirrors="DPEngineCoreProc.run_busy_loop → _process_engine_step / execute_dummy_batch / idle continue",
 )
-def step(model: State, rank: Term) -> Step:
+def step(model: State, rank: Term, **chosen: Term) -> Step:
     """_process_engine_step, then (if nothing ran) the dummy batch or the idle `continue`."""
+    # With requests of any length (``drain_choice``) the step may schedule nothing because every request it
+    # would run has its last token in flight (async scheduling: ``Scheduler.schedule`` skips a request whose
+    # placeholders reach ``max_tokens``); processing that token finishes them (``drained``), and no forward runs.
     mode, worker_dp, release = model.mode, model.worker_dp, model.release
     executed = unfinished(model, rank)  # schedule() finds tokens: none when PAUSED_ALL, no admission unless UNPAUSED
-    dummy = ~executed & (unfinished(model, rank) | model.engines_running[rank])
+    drained_updates: dict[Term, Term] = {}
+    allowed: Term | None = None
+    if model.options.any_length:
+        requests, admitted, drained = model.requests, model.running_requests, chosen["drained"]
+        unpaused = model.pause_state[rank] == PauseState.UNPAUSED
+        scheduled = if_then_else(unpaused, requests[rank], admitted[rank])
+        draining = drained > 0
+        allowed = ~draining | (executed & (drained == admitted[rank]) & (drained == scheduled))
+        executed = executed & ~draining
+        drained_updates = {
+            requests: requests.set(rank, requests[rank] - drained),
+            admitted: admitted.set(rank, admitted[rank] - drained),
+        }
+    dummy = ~executed & (
+        (unfinished(model, rank) & ~draining if allowed is not None else unfinished(model, rank))
+        | model.engines_running[rank]
+    )
     skipped = None
     if release.sleep_skips_dummy:  # v0.25.0 on: no dummy batch while model_executor.is_sleeping
         skipped = dummy & (model.executor_sleep[rank] == 2)
@@ -363,17 +382,31 @@ def step(model: State, rank: Term) -> Step:
     posted = worker_dp.post(rank, "forward")
     ready = conjunction(mode[rank] == Mode.TOP, model.input_queue[rank].is_empty(), has_work(model, rank))
     otherwise = Mode.TOP if skipped is None else if_then_else(skipped, Mode.DUMMY_SKIPPED, Mode.TOP)
+    # schedule() clears finished ids; a drained step's output processing finishes its requests after it
+    finished: Term = (
+        model.finished_pending.set(rank, chosen["drained"] > 0)
+        if drained_updates
+        else (model.finished_pending.set(rank, False))
+    )
     updates: dict[Term, Term] = {
-        model.finished_pending: model.finished_pending.set(rank, False),  # schedule() clears finished ids
+        model.finished_pending: finished,
         mode: mode.set(
             rank, if_then_else(executed, Mode.FORWARD_REAL, if_then_else(dummy, Mode.FORWARD_DUMMY, otherwise))
         ),
         worker_dp.queue: if_then_else(forward, posted[worker_dp.queue], worker_dp.queue),
+        **drained_updates,
     }
     if release.reports_wave_start:  # the idle `continue`: the next iteration begins idle
         stepping = forward if skipped is None else forward | skipped
         updates[model.was_running] = model.was_running.set(rank, model.was_running[rank] & stepping)
-    return Step(ready, updates)
+    return Step(ready if allowed is None else ready & allowed, updates)
+
+
+def drain_choice(model: State) -> dict[str, Sort]:
+    """``step``'s parameters beyond the rank: with requests of any length (``request_steps`` = 0) how many
+    requests a step that runs no forward finishes (``drained``: their last tokens were in flight); none
+    otherwise, so the pinned machines keep their one parameter."""
+    return {"drained": model.sorts.Requests} if model.options.any_length else {}
 
 
 def cadence(model: State, rank: Term) -> tuple[Term, Term]:

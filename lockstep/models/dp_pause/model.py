@@ -156,7 +156,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     if variant.fixed:
         machine.add(engine.finish_resume, model, rank=Rank)
     machine.add(engine.notify_idle, model, rank=Rank)
-    machine.add(engine.step, model, rank=Rank)
+    machine.add(engine.step, model, sorts={"rank": Rank, **engine.drain_choice(model)})
     machine.add(engine.finish_forward, model, variant, sorts={"rank": Rank, **engine.finish_choice(model)})
     machine.add(engine.finish_sync, model, variant, rank=Rank)
     # the coordinator
@@ -196,13 +196,32 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
 
 def check_request_options(model: State) -> None:
     """Refuse L1/L2 with requests of any length (``request_steps`` = 0): a request may run for ever, so no
-    bound on serving it holds, and a fair cycle of forwards that end nothing is a real behaviour."""
+    bound on serving it holds, and a fair cycle of forwards that end nothing is a real behaviour; and with
+    the free client, which may pause again before a request is served. The free client's calls are those
+    of one front-end client with pause and resume (or sleep and wake_up) as separate calls."""
     options = model.options
+    if options.free and (options.bounded_liveness or options.fair_liveness):
+        raise UsageError(
+            "dp-pause: free_client = 1 checks no response bound (the client may pause again before a request is "
+            "served); set bounded_liveness and fair_liveness to 0"
+        )
+    if options.free and (options.clients > 1 or options.partial_wake or options.sleep_with_pause):
+        raise UsageError("dp-pause: free_client = 1 needs clients = 1, partial_wake = 0 and sleep_with_pause = 0")
     if options.any_length and (options.bounded_liveness or options.fair_liveness):
         raise UsageError(
             "dp-pause: request_steps = 0 (requests of any length) checks no response bound; set bounded_liveness "
             "and fair_liveness to 0, or request_steps to 1 or 2"
         )
+
+
+def max_wave_default(values: Mapping[str, int]) -> int:
+    """The default wave bound (see the parameter ``max_wave``): a wave per request, and per pause cycle the
+    pause's kick-start wave, one per resume and one more."""
+    requests = values["requests"] + values["late_requests"]
+    cycles = values.get("pause_cycles", 1)
+    if values.get("free_client", 0):
+        return requests + cycles * (values["resumes"] + 2)
+    return requests + values["resumes"] + 2 + 2 * (values.get("clients", 1) - 1) + 3 * (cycles - 1)
 
 
 def response_bound_default(parameters: Mapping[str, int]) -> int:
@@ -240,7 +259,13 @@ PROTOCOL = Protocol(
     ),
     parameters=(
         ParameterSpec("ranks", 2, "DP engine cores", minimum=2, maximum=8),
-        ParameterSpec("requests", 1, "requests the client adds before pausing", minimum=0, maximum=3),
+        ParameterSpec(
+            "requests",
+            1,
+            "requests the client adds before pausing (free_client: at any time)",
+            minimum=0,
+            maximum=12,
+        ),
         ParameterSpec(
             "late_requests",
             0,
@@ -277,31 +302,41 @@ PROTOCOL = Protocol(
             minimum=0,
             maximum=1,
         ),
-        ParameterSpec("resumes", 1, "how many times the client calls resume_generation", minimum=1, maximum=3),
+        ParameterSpec(
+            "resumes",
+            1,
+            "how many times the client calls resume_generation (free_client: per pause cycle, in all resumes × "
+            "pause_cycles)",
+            minimum=1,
+            maximum=8,
+        ),
         ParameterSpec(
             "pause_cycles",
             1,
             "how many times the client pauses, runs collective_rpc (or the barrier) and resumes; late requests may "
-            "come in every cycle's phases",
+            "come in every cycle's phases (free_client: how many pause calls it may make)",
             minimum=1,
-            maximum=4,
+            maximum=8,
+        ),
+        ParameterSpec(
+            "free_client",
+            0,
+            "1: no client script: adds at any time, pause (any allowed mode, also while paused), collective_rpc "
+            "(while paused) and resume in any order and number within the budgets pause_cycles and resumes × "
+            "pause_cycles (client.py)",
+            minimum=0,
+            maximum=1,
         ),
         ParameterSpec("sync_interval", 1, "steps between engine all-reduces (vLLM: 32)", minimum=1, maximum=32),
         ParameterSpec(
             "max_wave",
             4,
             "largest wave number the model tracks (default: requests + late_requests + resumes + 2, 2 more "
-            "with a second client, 3 more per pause cycle after the first)",
+            "with a second client, 3 more per pause cycle after the first; free_client: requests + late_requests "
+            "+ (resumes + 2) per pause cycle)",
             minimum=1,
-            maximum=16,
-            derived=lambda values: (
-                values["requests"]
-                + values["late_requests"]
-                + values["resumes"]
-                + 2
-                + 2 * (values.get("clients", 1) - 1)
-                + 3 * (values.get("pause_cycles", 1) - 1)
-            ),
+            maximum=32,
+            derived=lambda values: max_wave_default(values),
         ),
         ParameterSpec(
             "settle_before_resume",

@@ -40,13 +40,21 @@ from lockstep.spec.terms import Term, all_of, any_of, conjunction
 
 def add_properties(machine: Machine, model: State, variant: Variant) -> None:
     """The final states, S1–S6, the witness ``resumed`` and (as the options ask) L1 and L2."""
-    machine.set_final((model.client_phase == ClientPhase.DONE) & no_first_request(model) & quiet(model))
+    machine.set_final(client_may_stop(model) & no_first_request(model) & quiet(model))
     add_safety(machine, model, variant)
     machine.sometimes("resumed", (model.client_phase == ClientPhase.DONE), "the scenario can run to its end")
     if model.options.bounded_liveness:
         add_bounded_liveness(machine, model)
     if model.options.fair_liveness:
         add_fair_liveness(machine, model)
+
+
+def client_may_stop(model: State) -> Term:
+    """The client's script has run to its end (resume returned); the free client may stop between any two
+    calls."""
+    if model.options.free:
+        return all_of(model.Rank, lambda r: ~model.sent_to[r])
+    return model.client_phase == ClientPhase.DONE
 
 
 def no_first_request(model: State) -> Term:

@@ -112,7 +112,7 @@ def _add_engine_actions(machine: Machine, model: State, variant: Variant) -> Non
         machine.add(sleep.synchronize_device, model, rank=Rank)
     else:
         machine.add(engine.notify_idle, model, rank=Rank)
-    machine.add(engine.step, model, rank=Rank)
+    machine.add(engine.step, model, sorts={"rank": Rank, **engine.drain_choice(model)})
     machine.add(engine.finish_forward, model, variant, sorts={"rank": Rank, **engine.finish_choice(model)})
     machine.add(engine.finish_sync, model, variant, rank=Rank)
     machine.add(sleep.device_idle, model, rank=Rank)

@@ -103,11 +103,17 @@ class Options:
     sleep_with_pause: int  # sleep_level = 1: 1 pause_generation, then sleep; 2 sleep, then pause_generation
     partial_wake: bool  # sleep_level = 1, resumes = 2: wake_up(["weights"]), then wake_up(["kv_cache"])
     cycles: int  # pause_cycles: pause, collective_rpc (or barrier), resume, as many times
+    free: bool  # free_client: the client's calls in any order and number, within the budgets (client.py)
 
     @property
     def total(self) -> int:
         """Every request the client may add."""
         return self.requests + self.late_requests
+
+    @property
+    def resume_calls(self) -> int:
+        """Every resume_generation (or wake_up) call the free client may make: ``resumes`` per pause cycle."""
+        return self.resumes * self.cycles
 
     @property
     def every_request(self) -> int:
@@ -140,6 +146,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         sleep_with_pause=parameters.get("sleep_with_pause", 0),
         partial_wake=bool(parameters.get("partial_wake", 0)),
         cycles=parameters.get("pause_cycles", 1),
+        free=bool(parameters.get("free_client", 0)),
     )
 
 
@@ -253,8 +260,8 @@ class State:
     replies: Term  # client.replies: replies to this phase's call
     publications: Term  # channel.publication, with stale_publications only
     first_request_inproc: Term  # channel.first_request_inproc, with lazy_first_request only
-    resume_round: Term  # client.resume_round, with resumes > 1 only
-    cycle: Term  # client.cycle, with pause_cycles > 1 only
+    resume_round: Term  # client.resume_round, with resumes > 1 or the free client only
+    cycle: Term  # client.cycle, with pause_cycles > 1 or the free client only
     last_request_rank: Term  # client.last_request_rank, with abort_request only
     aborted: Term  # client.aborted, with abort_request only
     pause_mode: Term  # client.pause_mode, with more than one of pause_modes only
@@ -405,17 +412,17 @@ def _client_variables(declared: _Declaration, options: Options, sorts: Sorts) ->
         ),
         resume_round=variable(
             "client.resume_round",
-            integers(0, options.resumes - 1),
+            integers(0, options.resume_calls) if options.free else integers(0, options.resumes - 1),
             0,
-            "resume calls already answered",
-            options.resumes > 1,
+            "resume calls begun" if options.free else "resume calls already answered",
+            options.resumes > 1 or options.free,
         ),
         cycle=variable(
             "client.cycle",
-            integers(0, options.cycles - 1),
+            integers(0, options.cycles) if options.free else integers(0, options.cycles - 1),
             0,
-            "pause/resume cycles already completed",
-            options.cycles > 1,
+            "pause calls begun" if options.free else "pause/resume cycles already completed",
+            options.cycles > 1 or options.free,
         ),
         last_request_rank=variable(
             "client.last_request_rank", sorts.Rank, 0, "the engine the last request went to", options.abort_request
