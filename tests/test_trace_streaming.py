@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import weakref
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from lockstep.models import get_protocol
 from lockstep.traces.export import write_dot, write_graphml, write_perfetto
 from lockstep.traces.reader import Record
 from lockstep.traces.swimlanes import survey, write_swimlanes
+from tests.peak_memory import measured
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTEREXAMPLE = ROOT / "tests" / "fixtures" / "traces" / "dp-pause-pre-fix-seed.jsonl"
@@ -152,21 +152,11 @@ def _write_trace(path: Path, events: Iterator[dict[str, Any]], header: dict[str,
 
 
 def _peak_kilobytes(*arguments: str) -> int:
-    """The peak resident memory of ``lockstep ARGUMENTS`` in a child process (its own, from wait4)."""
+    """The peak resident memory of ``lockstep ARGUMENTS`` in a child process (``tests.peak_memory``)."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "lockstep", *arguments],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=environment,
-    )
-    _, status, usage = os.wait4(process.pid, 0)
-    assert process.stderr is not None
-    error = process.stderr.read().decode()
-    process.stderr.close()
-    process.returncode = os.waitstatus_to_exitcode(status)
-    assert process.returncode == 0, error
-    return usage.ru_maxrss
+    code, peak, _, error = measured([sys.executable, "-m", "lockstep", *arguments], environment=environment)
+    assert code == 0, error
+    return peak // 1024
 
 
 def test_show_and_export_memory_is_flat_in_the_trace_length(tmp_path: Path) -> None:

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.peak_memory import measured
+
 pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -224,34 +226,10 @@ def test_a_killed_command_leaves_no_temporary_folder(
 
 
 # ------------------------------------------------------------------------------------- memory
-# A child's ``ru_maxrss`` starts from its parent's peak: the kernel records the old address
-# space's high-water mark when the child execs, and a forked child's copy (or a vforked child's
-# shared one) is the parent's. A pytest worker late in the suite is several hundred MiB, which
-# the lockstep child inherited (426-429 MiB read in CI, 316-338 MiB for the same search alone).
-# So the search runs as the grandchild of a small launcher, whose own peak is what it inherits.
-MEASURE = """
-import json, os, subprocess, sys
-child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-output = child.stdout.read()
-_, status, usage = os.wait4(child.pid, 0)
-print(json.dumps({"exit": os.waitstatus_to_exitcode(status), "peak_kib": usage.ru_maxrss, "output": output}))
-"""
-
-
-def measured(command: list[str]) -> tuple[int, int, str]:
-    """Run ``command`` under a small launcher: its exit code, its peak resident bytes (and its
-    children's), and its standard output."""
-    launcher = subprocess.run(
-        [sys.executable, "-c", MEASURE, *command], capture_output=True, text=True, timeout=CEILING, check=True
-    )
-    report = json.loads(launcher.stdout)
-    return report["exit"], report["peak_kib"] * 1024, report["output"]
-
-
 def test_a_launcher_measures_its_child_not_its_own_parent() -> None:
-    """The measure above: a child of this (large) pytest process that allocates nothing reads
-    its own small peak, not this process's."""
-    _, peak, _ = measured([sys.executable, "-c", "pass"])
+    """``measured``: a child of this (large) pytest process that allocates nothing reads its own
+    small peak, not this process's."""
+    _, peak, _, _ = measured([sys.executable, "-c", "pass"], timeout=CEILING)
     assert peak < 64 * 1024**2, f"{peak / 2**20:.0f} MiB for an empty interpreter"
 
 
@@ -259,7 +237,7 @@ def test_max_memory_holds_for_bfs_vec(tmp_path: Path) -> None:
     """dp-pause large takes gigabytes; the search stops before its resident size passes 0.4 GiB."""
     limit = 0.4
     command = [str(LOCKSTEP), "check", "dp-pause", "--instance", "large", "--engine", "bfs-vec"]
-    code, peak, output = measured([*command, "--max-memory", str(limit), "--json"])
+    code, peak, output, _ = measured([*command, "--max-memory", str(limit), "--json"], timeout=CEILING)
     payload = json.loads(output)
     assert code == 3 and payload["stopped"] == "max-memory", payload
     assert peak < limit * 1024**3, f"peak resident {peak / 2**20:.0f} MiB above --max-memory {limit} GiB"
