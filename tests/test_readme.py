@@ -89,7 +89,22 @@ def test_the_readme_summary_is_the_summary_of_the_full_tables() -> None:
     """The README's protocol and finding tables are what tools/readme_tables.py makes of docs/protocols.md's
     generated tables (which tests/test_cli.py holds to a fresh ``check --all``)."""
     tables = _tool("readme_tables")
-    full = tables.between(PROTOCOLS_PAGE.read_text(encoding="utf-8"), tables.BEGIN, tables.END)
+    page = PROTOCOLS_PAGE.read_text(encoding="utf-8")
+    full = tables.between(page, tables.BEGIN, tables.END)
     shown = tables.between(README.read_text(encoding="utf-8"), tables.SUMMARY_BEGIN, tables.SUMMARY_END)
-    assert shown == tables.summary(full), "README's summary is stale: run python tools/readme_tables.py"
-    assert "| `dp-pause` |" in shown and "| `dp-pause stale-wave-after-resume` | `no_hang` | v0.21.0 |" in shown
+    expected = tables.summary(full, tables.smallest_delays(page))
+    assert shown == expected, "README's summary is stale: run python tools/readme_tables.py"
+    assert "| `dp-pause` |" in shown
+    assert "| `dp-pause stale-wave-after-resume` | `no_hang` | v0.21.0 | none | new (" in shown
+
+
+def test_the_findings_table_gives_each_finding_its_upstream_status_and_smallest_delay() -> None:
+    """(issue 33) Every finding row of the README names what vLLM's issues and PRs say of it (known with the
+    number, related, or new) and the smallest ``max_delay`` of each release's violation."""
+    summary = README.read_text(encoding="utf-8").split("| finding (protocol instance) |")[1].split("<!--")[0]
+    rows = [line.split(" | ") for line in summary.splitlines()[2:] if line.startswith("| `")]
+    assert rows
+    for cells in rows:
+        upstream, delay = cells[-1].rstrip(" |"), cells[-2]
+        assert re.match(r"(known: .*#\d+|related: .*#\d+|new\b)", upstream), cells[0]
+        assert "not measured" not in delay and re.search(r"\d|none", delay), cells[0]

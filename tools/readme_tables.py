@@ -4,9 +4,11 @@ in summary in the README.
 Runs ``lockstep check --all --markdown`` (every built-in instance against its pin) and splices its
 output between docs/protocols.md's ``lockstep:tables`` markers; the README's ``lockstep:summary``
 markers get ``summary`` of those tables (per protocol its variants, instances and pins; per finding
-its properties and the vLLM releases whose variants violate them). ``--check`` only compares and exits 1
-on a difference. ``tests/test_cli.py`` compares the full tables with a fresh ``check --all`` and
-``tests/test_readme.py`` the summary with the full tables, so stale tables fail CI.
+its properties, the vLLM releases whose variants violate them, the smallest ``max_delay`` at which each
+shows, read from docs/protocols.md's table that ``tools/finding_delays.py`` measures, and its upstream
+status, ``InstanceSpec.upstream``). ``--check`` only compares and exits 1 on a difference.
+``tests/test_cli.py`` compares the full tables with a fresh ``check --all`` and ``tests/test_readme.py``
+the summary with the full tables, so stale tables fail CI.
 """
 
 from __future__ import annotations
@@ -65,10 +67,39 @@ class _Pins:
         self.violated = 0
 
 
-def summary(tables: str) -> str:
-    """The README's two short tables, read from the full generated tables."""
+DELAYS_HEADER = "| finding (protocol variant instance property) | smallest `max_delay` |"
+
+
+def smallest_delays(page: str) -> dict[tuple[str, str, str], int | None]:
+    """Per (protocol, variant, instance), the smallest ``max_delay`` at which one of the finding's properties is
+    violated, from docs/protocols.md's table (None: none up to the tool's limit)."""
+    table = page[page.index(DELAYS_HEADER) :].split("\n\n")[0]
+    found: dict[tuple[str, str, str], int | None] = {}
+    for name, bound in re.findall(r"^\| `([^`]+)` \| (none|\d+) \|$", table, re.MULTILINE):
+        protocol, variant, instance, _ = name.split(" ")
+        value = None if bound == "none" else int(bound)
+        known = found.get((protocol, variant, instance), value)
+        found[(protocol, variant, instance)] = value if known is None else known if value is None else min(known, value)
+    return found
+
+
+def _delays(shown: list[tuple[str, str]], delays: dict[tuple[str, str, str], int | None], finding: str) -> str:
+    """``0`` where every release shows the finding at the same bound, else ``1 (v0.25.0), 0 (v0.29.0, v0.33.0)``."""
+    protocol, instance = finding.split(" ")
+    groups: dict[str, list[str]] = {}
+    for variant, release in shown:
+        key = (protocol, variant, instance)
+        value = "not measured" if key not in delays else "none" if delays[key] is None else str(delays[key])
+        groups.setdefault(value, []).append(release)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return ", ".join(f"{value} ({', '.join(releases)})" for value, releases in groups.items())
+
+
+def summary(tables: str, delays: dict[tuple[str, str, str], int | None]) -> str:
+    """The README's two short tables, read from the full generated tables and the smallest bounds ``delays``."""
     pins: dict[str, _Pins] = {}
-    findings: list[tuple[str, list[str], list[str]]] = []
+    findings: list[tuple[str, list[str], list[str], str, str]] = []
     in_findings = False
     for line in tables.splitlines():
         if line.startswith("| scenario (instance) |"):
@@ -78,8 +109,10 @@ def summary(tables: str) -> str:
         cells = _cells(line)
         if in_findings:
             properties = list(dict.fromkeys(re.findall(r"`(\w+)` in", cells[1])))
-            releases = re.findall(r"\([^,()]+, vLLM ([^)]+)\)", cells[1])
-            findings.append((cells[0].split("`")[1], properties, releases))
+            shown = re.findall(r"\(([^,()]+), vLLM ([^)]+)\)", cells[1])
+            finding = cells[0].split("`")[1]
+            releases = [release for _, release in shown]
+            findings.append((finding, properties, releases, _delays(shown, delays, finding), cells[-1]))
             continue
         entry = pins.setdefault(cells[0].strip("`"), _Pins())
         entry.variants.add(cells[1].split("`")[1])
@@ -93,12 +126,13 @@ def summary(tables: str) -> str:
         )
     lines += [
         "",
-        "| finding (protocol instance) | property | vLLM releases whose variant violates it |",
-        "|---|---|---|",
+        "| finding (protocol instance) | property | vLLM releases whose variant violates it | smallest `max_delay` "
+        "| upstream |",
+        "|---|---|---|---|---|",
     ]
-    for finding, properties, releases in findings:
-        shown = ", ".join(f"`{name}`" for name in properties)
-        lines.append(f"| `{finding}` | {shown} | {', '.join(releases)} |")
+    for finding, properties, releases, delay, upstream in findings:
+        named = ", ".join(f"`{name}`" for name in properties)
+        lines.append(f"| `{finding}` | {named} | {', '.join(releases)} | {delay} | {upstream} |")
     return "\n".join(lines) + "\n"
 
 
@@ -110,9 +144,11 @@ def main() -> int:
     arguments = parser.parse_args()
     tables = generated()
     stale = False
+    page = arguments.protocols.read_text()
+    shortened = summary(tables, smallest_delays(page))
     for path, updated in (
-        (arguments.protocols, splice(arguments.protocols.read_text(), tables)),
-        (arguments.readme, splice(arguments.readme.read_text(), summary(tables), SUMMARY_BEGIN, SUMMARY_END)),
+        (arguments.protocols, splice(page, tables)),
+        (arguments.readme, splice(arguments.readme.read_text(), shortened, SUMMARY_BEGIN, SUMMARY_END)),
     ):
         if updated == path.read_text():
             continue

@@ -397,6 +397,7 @@ class PinnedRow:
     finding: str  # the vLLM functions involved, for a finding instance's released variant
     scenario: str
     finding_detail: str = ""  # the finding's own counterexample(s) in this variant ("" where it shows none)
+    upstream: str = ""  # what vLLM's issues and PRs say of the finding (``InstanceSpec.upstream``)
 
     @classmethod
     def of(cls, instance: Instance, result: CheckResult) -> PinnedRow:
@@ -434,6 +435,7 @@ class PinnedRow:
             spec.finding if released and finding_detail else "",
             spec.description,
             finding_detail,
+            spec.upstream,
         )
 
     @property
@@ -476,7 +478,10 @@ def markdown_tables(rows_: Sequence[PinnedRow]) -> str:
         "one line per instance):",
         "",
     ]
-    lines += ["| scenario (instance) | counterexample | vLLM functions involved |", "|---|---|---|"]
+    lines += [
+        "| scenario (instance) | counterexample | vLLM functions involved | upstream |",
+        "|---|---|---|---|",
+    ]
     findings: dict[tuple[str, str], list[PinnedRow]] = {}  # one line per finding, its released variants in order
     for row in rows_:
         if row.finding:
@@ -484,7 +489,10 @@ def markdown_tables(rows_: Sequence[PinnedRow]) -> str:
     for group in findings.values():
         first = group[0]
         shown = "; ".join(f"{row.finding_detail} ({row.variant}, {row.release})" for row in group)
-        lines.append(f"| `{first.protocol} {first.instance}`: {first.scenario} | {shown} | {first.finding} |")
+        lines.append(
+            f"| `{first.protocol} {first.instance}`: {first.scenario} | {shown} | {first.finding} | "
+            f"{first.upstream or 'not searched'} |"
+        )
     if not findings:
-        lines.append("| none | | |")
+        lines.append("| none | | | |")
     return "\n".join(lines) + "\n"
