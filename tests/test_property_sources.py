@@ -145,6 +145,6 @@ def test_a_malformed_source_is_refused(fields: dict[str, object], problem: str) 
 def test_source_takes_source_records_only() -> None:
     machine, count = counter_machine()
     with pytest.raises(DefinitionError, match="property 'bounded': source= takes Source records"):
-        machine.always("bounded", count <= 2, source=["core.py 2388"])  # type: ignore[operator, list-item]
+        machine.always("bounded", count <= 2, source=["core.py 2388"])  # type: ignore[list-item]
     with pytest.raises(DefinitionError, match="property 'x': source= takes Source records"):
         machine.cite({"x": ("core.py",)})  # type: ignore[dict-item]
