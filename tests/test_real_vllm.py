@@ -256,3 +256,13 @@ def test_async_placeholders_conform_to_the_release(tmp_path: Path, name: str) ->
         if json.loads(line)["action"] == "sample"
     ]
     assert [0, 1, 2, -1] in samples  # async scheduling was kept on: placeholders, repaired one step later
+
+
+def test_the_history_toggle_finding_on_the_real_engine(tmp_path: Path) -> None:
+    """Steps whose batch needs no output ids leave the tracked request's list misaligned (the model's finding)."""
+    code, payload, stderr = vllm_check(
+        tmp_path / "trace", "--scenario", "history-toggle", "--timeout", str(RUN_SECONDS), protocol="async-placeholders"
+    )
+    assert payload["verdict"] == "violated" and code == 1, (payload["reason"], stderr)
+    assert payload["reason"] == "tokens_aligned" and payload["recorder_failures"] == []
+    assert set(payload["run"]["timeline"]["finished"].values()) == {"length"}  # vLLM itself finished every request

@@ -9,6 +9,13 @@ runner (``runner.jsonl``) are both recorded: every step appends a placeholder (-
 ``output_token_ids``, the next ``_sample`` repairs it with the id sampled one step before, and the last step,
 which the scheduler leaves empty while the request's last token is in flight, is a SKIP. Both conform to the
 release's variant (``v0.27.0``); copies changed by hand show what the replay checks.
+
+``…-history-toggle/`` is the model's **history-toggle** finding on the real engine: the tracked request (8
+tokens) has no penalty, two more requests with one (2 and 3 tokens) join it two at a time, so some steps'
+batches need no output ids. Such a step registers no sampled ids (``set_async_sampled_token_ids`` stores None),
+the next repair is skipped, and the repair after that writes one sampled id over a run of three placeholders:
+the runner's list loses two tokens and holds output 3 at position 1 (``tokens_aligned`` fails after event 21),
+in every variant.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from lockstep.testing import replay_traces
 FIXTURES = Path(__file__).parent / "fixtures" / "traces" / "vllm-0.32.0"
 PENALTIES = FIXTURES / "async-placeholders-penalties"
 CHUNKED = FIXTURES / "async-placeholders-chunked-prefill"
+HISTORY_TOGGLE = FIXTURES / "async-placeholders-history-toggle"
 ACTORS = ["scheduler", "runner"]
 
 
@@ -78,6 +86,20 @@ def test_the_earlier_variants_judge_the_same_recording(variant: str) -> None:
     assert result["verdict"] == ("conforms" if variant == "post-fix" else "violated"), result.get("explanation")
 
 
+@pytest.mark.parametrize("variant", ["v0.27.0", "post-fix", "pre-fix"])
+def test_the_history_toggle_finding_happens_on_the_real_engine(variant: str) -> None:
+    result = replay(HISTORY_TOGGLE, variant=variant)
+    assert result["verdict"] == "violated", result.get("explanation")
+    assert result["property"] == "tokens_aligned"
+    assert result["coverage"]["events_per_actor"] == {"scheduler": 17, "runner": 27}
+    history = [
+        event["args"]["history"] for event in events(HISTORY_TOGGLE, "scheduler") if event["action"] == "schedule"
+    ]
+    assert history[:4] == [True, True, False, True]  # the third step's batch needs no output ids
+    repaired = [event["observed"] for event in events(HISTORY_TOGGLE, "runner") if event["action"] == "sample"]
+    assert repaired[4]["runner.output_token_ids"][:3] == [0, 3, -1] and repaired[4]["runner.length"] == 2
+
+
 def _changed(tmp_path: Path, recording: Path, actor: str, index: int, change: Callable[[dict[str, Any]], None]) -> Path:
     """A copy of ``recording`` whose event ``index`` of ``actor`` went through ``change``."""
     folder = tmp_path / "recording"
@@ -121,5 +143,10 @@ def test_the_scenarios_fit_the_models_bounds() -> None:
             chosen = placeholders.scenario(name, seed)
             protocol.instance("v0.27.0", None, chosen.model_parameters())  # within every parameter's range
     assert placeholders.scenario("chunked-prefill").model_parameters()["chunked_prefill"] == 1
+    assert placeholders.scenario("history-toggle").model_parameters()["history_toggles"] == 1
+    assert placeholders.PlaceholderScenario.from_json(placeholders.scenario("history-toggle").to_json()).companions == (
+        2,
+        3,
+    )
     with pytest.raises(placeholders.UnknownScenario, match="penalties"):
         placeholders.scenario("nonsense")

@@ -28,7 +28,7 @@ from typing import Any
 from lockstep.real_vllm import scheduling
 from lockstep.real_vllm.workload import Timeline
 
-SCENARIOS = ("penalties", "chunked-prefill", "random")
+SCENARIOS = ("penalties", "chunked-prefill", "history-toggle", "random")
 DEFAULT_SCENARIO = "penalties"
 REPETITION_PENALTY = 1.5
 
@@ -46,25 +46,41 @@ class PlaceholderScenario:
     prompt_tokens: int
     max_tokens: int
     budget: int
+    penalty: bool = True  # the tracked request has a repetition penalty
+    companions: tuple[int, ...] = ()  # requests added after it, with a penalty: their max_tokens
+    concurrency: int = 0  # max_num_seqs (0: every request at once)
 
     @property
     def chunked(self) -> bool:
         return self.prompt_tokens > self.budget
 
+    @property
+    def toggles(self) -> bool:
+        """Whether steps may come without a row that needs output ids (the tracked request has no penalty)."""
+        return not self.penalty
+
     def model_parameters(self) -> dict[str, int]:
         """The model bounds of a recording of this scenario (the header's ``LOCKSTEP_TRACE_PARAMETERS``)."""
         return {
             "max_tokens": self.max_tokens,
-            "history_toggles": 0,
+            "history_toggles": int(self.toggles),
             "preemptions": 1,
             "chunked_prefill": int(self.chunked),
         }
 
     def describe(self) -> str:
         chunks = -(-self.prompt_tokens // self.budget)
+        penalty = "with" if self.penalty else "without"
+        others = (
+            f"; then {len(self.companions)} requests with a penalty ({', '.join(map(str, self.companions))} tokens), "
+            f"{self.concurrency or 1 + len(self.companions)} at a time"
+            if self.companions
+            else ""
+        )
         return (
             f"one request of {self.prompt_tokens} prompt tokens ({chunks} chunk{'s' if chunks > 1 else ''} at a "
-            f"budget of {self.budget}) and {self.max_tokens} tokens with a repetition penalty, async scheduling"
+            f"budget of {self.budget}) and {self.max_tokens} tokens {penalty} a repetition penalty{others}, "
+            "async scheduling"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -72,7 +88,7 @@ class PlaceholderScenario:
 
     @classmethod
     def from_json(cls, payload: dict[str, Any]) -> PlaceholderScenario:
-        return cls(**payload)
+        return cls(**{**payload, "companions": tuple(payload.get("companions", ()))})
 
 
 def scenario(name: str, seed: int = 0) -> PlaceholderScenario:
@@ -81,6 +97,10 @@ def scenario(name: str, seed: int = 0) -> PlaceholderScenario:
         return PlaceholderScenario(name, seed, prompt_tokens=6, max_tokens=4, budget=16)
     if name == "chunked-prefill":
         return PlaceholderScenario(name, seed, prompt_tokens=20, max_tokens=4, budget=8)
+    if name == "history-toggle":
+        return PlaceholderScenario(
+            name, seed, prompt_tokens=6, max_tokens=8, budget=16, penalty=False, companions=(2, 3), concurrency=2
+        )
     if name == "random":
         chooser = random.Random(seed)
         return PlaceholderScenario(
@@ -95,17 +115,28 @@ def scenario(name: str, seed: int = 0) -> PlaceholderScenario:
 
 def engine_arguments(model_directory: Path, chosen: PlaceholderScenario) -> dict[str, Any]:
     """``EngineArgs`` keywords of the scenario's engine: ``scheduling``'s, with async scheduling asked for."""
+    requests = 1 + len(chosen.companions)
+    longest = max((chosen.max_tokens, *chosen.companions))
     shape = scheduling.SchedulingScenario(
-        chosen.name, chosen.seed, 1, chosen.prompt_tokens, chosen.max_tokens, chosen.budget, asynchronous=True
+        chosen.name, chosen.seed, requests, chosen.prompt_tokens, longest, chosen.budget, asynchronous=True
     )
-    return scheduling.engine_arguments(model_directory, shape)
+    arguments = scheduling.engine_arguments(model_directory, shape)
+    arguments["max_num_seqs"] = chosen.concurrency or requests
+    return arguments
 
 
 def drive(model_directory: Path, chosen: PlaceholderScenario, noted: Callable[[str], None]) -> Timeline:
-    """Start the engine in this process, generate the request, shut it down; ``noted`` hears each phase."""
-    sampling = {"max_tokens": chosen.max_tokens, "repetition_penalty": REPETITION_PENALTY}
-    prompts = [scheduling.prompt(0, chosen.prompt_tokens)]
-    return scheduling.generate(engine_arguments(model_directory, chosen), prompts, [sampling], noted)
+    """Start the engine in this process, generate the requests (the tracked one first), shut it down; ``noted``
+    hears each phase."""
+    tracked: dict[str, Any] = {"max_tokens": chosen.max_tokens}
+    if chosen.penalty:
+        tracked["repetition_penalty"] = REPETITION_PENALTY
+    sampling = [
+        tracked,
+        *({"max_tokens": tokens, "repetition_penalty": REPETITION_PENALTY} for tokens in chosen.companions),
+    ]
+    prompts = [scheduling.prompt(request, chosen.prompt_tokens) for request in range(len(sampling))]
+    return scheduling.generate(engine_arguments(model_directory, chosen), prompts, sampling, noted)
 
 
 __all__ = [
