@@ -37,9 +37,11 @@ def run_patched(
     hook: str = HOOK,
     mutant: str | None = None,
     bounds: dict[str, int] | None = None,
+    hang_timeout: float = 30.0,
 ) -> dict[str, Any]:
     """``lockstep run dp-pause`` (no --trace-dir) with the patch recording into ``folder`` (the header's
-    model bounds: ``bounds``, default the run's)."""
+    model bounds: ``bounds``, default the run's). The hang timeout is generous: on a loaded machine a
+    collective of a run that completes may wait seconds, and a short timeout would call it a hang."""
     environment = dict(
         os.environ,
         LOCKSTEP_TRACE_DIR=str(folder),
@@ -60,7 +62,7 @@ def run_patched(
             "--variant",
             variant,
             "--hang-timeout",
-            "2",
+            str(hang_timeout),
             "--requests",
             str(requests),
             "--json",
@@ -70,7 +72,7 @@ def run_patched(
         env=environment,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert "Traceback" not in completed.stderr, completed.stderr
     payload: dict[str, Any] = json.loads(completed.stdout)
@@ -119,7 +121,7 @@ def test_the_fuzz_scenario_recorded_by_the_patch_conforms(tmp_path: Path, seed: 
 
 
 def test_pre_fix_issue_36594_hangs_and_the_recorded_prefix_shows_the_models_violation(tmp_path: Path) -> None:
-    payload = run_patched(tmp_path, "--scenario", "issue-36594", variant="pre-fix")
+    payload = run_patched(tmp_path, "--scenario", "issue-36594", variant="pre-fix", hang_timeout=10.0)
     assert payload["outcome"] == "hang diagnosed"
     assert {payload["waits"]["rank:0"], payload["waits"]["rank:1"]} == {
         "all_reduce(worker_dp)#1",
