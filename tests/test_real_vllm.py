@@ -266,3 +266,27 @@ def test_the_history_toggle_finding_on_the_real_engine(tmp_path: Path) -> None:
     assert payload["verdict"] == "violated" and code == 1, (payload["reason"], stderr)
     assert payload["reason"] == "tokens_aligned" and payload["recorder_failures"] == []
     assert set(payload["run"]["timeline"]["finished"].values()) == {"length"}  # vLLM itself finished every request
+
+
+def test_a_computed_tokens_recorder_failure_stops_the_recording_and_vllm_runs_on(tmp_path: Path) -> None:
+    from lockstep.instrumentation.vllm_computed_tokens import release_variant
+    from lockstep.real_vllm import scheduling
+    from lockstep.real_vllm.check import CheckResult, decide, judge, run_driver
+    from lockstep.real_vllm.releases import detect
+
+    release, chosen = detect(), scheduling.scenario("chunked-prefill", 0)
+    trace_dir = tmp_path / "trace"
+    trace_dir.mkdir()
+    wrong_bounds = {**chosen.model_parameters(), "requests": 1}  # the second request is beyond the header
+    run = run_driver(release, chosen, trace_dir, RUN_SECONDS, parameters=wrong_bounds, protocol="computed-tokens")
+    assert run.outcome == "completed", run  # vLLM generated every token
+    assert set(run.timeline["finished"].values()) == {"length"}
+    failures = sorted(trace_dir.glob("*.error.json"))
+    assert [path.name for path in failures] == ["scheduler.error.json"], sorted(
+        path.name for path in trace_dir.iterdir()
+    )
+    assert "the header says 1" in json.loads(failures[0].read_text())["error"]
+    result = CheckResult("computed-tokens", release, release_variant(release.version), chosen, trace_dir, run)
+    judge(result)
+    decide(result)
+    assert result.verdict == "inconclusive" and "recorder of scheduler stopped" in result.reason, result.reason

@@ -90,7 +90,8 @@ def judge_options(function: Any) -> Any:
         click.option(
             "--profile",
             metavar="NAME",
-            help="the recorder profile the trace was written under: runtime (lockstep run) or vllm-dp-pause",
+            help="the recorder profile the trace was written under: runtime (lockstep run), vllm-dp-pause, "
+            "vllm-pp-broadcast, vllm-computed-tokens(-async) or vllm-async-placeholders",
         ),
         click.option(
             "--trust-header",
@@ -459,7 +460,10 @@ def vllm(ctx: click.Context) -> None:
     "client script: 2 requests of 2 tokens, a pause mid-request, collective_rpc, resume, a late request) or "
     "random (--seed draws every choice within the original script's bounds); pp-broadcast: long-prompt (the "
     "default; a 300-token prompt in 3 chunks, 3 tokens) or "
-    "random (--seed draws the prompt's length and the tokens)",
+    "random (--seed draws the prompt's length and the tokens); computed-tokens: chunked-prefill (the default; "
+    "2 prompts of 5 tokens at a budget of 3), async-chunked-prefill or random; async-placeholders: penalties "
+    "(the default; one request with a repetition penalty, async scheduling), chunked-prefill, history-toggle "
+    "or random",
 )
 @click.option("--seed", type=NON_NEGATIVE, default=0, show_default=True, help="the scenario's seed")
 @click.option(
@@ -496,10 +500,10 @@ def vllm(ctx: click.Context) -> None:
 )
 @json_option
 def vllm_check(**options: Any) -> Invocation:
-    """Start the installed vLLM on the CPU (DP=2, or PP=2 for pp-broadcast; a tiny model shipped with
-    lockstep: no download), drive PROTOCOL's scenario through it, record every actor, and replay the
-    recording against the model variant of the installed release: conforms (0), diverges or violated (1),
-    the goals reached."""
+    """Start the installed vLLM on the CPU (DP=2, PP=2 for pp-broadcast, one in-process engine for
+    computed-tokens and async-placeholders; a tiny model shipped with lockstep: no download), drive
+    PROTOCOL's scenario through it, record every actor, and replay the recording against the model variant
+    of the installed release: conforms (0), diverges or violated (1), the goals reached."""
     return call("lockstep.cli.vllm:command_vllm_check", "vllm check", options)
 
 
