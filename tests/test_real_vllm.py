@@ -19,6 +19,12 @@ real recorder: nothing is stubbed.
   recorded; on 0.31.0 and later (synchronous V1 with PP) no stage reaches the sampled-token broadcast. Its
   recorder fails the same way when the header's bounds are too small (a prompt of 1 chunk), and vLLM
   generates every token.
+- computed-tokens (one in-process engine): chunked prefills with synchronous and with async scheduling conform
+  (the scheduler recorded, the V2 runner's actions unrecorded), and a recorder failure (a header with one request
+  fewer) leaves vLLM running.
+- async-placeholders (async scheduling kept on): the penalties and chunked-prefill scenarios conform, with the
+  runner's placeholders repaired one step later; history-toggle is violated at ``tokens_aligned`` (the model's
+  finding, on the real engine).
 """
 
 from __future__ import annotations

@@ -4,18 +4,22 @@
 
 1. **Release**: ``releases.detect()`` reads the installed ``vllm.__version__`` and maps it to the model
    variant and recording of that release (refused, a usage error, for one no recording covers);
-   ``release_variant`` gives the protocol's variant (pp-broadcast: its model's release table).
+   ``release_variant`` gives the protocol's variant (the others: their model's release table, through the
+   recorder ``driver.RECORDERS`` names).
 2. **Run**: the driver (``python -P -m lockstep.real_vllm.driver``) runs in a session of its own with
    lockstep's settings in its environment (``settings.environment``), the scenario's model bounds in
    ``LOCKSTEP_TRACE_PARAMETERS``, ``LOCKSTEP_TRACE_DIR`` and the protocol (``LOCKSTEP_VLLM_PROTOCOL``) set:
    every vLLM process records itself (dp-pause: the client ``client.jsonl``, each engine core
    ``rank-N.jsonl``, the coordinator unrecorded, as the headers say; pp-broadcast: the engine core
-   ``engine.jsonl``, each PP worker ``rank-N.jsonl``). Its output goes to ``vllm.log`` in the trace
-   folder, its progress to ``driver-status.json``. When the run passes its deadline (``timeout``) the
-   whole process group is killed (vLLM's engines bind loopback ports and ``/dev/shm``: nothing may be
-   left behind), and the group is registered with lockstep's guardian, which kills it if this process dies first.
+   ``engine.jsonl``, each PP worker ``rank-N.jsonl``; computed-tokens: ``scheduler.jsonl``; async-placeholders:
+   ``scheduler.jsonl`` and ``runner.jsonl``, both from the one process that holds the engine). Its output
+   goes to ``vllm.log`` in the trace folder, its progress to ``driver-status.json``. When the run passes its
+   deadline (``timeout``) the whole process group is killed (vLLM's engines bind loopback ports and
+   ``/dev/shm``: nothing may be left behind), and the group is registered with lockstep's guardian, which
+   kills it if this process dies first.
 3. **Judge**: the recording is merged and replayed against the release's variant (or ``variant``) with
-   the recorder's profile (``recorder_profile``: ``vllm_dp_pause.PROFILE``, ``vllm_pp_broadcast.PROFILE``),
+   the recorder's profile (``recorder_profile``: the recorder module's ``PROFILE``; computed-tokens: the one of
+   the scenario's scheduling),
    every actor expected (``expected_actors``), through the one replay path
    (``lockstep.checkers.conformance.judgement.replay_traces``) with the goal observer ``lockstep test-runtime``
    uses (``lockstep.checkers.conformance.goals.RuntimeGoals``): which of the model's coverage goals the real run
