@@ -17,7 +17,8 @@ differently post different sequences: the job hangs.
 
 Actors: one per DP rank (``rank:N``, interchangeable: symmetry), in ``engine.py`` (the busy loop)
 and ``worker.py`` (the collectives of a forward); ``state.py`` declares the state and the three
-communicators; ``properties.py`` the properties and their sources.
+communicators; ``properties.py`` the properties and their sources; ``sources.py`` the earlier
+releases' functions where they differ.
 
 The variants differ in ``sample_tokens``: a rank whose batch does not fit the drafter
 (``_input_fits_in_drafter`` false: ``max_seq_len + num_spec_tokens`` beyond the drafter's
@@ -43,6 +44,7 @@ from lockstep.models.dp_step_coordination.engine import (
 )
 from lockstep.models.dp_step_coordination.properties import add_properties, set_final
 from lockstep.models.dp_step_coordination.releases import BISECTION
+from lockstep.models.dp_step_coordination.sources import variant_sources
 from lockstep.models.dp_step_coordination.state import POST_FIX, PRE_FIX, V0_29_0, declare
 from lockstep.models.dp_step_coordination.worker import post_collective
 from lockstep.spec.machine import Machine
@@ -65,6 +67,7 @@ def build(variant: str, parameters: Mapping[str, int]) -> Machine:
     if state.sizes.stops:
         machine.add(stop_rank, state, rank=Rank)
     machine.declare_symmetric(Rank)  # no rank has a role of its own in a step
+    machine.mirror(variant_sources(variant))  # the release's functions where they differ from v0.33.0's
     set_final(machine, state)
     add_properties(machine, state)
     return machine
