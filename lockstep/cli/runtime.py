@@ -6,8 +6,9 @@ processes on 127.0.0.1 (``lockstep.impl.launcher``), prints a summary (steps, ev
 the trace directory to stderr, or with ``--json`` one JSON object on stdout
 (``lockstep/schemas/run.schema.json``). With ``--trace-dir`` it then replays the run's own traces
 against the model of its variant (``--no-replay`` skips that) and prints the verdict. Exit codes:
-0 completed (and, when replayed, conforming), 1 hang diagnosed or a completed run whose trace
-does not conform, 2 usage error (a message, never a traceback; a ``--choices`` file is read whole
+0 completed (and, when replayed, conforming), 1 hang diagnosed, a completed run whose trace
+does not conform, or a run a process of which failed (a runtime error) with a trace that violates
+a property (the process died of the protocol's failure: pd-kv-transfer's EngineCore assert), 2 usage error (a message, never a traceback; a ``--choices`` file is read whole
 before anything starts, and a choice in it that the run cannot take stops the run: both name the
 file and line; so is a ``--set`` value the model of the run's trace header does not take, and a
 ``--trace-dir`` another run holds, named with its pid), 3 inconclusive (no outcome within
@@ -236,7 +237,7 @@ def command_run(arguments: argparse.Namespace, console: Any) -> int:
 
 def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
     """The run of ``command_run``, its report and its exit code."""
-    from lockstep.impl.launcher import INCONCLUSIVE, launch
+    from lockstep.impl.launcher import ERROR, INCONCLUSIVE, launch
 
     timer = clock(arguments)  # the command's clock: what ran before the launch counts against --timeout
     limit = timer.within(deadline(arguments.timeout, config))
@@ -265,7 +266,9 @@ def _run(config: Any, arguments: argparse.Namespace, console: Any) -> int:
     replayed = None if getattr(arguments, "no_replay", False) else replay_run(config, console, timer)
     stopped = TIMEOUT if outcome.outcome == INCONCLUSIVE or (replayed or {}).get("stopped") else None
     code = outcome.exit_code
-    if code == 0 and replayed is not None and replayed["verdict"] in ("error", "inconclusive"):
+    if outcome.outcome == ERROR and replayed is not None and replayed["verdict"] == "violated":
+        code = 1  # a process died of the protocol's failure (an engine's assert) and the trace shows it
+    elif code == 0 and replayed is not None and replayed["verdict"] in ("error", "inconclusive"):
         code = 3  # the run completed, but its trace could not be checked (inconclusive)
     elif code == 0 and replayed is not None and replayed["verdict"] != "conforms":
         code = 1  # the run completed, but its trace does not follow the model (or a property fails)
