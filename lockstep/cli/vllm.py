@@ -59,8 +59,8 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     source_folder = contextlib.ExitStack()  # holds --vllm-source's overlay folder for the run
     try:
         check_protocol(arguments.protocol)
-        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed)
         release = detect()
+        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed, release.recording)
         modelled_by = release_variant(arguments.protocol, release)
         model = _model_file(arguments)
         variant = (
@@ -122,8 +122,9 @@ def _vllm_source(arguments: argparse.Namespace, release: str, folders: contextli
     return prepare(arguments.protocol, release, installed_package(), Path(source), into)
 
 
-def _scenario(protocol: str, name: str | None, seed: int) -> Any:
-    """The protocol's scenario ``name`` (default: its default) with ``seed``; ValueError for an unknown name."""
+def _scenario(protocol: str, name: str | None, seed: int, recording: Any) -> Any:
+    """The protocol's scenario ``name`` (default: its default) with ``seed`` (dp-pause's aimed at ``recording``'s
+    sync interval: the installed release's); ValueError for an unknown name."""
     if protocol == "pp-broadcast":
         from lockstep.real_vllm import pipeline
 
@@ -138,7 +139,7 @@ def _scenario(protocol: str, name: str | None, seed: int) -> Any:
         return placeholders.scenario(name or placeholders.DEFAULT_SCENARIO, seed)
     from lockstep.real_vllm.scenarios import DEFAULT_SCENARIO, scenario
 
-    return scenario(name or DEFAULT_SCENARIO, seed)
+    return scenario(name or DEFAULT_SCENARIO, seed, recording.default_sync_interval)
 
 
 def _describe(chosen: Any) -> str:

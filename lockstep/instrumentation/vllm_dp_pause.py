@@ -27,8 +27,12 @@ Where each event is written (actor ``rank:<dp_rank>`` in the engine-core process
   ``step`` and ``notify_idle`` need an empty queue, and vLLM checks emptiness in several places of
   ``_process_input_queue`` with no lock a patch could hold across the check and the step; only the
   core thread reads the queue, so an item's time in the queue is invisible to everyone, and taking
-  it is an exact linearisation point. Items the model does not have (WAKEUP, ABORT, utilities
+  it is an exact linearisation point. Items the model does not have (WAKEUP, utilities
   other than pause_scheduler / collective_rpc / resume_scheduler) are not recorded.
+- ``handle_abort``: after ``_handle_client_request(ABORT)`` (``abort_requests``) returns. vLLM also aborts
+  eagerly: the input thread puts each ABORT on ``aborts_queue`` too, which a step drains before
+  ``update_from_output``; the request then ends within that step (a forward of the model's may end any of
+  its requests), and the later ``handle_abort`` finds it finished (the free client's ``finishes`` false).
 - ``handle_*``, ``finish_collective_rpc``, ``finish_resume``: after ``_handle_client_request``
   returns (``handle_collective_rpc`` as ``collective_rpc`` starts, ``handle_resume`` of a resume
   that reaches its barrier as ``ParallelConfig.has_unfinished_dp`` starts).
@@ -171,9 +175,9 @@ def _field(outputs: Any, name: str) -> Any:
 
 
 def modelled(request_type: Any, request: Any) -> str | None:
-    """The model's name for an input item: ADD, START_DP_WAVE or the utility's method; else None."""
+    """The model's name for an input item: ADD, ABORT, START_DP_WAVE or the utility's method; else None."""
     name = getattr(request_type, "name", str(request_type))
-    if name in ("ADD", "START_DP_WAVE"):
+    if name in ("ADD", "ABORT", "START_DP_WAVE"):
         return name
     if name == "UTILITY" and request[2] in CALLS:
         return str(request[2])
@@ -362,6 +366,7 @@ def _patch_engine(engine_class: type, recording: Recording, undo: list[Callable[
                 trace.event(
                     {
                         "ADD": "handle_add",
+                        "ABORT": "handle_abort",
                         "START_DP_WAVE": "handle_start_wave",
                         "pause_scheduler": "handle_pause",
                         "collective_rpc": "finish_collective_rpc",

@@ -1,7 +1,10 @@
 """The client half of the dp-pause vLLM instrumentation (``vllm_dp_pause``): ``DPLBAsyncMPClient``.
 
 ``client_add_request`` is written before ``_send_input(ADD)`` sends (with the ``send:`` clock of the FIRST_REQ
-that ``add_request_async`` sends right after it when ``engines_running`` is false), ``client_<call>`` before
+that ``add_request_async`` sends right after it when ``engines_running`` is false), ``client_abort_request``
+before ``_send_input(ABORT)`` sends (``AsyncLLM.abort`` → ``abort_requests_async``: one ABORT to the engine of
+the requests, only for requests still in flight; the model's ABORT aborts one request, so a scenario aborts
+one at a time), ``client_<call>`` before
 ``_call_utility_async`` sends one utility call to one engine, and ``client_<call>_returned`` after
 ``call_utility_async`` has every engine's reply (one ``recv:`` clock per engine). A pause in another mode than
 the client's last one (at first the lowest mode the header's ``pause_modes`` allows) is preceded by
@@ -39,6 +42,7 @@ class ClientTrace:
     def __init__(self, recorder: record.TraceRecorder, ranks: int, recording: Recording, pause_modes: int = 1) -> None:
         self.recorder, self.ranks, self.recording, self.lock = recorder, ranks, recording, threading.Lock()
         self.failed = False
+        self.aborts = 0  # the model's client.aborts: ABORTs sent
         allowed = [mode for bit, mode in enumerate(PAUSE_MODES) if pause_modes & (1 << bit)]
         self.pause_mode = allowed[0] if allowed else PAUSE_MODES[0]  # the model's client.pause_mode
 
@@ -107,12 +111,17 @@ def patch_client(client_class: type, recording: Recording, undo: list[Callable[[
 
     def adding(self: Any, request_type: Any, request: Any, engine: Any = None, *rest: Any, **kwargs: Any) -> None:
         trace = _client_trace(self, recording)
-        if trace is None or getattr(request_type, "name", None) != "ADD":
+        kind = getattr(request_type, "name", None)
+        if trace is None or kind not in ("ADD", "ABORT"):
             return
 
         def write() -> None:
             rank = int.from_bytes(engine if engine is not None else self.core_engine, "little")
             clock = trace.recorder.send(f"client>rank:{rank}")
+            if kind == "ABORT":
+                trace.aborts += 1
+                trace.recorder.event("client_abort_request", {"rank": rank}, {"client.aborts": trace.aborts}, clock)
+                return
             if not self.engines_running:  # add_request_async sends FIRST_REQ right after this
                 clock.update(trace.recorder.send("client>coordinator"))
             trace.recorder.event(

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LEGACY_SYNC_INTERVAL = 32  # DPEngineCoreProc._has_global_unfinished_reqs before 0.30.0: every 32nd step
+DEFAULT_DP_SYNC_INTERVAL = 16  # ParallelConfig.dp_sync_interval's default (0.30.0 on)
 EARLY_UNRECORDED = ("coordinator", "client_read_publication")  # the v0.20.0 / v0.21.0 variants
 LATER_UNRECORDED = ("coordinator", "client_read_view", "device_idle")  # the later-release variants
 PRE_FIX_RELEASE = "0.20.0"  # dp-pause pre-fix: vLLM v0.20.0 (no pending_pause)
@@ -72,6 +73,11 @@ class Recording:
         if self.counter_from_one:
             return int(vllm_config.parallel_config.dp_sync_interval)
         return LEGACY_SYNC_INTERVAL
+
+    @property
+    def default_sync_interval(self) -> int:
+        """The cadence of an engine left at the release's defaults (a run's own is ``sync_interval``)."""
+        return DEFAULT_DP_SYNC_INTERVAL if self.counter_from_one else LEGACY_SYNC_INTERVAL
 
     def step_counter(self, counter: int, interval: int) -> int:
         """vLLM's ``step_counter`` as the model keeps it: modulo the interval, or 1..interval (0 at a wave's start)."""

@@ -30,15 +30,24 @@ Free scenarios (``steps``: the client's calls in order, replayed against the mod
 - ``pause-at-progress``: one request of 24 tokens; the pause after its k-th token (k from ``seed``, 1-23),
   the collective_rpc, the resume, one more request.
 - ``pause-at-sync``: the pause aimed at a DP sync step (``_has_global_unfinished_reqs`` syncs at step 1 of a
-  wave and every ``dp_sync_interval`` steps, 16 by default): one request of 40 tokens, the pause after token
-  ``dp_sync_interval`` − 2 + (``seed`` mod 3), so that it reaches the engines as the wave's step 16 syncs.
+  wave and every ``dp_sync_interval`` steps, 16 by default, from 0.30.0; before, every 32nd step): one request
+  of ``dp_sync_interval`` + 24 tokens, the pause after token ``dp_sync_interval`` − 2 + (``seed`` mod 3), so
+  that it reaches the engines as the wave's step ``dp_sync_interval`` syncs.
 - ``pause-at-wave-boundary``: one request of ``dp_sync_interval`` tokens (its last forward is a sync step,
   where the wave ends), then the pause as soon as it finished (while rank 0's ``wave_complete`` is on its
   way to the coordinator), the collective_rpc, the resume and a request after it (``seed`` picks the ranks).
+- ``aborts``: requests aborted (``AsyncLLM.abort``) mid-run: two requests of 24 tokens, the first aborted
+  after some of its tokens, a pause (mode from ``seed``), a request added while paused, the collective_rpc,
+  the resume, that request aborted after some tokens, the second aborted after some tokens (or already
+  finished), one more request (``seed`` picks the ranks, the mode and the progress).
+- ``abort-while-paused``: as ``aborts``, but the request added while paused is aborted before the resume
+  (the one-client form of the model's request-while-paused hang: vLLM 0.30.0-0.32.0 hang at the last
+  request, which wakes no other rank).
 
 A step is ``("add", index, rank, max_tokens)``, ``("tokens", index, count)`` (wait until request ``index``
-has ``count`` tokens or finished), ``("finished", index)``, ``("pause", mode)``, ``("rpc",)`` or
-``("resume",)``; every request is awaited to its end after the last step.
+has ``count`` tokens or finished), ``("finished", index)``, ``("abort", index)`` (``AsyncLLM.abort``; the
+client sends nothing for a request already finished), ``("pause", mode)``, ``("rpc",)`` or ``("resume",)``;
+every request is awaited to its end (or its abort) after the last step.
 """
 
 from __future__ import annotations
@@ -57,10 +66,12 @@ SCENARIOS = (
     "pause-at-progress",
     "pause-at-sync",
     "pause-at-wave-boundary",
+    "aborts",
+    "abort-while-paused",
 )
 DEFAULT_SCENARIO = "cycles"
 PAUSE_MODES = {"keep": 1, "abort": 2, "wait": 4}  # the model's pause_modes bit of each mode
-SYNC_INTERVAL = 16  # vLLM's default dp_sync_interval (engine_arguments leaves it): the model-guided aims
+SYNC_INTERVAL = 16  # 0.30.0 on: the default dp_sync_interval (engine_arguments leaves it); 0.21.0: 32
 LATE_PHASES = ("paused", "resumed")  # after pause_generation returned / after resume_generation returned
 RANKS = 2  # data_parallel_size of every scenario
 LONGEST_COUNTED, ANY_LENGTH = 2, 0  # the model counts a request's forwards up to 2; request_steps 0: any length
@@ -132,6 +143,8 @@ def _describe_step(step: tuple[Any, ...]) -> str:
         return f"wait for {step[2]} tokens of request-{step[1]}"
     if kind == "finished":
         return f"wait for request-{step[1]} to finish"
+    if kind == "abort":
+        return f"abort request-{step[1]}"
     if kind == "pause":
         return f"pause ({step[1]})"
     return {"rpc": "collective_rpc", "resume": "resume"}[kind]
@@ -140,14 +153,17 @@ def _describe_step(step: tuple[Any, ...]) -> str:
 def free_parameters(steps: tuple[tuple[Any, ...], ...]) -> dict[str, int]:
     """The model bounds of a free scenario: every add a request (none late), requests of one or two forwards
     where every request has that many tokens (else any length), the pause modes used, the pauses as
-    ``pause_cycles`` and the resume calls per pause cycle (rounded up), the wave bound from them."""
+    ``pause_cycles`` and the resume calls per pause cycle (rounded up), the wave bound from them; with aborts, the
+    ABORTs the client may send (``abort_request``, one per abort step)."""
     tokens = {step[3] for step in steps if step[0] == "add"}
     requests = sum(1 for step in steps if step[0] == "add")
     modes = [step[1] for step in steps if step[0] == "pause"]
     pauses = max(1, len(modes))
     resumes = max(1, -(-sum(1 for step in steps if step[0] == "resume") // pauses))
     counted = len(tokens) == 1 and max(tokens) <= LONGEST_COUNTED
+    aborts = sum(1 for step in steps if step[0] == "abort")
     return {
+        **({"abort_request": aborts} if aborts else {}),
         "requests": requests,
         "late_requests": 0,
         "request_steps": max(tokens) if counted else ANY_LENGTH,
@@ -200,21 +216,41 @@ def random_steps(chooser: random.Random) -> list[tuple[Any, ...]]:
     return steps
 
 
-def guided_steps(name: str, seed: int) -> list[tuple[Any, ...]]:
-    """The model-guided scenarios' calls (see the module doc)."""
+def guided_steps(name: str, seed: int, sync_interval: int = SYNC_INTERVAL) -> list[tuple[Any, ...]]:
+    """The model-guided scenarios' calls (see the module doc), aimed at the engines' ``sync_interval``."""
     chooser = random.Random(seed)
     first, late = chooser.randrange(RANKS), chooser.randrange(RANKS)
     if name == "pause-at-progress":
         opening = [("add", 0, first, 24), ("tokens", 0, 1 + seed % 23)]
     elif name == "pause-at-sync":
-        opening = [("add", 0, first, 40), ("tokens", 0, SYNC_INTERVAL - 2 + seed % 3)]
+        opening = [("add", 0, first, sync_interval + 24), ("tokens", 0, sync_interval - 2 + seed % 3)]
     else:  # pause-at-wave-boundary
-        opening = [("add", 0, first, SYNC_INTERVAL), ("finished", 0)]
+        opening = [("add", 0, first, sync_interval), ("finished", 0)]
     return [*opening, ("pause", "keep"), ("rpc",), ("resume",), ("add", 1, late, 4)]
 
 
-def scenario(name: str, seed: int = 0) -> Scenario:
-    """The scenario ``name`` with ``seed`` (see the module doc); ``UnknownScenario`` for another name."""
+def abort_steps(name: str, seed: int) -> list[tuple[Any, ...]]:
+    """The ``aborts`` and ``abort-while-paused`` scenarios' calls (see the module doc)."""
+    chooser = random.Random(seed)
+    ranks = [chooser.randrange(RANKS) for _ in range(4)]
+    opening = [
+        ("add", 0, ranks[0], 24),
+        ("add", 1, ranks[1], 24),
+        ("tokens", 0, chooser.randint(1, 12)),
+        ("abort", 0),
+        ("pause", chooser.choice(sorted(PAUSE_MODES))),
+        ("add", 2, ranks[2], 8),
+    ]
+    if name == "abort-while-paused":
+        middle = [("abort", 2), ("rpc",), ("resume",)]
+    else:
+        middle = [("rpc",), ("resume",), ("tokens", 2, chooser.randint(1, 4)), ("abort", 2)]
+    return [*opening, *middle, ("tokens", 1, chooser.randint(12, 24)), ("abort", 1), ("add", 3, ranks[3], 4)]
+
+
+def scenario(name: str, seed: int = 0, sync_interval: int = SYNC_INTERVAL) -> Scenario:
+    """The scenario ``name`` with ``seed`` (see the module doc; the model-guided ones aimed at the installed
+    release's ``sync_interval``, ``Recording.default_sync_interval``); ``UnknownScenario`` for another name."""
     chooser = random.Random(seed)
     if name == "cycles":
         return Scenario(
@@ -244,7 +280,9 @@ def scenario(name: str, seed: int = 0) -> Scenario:
     if name == "random":
         return free_scenario(name, seed, random_steps(chooser))
     if name in ("pause-at-progress", "pause-at-sync", "pause-at-wave-boundary"):
-        return free_scenario(name, seed, guided_steps(name, seed))
+        return free_scenario(name, seed, guided_steps(name, seed, sync_interval))
+    if name in ("aborts", "abort-while-paused"):
+        return free_scenario(name, seed, abort_steps(name, seed))
     if name == "random-script":
         requests = chooser.randint(1, 3)
         late = chooser.randint(0, 2)

@@ -6,7 +6,8 @@ executor (the worker in the engine-core process: ``settings.keep_uniprocess_exec
 float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, then in each of the
 scenario's cycles pauses (``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the
 protocol), runs ``collective_rpc(all_reduce_over_data_parallel)``, resumes and adds that cycle's late
-requests; a free scenario's ``steps`` are run in order instead (``run_steps``). It waits for every request
+requests; a free scenario's ``steps`` are run in order instead (``run_steps``: adds, waits, aborts through
+``AsyncLLM.abort``, pauses, collective_rpcs, resumes). It waits for every request
 to finish and returns the ``Timeline`` of what the client saw, in order. Nothing here prints.
 """
 
@@ -147,7 +148,7 @@ async def run_steps(engine: Any, scenario: Scenario, timeline: Timeline) -> Time
     tokens: dict[int, int] = {}
     finished: dict[int, asyncio.Event] = {}
     progressed = asyncio.Condition()
-    drains: list[asyncio.Task[None]] = []
+    drains: dict[int, asyncio.Task[None]] = {}  # each request's, until aborted
 
     async def drain(index: int, collector: Any) -> None:
         request_id = f"request-{index}"
@@ -178,7 +179,7 @@ async def run_steps(engine: Any, scenario: Scenario, timeline: Timeline) -> Time
                 f"request-{index}", TokensPrompt(prompt_token_ids=prompt(index)), parameters, data_parallel_rank=rank
             )
             timeline.note(f"added request-{index} ({max_tokens} tokens) to rank {rank}")
-            drains.append(asyncio.create_task(drain(index, collector)))
+            drains[index] = asyncio.create_task(drain(index, collector))
         elif kind == "tokens":
             index, count = values
 
@@ -189,6 +190,12 @@ async def run_steps(engine: Any, scenario: Scenario, timeline: Timeline) -> Time
             timeline.note(f"request-{index} has {tokens.get(index, 0)} tokens")
         elif kind == "finished":
             await until(finished[values[0]].is_set)
+        elif kind == "abort":  # AsyncLLM.abort; the request's drain ends when its final output comes, or now
+            index = values[0]
+            await step(timeline, f"abort(request-{index})", engine.abort(f"request-{index}"))
+            if not finished[index].is_set():
+                drains.pop(index).cancel()
+                timeline.finished.setdefault(f"request-{index}", "abort")
         elif kind == "pause":
             await step(
                 timeline, f"pause_generation({values[0]})", engine.pause_generation(mode=values[0], clear_cache=False)
@@ -198,7 +205,7 @@ async def run_steps(engine: Any, scenario: Scenario, timeline: Timeline) -> Time
             timeline.rpc_results += [int(result) for result in results] if isinstance(results, list) else [int(results)]
         elif kind == "resume":
             await step(timeline, "resume_generation", engine.resume_generation())
-    await asyncio.wait_for(asyncio.gather(*drains), REQUEST_TIMEOUT)
+    await asyncio.wait_for(asyncio.gather(*drains.values()), REQUEST_TIMEOUT)
     return timeline
 
 

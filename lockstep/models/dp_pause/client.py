@@ -22,7 +22,10 @@ parameters (defaults: the seed):
   the pause mode is chosen again), and late requests may come in every cycle's phases.
 - ``abort_request``: the client may abort its last request once, at any time after adding it
   (``AsyncLLM.abort`` → ``DPLBAsyncMPClient.abort_requests_async``: ABORT to that request's engine,
-  behind its ADD on the same socket); a request already finished is not affected.
+  behind its ADD on the same socket); a request already finished is not affected. With ``free_client``,
+  ``abort_request`` = n is a budget: the client sends up to n ABORTs (``client.aborts`` counts them), each
+  at any time after its first add, to any engine (the engine of whichever request it aborts); the engine
+  may find that request already finished (``handle_abort``'s choice ``finishes``).
 - ``free_client`` = 1: no script. The client adds its ``requests`` + ``late_requests`` at any time and
   makes its calls in any order and number, one call at a time (each awaited, as ``AsyncLLM``'s caller
   does): ``pause_generation`` (or ``sleep``) at most ``pause_cycles`` times in all (``client.cycle``
@@ -156,7 +159,7 @@ def client_add_request(model: State, rank: Term) -> Step:
         in_order = in_order | ((sent >= options.requests) & (sent < options.total) & late)
     last = (phase == ClientPhase.REQUESTS) & (sent + 1 == options.requests)
     phases = {} if options.free else {phase: if_then_else(last, ClientPhase.PAUSE, phase)}
-    remembered = {model.last_request_rank: rank} if options.abort_request else {}
+    remembered = {model.last_request_rank: rank} if options.abort_request and not options.free else {}
     if options.lazy_first_request:  # only queued for the stats task
         queued = model.first_request_inproc
         first: dict[Term, TermLike] = {queued: if_then_else(view_running, queued, queued + 1)}
@@ -183,6 +186,11 @@ def client_add_request(model: State, rank: Term) -> Step:
 def client_abort_request(model: State, rank: Term) -> Step:
     """AsyncLLM.abort → abort_requests_async: ABORT to the engine the last request went to (once)."""
     channel, aborted = model.from_client, model.aborted
+    if model.options.free:  # any request, any time after the first add, within the budget
+        return Step(
+            (model.requests_sent > 0) & (aborted < model.options.abort_request),
+            {channel: channel.set(rank, channel[rank].append(message(model, MessageKind.ABORT))), aborted: aborted + 1},
+        )
     return Step(
         (model.requests_sent > 0) & (model.last_request_rank == rank) & ~aborted,
         {

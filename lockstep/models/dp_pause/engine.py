@@ -26,7 +26,7 @@ from lockstep.models.dp_pause.state import (
 )
 from lockstep.spec.actions import action
 from lockstep.spec.machine import Step
-from lockstep.spec.sorts import Sort
+from lockstep.spec.sorts import BOOL, Sort
 from lockstep.spec.terms import Term, conjunction, disjunction, if_then_else
 
 # A utility call reaches its method through EngineCoreProc._handle_client_request (UTILITY) and
@@ -166,16 +166,21 @@ def handle_add(model: State, variant: Variant, rank: Term) -> Step:
 @action(
     actor="rank:{rank}", mirrors="_handle_client_request(ABORT) → EngineCore.abort_requests (scheduler.finish_requests)"
 )
-def handle_abort(model: State, rank: Term) -> Step:
+def handle_abort(model: State, rank: Term, **chosen: Term) -> Step:
     """EngineCore.abort_requests: finish the request as aborted if it is still unfinished (its
     id stays in finished_req_ids, so has_requests() holds until the next schedule)."""
+    # With the free client (``abort_choice``) the ABORT names any request, which the engine may hold or not
+    # (finished already, or aborted eagerly from ``aborts_queue`` during a step): ``finishes`` chooses.
     requests, admitted = model.requests, model.running_requests
     held = requests[rank] > 0
+    unchanged: Term | int = 0  # what is left when the request is not held (none: the scripted client's one)
+    if "finishes" in chosen:
+        held, unchanged = held & chosen["finishes"], requests[rank]
     updates = consume(model, rank)
-    updates[requests] = requests.set(rank, if_then_else(held, requests[rank] - 1, 0))
+    updates[requests] = requests.set(rank, if_then_else(held, requests[rank] - 1, unchanged))
     updates[model.finished_pending] = model.finished_pending.set(rank, model.finished_pending[rank] | held)
     if model.options.two_step:
-        left = if_then_else(held, requests[rank] - 1, 0)
+        left = if_then_else(held, requests[rank] - 1, unchanged)
         updates[admitted] = admitted.set(rank, if_then_else(admitted[rank] > left, left, admitted[rank]))
     return Step(handling(model, rank, MessageKind.ABORT), updates)
 
@@ -503,6 +508,12 @@ def finish_forward(model: State, variant: Variant, rank: Term, **chosen: Term) -
             engine_dp.queue: if_then_else(sync, posted[engine_dp.queue], engine_dp.queue),
         },
     )
+
+
+def abort_choice(model: State) -> dict[str, Sort]:
+    """``handle_abort``'s parameters beyond the rank: with the free client whether the aborted request is still
+    held (``finishes``); none otherwise, so the pinned machines keep their one parameter."""
+    return {"finishes": BOOL} if model.options.free else {}
 
 
 def finish_choice(model: State) -> dict[str, Sort]:

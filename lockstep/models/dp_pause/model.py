@@ -144,7 +144,7 @@ def build(variant_name: str, parameters: Mapping[str, int]) -> Machine:
     machine.add(engine.arrive_from_coordinator, model, rank=Rank)
     machine.add(engine.handle_add, model, variant, rank=Rank)
     if options.abort_request:
-        machine.add(engine.handle_abort, model, rank=Rank)
+        machine.add(engine.handle_abort, model, sorts={"rank": Rank, **engine.abort_choice(model)})
     machine.add(engine.handle_start_wave, model, variant, rank=Rank)
     machine.add(engine.handle_pause, model, variant, rank=Rank)
     machine.add(engine.handle_collective_rpc, model, rank=Rank)
@@ -207,6 +207,10 @@ def check_request_options(model: State) -> None:
         )
     if options.free and (options.clients > 1 or options.partial_wake or options.sleep_with_pause):
         raise UsageError("dp-pause: free_client = 1 needs clients = 1, partial_wake = 0 and sleep_with_pause = 0")
+    if options.abort_request > 1 and not options.free:
+        raise UsageError(
+            "dp-pause: abort_request > 1 needs free_client = 1 (the scripted client aborts its last request once)"
+        )
     if options.any_length and (options.bounded_liveness or options.fair_liveness):
         raise UsageError(
             "dp-pause: request_steps = 0 (requests of any length) checks no response bound; set bounded_liveness "
@@ -369,9 +373,10 @@ PROTOCOL = Protocol(
         ParameterSpec(
             "abort_request",
             0,
-            "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine)",
+            "1: the client may abort its last request once (AsyncLLM.abort → ABORT to its engine); free_client: "
+            "up to this many ABORTs, of any request at any time",
             minimum=0,
-            maximum=1,
+            maximum=4,
         ),
         ParameterSpec(
             "fair_liveness",

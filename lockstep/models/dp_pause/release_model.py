@@ -85,7 +85,7 @@ def _add_engine_actions(machine: Machine, model: State, variant: Variant) -> Non
     else:
         machine.add(engine.handle_add, model, variant, rank=Rank)
     if options.abort_request:
-        machine.add(engine.handle_abort, model, rank=Rank)
+        machine.add(engine.handle_abort, model, sorts={"rank": Rank, **engine.abort_choice(model)})
     machine.add(engine.handle_start_wave, model, variant, rank=Rank)
     if options.sleep_level:
         machine.add(sleep.handle_sleep, model, rank=Rank)

@@ -92,7 +92,7 @@ class Options:
     sync_interval: int
     max_wave: int
     settle_before_resume: int
-    abort_request: bool
+    abort_request: int  # 1: abort the last request once; free_client: up to this many ABORTs
     stale_publications: int
     lazy_first_request: bool
     bounded_liveness: bool
@@ -135,7 +135,7 @@ def options_of(parameters: Mapping[str, int]) -> Options:
         sync_interval=parameters["sync_interval"],
         max_wave=parameters["max_wave"],
         settle_before_resume=parameters["settle_before_resume"],
-        abort_request=bool(parameters["abort_request"]),
+        abort_request=parameters["abort_request"],
         stale_publications=parameters["stale_publications"],
         lazy_first_request=bool(parameters["lazy_first_request"]),
         bounded_liveness=bool(parameters["bounded_liveness"]),
@@ -263,7 +263,7 @@ class State:
     resume_round: Term  # client.resume_round, with resumes > 1 or the free client only
     cycle: Term  # client.cycle, with pause_cycles > 1 or the free client only
     last_request_rank: Term  # client.last_request_rank, with abort_request only
-    aborted: Term  # client.aborted, with abort_request only
+    aborted: Term  # client.aborted, with abort_request only (free_client: client.aborts, the ABORTs sent)
     pause_mode: Term  # client.pause_mode, with more than one of pause_modes only
     # the second front-end client (clients.py), with clients = 2 only
     second: SecondClient | None = None
@@ -425,9 +425,19 @@ def _client_variables(declared: _Declaration, options: Options, sorts: Sorts) ->
             options.cycles > 1 or options.free,
         ),
         last_request_rank=variable(
-            "client.last_request_rank", sorts.Rank, 0, "the engine the last request went to", options.abort_request
+            "client.last_request_rank",
+            sorts.Rank,
+            0,
+            "the engine the last request went to",
+            bool(options.abort_request) and not options.free,
         ),
-        aborted=variable("client.aborted", BOOL, False, "the client aborted its last request", options.abort_request),
+        aborted=(
+            variable("client.aborts", integers(0, options.abort_request), 0, "ABORTs sent", bool(options.abort_request))
+            if options.free
+            else variable(
+                "client.aborted", BOOL, False, "the client aborted its last request", bool(options.abort_request)
+            )
+        ),
         pause_mode=variable("client.pause_mode", PauseMode, modes[0][0], "the mode of the pause call", len(modes) > 1),
     )
 
