@@ -14,7 +14,9 @@ its scheduler and worker can take, each named as its model action with arguments
    ``RunStuck``).
 
 Every step records its model action under its actor (``prefill-scheduler``, ``decode-worker``,
-...) before its effects leave the process. A failure seen in the bytes or the engine's own
+...) before its effects leave the process; under a script, each step's event also carries the
+``script:`` message clocks of the progress messages, so the two trace files merge in the
+script's order. A failure seen in the bytes or the engine's own
 checks (``CorruptionDetected``, ``EngineCoreDied``) is raised after the step that saw it is
 recorded, so the trace shows the step.
 """
@@ -71,6 +73,7 @@ class Engine:
         self.ended: str | None = None
         self.peer_quiet: dict[str, Any] | None = None
         self._reported: tuple[int, int, bool] | None = None
+        self._script_clock: dict[str, int] = {}  # the script's order, put on this engine's next event
 
     # ------------------------------------------------------------------------------ the engine's
     def options(self) -> dict[str, Callable[[], None]]:
@@ -87,7 +90,9 @@ class Engine:
         raise NotImplementedError
 
     def record(self, actor: str, action: str, clock: dict[str, int] | None = None, **args: JSONValue) -> None:
-        self.recorder.record(action, args, None, clock or None, actor=actor)
+        merged = {**self._script_clock, **(clock or {})}
+        self._script_clock = {}
+        self.recorder.record(action, args, None, merged or None, actor=actor)
 
     # ------------------------------------------------------------------------------------ loop
     def run(self) -> str:
@@ -117,7 +122,11 @@ class Engine:
                 self.ended = COMPLETED if message["how"] == COMPLETED else PEER_FAILED
             elif kind == "quiet":
                 self.peer_quiet = message
-            elif kind != "progress":
+            elif kind == "progress":  # the peer's scripted step happened before this engine's next one
+                self._script_clock.update(
+                    self.recorder.receive(f"script:{1 - self.rank}>{self.rank}:{message['done']}")
+                )
+            else:
                 self.handle(message)
 
     def _step(self, scripted: bool) -> None:
@@ -126,6 +135,9 @@ class Engine:
         if not scripted:
             names = [name for name in names if self.steering.prefers(name)] or names
         chosen = self.choices.choose(self.chooser, ACTION, names or [NOTHING])
+        if scripted:  # the progress message that follows carries the order to the peer's trace
+            step = self.link.done + 1  # one channel per step: one event may take several peers' steps in
+            self._script_clock.update(self.recorder.send(f"script:{self.rank}>{1 - self.rank}:{step}"))
         options[chosen]()
         self.steps += 1
         self.status.count(steps=self.steps)
