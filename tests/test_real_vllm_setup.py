@@ -233,6 +233,28 @@ def test_free_scenarios_stay_within_the_models_bounds() -> None:
     assert boundary[0][3] == SYNC_INTERVAL and boundary[1:3] == (("finished", 0), ("pause", "keep"))
 
 
+def test_the_aimed_scenarios_follow_the_installed_releases_sync_interval() -> None:
+    legacy, current = recording_for("0.21.0"), recording_for("0.32.0")
+    assert (legacy.default_sync_interval, current.default_sync_interval) == (32, 16)
+    assert ("tokens", 0, 30) in scenario("pause-at-sync", 0, legacy.default_sync_interval).steps
+    assert scenario("pause-at-wave-boundary", 0, legacy.default_sync_interval).steps[0][3] == 32
+    assert scenario("pause-at-sync", 0, current.default_sync_interval) == scenario("pause-at-sync", 0)
+
+
+def test_the_abort_scenarios_abort_within_their_budget() -> None:
+    protocol = get_protocol("dp-pause")
+    for name in ("aborts", "abort-while-paused"):
+        for seed in range(10):
+            drawn = scenario(name, seed)
+            aborts = [step for step in drawn.steps if step[0] == "abort"]
+            assert drawn.model_parameters()["abort_request"] == len(aborts) == 3
+            protocol.instance("v0.30.0", None, {**drawn.model_parameters(), "free_client": 1})
+    paused = scenario("abort-while-paused", 2).steps
+    assert paused.index(("abort", 2)) < paused.index(("resume",))  # aborted while paused
+    resumed = scenario("aborts", 2).steps
+    assert resumed.index(("abort", 2)) > resumed.index(("resume",))
+
+
 def _cli(*arguments: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "lockstep", "vllm", "check", *arguments, "--json"],

@@ -59,8 +59,10 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
     source_folder = contextlib.ExitStack()  # holds --vllm-source's overlay folder for the run
     try:
         check_protocol(arguments.protocol)
+        _scenario(arguments.protocol, arguments.scenario, arguments.seed)  # an unknown name before vLLM is looked for
         release = detect()
-        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed, release.recording)
+        interval = release.recording.default_sync_interval
+        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed, interval)
         modelled_by = release_variant(arguments.protocol, release)
         model = _model_file(arguments)
         variant = (
@@ -122,9 +124,9 @@ def _vllm_source(arguments: argparse.Namespace, release: str, folders: contextli
     return prepare(arguments.protocol, release, installed_package(), Path(source), into)
 
 
-def _scenario(protocol: str, name: str | None, seed: int, recording: Any) -> Any:
-    """The protocol's scenario ``name`` (default: its default) with ``seed`` (dp-pause's aimed at ``recording``'s
-    sync interval: the installed release's); ValueError for an unknown name."""
+def _scenario(protocol: str, name: str | None, seed: int, sync_interval: int | None = None) -> Any:
+    """The protocol's scenario ``name`` (default: its default) with ``seed`` (dp-pause's aimed at ``sync_interval``,
+    the installed release's; default 0.30.0's); ValueError for an unknown name."""
     if protocol == "pp-broadcast":
         from lockstep.real_vllm import pipeline
 
@@ -139,7 +141,9 @@ def _scenario(protocol: str, name: str | None, seed: int, recording: Any) -> Any
         return placeholders.scenario(name or placeholders.DEFAULT_SCENARIO, seed)
     from lockstep.real_vllm.scenarios import DEFAULT_SCENARIO, scenario
 
-    return scenario(name or DEFAULT_SCENARIO, seed, recording.default_sync_interval)
+    if sync_interval is None:
+        return scenario(name or DEFAULT_SCENARIO, seed)
+    return scenario(name or DEFAULT_SCENARIO, seed, sync_interval)
 
 
 def _describe(chosen: Any) -> str:

@@ -3,7 +3,8 @@
 ``engine_arguments(model_directory)`` are the engine's settings: the tiny model (``config.json`` only,
 ``load_format="dummy"``, no tokenizer: prompts are token ids), ``data_parallel_size`` 2 with the ``uni``
 executor (the worker in the engine-core process: ``settings.keep_uniprocess_executor``), eager mode,
-float32 and a 32 MiB KV cache. ``run_scenario(engine, scenario)`` adds the requests, then in each of the
+float32 and a 32 MiB KV cache; async scheduling as the release runs it on the CPU (``ASYNC_ON_CPU``).
+``run_scenario(engine, scenario)`` adds the requests, then in each of the
 scenario's cycles pauses (``pause_generation(mode=..., clear_cache=False)``: the caches are not part of the
 protocol), runs ``collective_rpc(all_reduce_over_data_parallel)``, resumes and adds that cycle's late
 requests; a free scenario's ``steps`` are run in order instead (``run_steps``: adds, waits, aborts through
@@ -23,13 +24,18 @@ from typing import Any
 from lockstep.real_vllm.scenarios import RANKS, Scenario
 
 KV_CACHE_BYTES = 32 << 20
+# Releases whose CPU runner runs the async output path, kept on with async scheduling (settings.keep_async_scheduling);
+# elsewhere the engine is asked for synchronous scheduling, as the release's CpuPlatform sets it (0.21.0's async
+# output calls torch.cuda.current_stream(): the engine core dies at the first sample_tokens without a CUDA driver)
+ASYNC_ON_CPU = ("0.32.0",)
 PROMPT_LENGTH = 8
 REQUEST_TIMEOUT = 300.0  # seconds a request may take to finish once everything is sent (a hang: the check's deadline)
 
 
-def engine_arguments(model_directory: Path, seed: int = 0) -> dict[str, Any]:
-    """``AsyncEngineArgs`` keywords of a check's engine (see the module doc)."""
+def engine_arguments(model_directory: Path, seed: int = 0, synchronous: bool = False) -> dict[str, Any]:
+    """``AsyncEngineArgs`` keywords of a check's engine (see the module doc); ``synchronous``: async scheduling off."""
     return {
+        **({"async_scheduling": False} if synchronous else {}),
         "model": str(model_directory),
         "skip_tokenizer_init": True,
         "load_format": "dummy",
@@ -219,10 +225,14 @@ async def step(timeline: Timeline, name: str, call: Any) -> Any:
 
 def start_engine(model_directory: Path, seed: int) -> Any:
     """An ``AsyncLLM`` on the tiny model with DP 2 (``engine_arguments``)."""
+    import vllm
     from vllm.engine.arg_utils import AsyncEngineArgs  # type: ignore[import-not-found]
     from vllm.v1.engine.async_llm import AsyncLLM  # type: ignore[import-not-found]
 
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_arguments(model_directory, seed)))
+    from lockstep.instrumentation.vllm_releases import release_number
+
+    synchronous = release_number(str(vllm.__version__)) not in ASYNC_ON_CPU
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**engine_arguments(model_directory, seed, synchronous)))
 
 
 async def drive(model_directory: Path, scenario: Scenario, noted: Callable[[str], None]) -> Timeline:
