@@ -361,10 +361,12 @@ def mutated_package(mutant: Mutant, folder: Path) -> Path:
 
 
 def run_test_runtime(
-    mutant: Mutant | None, folder: Path, *options: str, timeout: float = 1800
+    mutant: Mutant | None, folder: Path, *options: str, timeout: float = 1800, hang_timeout: float = 3
 ) -> tuple[int, dict[str, Any], str]:
     """``lockstep test-runtime PROTOCOL --variant post-fix --fail-fast --json`` with the mutant's
-    package first on PYTHONPATH (None: the real package); exit code, JSON object, stderr."""
+    package first on PYTHONPATH (None: the real package); exit code, JSON object, stderr. A run
+    that must not be killed (the control) takes a generous ``hang_timeout``: on a loaded machine a
+    short one calls a slow collective a hang."""
     protocol = mutant.protocol if mutant is not None else options[0]
     arguments = list(options[1:]) if mutant is None else [*mutant.options, *options]
     source = mutated_package(mutant, folder / "package") if mutant is not None else ROOT
@@ -380,7 +382,7 @@ def run_test_runtime(
             "post-fix",
             "--fail-fast",
             "--hang-timeout",
-            "3",
+            str(hang_timeout),
             "--trace-dir",
             str(folder / "runs"),
             "--json",

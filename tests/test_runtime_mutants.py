@@ -42,7 +42,7 @@ def test_the_unmutated_runtime_is_not_killed(tmp_path: Path) -> None:
     """The control: the harness itself (the package copy first on PYTHONPATH) kills nothing."""
     original = next(mutant for mutant in MUTANTS if mutant.name == "no-refresh")
     control = Mutant(original.protocol, "control", original.file, original.original, original.original, "nothing")
-    code, result, stderr = run_test_runtime(control, tmp_path)
+    code, result, stderr = run_test_runtime(control, tmp_path, hang_timeout=60)
     assert code == 0 and result["verdict"] == "consistent", stderr
 
 
