@@ -18,8 +18,9 @@ from lockstep.checkers import check
 from lockstep.checkers.engines import OptionError, options_for
 from lockstep.checkers.result import EXIT_CODES, Path, Verdict
 from lockstep.checkers.vector.backend import NumpyBackend
+from lockstep.checkers.vector.native import compiler
 from lockstep.checkers.vector.shortening import Goal, Move, Replayer, shorten
-from lockstep.checkers.vector.swarm import DistinctEstimate
+from lockstep.checkers.vector.swarm import DistinctEstimate, Swarm
 from lockstep.cli.check import pinned_instances
 from lockstep.models import get_protocol
 from lockstep.spec.machine import IN_BOUNDS, NO_DEADLOCK, WELL_DEFINED, Machine, PropertyKind
@@ -168,3 +169,20 @@ def test_the_seed_bug_at_eight_ranks() -> None:
     violated = result.counterexample
     assert violated is not None and violated.path is not None
     _confirm(result.machine, violated.name, violated.path)
+
+
+@pytest.mark.skipif(compiler() is None, reason="no C compiler: the swarm runs the array kernels alone")
+@pytest.mark.parametrize("variant", ["pre-fix", "post-fix"])
+def test_the_c_loops_take_the_same_walks(variant: str) -> None:
+    """The C spelling of the kernels gives the same successors in the same order: a seed takes the
+    same walks (same steps, depth, sketch and counterexample) with either."""
+    machine = get_protocol("dp-pause").instance(variant, "seed").machine()
+    runs = [Swarm(machine, walks=3000, depth=60, seed=5, kernels=kernels).run() for kernels in ("arrays", "c")]
+    assert runs[1].stats.transitions == runs[0].stats.transitions
+    assert (runs[1].stats.depth, runs[1].stats.distinct_estimate) == (
+        runs[0].stats.depth,
+        runs[0].stats.distinct_estimate,
+    )
+    assert [item.verdict for item in runs[1].properties] == [item.verdict for item in runs[0].properties]
+    paths = [[step.state for step in item.path.steps] if item.path else None for run in runs for item in run.properties]
+    assert paths[: len(paths) // 2] == paths[len(paths) // 2 :]

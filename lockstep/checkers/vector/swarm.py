@@ -1,7 +1,9 @@
 """Swarm search: many independent random walks over packed states, run as one batch (``--engine swarm``).
 
-For instances no search can exhaust. A batch of walks advances together through the array
-kernels of ``kernels`` (the ones ``bfs-vec`` runs, with numpy): each step expands every walk's
+For instances no search can exhaust. A batch of walks advances together through the kernels
+``bfs-vec`` runs: the array kernels of ``kernels`` (numpy), or their C loops (``native``: compiled in
+the background once the swarm has taken enough steps, or read from the cache), which give the same
+successors in the same order, so a seed takes the same walks with either. Each step expands every walk's
 state, checks the steps that leave a sort (``in_bounds``), the walks with no enabled action
 (deadlock conditions) and evaluation failures (``well_defined``), picks one enabled successor per
 walk at random, and checks every safety property on the states reached. A walk ends at its own
@@ -38,6 +40,7 @@ from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Verdict, bounds_detail
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.kernels import Kernels, compile_kernels
+from lockstep.checkers.vector.native import native_kernels
 from lockstep.checkers.vector.shortening import Goal, Move, Replayer, shorten
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.spec.layout import Layout, LayoutError
@@ -107,6 +110,7 @@ class Swarm:
         limits: Limits | None = None,
         progress: Progress | None = None,
         width: int = WIDTH,
+        kernels: str = "auto",
     ) -> None:
         started = time.monotonic()
         self.machine = machine.finish()
@@ -116,6 +120,9 @@ class Swarm:
             raise Unsupported(str(error)) from None
         self.backend = NumpyBackend()
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, self.backend.namespace())
+        # the C loops of ``bfs-vec`` where a compiler is there (``auto``: compiled in the background once
+        # the swarm has taken ``native.THRESHOLD`` steps, or read from the cache); they pick the same walks
+        self.native = native_kernels(self.kernels, kernels, None if limits is None else limits.max_memory_bytes)
         self.walks, self.depth, self.seed = walks, depth, seed
         self.width = max(1, min(width, walks))
         self.watched = watched
@@ -207,6 +214,47 @@ class Swarm:
 
     def _step(self, frontier: np.ndarray, history: np.ndarray, depths: np.ndarray, preferred: np.ndarray) -> np.ndarray:
         """Advance every walk one step (in place); return the mask of walks that ended (deadlocked)."""
+        width = int(frontier.shape[1])
+        expansion = None if self.native is None else self.native.expand(frontier, self._steps())
+        if expansion is not None:  # the C loop: successors in (walk, tuple id) order, with fingerprints
+            dead = ~np.asarray(expansion.enabled, dtype=bool)
+            if dead.any():
+                self._deadlocks(frontier, np.flatnonzero(dead), history, depths)
+            rows, tuples, successors = expansion.rows, expansion.via, expansion.states
+            fingerprints = expansion.fingerprints
+        else:
+            found = self._array_successors(frontier, history, depths)
+            if found is None:
+                return np.zeros(width, dtype=bool)
+            dead, rows, tuples, successors = found
+            fingerprints = None
+        if self._stop() or not len(rows):
+            return dead
+        favoured = preferred[rows, self.action_of[tuples]]
+        order = np.lexsort((~favoured, rows))  # by walk, its preferred successors first (stable: tuple order)
+        counts = np.bincount(rows, minlength=width)
+        favourites = np.bincount(rows[favoured], minlength=width)
+        starts = np.cumsum(counts) - counts
+        moving = np.flatnonzero(counts)
+        pool = np.where(favourites > 0, favourites, counts)[moving]
+        picks = np.minimum((self.random.random(len(moving)) * pool).astype(np.int64), pool - 1)
+        chosen = order[starts[moving] + picks]
+        states = successors[:, chosen]
+        frontier[:, moving] = states
+        history[moving, depths[moving]] = tuples[chosen]
+        depths[moving] += 1
+        self.stats.transitions = self._steps() + len(moving)
+        self.sketch.add(self.backend.fingerprint(states) if fingerprints is None else fingerprints[chosen])
+        chains = _Chains(history, depths, moving)
+        self._check_states(states, chains, self._steps())
+        return dead
+
+    def _array_successors(
+        self, frontier: np.ndarray, history: np.ndarray, depths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """Every walk's successors by the array kernels: (dead walks, each successor's walk, tuple id,
+        the successors), in tuple order; steps out of a sort, deadlocks and evaluation failures are
+        recorded on the way (None: evaluation failed, the swarm stops)."""
         backend, kernels = self.backend, self.kernels
         width = int(frontier.shape[1])
         blocks, enabled, errors = kernels.expand(frontier)
@@ -219,7 +267,7 @@ class Swarm:
                 row = 0 if isinstance(mask, bool) else int(np.flatnonzero(mask)[0])
                 walk = int(row if rows is None else rows[row])
                 self._undefined_state(history[walk, : depths[walk]].tolist())
-                return np.zeros(width, dtype=bool)
+                return None
         if enabled is True:
             dead = np.zeros(width, dtype=bool)
         else:
@@ -239,30 +287,12 @@ class Swarm:
                 rows, block, count = rows[staying], block[:, staying], int(np.count_nonzero(staying))
             if count:
                 rows_of.append(rows)
-                tuples_of.append(np.full(count, tuple_id, dtype=np.int32))
+                tuples_of.append(np.full(count, tuple_id, dtype=np.int64))
                 successors.append(block)
-        if self._stop() or not rows_of:
-            return dead
-        rows = np.concatenate(rows_of)
-        tuples = np.concatenate(tuples_of)
-        favoured = preferred[rows, self.action_of[tuples]]
-        order = np.lexsort((~favoured, rows))  # by walk, its preferred successors first
-        counts = np.bincount(rows, minlength=width)
-        favourites = np.bincount(rows[favoured], minlength=width)
-        starts = np.cumsum(counts) - counts
-        moving = np.flatnonzero(counts)
-        pool = np.where(favourites > 0, favourites, counts)[moving]
-        picks = np.minimum((self.random.random(len(moving)) * pool).astype(np.int64), pool - 1)
-        chosen = order[starts[moving] + picks]
-        states = np.concatenate(successors, axis=1)[:, chosen]
-        frontier[:, moving] = states
-        history[moving, depths[moving]] = tuples[chosen]
-        depths[moving] += 1
-        self.stats.transitions = self._steps() + len(moving)
-        self.sketch.add(backend.fingerprint(states))
-        chains = _Chains(history, depths, moving)
-        self._check_states(states, chains, self._steps())
-        return dead
+        if not rows_of:
+            empty = np.zeros(0, dtype=np.int64)
+            return dead, empty, empty, np.zeros((self.layout.words, 0), dtype=np.int64)
+        return dead, np.concatenate(rows_of), np.concatenate(tuples_of), np.concatenate(successors, axis=1)
 
     def _steps(self) -> int:
         return self.stats.transitions or 0
@@ -273,7 +303,7 @@ class Swarm:
     def _check_states(self, states: np.ndarray, chains: Any, steps: int) -> None:
         """Record each checked property's first violation (or witness) among ``states`` (the walks'
         new states; ``chains[i]`` the tuple ids that reached column i)."""
-        values, error = self.kernels.predicates(states)
+        values, error = (self.native or self.kernels).predicates(states)
         if error is not False and bool(np.any(error)):
             failing = 0 if isinstance(error, bool) else int(np.flatnonzero(error)[0])
             self._undefined_state(chains[failing])
