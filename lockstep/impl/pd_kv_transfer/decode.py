@@ -33,6 +33,7 @@ from lockstep.impl.pd_kv_transfer.blocks import BlockPool, holder
 from lockstep.impl.pd_kv_transfer.engine import CorruptionDetected, Engine, EngineCoreDied
 from lockstep.impl.pd_kv_transfer.reproduction import PREFILL, option
 from lockstep.models.pd_kv_transfer.state import NOBODY, PRE_FIX
+from lockstep.traces import JSONValue
 
 WAITING, REMOTE, HELD = "WAITING (do_remote_prefill)", "WAITING_FOR_REMOTE_KVS", "FINISHED_ABORTED (blocks held)"
 READY, RUNNING = "finished_recving_kv_req_ids", "RUNNING"
@@ -244,8 +245,7 @@ class DecodeEngine(Engine):
 
     def _free(self, request: int) -> None:
         del self.requests[request]
-        self.pool.release(request)
-        self.block_of.pop(request, None)
+        self.pool.release(request)  # block_of keeps the block id, as the model's decode.block does
 
     # ------------------------------------------------------------------------------ the end
     def settled(self) -> bool:
@@ -256,6 +256,26 @@ class DecodeEngine(Engine):
             and not any(self.finished_recving.values())
             and self.pool.all_free()
         )
+
+    def observed(self) -> dict[str, JSONValue]:
+        requests = range(self.parameters["requests"])
+        phases = {WAITING: "WAITING", REMOTE: "REMOTE", HELD: "HELD", READY: "READY", RUNNING: "RUNNING"}
+
+        def phase(request: int) -> str:
+            if request in self.requests:
+                return phases[self.requests[request]]
+            return "DONE" if request in self.remote_block else "NONE"
+
+        return {
+            "decode.phase": [phase(request) for request in requests],
+            "decode.block": [self.block_of.get(request, NOBODY) for request in requests],
+            "decode.owner": list(self.pool.owner),
+            "decode.remote_block": [self.remote_block.get(request, NOBODY) for request in requests],
+            "decode.job": [self.jobs.get(request, "NONE") for request in requests],
+            "decode.recving_metadata": [request in self.recving_metadata for request in requests],
+            "decode.finished_recving": [self.finished_recving[request] for request in requests],
+            "fault.failures": self.failures_left,
+        }
 
     def holdings(self) -> str:
         held = [f"block {block} of request {owner}" for block, owner in enumerate(self.pool.owner) if owner >= 0]

@@ -14,7 +14,9 @@ its scheduler and worker can take, each named as its model action with arguments
    ``RunStuck``).
 
 Every step records its model action under its actor (``prefill-scheduler``, ``decode-worker``,
-...) before its effects leave the process; under a script, each step's event also carries the
+...), with the engine's side of the model's state after it (``observed``: its request phases,
+block owners, worker sets and reports, as the model's variables hold them), before its effects
+leave the process; under a script, each step's event also carries the
 ``script:`` message clocks of the progress messages, so the two trace files merge in the
 script's order. A failure seen in the bytes or the engine's own
 checks (``CorruptionDetected``, ``EngineCoreDied``) is raised after the step that saw it is
@@ -89,10 +91,15 @@ class Engine:
         """What this engine still holds or waits for (for a stuck run's message)."""
         raise NotImplementedError
 
+    def observed(self) -> dict[str, JSONValue]:
+        """This engine's side of the model's state, as the model's variables hold it."""
+        raise NotImplementedError
+
     def record(self, actor: str, action: str, clock: dict[str, int] | None = None, **args: JSONValue) -> None:
+        """The step's event, with this engine's state after it (replay compares it with the model's)."""
         merged = {**self._script_clock, **(clock or {})}
         self._script_clock = {}
-        self.recorder.record(action, args, None, merged or None, actor=actor)
+        self.recorder.record(action, args, self.observed(), merged or None, actor=actor)
 
     # ------------------------------------------------------------------------------------ loop
     def run(self) -> str:

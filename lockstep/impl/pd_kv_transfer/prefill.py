@@ -27,6 +27,8 @@ import torch.distributed as dist
 from lockstep.impl.pd_kv_transfer.blocks import BlockPool
 from lockstep.impl.pd_kv_transfer.engine import Engine, EngineCoreDied
 from lockstep.impl.pd_kv_transfer.reproduction import DECODE, option
+from lockstep.models.pd_kv_transfer.state import NOBODY
+from lockstep.traces import JSONValue
 
 WAITING, RUNNING, HELD = "WAITING", "RUNNING", "FINISHED_LENGTH_CAPPED (blocks held)"
 SCHEDULER, WORKER, NETWORK = "prefill-scheduler", "prefill-worker", "network"
@@ -186,6 +188,19 @@ class PrefillEngine(Engine):
             and not any(self.notifications.values())
             and not any(self.finished_sending.values())
         )
+
+    def observed(self) -> dict[str, JSONValue]:
+        requests = range(self.parameters["requests"])
+        phases = {WAITING: "WAITING", RUNNING: "RUNNING", HELD: "HELD"}
+        return {
+            "prefill.phase": [phases.get(self.requests.get(request, ""), "DONE") for request in requests],
+            "prefill.block": [self.block_of.get(request, NOBODY) for request in requests],
+            "prefill.owner": list(self.pool.owner),
+            "prefill.tracked": [request in self.sending for request in requests],
+            "prefill.finished_sending": [self.finished_sending[request] for request in requests],
+            "fault.lost": self.lost_left,
+            "fault.duplicated": self.duplicated_left,
+        }
 
     def holdings(self) -> str:
         held = [f"block {block} of request {owner}" for block, owner in enumerate(self.pool.owner) if owner >= 0]
