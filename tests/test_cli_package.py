@@ -321,6 +321,7 @@ def test_the_runtime_registry_is_whole_whichever_module_a_process_imports_first(
         "computed-tokens",
         "cudagraph-pp",
         "dp-pause",
+        "pd-kv-transfer",
         "pp-broadcast",
     ]
 

@@ -119,7 +119,7 @@ class DecodeEngine(Engine):
         request is reported in ``finished_recving``; a good read notifies P."""
         del self.jobs[request]
         self.recving_metadata.discard(request)
-        self.finished_recving[request] += 1
+        self.finished_recving[request] += 1  # done or failed: reported either way
         problem = self._pull(request) if ok else None
         if not ok:
             self.failures_left -= 1
@@ -230,7 +230,7 @@ class DecodeEngine(Engine):
         status = self.requests[request]
         self.aborts_left -= 1
         clock: dict[str, int] = {}
-        if status == REMOTE:
+        if status == REMOTE:  # delay_free_blocks: the read may still touch the blocks
             self.requests[request] = HELD
         else:
             self._free(request)
