@@ -2,7 +2,7 @@
 
 For instances no search can exhaust. A batch of walks advances together through the kernels
 ``bfs-vec`` runs: the array kernels of ``kernels`` (numpy), or their C loops (``native``: compiled in
-the background once the swarm has taken enough steps, or read from the cache), which give the same
+the background once the swarm has taken ``COMPILE_AFTER_STEPS``, or read from the cache), which give the same
 successors in the same order, so a seed takes the same walks with either. Each step expands every walk's
 state, checks the steps that leave a sort (``in_bounds``), the walks with no enabled action
 (deadlock conditions) and evaluation failures (``well_defined``), picks one enabled successor per
@@ -40,7 +40,7 @@ from lockstep.checkers.limits import Limits, LimitWatch
 from lockstep.checkers.result import CheckResult, Path, PropertyResult, Statistics, Verdict, bounds_detail
 from lockstep.checkers.vector.backend import NumpyBackend
 from lockstep.checkers.vector.kernels import Kernels, compile_kernels
-from lockstep.checkers.vector.native import native_kernels
+from lockstep.checkers.vector.native import THRESHOLD, native_kernels
 from lockstep.checkers.vector.shortening import Goal, Move, Replayer, shorten
 from lockstep.checkers.vector.values import Unsupported
 from lockstep.spec.layout import Layout, LayoutError
@@ -50,6 +50,7 @@ from lockstep.spec.semantics import InterpretedSystem, Transition
 DEFAULT_WALKS = 20_000
 DEFAULT_DEPTH = 200
 WIDTH = 8192  # walks advanced at once: enough to amortise the kernels' calls (see docs/engines.md)
+COMPILE_AFTER_STEPS = 1 << 21  # steps after which the C loops are compiled where they are not cached
 SHORTENING_SECONDS = 30.0  # delta debugging stops with the shortest run found by then
 
 
@@ -120,8 +121,8 @@ class Swarm:
             raise Unsupported(str(error)) from None
         self.backend = NumpyBackend()
         self.kernels: Kernels = compile_kernels(self.machine, self.layout, self.backend.namespace())
-        # the C loops of ``bfs-vec`` where a compiler is there (``auto``: compiled in the background once
-        # the swarm has taken ``native.THRESHOLD`` steps, or read from the cache); they pick the same walks
+        # the C loops of ``bfs-vec`` where a compiler is there (``auto``: read from the cache, or compiled in
+        # the background after ``COMPILE_AFTER_STEPS``; ``c``: compiled first); they pick the same walks
         self.native = native_kernels(self.kernels, kernels, None if limits is None else limits.max_memory_bytes)
         self.walks, self.depth, self.seed = walks, depth, seed
         self.width = max(1, min(width, walks))
@@ -215,7 +216,10 @@ class Swarm:
     def _step(self, frontier: np.ndarray, history: np.ndarray, depths: np.ndarray, preferred: np.ndarray) -> np.ndarray:
         """Advance every walk one step (in place); return the mask of walks that ended (deadlocked)."""
         width = int(frontier.shape[1])
-        expansion = None if self.native is None else self.native.expand(frontier, self._steps())
+        # an uncached library is compiled once the swarm has run a while (a swarm that finds its violation
+        # in its first steps would only share the cores with the compiler): ``native`` counts stored states
+        grown = THRESHOLD if self._steps() >= COMPILE_AFTER_STEPS else 0
+        expansion = None if self.native is None else self.native.expand(frontier, grown)
         if expansion is not None:  # the C loop: successors in (walk, tuple id) order, with fingerprints
             dead = ~np.asarray(expansion.enabled, dtype=bool)
             if dead.any():
