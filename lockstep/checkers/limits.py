@@ -51,14 +51,30 @@ def peak_resident_bytes() -> int | None:
     return None
 
 
+_peak_before_resets = 0  # the highest VmHWM read before a reset_peak cleared it
+
+
 def reset_peak() -> bool:
-    """Start a new peak resident measurement (Linux: ``5`` to ``/proc/self/clear_refs``); whether it could."""
+    """Start a new peak resident measurement (Linux: ``5`` to ``/proc/self/clear_refs``); whether it
+    could. The peak so far is kept first (``process_peak_bytes``): once cleared, the kernel forgets
+    it, and so does the process's ``ru_maxrss``."""
+    global _peak_before_resets
+    _peak_before_resets = max(_peak_before_resets, peak_resident_bytes() or 0)
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as clear:
             clear.write("5")
         return True
     except OSError:  # pragma: no cover - an older kernel or a restricted /proc
         return False
+
+
+def process_peak_bytes() -> int | None:
+    """This process's peak resident size since it started, across ``reset_peak``'s clears (None
+    where ``/proc`` has no ``VmHWM``)."""
+    current = peak_resident_bytes()
+    if current is None:
+        return None
+    return max(current, _peak_before_resets)
 
 
 # ------------------------------------------------------------------------------------ the limits

@@ -80,6 +80,7 @@ class Statistics:
     frontier: int | None = None  # in a progress report: states waiting to be expanded
     walks: int | None = None  # swarm: the random walks run (``transitions``: their steps)
     distinct_estimate: int | None = None  # swarm: distinct states seen, estimated (HyperLogLog)
+    peak_memory_bytes: int | None = None  # vectorised engines: the process's peak resident size
     # seconds per phase of the engine's run (kernels, search, counterexample...), in the order run
     phases: dict[str, float] = field(default_factory=dict)
 

@@ -321,6 +321,7 @@ def result_json(
             **({} if result.stats.walks is None else {"walks": result.stats.walks}),
             **({} if result.stats.distinct_estimate is None else {"distinct_estimate": result.stats.distinct_estimate}),
             "phases": {name: round(seconds, 4) for name, seconds in result.stats.phases.items()},
+            **({} if result.stats.peak_memory_bytes is None else {"peak_memory_bytes": result.stats.peak_memory_bytes}),
         },
         "stopped": result.stopped,
         "warnings": warnings,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lockstep.checkers.explicit.search import FIRST_VIOLATION, Progress, first_violation, property_verdict
-from lockstep.checkers.limits import Limits, LimitWatch, MemoryForecast
+from lockstep.checkers.limits import Limits, LimitWatch, MemoryForecast, process_peak_bytes
 from lockstep.checkers.result import (
     CheckResult,
     PropertyResult,
@@ -172,6 +172,7 @@ class VectorSearch:
         complete = stopped is None and not truncated
         result = self._result(complete, truncated and stopped is None, stopped)
         stats.phases["counterexample"] = time.monotonic() - started - stats.seconds
+        stats.peak_memory_bytes = process_peak_bytes()  # the forecast clears the kernel's peak: kept here
         return result
 
     def _initial_state(self) -> tuple[Any, Any]:
