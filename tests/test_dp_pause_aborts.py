@@ -2,6 +2,11 @@
 at any time; the engine may find the request already finished) and the recorder's ABORT events, checked on
 recordings of a real vLLM 0.32.0 kept as fixtures (no vLLM needed):
 
+- ``aborts-seed-2`` (``--scenario aborts --seed 2``): two requests on rank 0, the first aborted after 3 tokens,
+  a pause in wait mode (the second request finishes during it), a request added while paused, the
+  collective_rpc, the resume, that request aborted after 3 tokens, an abort of the finished one (not sent),
+  a request to rank 1. It conforms to ``v0.30.0``.
+
 - ``abort-while-paused-seed-2`` (``lockstep vllm check dp-pause --scenario abort-while-paused --seed 2``): two
   requests on rank 0, the first aborted mid-run (vLLM aborts it eagerly from ``aborts_queue`` within a step,
   so the ABORT taken later from the input queue finds it finished), a pause in wait mode, a request added
@@ -27,6 +32,7 @@ from lockstep.traces.reader import TraceInputError
 PROTOCOL = get_protocol("dp-pause")
 RECORDINGS = Path(__file__).parent / "fixtures" / "traces" / "vllm-0.32.0"
 HANG = RECORDINGS / "abort-while-paused-seed-2"
+ABORTS = RECORDINGS / "aborts-seed-2"
 ACTORS = ["client", "rank:0", "rank:1"]
 
 
@@ -63,6 +69,21 @@ def test_the_recorder_writes_each_abort_on_both_sides() -> None:
     assert client.count("client_abort_request") == 2  # request-1 had finished: AsyncLLM.abort sent nothing
     rank_0 = [event["action"] for event in _events(HANG, "rank-0.jsonl")]
     assert rank_0.count("handle_abort") == 2
+
+
+def test_real_aborts_and_a_wait_mode_pause_conform() -> None:
+    result = replay_traces(ABORTS, profile="vllm-dp-pause", expected_actors=ACTORS)
+    assert result["verdict"] == "conforms", result.get("explanation")
+    assert result["model"] == "dp-pause v0.30.0 seed"
+    actions = result["coverage"]["actions"]
+    assert (actions["client_abort_request"], actions["handle_abort"], actions["client_pause"]) == (2, 2, 2)
+    assert result["parameters"]["pause_modes"] == 4  # wait mode only
+
+
+def test_the_scripted_client_refuses_several_aborts(tmp_path: Path) -> None:
+    copy = _rewritten(ABORTS, tmp_path / "scripted", free_client=0)
+    with pytest.raises(UsageError, match="abort_request > 1 needs free_client"):
+        replay_traces(copy, profile="vllm-dp-pause", trust_header=True)
 
 
 def test_a_real_abort_while_paused_conforms_up_to_the_hang() -> None:
