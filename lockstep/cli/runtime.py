@@ -6,14 +6,15 @@ processes on 127.0.0.1 (``lockstep.impl.launcher``), prints a summary (steps, ev
 the trace directory to stderr, or with ``--json`` one JSON object on stdout
 (``lockstep/schemas/run.schema.json``). With ``--trace-dir`` it then replays the run's own traces
 against the model of its variant (``--no-replay`` skips that) and prints the verdict. Exit codes:
-0 completed (and, when replayed, conforming), 1 hang diagnosed, a completed run whose trace
-does not conform, or a run a process of which failed (a runtime error) with a trace that violates
-a property (the process died of the protocol's failure: pd-kv-transfer's EngineCore assert), 2 usage error (a message, never a traceback; a ``--choices`` file is read whole
-before anything starts, and a choice in it that the run cannot take stops the run: both name the
-file and line; so is a ``--set`` value the model of the run's trace header does not take, and a
-``--trace-dir`` another run holds, named with its pid), 3 inconclusive (no outcome within
-``--timeout``: ``stopped`` is "timeout") or a runtime error, 4 a process of the run crashed
-(``launcher.CRASHED``: killed by a signal, the OOM killer included; never a hang or a verdict).
+0 completed (and, when replayed, conforming), 1 hang diagnosed, a completed run whose trace does
+not conform, or a run a process of which failed (a runtime error) with a trace that violates a
+property (it died of the protocol's failure: pd-kv-transfer's EngineCore assert), 2 usage error
+(a message, never a traceback; a ``--choices`` file is read whole before anything starts, and a
+choice in it that the run cannot take stops the run: both name the file and line; so is a
+``--set`` value the model of the run's trace header does not take, and a ``--trace-dir`` another
+run holds, named with its pid), 3 inconclusive (no outcome within ``--timeout``: ``stopped`` is
+"timeout") or another runtime error, 4 a process of the run crashed (``launcher.CRASHED``: killed
+by a signal, the OOM killer included; never a hang or a verdict).
 ``--timeout`` is the command's one clock (``lockstep.clock``): the checks before the launch, the
 run and the replay of its traces all count. ``--hang-timeout`` is how long a process may block in
 one collective or receive before the run counts as hung.

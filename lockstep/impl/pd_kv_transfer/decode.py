@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from lockstep.impl.pd_kv_transfer.blocks import BlockPool, holder
-from lockstep.impl.pd_kv_transfer.engine import CorruptionDetected, Engine, EngineCoreDied
+from lockstep.impl.pd_kv_transfer.engine import CorruptionDetected, Engine, EngineCoreDied, EngineParts
 from lockstep.impl.pd_kv_transfer.reproduction import PREFILL, option
 from lockstep.models.pd_kv_transfer.state import NOBODY, PRE_FIX
 from lockstep.traces import JSONValue
@@ -44,7 +44,9 @@ SCHEDULER, WORKER = "decode-scheduler", "decode-worker"
 class DecodeEngine(Engine):
     """D's scheduler and worker in one process (see the module doc)."""
 
-    def setup(self, variant: str, blocks: BlockPool, group: Any, aborts: int) -> None:
+    def __init__(self, common: EngineParts, variant: str, blocks: BlockPool, group: Any, aborts: int) -> None:
+        """``variant``: pre-fix or post-fix; ``blocks``: D's pool; ``group``: the ``kv`` group; ``aborts``: D's."""
+        super().__init__(common)
         self.variant, self.pool, self.group = variant, blocks, group
         self.arrived: dict[int, tuple[int, dict[str, int]]] = {}  # hand-offs not yet admitted, with clocks
         self.requests: dict[int, str] = {}

@@ -26,6 +26,7 @@ recorded, so the trace shows the step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from lockstep.impl.choices import ChoiceSource
@@ -55,22 +56,28 @@ class RunStuck(ProtocolFailure):
     """Nothing can move any more, and a block is still held or a request still alive."""
 
 
+@dataclass(frozen=True)
+class EngineParts:
+    """What every engine of a run is given: its rank, the model instance's parameters, its link to
+    the peer, its process's recorder, status board and choice source, and the scenario's steering."""
+
+    rank: int
+    parameters: dict[str, int]
+    link: Link
+    recorder: Recorder
+    status: StatusBoard
+    choices: ChoiceSource
+    steering: Steering
+
+
 class Engine:
     """The loop of one engine; subclasses say which steps they offer and what messages do."""
 
-    def __init__(
-        self,
-        rank: int,
-        parameters: dict[str, int],
-        link: Link,
-        recorder: Recorder,
-        status: StatusBoard,
-        choices: ChoiceSource,
-        steering: Steering,
-    ) -> None:
-        self.rank, self.parameters, self.link = rank, parameters, link
-        self.recorder, self.status, self.choices, self.steering = recorder, status, choices, steering
-        self.chooser = f"rank:{rank}"
+    def __init__(self, parts: EngineParts) -> None:
+        self.rank, self.parameters, self.link = parts.rank, parts.parameters, parts.link
+        self.recorder, self.status, self.choices = parts.recorder, parts.status, parts.choices
+        self.steering = parts.steering
+        self.chooser = f"rank:{parts.rank}"
         self.steps = 0
         self.ended: str | None = None
         self.peer_quiet: dict[str, Any] | None = None

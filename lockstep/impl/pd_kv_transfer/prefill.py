@@ -21,11 +21,10 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-import torch
 import torch.distributed as dist
 
 from lockstep.impl.pd_kv_transfer.blocks import BlockPool
-from lockstep.impl.pd_kv_transfer.engine import Engine, EngineCoreDied
+from lockstep.impl.pd_kv_transfer.engine import Engine, EngineCoreDied, EngineParts
 from lockstep.impl.pd_kv_transfer.reproduction import DECODE, option
 from lockstep.models.pd_kv_transfer.state import NOBODY
 from lockstep.traces import JSONValue
@@ -37,7 +36,9 @@ SCHEDULER, WORKER, NETWORK = "prefill-scheduler", "prefill-worker", "network"
 class PrefillEngine(Engine):
     """P's scheduler and worker in one process (see the module doc)."""
 
-    def setup(self, blocks: BlockPool, group: Any, aborts: int) -> None:
+    def __init__(self, common: EngineParts, blocks: BlockPool, group: Any, aborts: int) -> None:
+        """``blocks``: P's pool; ``group``: the ``kv`` group D's reads use; ``aborts``: P's share."""
+        super().__init__(common)
         count = self.parameters["requests"]
         self.pool, self.group = blocks, group
         self.requests: dict[int, str] = {request: WAITING for request in range(count)}
@@ -206,8 +207,3 @@ class PrefillEngine(Engine):
         held = [f"block {block} of request {owner}" for block, owner in enumerate(self.pool.owner) if owner >= 0]
         alive = [f"request {request} {status}" for request, status in sorted(self.requests.items())]
         return "holds " + (", ".join(held + alive) or "nothing")
-
-
-def device_of(group_backend: str, device: torch.device) -> torch.device:
-    """Where an engine's blocks live: the rank's GPU under NCCL, else the CPU."""
-    return device if group_backend == "nccl" else torch.device("cpu")

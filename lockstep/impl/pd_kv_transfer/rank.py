@@ -21,7 +21,7 @@ import torch
 from lockstep.impl.distributed import Groups, describe_torch, leave_together, share_object, shutdown
 from lockstep.impl.pd_kv_transfer.blocks import BlockPool
 from lockstep.impl.pd_kv_transfer.decode import DecodeEngine
-from lockstep.impl.pd_kv_transfer.engine import COMPLETED, Engine, ProtocolFailure
+from lockstep.impl.pd_kv_transfer.engine import COMPLETED, Engine, EngineParts, ProtocolFailure
 from lockstep.impl.pd_kv_transfer.link import Link
 from lockstep.impl.pd_kv_transfer.parameters import instance_parameters
 from lockstep.impl.pd_kv_transfer.prefill import PrefillEngine
@@ -63,15 +63,12 @@ def run_rank(config: RunConfig, config_path: str, groups: Groups) -> int:
     link = Link(connection, rank, order, status)
     pool = BlockPool(parameters["blocks"], device)
     group = groups.groups["kv"]
+    parts = EngineParts(rank, parameters, link, recorder, status, choices, steering)
     engine: Engine
     if rank == PREFILL:
-        prefill = PrefillEngine(rank, parameters, link, recorder, status, choices, steering)
-        prefill.setup(pool, group, split)
-        engine = prefill
+        engine = PrefillEngine(parts, pool, group, split)
     else:
-        decode = DecodeEngine(rank, parameters, link, recorder, status, choices, steering)
-        decode.setup(config.variant, pool, group, parameters["aborts"] - split)
-        engine = decode
+        engine = DecodeEngine(parts, config.variant, pool, group, parameters["aborts"] - split)
     status.update("running")
     try:
         ended = engine.run()
