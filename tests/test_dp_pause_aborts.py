@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import deque
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,6 +97,34 @@ def test_a_real_abort_while_paused_conforms_up_to_the_hang() -> None:
     assert rank_1[-1]["action"] == "enter" and rank_1[-1]["args"] == {"communicator": "worker_dp", "op": "forward"}
     assert rank_0[-1]["action"] == "finish_resume"  # idle: no request, engines_running false, nobody woke it
     assert rank_0[-1]["observed"]["engines_running[0]"] is False and rank_0[-1]["observed"]["requests[0]"] == 0
+
+
+def test_the_model_has_the_hang_the_real_engine_took() -> None:
+    """Among the model states the recording may end in, some reach no final state (the hang: nothing wakes
+    rank 0); the others still have a START_DP_WAVE in flight, which the unrecorded coordinator never sent."""
+    ends: list[tuple[Any, list[Any]]] = []
+
+    def observe(system: Any, candidates: Any, bindings: Any) -> None:
+        if not bindings:
+            ends.append((system, list(candidates)))
+
+    replay_traces(HANG, profile="vllm-dp-pause", observe=observe)
+    system, states = ends[-1]
+
+    def reaches_final(start: Any) -> bool:
+        seen, queue = {start}, deque([start])
+        while queue:
+            state = queue.popleft()
+            if system.is_final(state):
+                return True
+            for transition in system.transitions(state):
+                if transition.target not in seen and len(seen) < 200_000:
+                    seen.add(transition.target)
+                    queue.append(transition.target)
+        return False
+
+    stuck = [state for state in states if not reaches_final(state)]
+    assert stuck and len(stuck) < len(states)
 
 
 def test_an_abort_beyond_the_budget_is_refused(tmp_path: Path) -> None:
