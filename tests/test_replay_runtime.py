@@ -39,6 +39,7 @@ VERDICTS: dict[str, tuple[str, str | None, str | None]] = {
     "computed-tokens-pre-fix": ("violated", "U3_bounded_slack", None),
     "cudagraph-pp-post-fix": ("conforms", None, None),
     "cudagraph-pp-no-copy-in": ("violated", "A2_freshness", None),
+    "pd-kv-transfer-post-fix": ("conforms", None, "transfer_completes"),
 }
 
 # pre-fix or mutant recording -> (file, action of the event where it leaves the post-fix model, text of the explanation)
