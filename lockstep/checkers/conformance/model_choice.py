@@ -270,13 +270,7 @@ def mismatch_hint(header: Mapping[str, Any], profile: RecorderProfile | None) ->
     ``--profile runtime``); otherwise trust the header or give the value."""
     if header["source"]["kind"] != "runtime" or profile is not None:
         return TRUST_HINT
-    import importlib
-
-    recorders = [
-        name
-        for name, module in PROFILES.items()
-        if importlib.import_module(module).PROFILE.protocol == header["protocol"]
-    ]
+    recorders = [name for name in PROFILES if _named_profile(name).protocol == header["protocol"]]
     others = f" (a vLLM recording: --profile {' or '.join(recorders)})" if recorders else ""
     return (
         "the trace is a runtime recording: replay a `lockstep run` recording with --profile runtime "
@@ -317,6 +311,15 @@ RUNTIME_PROFILES = {
 }
 
 
+def _named_profile(name: str) -> RecorderProfile:
+    """The profile ``PROFILES[name]`` names: a module's ``PROFILE``, or ``module:ATTRIBUTE``."""
+    import importlib
+
+    module, _, attribute = PROFILES[name].partition(":")
+    found: RecorderProfile = getattr(importlib.import_module(module), attribute or "PROFILE")
+    return found
+
+
 def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> RecorderProfile | None:
     """The recorder profile ``name`` (``--profile``) for ``protocol``, defined in code by the recorder."""
     if name is None or isinstance(name, RecorderProfile):
@@ -324,10 +327,7 @@ def recorder_profile(name: str | RecorderProfile | None, protocol: str) -> Recor
     elif name == "runtime":
         found = RUNTIME_PROFILES.get(protocol, RecorderProfile("runtime", protocol))
     elif name in PROFILES:
-        import importlib
-
-        module, _, attribute = PROFILES[name].partition(":")
-        found = getattr(importlib.import_module(module), attribute or "PROFILE")
+        found = _named_profile(name)
     else:
         raise UsageError(f"no recorder profile {name!r}; profiles: runtime, {', '.join(PROFILES)}")
     if found is not None and found.protocol != protocol:
