@@ -261,7 +261,8 @@ def test_assert_conforms_takes_what_it_requires() -> None:
 
 def test_a_recorder_profile_in_code_exempts_what_the_recorder_cannot_see(tmp_path: Path) -> None:
     """The vLLM instrumentation's profile names its unrecorded actions; a header listing the same
-    ones is then no widening."""
+    ones is then no widening. (The profile also turns on the free client, whose state has no script
+    phase; this runtime recording records the scripted client's phase, so it keeps that client.)"""
 
     def as_instrumented(header: dict[str, Any]) -> None:
         header["parameters"]["unrecorded"] = ["coordinator", "client_read_publication"]
@@ -269,7 +270,8 @@ def test_a_recorder_profile_in_code_exempts_what_the_recorder_cannot_see(tmp_pat
     folder = with_header(RUNTIME, tmp_path / "instrumented", as_instrumented)
     with pytest.raises(HeaderMismatch):
         replay_traces(folder, profile="runtime")
-    result = replay_traces(folder, profile="vllm-dp-pause", parameters={"max_wave": 4, "response_bound": 25})
+    bounds = {"max_wave": 4, "response_bound": 25, "free_client": 0}
+    result = replay_traces(folder, profile="vllm-dp-pause", parameters=bounds)
     origins = {item.name: item.origin for item in result.exemptions}
     assert origins["coordinator"] == "profile vllm-dp-pause" and result.verdict == "conforms"
 
