@@ -314,3 +314,60 @@ def test_pp_broadcasts_scenarios_and_release_stay_within_the_models_bounds() -> 
 def test_a_missing_pp_broadcast_patch_target_names_its_recorder() -> None:
     with pytest.raises(MissingPatchTarget, match="the pp-broadcast recorder patches json.JSONDecoder.sample_tokens"):
         find_target("json", "JSONDecoder.sample_tokens", recorder="pp-broadcast")
+
+
+def test_the_stubbed_cuda_streams_run_the_async_output_path_without_cuda() -> None:
+    """What 0.21.0's ``AsyncGPUModelRunnerOutput`` calls on the runner's stream (built by the CPU runner's
+    ``_torch_cuda_wrapper``) works once stubbed, and everything is restored by the undo."""
+    import contextlib
+
+    import torch
+
+    if torch.cuda.is_available():  # pragma: no cover - the stubs are for machines without a CUDA driver
+        pytest.skip("a CUDA driver is present")
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.cuda.current_stream()  # what kills 0.21.0's engine core at its first sample_tokens
+    originals = (torch.Event, torch.cuda.Event, torch.cuda.Stream, torch.cuda.current_stream, torch.cuda.stream)
+
+    @contextlib.contextmanager
+    def placeholders() -> Any:
+        yield
+
+    runner_module = SimpleNamespace(_torch_cuda_wrapper=placeholders)
+    undo = settings.stub_cuda_streams(torch, runner_module)
+    try:
+        assert runner_module._torch_cuda_wrapper is contextlib.nullcontext
+        with runner_module._torch_cuda_wrapper():
+            copy_stream, event = torch.cuda.Stream(), torch.Event()
+        default_stream = torch.cuda.current_stream()
+        with torch.cuda.stream(copy_stream):
+            copy_stream.wait_stream(default_stream)
+            copied = torch.arange(3).to("cpu", non_blocking=True)
+            event.record()
+        event.synchronize()
+        assert copied.tolist() == [0, 1, 2] and event.query()
+    finally:
+        undo()
+    assert runner_module._torch_cuda_wrapper is placeholders
+    assert (torch.Event, torch.cuda.Event, torch.cuda.Stream, torch.cuda.current_stream, torch.cuda.stream) == originals
+
+
+def test_pp_broadcast_runs_0_21_with_async_scheduling_and_0_32_without() -> None:
+    from lockstep.cli.vllm import _scenario
+    from lockstep.instrumentation.vllm_pp_broadcast import header_parameters
+    from lockstep.models.pp_broadcast.model import PROTOCOL as PIPELINE
+    from lockstep.real_vllm import pipeline
+    from lockstep.real_vllm.check import recorder_profile
+
+    older, newer = _scenario("pp-broadcast", None, 0, 32, "0.21.0"), _scenario("pp-broadcast", None, 0, 16, "0.32.0")
+    assert older.asynchronous and not newer.asynchronous
+    assert pipeline.PipelineScenario.from_json(older.to_json()) == older
+    assert pipeline.engine_arguments(Path("model"), 0, older.asynchronous)["async_scheduling"] is True
+    assert "async_scheduling" not in pipeline.engine_arguments(Path("model"), 0, newer.asynchronous)
+    assert recorder_profile("pp-broadcast", older).name == "vllm-pp-broadcast-async"
+    assert recorder_profile("pp-broadcast", newer).name == "vllm-pp-broadcast"
+    parameters = header_parameters(older.model_parameters(), pipeline.STAGES)
+    assert parameters["async_scheduling"] == 1
+    instance = PIPELINE.instance("v0.21.0", overrides={k: v for k, v in parameters.items() if k != "unrecorded"})
+    assert instance.parameters["async_scheduling"] == 1
+    assert header_parameters(newer.model_parameters(), pipeline.STAGES)["async_scheduling"] == 0

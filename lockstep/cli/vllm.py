@@ -62,7 +62,7 @@ def command_vllm_check(arguments: argparse.Namespace, console: Any) -> int:
         _scenario(arguments.protocol, arguments.scenario, arguments.seed)  # an unknown name before vLLM is looked for
         release = detect()
         interval = release.recording.default_sync_interval
-        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed, interval)
+        chosen = _scenario(arguments.protocol, arguments.scenario, arguments.seed, interval, release.version)
         modelled_by = release_variant(arguments.protocol, release)
         model = _model_file(arguments)
         variant = (
@@ -124,13 +124,17 @@ def _vllm_source(arguments: argparse.Namespace, release: str, folders: contextli
     return prepare(arguments.protocol, release, installed_package(), Path(source), into)
 
 
-def _scenario(protocol: str, name: str | None, seed: int, sync_interval: int | None = None) -> Any:
+def _scenario(
+    protocol: str, name: str | None, seed: int, sync_interval: int | None = None, release: str | None = None
+) -> Any:
     """The protocol's scenario ``name`` (default: its default) with ``seed`` (dp-pause's aimed at ``sync_interval``,
-    the installed release's; default 0.30.0's); ValueError for an unknown name."""
+    the installed release's; default 0.30.0's; pp-broadcast's with async scheduling where ``release`` runs it,
+    ``pipeline.ASYNC_WITH_STUBBED_STREAMS``); ValueError for an unknown name."""
     if protocol == "pp-broadcast":
         from lockstep.real_vllm import pipeline
 
-        return pipeline.scenario(name or pipeline.DEFAULT_SCENARIO, seed)
+        asynchronous = release in pipeline.ASYNC_WITH_STUBBED_STREAMS
+        return pipeline.scenario(name or pipeline.DEFAULT_SCENARIO, seed, asynchronous)
     if protocol == "computed-tokens":
         from lockstep.real_vllm import scheduling
 

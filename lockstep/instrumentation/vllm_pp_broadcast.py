@@ -91,6 +91,21 @@ def _profile_values(sizing: Mapping[str, int]) -> dict[str, int]:
 PROFILE = RecorderProfile(
     "vllm-pp-broadcast", PROTOCOL, UNRECORDED, {"hang_bound": HANG_BOUND, "async_scheduling": 0}, _profile_values
 )
+# ``vllm-pp-broadcast-async``: the same with async scheduling kept on (0.21.0, CUDA streams stubbed:
+# ``lockstep.real_vllm.settings.stub_cuda_streams``), where the V1 runner broadcasts the sampled token ids.
+ASYNC_PROFILE = RecorderProfile(
+    "vllm-pp-broadcast-async",
+    PROTOCOL,
+    UNRECORDED,
+    {"hang_bound": HANG_BOUND, "async_scheduling": 1},
+    _profile_values,
+)
+
+
+def profile_of(asynchronous: bool) -> RecorderProfile:
+    """The profile of a run with async scheduling on or off."""
+    return ASYNC_PROFILE if asynchronous else PROFILE
+
 
 # Every vLLM name the patch replaces or calls through: module, attribute path; checked before patching.
 VLLM_TARGETS = (
@@ -129,7 +144,7 @@ def release_variant(version: str) -> str:
 def header_parameters(sizing: Mapping[str, int], ranks: int) -> dict[str, Any]:
     """The header's parameters: the model's defaults, the run's sizes, and the profile's values."""
     values: dict[str, Any] = {"ranks": ranks, "requests": 1, "gaps": 0, **sizing}
-    values.update(PROFILE.values(values))
+    values.update(profile_of(bool(sizing.get("async_scheduling", 0))).values(values))
     return record.parameters(PROTOCOL, **values)
 
 
@@ -438,6 +453,7 @@ def _guarded_rank() -> RankRecording | None:
 
 
 __all__ = [
+    "ASYNC_PROFILE",
     "PROFILE",
     "UNRECORDED",
     "VLLM_TARGETS",
@@ -446,5 +462,6 @@ __all__ = [
     "empty_step_bound",
     "header_parameters",
     "install_vllm",
+    "profile_of",
     "release_variant",
 ]

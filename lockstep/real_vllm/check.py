@@ -167,9 +167,9 @@ def release_variant(protocol: str, release: Release) -> str:
 
 
 def recorder_profile(protocol: str, scenario: Any = None) -> Any:
-    """The ``RecorderProfile`` of ``protocol``'s recorder (computed-tokens: the one of ``scenario``'s
-    scheduling, synchronous or async)."""
-    if protocol == "computed-tokens" and scenario is not None:
+    """The ``RecorderProfile`` of ``protocol``'s recorder (computed-tokens and pp-broadcast: the one of
+    ``scenario``'s scheduling, synchronous or async)."""
+    if protocol in ("computed-tokens", "pp-broadcast") and scenario is not None:
         return _recorder(protocol).profile_of(bool(scenario.asynchronous))
     return _recorder(protocol).PROFILE
 

@@ -10,6 +10,14 @@ then ``max_tokens`` tokens: the final chunk samples the first, each decode one m
 - ``long-prompt`` (the default): 300 prompt tokens (3 chunks: two all-chunked steps) and 3 tokens.
 - ``random``: ``seed`` draws the prompt length (129-512 tokens: 2-4 chunks) and 1-4 tokens.
 
+With ``asynchronous`` (the releases in ``ASYNC_WITH_STUBBED_STREAMS``: 0.21.0, whose only switch-off of async
+scheduling on the CPU is the platform hook that ``settings.keep_async_scheduling`` undoes) the engine is asked
+for async scheduling and every vLLM process stubs CUDA streams and events (``settings.stub_cuda_streams``,
+through ``settings.STUB_STREAMS_ENVIRONMENT``): the V1 runner's ``sample_tokens`` then broadcasts the
+sampled token ids from the last stage and receives them on the first (``_pp_broadcast_prev_sampled_token_ids``
+/ ``_pp_receive_prev_sampled_token_ids_to_input_batch``), skipping both on all-chunked steps. Without it
+(0.32.0, whose config refuses async scheduling with PP on the V1 runner) the run is synchronous.
+
 ``engine_arguments`` are the engine's settings: the tiny dense model (``config.json`` only,
 ``load_format="dummy"``, no tokenizer: the prompt is token ids), ``pipeline_parallel_size`` 2 with the
 ``mp`` executor (a worker process per stage), compilation mode 2 with the ``eager`` backend (with
@@ -21,6 +29,7 @@ vLLM is imported only inside ``drive``.
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -35,6 +44,7 @@ STAGES = 2  # pipeline_parallel_size of every scenario
 BUDGET = 128  # max_num_batched_tokens: a prompt longer than this is chunked
 MAX_MODEL_LENGTH = 512  # the tiny model's max_position_embeddings
 MODEL_NAME = "dense"  # lockstep/real_vllm/models/dense/config.json
+ASYNC_WITH_STUBBED_STREAMS = ("0.21.0",)  # releases run with async scheduling and stubbed CUDA streams
 
 
 class UnknownScenario(ValueError):
@@ -49,6 +59,7 @@ class PipelineScenario:
     seed: int
     prompt_tokens: int
     max_tokens: int
+    asynchronous: bool = False  # async scheduling kept on, CUDA streams stubbed (see the module doc)
 
     @property
     def chunks(self) -> int:
@@ -57,12 +68,14 @@ class PipelineScenario:
 
     def model_parameters(self) -> dict[str, int]:
         """The model bounds of a recording of this scenario (the header's ``LOCKSTEP_TRACE_PARAMETERS``)."""
-        return {"requests": 1, "chunks": self.chunks, "decodes": self.max_tokens - 1}
+        sizing = {"requests": 1, "chunks": self.chunks, "decodes": self.max_tokens - 1}
+        return {**sizing, "async_scheduling": 1} if self.asynchronous else sizing
 
     def describe(self) -> str:
+        scheduling = ", async scheduling (CUDA streams stubbed)" if self.asynchronous else ""
         return (
             f"one request of {self.prompt_tokens} prompt tokens ({self.chunks} chunks of at most {BUDGET}: "
-            f"{self.chunks - 1} all-chunked steps) and {self.max_tokens} tokens, PP={STAGES}"
+            f"{self.chunks - 1} all-chunked steps) and {self.max_tokens} tokens, PP={STAGES}{scheduling}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -73,21 +86,26 @@ class PipelineScenario:
         return cls(**payload)
 
 
-def scenario(name: str, seed: int = 0) -> PipelineScenario:
+def scenario(name: str, seed: int = 0, asynchronous: bool = False) -> PipelineScenario:
     """The scenario ``name`` with ``seed`` (see the module doc); ``UnknownScenario`` for another name."""
     if name == "long-prompt":
-        return PipelineScenario(name, seed, prompt_tokens=300, max_tokens=3)
+        return PipelineScenario(name, seed, prompt_tokens=300, max_tokens=3, asynchronous=asynchronous)
     if name == "random":
         chooser = random.Random(seed)
         return PipelineScenario(
-            name, seed, prompt_tokens=chooser.randint(BUDGET + 1, 4 * BUDGET - 4), max_tokens=chooser.randint(1, 4)
+            name,
+            seed,
+            prompt_tokens=chooser.randint(BUDGET + 1, 4 * BUDGET - 4),
+            max_tokens=chooser.randint(1, 4),
+            asynchronous=asynchronous,
         )
     raise UnknownScenario(f"no pp-broadcast scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
 
 
-def engine_arguments(model_directory: Path, seed: int = 0) -> dict[str, Any]:
+def engine_arguments(model_directory: Path, seed: int = 0, asynchronous: bool = False) -> dict[str, Any]:
     """``EngineArgs`` keywords of a pp-broadcast check's engine (see the module doc)."""
     return {
+        **({"async_scheduling": True} if asynchronous else {}),
         "model": str(model_directory),
         "skip_tokenizer_init": True,
         "load_format": "dummy",
@@ -115,9 +133,13 @@ def drive(model_directory: Path, chosen: PipelineScenario, noted: Callable[[str]
     from vllm import LLM, SamplingParams  # type: ignore[import-not-found]
     from vllm.inputs import TokensPrompt  # type: ignore[import-not-found]
 
+    from lockstep.real_vllm.settings import STUB_STREAMS_ENVIRONMENT
+
     timeline = Timeline()
+    if chosen.asynchronous:  # every process vLLM spawns from here on stubs the streams (settings.apply_in_process)
+        os.environ[STUB_STREAMS_ENVIRONMENT] = "1"
     noted("starting the engine")
-    engine = LLM(**engine_arguments(model_directory, chosen.seed))
+    engine = LLM(**engine_arguments(model_directory, chosen.seed, chosen.asynchronous))
     timeline.note("engine ready")
     try:
         noted("running the scenario")
@@ -140,6 +162,7 @@ def drive(model_directory: Path, chosen: PipelineScenario, noted: Callable[[str]
 
 
 __all__ = [
+    "ASYNC_WITH_STUBBED_STREAMS",
     "BUDGET",
     "DEFAULT_SCENARIO",
     "SCENARIOS",

@@ -18,13 +18,24 @@ the recorder needs it, with nothing asked of the user (no ``sitecustomize``, no 
   (``vllm/v1/worker/cpu/shm.py``), so the ``AsyncScheduler``, the engine's batch queue and the V1 runner's
   async output path then run unchanged. Nothing changes for arguments that leave it unset.
 
-``apply_in_process()`` does all three in the process that calls it (the variables for what it starts, the
-patch for what it configures); ``lockstep.real_vllm.driver`` calls it at import, which is how every
-process vLLM spawns gets it (see there). Nothing here imports vLLM before it is called.
+- ``stub_cuda_streams``: only where ``STUB_STREAMS_ENVIRONMENT`` is ``1`` (the pp-broadcast check sets it
+  for releases in ``pipeline.ASYNC_WITH_STUBBED_STREAMS``, 0.21.0): that release's CPU runner replaces
+  ``torch.cuda.Stream`` and ``torch.Event`` only while it is built (``cpu_model_runner._torch_cuda_wrapper``),
+  and its async output path (``AsyncGPUModelRunnerOutput``) then calls ``torch.cuda.current_stream()``,
+  ``torch.cuda.stream(...)``, ``Stream.wait_stream`` and a fresh ``torch.Event()`` at every sampled step,
+  which fail without a CUDA driver. The stub makes them no-ops for the whole process (``StubStream``,
+  ``StubEvent``): on the CPU every tensor operation has finished when it returns, so waiting on a stream or
+  an event has nothing to wait for, and the V1 runner's async path (including the PP sampled-token
+  broadcast) runs unchanged.
+
+``apply_in_process()`` does all of this in the process that calls it (the variables for what it starts, the
+patches for what it configures); ``lockstep.real_vllm.driver`` calls it at import, which is how every
+process vLLM spawns gets it (see there). Nothing here imports vLLM or torch before it is called.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Callable, Mapping
@@ -41,6 +52,7 @@ ENVIRONMENT: Mapping[str, str] = {
     "TRANSFORMERS_OFFLINE": "1",
 }
 UNIPROCESS = "uni"
+STUB_STREAMS_ENVIRONMENT = "LOCKSTEP_VLLM_STUB_CUDA_STREAMS"  # "1": stub_cuda_streams in every process
 
 
 def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -102,16 +114,103 @@ def keep_async_scheduling(platform_class: Any) -> Callable[[], None]:
     return undo
 
 
+class StubEvent:
+    """A ``torch.Event`` / ``torch.cuda.Event`` that has always happened (the CPU runs every operation to
+    its end before returning)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def record(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+class StubStream:
+    """A ``torch.cuda.Stream`` with nothing queued on it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Any = None) -> StubEvent:
+        return event if isinstance(event, StubEvent) else StubEvent()
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+
+def _cpu_model_runner() -> Any:
+    """vLLM's ``vllm.v1.worker.cpu_model_runner`` module, or None where the release has none."""
+    try:
+        import vllm.v1.worker.cpu_model_runner as module  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return module
+
+
+def stub_cuda_streams(torch_module: Any, cpu_model_runner: Any = None) -> Callable[[], None]:
+    """Replace ``torch_module``'s CUDA streams and events by no-ops (``StubStream``, ``StubEvent``,
+    ``current_stream``, the ``stream`` context) and, in ``cpu_model_runner`` (vLLM's module), the
+    ``_torch_cuda_wrapper`` that builds the runner with placeholders lacking ``wait_stream`` by one that
+    leaves the stubs in place; returns the function restoring them."""
+    cuda = torch_module.cuda
+    saved = [
+        (torch_module, "Event", torch_module.Event),
+        (cuda, "Event", cuda.Event),
+        (cuda, "Stream", cuda.Stream),
+        (cuda, "current_stream", cuda.current_stream),
+        (cuda, "stream", cuda.stream),
+    ]
+    if cpu_model_runner is not None and hasattr(cpu_model_runner, "_torch_cuda_wrapper"):
+        saved.append((cpu_model_runner, "_torch_cuda_wrapper", cpu_model_runner._torch_cuda_wrapper))
+        cpu_model_runner._torch_cuda_wrapper = contextlib.nullcontext
+    torch_module.Event = StubEvent
+    cuda.Event = StubEvent
+    cuda.Stream = StubStream
+    cuda.current_stream = lambda *args, **kwargs: StubStream()
+    cuda.stream = lambda *args, **kwargs: contextlib.nullcontext()
+
+    def undo() -> None:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+    return undo
+
+
 def apply_in_process() -> Callable[[], None]:
-    """Apply ``ENVIRONMENT``, ``keep_uniprocess_executor`` and ``keep_async_scheduling`` to this process
-    (imports vLLM's CPU platform); returns the function undoing the patches (the variables stay)."""
+    """Apply ``ENVIRONMENT``, ``keep_uniprocess_executor``, ``keep_async_scheduling`` and, where
+    ``STUB_STREAMS_ENVIRONMENT`` is ``1``, ``stub_cuda_streams`` to this process (imports vLLM's CPU
+    platform); returns the function undoing the patches (the variables stay)."""
     os.environ.update(ENVIRONMENT)
     from vllm.platforms.cpu import CpuPlatform  # type: ignore[import-not-found]
 
     undo_executor = keep_uniprocess_executor(CpuPlatform)
     undo_scheduling = keep_async_scheduling(CpuPlatform)
+    undo_streams: Callable[[], None] = lambda: None  # noqa: E731
+    if os.environ.get(STUB_STREAMS_ENVIRONMENT) == "1":
+        import torch
+
+        undo_streams = stub_cuda_streams(torch, _cpu_model_runner())
 
     def undo() -> None:
+        undo_streams()
         undo_scheduling()
         undo_executor()
 
@@ -120,9 +219,13 @@ def apply_in_process() -> Callable[[], None]:
 
 __all__ = [
     "ENVIRONMENT",
+    "STUB_STREAMS_ENVIRONMENT",
     "UNIPROCESS",
+    "StubEvent",
+    "StubStream",
     "apply_in_process",
     "environment",
     "keep_async_scheduling",
     "keep_uniprocess_executor",
+    "stub_cuda_streams",
 ]

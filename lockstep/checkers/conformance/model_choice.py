@@ -289,6 +289,7 @@ def _names_something(system: Any, name: str) -> bool:
 PROFILES = {  # name -> module defining PROFILE (or module:ATTRIBUTE)
     "vllm-dp-pause": "lockstep.instrumentation.vllm_dp_pause",
     "vllm-pp-broadcast": "lockstep.instrumentation.vllm_pp_broadcast",
+    "vllm-pp-broadcast-async": "lockstep.instrumentation.vllm_pp_broadcast:ASYNC_PROFILE",
     "vllm-computed-tokens": "lockstep.instrumentation.vllm_computed_tokens",
     "vllm-computed-tokens-async": "lockstep.instrumentation.vllm_computed_tokens:ASYNC_PROFILE",
     "vllm-async-placeholders": "lockstep.instrumentation.vllm_async_placeholders",
