@@ -184,6 +184,11 @@ def test_pp_broadcasts_default_scenario_conforms_to_the_release(tmp_path: Path) 
             for name, value in event["observed"].items()
             if name.startswith("rank.broadcast_issued")
         )
+    if payload["scenario"].get("asynchronous"):  # 0.21.0: async scheduling, streams stubbed: the real broadcast
+        first = [json.loads(line) for line in (trace_dir / "rank-0.jsonl").read_text().splitlines()[1:]]
+        samples = [event["observed"] for event in first if event["action"] == "sample_tokens"]
+        assert [observed["rank.sample_path[0]"] for observed in samples] == ["RECEIVE"] * 5
+        assert samples[-1]["rank.broadcast_issued[0]"][:5] == [False, False, True, True, True]  # the skip
 
 
 def test_a_pp_broadcast_recorder_failure_stops_the_recording_and_vllm_runs_on(tmp_path: Path) -> None:
