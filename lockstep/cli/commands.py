@@ -131,6 +131,27 @@ def prove_lemmas(**options: Any) -> Invocation:
     return call("lockstep.cli.listing:command_prove_lemmas", "prove-lemmas", options)
 
 
+@click.command("prove")
+@protocol_argument
+@click.option("--all-ranks", is_flag=True, help="prove for every number of ranks N >= 2 (the only mode so far)")
+@click.option("--variant", default="post-fix", show_default=True, help="the variant to prove")
+@click.option("--instance", default=None, help="the instance whose other parameters are used (default: the seed)")
+@click.option(
+    "--cpu-budget",
+    type=POSITIVE_NUMBER,
+    default=600.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="CPU seconds for Houdini over symbolic N",
+)
+@json_option
+def prove_command(**options: Any) -> Invocation:
+    """Prove PROTOCOL's safety properties for every number of ranks: quantified invariants mined from
+    the reachable set at 2 ranks, kept by Houdini over a symbolic rank count, re-checked by Z3. Exit 0
+    when every property is proved for all N, 3 when some stay open."""
+    return call("lockstep.cli.all_ranks:command_prove", "prove", options)
+
+
 @click.command("check")
 @protocol_argument
 @click.option("--all", "all", is_flag=True, help="every built-in instance × variant against its pinned verdict")

@@ -42,6 +42,10 @@ COMMANDS = {
         "protocols, variants (with the vLLM release each stands for) and instances",
     ),
     "prove-lemmas": Entry("lockstep.cli.commands:prove_lemmas", "prove the built-in lemmas for all sizes with Z3"),
+    "prove": Entry(
+        "lockstep.cli.commands:prove_command",
+        "prove a protocol's safety properties for every number of ranks (--all-ranks)",
+    ),
     "check": Entry(
         "lockstep.cli.commands:check",
         "model-check a protocol instance, or every built-in one against its pinned verdict (--all)",
