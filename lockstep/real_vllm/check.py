@@ -243,8 +243,8 @@ def run_driver(
     ``parameters`` (default: the scenario's); ``python_path`` goes first on every process's
     ``PYTHONPATH`` (``--vllm-source``: ``source_overlay``). Every process it started is gone when this
     returns (see the module doc)."""
-    from lockstep.impl.lifetime import child_environment, guardian, python_command
     from lockstep.instrumentation.vllm_dp_pause import PARAMETERS_ENVIRONMENT
+    from lockstep.lifetime import child_environment, guardian, python_command
     from lockstep.real_vllm.driver import PROTOCOL_ENVIRONMENT
 
     status_path, spec_path, log_path = trace_dir / STATUS_FILE, trace_dir / SPEC_FILE, trace_dir / LOG_FILE
@@ -310,8 +310,8 @@ def _wait(process: subprocess.Popen[bytes], deadline: float) -> int | None:
 def judge(result: CheckResult) -> None:
     """Replay ``result``'s recording against its variant with the goal observer; fill in the replay, goals
     and failures (``verdict`` is set by ``decide``)."""
-    from lockstep.checkers.conformance import replay_traces
-    from lockstep.checkers.goals import RuntimeGoals, model_goals
+    from lockstep.checkers.conformance.goals import RuntimeGoals, model_goals
+    from lockstep.checkers.conformance.judgement import replay_traces
     from lockstep.spec.protocol import UsageError
     from lockstep.traces.reader import TraceInputError
 
