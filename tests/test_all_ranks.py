@@ -89,3 +89,16 @@ def test_a_planted_wrong_invariant_is_refused(seed_family, seed_features) -> Non
     wrong = Candidate(1, ((top, True, 0),))
     problem = recheck(seed_family, seed_features, [wrong], ["quiescent_during_rpc"])
     assert problem is not None and problem.startswith("consecution of")
+
+
+def test_list_says_which_properties_are_proved_for_every_n() -> None:
+    """``lockstep list dp-pause`` names the pinned all-N proof in its own column."""
+    import subprocess
+    import sys
+
+    listing = subprocess.run(
+        [sys.executable, "-m", "lockstep", "list", "dp-pause"], capture_output=True, text=True, check=True
+    )
+    assert "proved for all N" in listing.stdout
+    row = [line for line in listing.stdout.splitlines() if line.startswith("│ dp-pause")][-1]
+    assert row.split("│")[2].strip() == "forward_counts_agree"

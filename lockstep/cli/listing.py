@@ -109,7 +109,7 @@ def _proof_table(protocols: list[Protocol]) -> Any:
     from rich.text import Text
 
     from lockstep.checkers.symbolic import abc
-    from lockstep.models.proofs import BUDGET, PINNED, status
+    from lockstep.models.proofs import BUDGET, PINNED, proved_for_all_ranks, status
     from lockstep.spec.machine import PropertyKind
 
     with_abc = abc.binary() is not None
@@ -126,7 +126,12 @@ def _proof_table(protocols: list[Protocol]) -> Any:
         caption_justify="left",
     )
     proved_column = "proved for all depths (pdr)" if with_abc else "proved for all depths by pdr with ABC (not here)"
-    for column in ("protocol", proved_column, "checked exhaustively at the pinned sizes"):
+    for column in (
+        "protocol",
+        "proved for all N (prove --all-ranks)",
+        proved_column,
+        "checked exhaustively at the pinned sizes",
+    ):
         table.add_column(column)
     for protocol in protocols:
         if "post-fix" not in [variant.name for variant in protocol.variants]:
@@ -138,7 +143,8 @@ def _proof_table(protocols: list[Protocol]) -> Any:
         exhaustive = [name for name in names if name not in proved]
         if protocol.name not in PINNED:
             exhaustive = [f"{', '.join(exhaustive)} (no pdr proofs pinned)"]
-        table.add_row(protocol.name, ", ".join(proved) or "-", ", ".join(exhaustive) or "-")
+        every_n = [name for name in names if proved_for_all_ranks(protocol.name, name)]
+        table.add_row(protocol.name, ", ".join(every_n) or "-", ", ".join(proved) or "-", ", ".join(exhaustive) or "-")
     return table
 
 

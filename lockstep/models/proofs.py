@@ -65,8 +65,17 @@ PINNED: dict[str, tuple[str, ...]] = {
 # strengthening, pdr -n -c, &scorr and GipSAT the six stay unknown at 450-480 s (README says why).
 # With --mine-invariants (Houdini keeps 202 of 4,133 mined candidates) they stay unknown at 270 s of ABC each.
 
+# Proved for every number of ranks N >= 2 by ``lockstep prove PROTOCOL --all-ranks`` and re-checked by
+# separate Z3 queries (``lockstep.checkers.symbolic.all_ranks``; tests/test_all_ranks.py proves the pin).
+ALL_RANKS: dict[str, tuple[str, ...]] = {"dp-pause": ("forward_counts_agree",)}
+
 PROVED = "proved for all depths"
 EXHAUSTIVE = "checked exhaustively at the pinned sizes"
+
+
+def proved_for_all_ranks(protocol: str, prop: str) -> bool:
+    """Whether a post-fix seed property is pinned as proved for every number of ranks."""
+    return prop in ALL_RANKS.get(protocol, ())
 
 
 def status(protocol: str, prop: str) -> str:
