@@ -289,7 +289,7 @@ def _require_abc_for_proofs(arguments: argparse.Namespace) -> None:
 
 
 def _check_proofs(arguments: argparse.Namespace) -> list[ProofCheck]:
-    """With ``--proofs``: pdr re-proves each post-fix seed's pinned properties (``checkers.proofs``)."""
+    """With ``--proofs``: pdr re-proves each post-fix seed's pinned properties (``models.proofs``)."""
     if not getattr(arguments, "proofs", False):
         return []
     from lockstep.checkers.symbolic.proofs import check_pinned
