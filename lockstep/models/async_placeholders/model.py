@@ -195,7 +195,8 @@ PROTOCOL = Protocol(
             "only shortens) (v0.22.0-v0.33.0; upstream: not reported, PR #27910 made rows without penalties tolerate "
             "-1, not this misalignment)",
             finding_properties=("tokens_aligned",),
-            upstream="related: PR #27910 (merged) tolerates -1 placeholders; the misalignment not reported",
+            upstream="related: issue #52461 (open: the repair runs only when a row needs output ids) and PR #27910 "
+            "(merged: rows without penalties tolerate -1); the misalignment not reported",
         ),
     ),
     build=build,
