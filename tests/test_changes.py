@@ -158,8 +158,14 @@ def test_the_pause_fix_names_dp_pauses_actions_and_what_no_action_mirrors(change
     completed = _changes(str(diff), "--release", "0.20.0", "--source", str(tree), "--json")
     assert completed.returncode == 0, completed.stderr
     plan = json.loads(completed.stdout)
-    (dp_pause,) = [entry for entry in plan["protocols"] if entry["touched"]]
-    assert dp_pause["protocol"] == "dp-pause" and dp_pause["variant"] == "pre-fix"
+    touched_protocols = {entry["protocol"]: entry for entry in plan["protocols"] if entry["touched"]}
+    # the DP-wide unfinished-requests sync is dp-step-coordination's too (its engine_dp communicator)
+    assert set(touched_protocols) == {"dp-pause", "dp-step-coordination"}, set(touched_protocols)
+    assert {item["function"]["name"] for item in touched_protocols["dp-step-coordination"]["touched"]} == {
+        "DPEngineCoreProc._has_global_unfinished_reqs"
+    }
+    dp_pause = touched_protocols["dp-pause"]
+    assert dp_pause["variant"] == "pre-fix"
     touched = {(item["action"], item["function"]["name"]) for item in dp_pause["touched"]}
     assert {
         ("handle_pause", "EngineCore.pause_scheduler"),
@@ -181,8 +187,9 @@ def test_run_checks_the_touched_protocols_pinned_instances(change: tuple[Path, P
     completed = _changes(str(diff), "--release", "0.20.0", "--source", str(tree), "--run", "--json")
     assert completed.returncode == 0, completed.stderr
     results = json.loads(completed.stdout)["results"]
-    assert results and all(item["as_pinned"] and item["protocol"] == "dp-pause" for item in results)
-    assert {item["instance"] for item in results} >= {"seed", "double-resume"}
+    assert results and all(item["as_pinned"] for item in results)
+    assert {item["protocol"] for item in results} == {"dp-pause", "dp-step-coordination"}
+    assert {item["instance"] for item in results if item["protocol"] == "dp-pause"} >= {"seed", "double-resume"}
     human = _changes(str(diff), "--release", "0.21.0", "--source", str(tree))
     assert "dp-pause (variant v0.23.0)" in human.stdout + human.stderr  # 0.21.0's variant
 

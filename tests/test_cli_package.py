@@ -224,7 +224,7 @@ def test_a_misspelt_command_is_refused_with_the_closest_names(capsys: pytest.Cap
     assert "lockstep: error: no command 'chek'; did you mean check?" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stopped:
         main(["frobnicate"])
-    assert stopped.value.code == 2 and "commands: list, prove-lemmas, check, run" in capsys.readouterr().err
+    assert stopped.value.code == 2 and "commands: list, prove-lemmas, prove, check, run" in capsys.readouterr().err
 
 
 def test_run_timeout_is_the_whole_runs_wall_clock(tmp_path: Path) -> None:

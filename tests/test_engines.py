@@ -51,6 +51,7 @@ RUNTIME_PLUMBING = {
     "LOCKSTEP_TRACE_PARAMETERS": "the recording's model bounds",
     "LOCKSTEP_TRACE_VARIANT": "the recording's variant",
     "LOCKSTEP_VLLM_PROTOCOL": "the protocol a real vLLM process records",
+    "LOCKSTEP_VLLM_STUB_CUDA_STREAMS": "set by the pp-broadcast driver: a real vLLM 0.21.0 process stubs CUDA streams",
 }
 REMOVED = ("LOCKSTEP_NATIVE", "LOCKSTEP_FUSED", "LOCKSTEP_KERNEL_CACHE", "LOCKSTEP_CACHE_DIR")
 # engine code: what check() runs (the runtime's fuzzing orchestration reads the runtime's run root)
