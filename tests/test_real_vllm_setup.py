@@ -371,3 +371,20 @@ def test_pp_broadcast_runs_0_21_with_async_scheduling_and_0_32_without() -> None
     instance = PIPELINE.instance("v0.21.0", overrides={k: v for k, v in parameters.items() if k != "unrecorded"})
     assert instance.parameters["async_scheduling"] == 1
     assert header_parameters(newer.model_parameters(), pipeline.STAGES)["async_scheduling"] == 0
+
+
+def test_every_dp_pause_scenario_is_a_valid_report_scenario() -> None:
+    """The check's JSON report carries its scenario: every dp-pause scenario, free or scripted, over
+    several seeds, validates against the report schema (a field the schema lacked failed only the
+    real-vLLM run)."""
+    from jsonschema import Draft202012Validator
+
+    from lockstep.real_vllm.scenarios import SCENARIOS
+
+    schema = json.loads((Path(__file__).resolve().parents[1] / "lockstep/schemas/vllm-check.schema.json").read_text())
+    validator = Draft202012Validator(schema["properties"]["scenario"])
+    for name in SCENARIOS:
+        for seed in range(6):
+            document = scenario(name, seed).to_json()
+            errors = [error.message for error in validator.iter_errors(document)]
+            assert not errors, f"{name} seed {seed}: {errors[0][:300]}"
