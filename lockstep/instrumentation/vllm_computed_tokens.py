@@ -41,7 +41,11 @@ from typing import Any
 
 from lockstep import record
 from lockstep.instrumentation.vllm_guard import Guarded, wrap
-from lockstep.instrumentation.vllm_releases import UnsupportedRelease, find_target, release_number
+from lockstep.instrumentation.vllm_releases import (
+    check_patch_targets,
+    find_target,
+    variant_for_release,
+)
 from lockstep.spec.profile import RecorderProfile
 from lockstep.traces import JSONValue
 
@@ -76,22 +80,14 @@ VLLM_TARGETS = (
 
 def check_targets() -> None:
     """Every patch target exists in the installed vLLM, else ``MissingPatchTarget`` naming the first missing."""
-    for module_name, path in VLLM_TARGETS:
-        find_target(module_name, path, recorder=RECORDER)
+    check_patch_targets(VLLM_TARGETS, RECORDER)
 
 
 def release_variant(version: str) -> str:
     """The computed-tokens variant vLLM ``version`` stands for; ``UnsupportedRelease`` for one the table lacks."""
     from lockstep.models.computed_tokens.model import PROTOCOL as MODEL
 
-    found = MODEL.release_variant(release_number(version))
-    if found is None:
-        releases = [release for release, _ in MODEL.release_table]
-        raise UnsupportedRelease(
-            f"vLLM {version}: the computed-tokens models have no variant for it; they cover {releases[0]} to "
-            f"{releases[-1]}"
-        )
-    return found.name
+    return variant_for_release(MODEL, version)
 
 
 def header_parameters(sizing: Mapping[str, int]) -> dict[str, Any]:

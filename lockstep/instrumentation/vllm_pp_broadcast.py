@@ -60,7 +60,12 @@ from typing import Any
 
 from lockstep import record
 from lockstep.instrumentation.vllm_guard import Guarded, wrap
-from lockstep.instrumentation.vllm_releases import MissingPatchTarget, UnsupportedRelease, find_target, release_number
+from lockstep.instrumentation.vllm_releases import (
+    MissingPatchTarget,
+    check_patch_targets,
+    find_target,
+    variant_for_release,
+)
 from lockstep.spec.profile import RecorderProfile
 from lockstep.traces import JSONValue
 
@@ -122,8 +127,7 @@ VLLM_TARGETS = (
 
 def check_targets() -> None:
     """Every patch target exists in the installed vLLM, else ``MissingPatchTarget`` naming the first missing."""
-    for module_name, path in VLLM_TARGETS:
-        find_target(module_name, path, recorder=RECORDER)
+    check_patch_targets(VLLM_TARGETS, RECORDER)
 
 
 def release_variant(version: str) -> str:
@@ -131,14 +135,7 @@ def release_variant(version: str) -> str:
     naming the covered releases for one the table lacks."""
     from lockstep.models.pp_broadcast.model import PROTOCOL as MODEL
 
-    found = MODEL.release_variant(release_number(version))
-    if found is None:
-        releases = [release for release, _ in MODEL.release_table]
-        raise UnsupportedRelease(
-            f"vLLM {version}: the pp-broadcast models have no variant for it; they cover {releases[0]} to "
-            f"{releases[-1]}"
-        )
-    return found.name
+    return variant_for_release(MODEL, version)
 
 
 def header_parameters(sizing: Mapping[str, int], ranks: int) -> dict[str, Any]:

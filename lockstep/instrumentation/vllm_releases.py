@@ -128,6 +128,27 @@ def check_targets(recording: Recording) -> None:
         find_target(module_name, path)
 
 
+def check_patch_targets(targets: tuple[tuple[str, str], ...], recorder: str) -> None:
+    """Every ``(module, attribute path)`` of a recorder's ``targets`` exists in the installed vLLM, else
+    ``MissingPatchTarget`` naming the first missing."""
+    for module_name, path in targets:
+        find_target(module_name, path, recorder=recorder)
+
+
+def variant_for_release(model: Any, version: str) -> str:
+    """The variant of ``model`` (a ``Protocol`` with a release table) that vLLM ``version`` stands for;
+    ``UnsupportedRelease`` naming the covered releases for one the table lacks."""
+    found = model.release_variant(release_number(version))
+    if found is None:
+        releases = [release for release, _ in model.release_table]
+        raise UnsupportedRelease(
+            f"vLLM {version}: the {model.name} models have no variant for it; they cover {releases[0]} to "
+            f"{releases[-1]}"
+        )
+    name: str = found.name
+    return name
+
+
 def installed_recording() -> Recording:
     """The recording of the installed vLLM (``vllm.__version__``); ``UnsupportedRelease`` if none covers it."""
     import vllm  # type: ignore[import-not-found]
